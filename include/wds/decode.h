@@ -1,0 +1,50 @@
+// Field decoding: bytes -> typed values, chosen by the field's extension (the
+// part after its last dot: "seg.cls" decodes as "cls").
+//
+// BasicDecoders handles:
+//   cls cls2 class count index inx id   -> int64 (ASCII integer, surrounding
+//                                          whitespace allowed)
+//   txt text transcript                 -> string (must be valid UTF-8)
+//   json jsn                            -> string (the JSON text, unparsed)
+// Anything else stays bytes. Fields named like "__key__" are never decoded.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "wds/buffer.h"
+#include "wds/error.h"
+#include "wds/sample.h"
+
+namespace wds {
+
+// FieldDecoder decodes one field: nullopt declines (the next decoder is
+// tried), a Value replaces the bytes, an error goes to the stage's handler
+// with the URL, key and field named.
+using FieldDecoder =
+    std::function<absl::StatusOr<std::optional<Value>>(std::string_view field, const Buffer& data)>;
+
+struct DecodeOptions {
+  // only: decode just these fields (empty: all).
+  std::vector<std::string> only;
+  // partial: a field that no decoder accepts stays bytes; without partial
+  // it is still kept as bytes (the reference's default), so partial only
+  // matters for decoders that refuse a field by error.
+  bool partial = false;
+  Handler handler = Handler::kReraise;
+};
+
+// FieldExtension returns the part of `field` after its last dot.
+std::string_view FieldExtension(std::string_view field);
+
+std::vector<FieldDecoder> BasicDecoders();
+
+// DecodeSample applies `decoders` to every eligible field of `sample`.
+[[nodiscard]] absl::Status DecodeSample(Sample& sample, const std::vector<FieldDecoder>& decoders,
+                                        const DecodeOptions& options);
+
+}  // namespace wds

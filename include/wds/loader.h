@@ -1,0 +1,114 @@
+// Loader: runs a pipeline recipe on worker threads and hands out its items in
+// a deterministic order.
+//
+//   wds::Loader loader(pipeline, {.workers = 4, .prefetch = 2});
+//   for (int epoch = 0; epoch < 10; ++epoch) {
+//     loader.SetEpoch(epoch);
+//     for (const wds::Sample& item : loader) Train(item);   // throws LoaderError
+//   }
+//
+// Each worker thread opens its own copy of the recipe with its WorkerContext
+// (rank, world_size, worker, num_workers, epoch, seed) and fills a bounded
+// queue of `prefetch` items. Items are taken round-robin over the workers, as
+// PyTorch's DataLoader does (a worker that ends drops out of the rotation), so
+// a fixed seed gives a fixed stream; an error reaches the consumer at its
+// place in that order. Options.ordered = false takes items as they come.
+//
+// Epoch sizing follows the recipe: a natural epoch ends when every worker's
+// stream ends; WithLength(n) yields exactly n items over all workers (each
+// worker continues into fresh passes when its data runs out); WithEpoch(n)
+// yields the next n items of streams that continue across epochs.
+//
+// Destroying a Loader mid-epoch stops and joins its threads promptly.
+// Thread safety: one consumer thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+
+#include "absl/status/statusor.h"
+#include "wds/error.h"
+#include "wds/pipeline.h"
+#include "wds/sample.h"
+
+namespace wds {
+
+struct LoaderOptions {
+  int workers = 1;                  // >= 1
+  int prefetch = 2;                 // items queued per worker, >= 1
+  bool ordered = true;
+  // Distributed placement; nullopt reads RANK/WORLD_SIZE, then
+  // SLURM_PROCID/SLURM_NTASKS, else 0/1.
+  std::optional<int> rank;
+  std::optional<int> world_size;
+  WarningSink warn;                 // null: stderr
+};
+
+// LoaderError carries the Status of an error met during range-for iteration.
+class LoaderError : public std::runtime_error {
+ public:
+  explicit LoaderError(absl::Status status);
+  const absl::Status& status() const { return status_; }
+
+ private:
+  absl::Status status_;
+};
+
+class Loader {
+ public:
+  Loader(Pipeline pipeline, LoaderOptions options = {});
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  // SetEpoch chooses the epoch that the next iteration runs (default: 0, then
+  // one more after each completed or abandoned epoch).
+  void SetEpoch(int64_t epoch);
+  int64_t epoch() const;
+
+  // Next returns the next item of the current epoch (starting one if none is
+  // running), nullopt at its end, or the first error. After an error or the
+  // end, the next call starts the next epoch.
+  [[nodiscard]] absl::StatusOr<std::optional<Sample>> Next();
+
+  // size is the recipe's length() (WithLength / WithEpoch), else nullopt.
+  std::optional<int64_t> size() const;
+  int rank() const;
+  int world_size() const;
+  // errors counts every error the handlers saw, over all workers and epochs.
+  const ErrorCounters& errors() const;
+
+  class Iterator;
+  // begin starts an epoch; the iterator throws LoaderError on an error.
+  Iterator begin();
+  Iterator end();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+class Loader::Iterator {
+ public:
+  using value_type = Sample;
+  using reference = const Sample&;
+  using pointer = const Sample*;
+  using difference_type = std::ptrdiff_t;
+  using iterator_category = std::input_iterator_tag;
+
+  reference operator*() const { return *current_; }
+  pointer operator->() const { return &*current_; }
+  Iterator& operator++();
+  bool operator==(const Iterator& other) const { return loader_ == other.loader_; }
+  bool operator!=(const Iterator& other) const { return !(*this == other); }
+
+ private:
+  friend class Loader;
+  explicit Iterator(Loader* loader);
+  Loader* loader_ = nullptr;  // null at end
+  std::optional<Sample> current_;
+};
+
+}  // namespace wds

@@ -1,0 +1,142 @@
+// Pipeline: an immutable recipe of stages, built fluently and opened once per
+// worker.
+//
+//   absl::StatusOr<wds::Pipeline> pipe = wds::WebDataset("data/train-{000000..000099}.tar",
+//                                                        {.seed = 7, .shardshuffle = true});
+//   wds::Pipeline p = pipe->Shuffle(1000).Decode().ToTuple({"jpg;png", "cls"}).WithLength(n);
+//   for (auto s = p.Open({}); ...)            // one thread, or
+//   wds::Loader loader(p, {.workers = 4});    // one running copy per worker
+//
+// Every builder method returns a new Pipeline; the receiver is unchanged, so a
+// recipe can be shared between threads and opened any number of times.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "wds/decode.h"
+#include "wds/error.h"
+#include "wds/io.h"
+#include "wds/sample.h"
+#include "wds/shards.h"
+#include "wds/stage.h"
+
+namespace wds {
+
+// MissingField says what ToTuple does with a sample that lacks a field.
+enum class MissingField { kError, kSkip, kEmpty };
+[[nodiscard]] absl::StatusOr<MissingField> ParseMissingField(std::string_view name);
+
+// EpochMode is how a recipe's epochs are sized (see WithLength / WithEpoch).
+enum class EpochMode { kNatural, kLength, kEpoch };
+
+// WebDatasetOptions configure the shard list and tar reading of WebDataset().
+struct WebDatasetOptions {
+  uint64_t seed = 0;
+  // shardshuffle permutes the shard list each epoch by (seed, epoch, pass),
+  // identically on every rank, before split_by_node.
+  bool shardshuffle = false;
+  // resampled draws shards with replacement instead (seeded per rank and
+  // worker); endless unless nshards is set. No node/worker split applies.
+  bool resampled = false;
+  std::optional<int64_t> nshards;
+  // Splitters; null means "do not split at this level".
+  ShardSplitter nodesplitter = SplitByNode;
+  ShardSplitter workersplitter = SplitByWorker;
+  // allow_empty lets a rank or worker with no shards yield nothing instead of
+  // failing with an error naming the counts.
+  bool allow_empty = false;
+  // handler applies to opening shards, reading tars and grouping members.
+  Handler handler = Handler::kReraise;
+  // opener turns a URL into a byte stream; tests substitute in-memory streams.
+  Opener opener = OpenUrl;
+};
+
+class Pipeline {
+ public:
+  // A pipeline whose source is `source`.
+  explicit Pipeline(StreamFactory source, uint64_t seed = 0);
+
+  // Then appends any stage.
+  [[nodiscard]] Pipeline Then(StageFactory stage) const;
+
+  // Shuffle keeps a buffer of `bufsize` samples and yields a random one once it
+  // holds `initial` (the reference package's algorithm), seeded per
+  // (seed, epoch, pass, rank, worker). bufsize < 2 leaves the order alone.
+  [[nodiscard]] Pipeline Shuffle(size_t bufsize, size_t initial = 100) const;
+  // Map replaces each sample by fn(sample); an error goes to `handler`.
+  [[nodiscard]] Pipeline Map(std::function<absl::StatusOr<Sample>(Sample)> fn,
+                             Handler handler = Handler::kReraise) const;
+  // Select keeps the samples for which `predicate` is true.
+  [[nodiscard]] Pipeline Select(std::function<bool(const Sample&)> predicate) const;
+  // Rename sets each new field to the first present field among its
+  // ';'-separated alternatives ({"image", "jpg;png"}). Renamed source fields are
+  // removed; with keep = false every field not named is dropped (metadata kept).
+  // A sample with none of the alternatives goes to `handler` (NotFound).
+  [[nodiscard]] Pipeline Rename(std::vector<std::pair<std::string, std::string>> renames,
+                                bool keep = true, Handler handler = Handler::kReraise) const;
+  // ToTuple keeps exactly `fields` in that order (each may list ';'
+  // alternatives); the result is a tuple sample. A missing field follows
+  // `missing`: an error to `handler`, skip the sample, or an empty bytes value.
+  [[nodiscard]] Pipeline ToTuple(std::vector<std::string> fields,
+                                 MissingField missing = MissingField::kError,
+                                 Handler handler = Handler::kReraise) const;
+  // Slice yields items start, start + step, ... below stop (Python's islice).
+  [[nodiscard]] Pipeline Slice(int64_t start, std::optional<int64_t> stop, int64_t step = 1) const;
+  // Repeat re-opens the upstream as a fresh pass `count` times in all
+  // (nullopt: forever). A pass that yields nothing ends the repetition.
+  [[nodiscard]] Pipeline Repeat(std::optional<int64_t> count) const;
+  // Decode applies the first decoder that accepts each field (see decode.h).
+  [[nodiscard]] Pipeline Decode(std::vector<FieldDecoder> decoders = BasicDecoders(),
+                                DecodeOptions options = {}) const;
+
+  // WithLength(n): size() reports n and every epoch yields exactly n items; if
+  // the data runs out first, a fresh pass over the shards continues it. Under a
+  // Loader the n items are counted over all workers together.
+  [[nodiscard]] Pipeline WithLength(int64_t n) const;
+  // WithEpoch(n): each epoch is the next n items of one continuing stream (the
+  // reference package's with_epoch): the next epoch resumes where this one
+  // stopped, and the data restarts with a fresh pass when it runs out.
+  [[nodiscard]] Pipeline WithEpoch(int64_t n) const;
+
+  // Open starts one running copy of the recipe for `ctx`. ctx.seed is replaced
+  // by the recipe's seed. For WithLength / WithEpoch recipes the stream yields
+  // exactly length() items.
+  [[nodiscard]] std::unique_ptr<SampleStream> Open(WorkerContext ctx) const;
+  // OpenEndless opens the recipe as an endless sequence of passes (pass 0, 1,
+  // ...); a pass that yields nothing is an error. Used by Loader for
+  // WithLength / WithEpoch recipes.
+  [[nodiscard]] std::unique_ptr<SampleStream> OpenEndless(WorkerContext ctx) const;
+
+  EpochMode epoch_mode() const { return epoch_mode_; }
+  // length is n for WithLength / WithEpoch recipes.
+  std::optional<int64_t> length() const { return length_; }
+  uint64_t seed() const { return seed_; }
+
+ private:
+  StreamFactory Compose() const;
+
+  StreamFactory source_;
+  std::vector<StageFactory> stages_;
+  uint64_t seed_ = 0;
+  EpochMode epoch_mode_ = EpochMode::kNatural;
+  std::optional<int64_t> length_;
+};
+
+// WebDataset builds the standard source: expand `urls` (brace patterns and
+// "::" lists), order/split the shard list per epoch, open each shard and group
+// its tar members into samples. A malformed pattern or an empty list is an
+// InvalidArgument setup error.
+[[nodiscard]] absl::StatusOr<Pipeline> WebDataset(std::string_view urls,
+                                                  WebDatasetOptions options = {});
+[[nodiscard]] absl::StatusOr<Pipeline> WebDataset(std::vector<std::string> urls,
+                                                  WebDatasetOptions options = {});
+
+}  // namespace wds

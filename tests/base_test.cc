@@ -1,0 +1,140 @@
+// Tests for the base layer: Buffer, Sample, error handlers, seeding.
+#include <set>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "wds/buffer.h"
+#include "wds/error.h"
+#include "wds/random.h"
+#include "wds/sample.h"
+
+namespace wds {
+namespace {
+
+TEST(BufferTest, CopyHoldsBytesAndSliceSharesStorage) {
+  Buffer b = Buffer::Copy("hello world");
+  EXPECT_EQ(b.view(), "hello world");
+  Buffer s = b.Slice(6, 5);
+  EXPECT_EQ(s.view(), "world");
+  EXPECT_EQ(s.data(), b.data() + 6);
+  EXPECT_EQ(b.use_count(), 2);
+}
+
+TEST(BufferTest, SliceKeepsStorageAliveAfterParentDrops) {
+  Buffer s;
+  {
+    Buffer b = Buffer::Copy("abcdef");
+    s = b.Slice(2, 3);
+  }
+  EXPECT_EQ(s.view(), "cde");
+  EXPECT_EQ(s.use_count(), 1);
+}
+
+TEST(BufferTest, EmptyCopyIsEmpty) {
+  Buffer b = Buffer::Copy("");
+  EXPECT_TRUE(b.empty());
+  EXPECT_EQ(b.view(), "");
+}
+
+TEST(SampleTest, KeepsInsertionOrderAndReplacesInPlace) {
+  Sample s;
+  s.Set("__key__", std::string("k"));
+  s.Set("jpg", Buffer::Copy("J"));
+  s.Set("cls", int64_t{3});
+  s.Set("jpg", Buffer::Copy("J2"));
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_EQ(s[0].first, "__key__");
+  EXPECT_EQ(s[1].first, "jpg");
+  EXPECT_EQ(s.GetBytes("jpg")->view(), "J2");
+  EXPECT_EQ(s.GetInt("cls"), 3);
+  EXPECT_EQ(s.key(), "k");
+  EXPECT_EQ(s.url(), "");
+}
+
+TEST(SampleTest, TypedLookupsRejectOtherTypes) {
+  Sample s;
+  s.Set("cls", int64_t{1});
+  EXPECT_EQ(s.GetBytes("cls"), nullptr);
+  EXPECT_EQ(s.GetString("cls"), nullptr);
+  EXPECT_EQ(s.GetInt("missing"), std::nullopt);
+  EXPECT_TRUE(s.Erase("cls"));
+  EXPECT_FALSE(s.Erase("cls"));
+  EXPECT_TRUE(s.empty());
+}
+
+TEST(SampleTest, MetadataFieldNames) {
+  EXPECT_TRUE(IsMetadataField("__key__"));
+  EXPECT_TRUE(IsMetadataField("__url__"));
+  EXPECT_FALSE(IsMetadataField("jpg"));
+  EXPECT_FALSE(IsMetadataField("__"));
+  EXPECT_FALSE(IsMetadataField("__x"));
+}
+
+TEST(HandlerTest, ParsesReferenceNames) {
+  EXPECT_EQ(*ParseHandler("reraise"), Handler::kReraise);
+  EXPECT_EQ(*ParseHandler("reraise_exception"), Handler::kReraise);
+  EXPECT_EQ(*ParseHandler("warn_and_continue"), Handler::kWarnAndContinue);
+  EXPECT_EQ(*ParseHandler("ignore_and_continue"), Handler::kIgnoreAndContinue);
+  EXPECT_EQ(*ParseHandler("warn_and_stop"), Handler::kWarnAndStop);
+  EXPECT_EQ(*ParseHandler("ignore_and_stop"), Handler::kIgnoreAndStop);
+  EXPECT_EQ(*ParseHandler("ignore_and_stop_exception"), Handler::kIgnoreAndStop);
+  for (Handler h : {Handler::kReraise, Handler::kWarnAndContinue, Handler::kIgnoreAndContinue,
+                    Handler::kWarnAndStop, Handler::kIgnoreAndStop}) {
+    EXPECT_EQ(*ParseHandler(HandlerName(h)), h);
+  }
+}
+
+TEST(HandlerTest, UnknownNameIsInvalidArgumentNamingIt) {
+  absl::StatusOr<Handler> h = ParseHandler("skip");
+  ASSERT_EQ(h.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(h.status().message()), ::testing::HasSubstr("\"skip\""));
+}
+
+TEST(HandlerTest, ActionsCountersAndWarnings) {
+  ErrorCounters counters;
+  std::vector<std::string> warnings;
+  WarningSink sink = [&](std::string_view m) { warnings.emplace_back(m); };
+  absl::Status err = absl::DataLossError("truncated");
+  EXPECT_EQ(ApplyHandler(Handler::kReraise, "tar", err, &counters, sink), ErrorAction::kRaise);
+  EXPECT_EQ(ApplyHandler(Handler::kWarnAndContinue, "tar", err, &counters, sink),
+            ErrorAction::kContinue);
+  EXPECT_EQ(ApplyHandler(Handler::kIgnoreAndContinue, "tar", err, &counters, sink),
+            ErrorAction::kContinue);
+  EXPECT_EQ(ApplyHandler(Handler::kWarnAndStop, "decode", err, &counters, sink),
+            ErrorAction::kStop);
+  EXPECT_EQ(ApplyHandler(Handler::kIgnoreAndStop, "decode", absl::NotFoundError("x"), &counters,
+                         sink),
+            ErrorAction::kStop);
+  EXPECT_EQ(counters.Count("tar", absl::StatusCode::kDataLoss), 3);
+  EXPECT_EQ(counters.Count("decode", absl::StatusCode::kDataLoss), 1);
+  EXPECT_EQ(counters.Count("decode", absl::StatusCode::kNotFound), 1);
+  EXPECT_EQ(counters.Total(), 5);
+  ASSERT_EQ(counters.Snapshot().size(), 3u);
+  EXPECT_EQ(warnings, (std::vector<std::string>{"tar: DATA_LOSS: truncated",
+                                                "decode: DATA_LOSS: truncated"}));
+}
+
+TEST(RandomTest, DeriveSeedDependsOnEveryPartAndItsOrder) {
+  std::set<uint64_t> seen = {DeriveSeed(1, {1, 2}), DeriveSeed(1, {2, 1}), DeriveSeed(2, {1, 2}),
+                             DeriveSeed(1, {1, 2, 0}), DeriveSeed(1, {})};
+  EXPECT_EQ(seen.size(), 5u);
+  EXPECT_EQ(DeriveSeed(7, {3, 4}), DeriveSeed(7, {3, 4}));
+}
+
+TEST(RandomTest, BelowStaysInRangeAndIsReproducible) {
+  Rng a(42), b(42);
+  std::vector<int> counts(5, 0);
+  for (int i = 0; i < 5000; ++i) {
+    uint64_t x = a.Below(5);
+    ASSERT_LT(x, 5u);
+    ASSERT_EQ(x, b.Below(5));
+    ++counts[x];
+  }
+  for (int c : counts) EXPECT_GT(c, 800);  // each bucket ~1000
+  double u = a.Uniform();
+  EXPECT_GE(u, 0.0);
+  EXPECT_LT(u, 1.0);
+}
+
+}  // namespace
+}  // namespace wds

@@ -1,0 +1,53 @@
+// Shared helpers for the test suite: tars generated in memory with libarchive's
+// writer, temporary directories, and draining streams.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "wds/stage.h"
+
+namespace wds::testing {
+
+struct TarEntry {
+  std::string name;
+  std::string data;
+  // type: 'f' regular file, 'd' directory, 'l' symlink (data is the target).
+  char type = 'f';
+};
+
+enum class TarFormat { kUstar, kPax, kGnu };
+enum class Compression { kNone, kGzip, kBzip2, kXz, kZstd };
+
+// MakeTar returns the bytes of a tar holding `entries` in order.
+std::string MakeTar(const std::vector<TarEntry>& entries, TarFormat format = TarFormat::kPax,
+                    Compression compression = Compression::kNone);
+
+// TempDir is a fresh directory removed (recursively) on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  // Write creates `name` (relative) with `data` and returns its full path.
+  std::string Write(std::string_view name, std::string_view data) const;
+
+ private:
+  std::string path_;
+};
+
+// Drain reads `stream` to its end; the first error is returned instead.
+absl::StatusOr<std::vector<Sample>> Drain(SampleStream& stream);
+// Keys lists each sample's __key__.
+std::vector<std::string> Keys(const std::vector<Sample>& samples);
+// FieldText returns a bytes or string field as text ("" if absent).
+std::string FieldText(const Sample& sample, std::string_view field);
+// RunShell runs `command` with /bin/sh and returns its exit status.
+int RunShell(const std::string& command);
+
+}  // namespace wds::testing
