@@ -12,3 +12,4 @@
 #include "wds/shards.h"
 #include "wds/stage.h"
 #include "wds/tar.h"
+#include "wds/tar_writer.h"
