@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <stdexcept>
 
 namespace wds::testing {
@@ -45,6 +46,9 @@ std::string MakeTar(const std::vector<TarEntry>& entries, TarFormat format,
   archive* a = archive_write_new();
   Check(SetFormat(a, format), a, "format");
   Check(SetFilter(a, compression), a, "filter");
+  // Names are written as the given bytes: libarchive would otherwise try to
+  // convert them from the C locale to UTF-8 for pax headers, and fail.
+  if (format == TarFormat::kPax) Check(archive_write_set_options(a, "hdrcharset=BINARY"), a, "hdrcharset");
   archive_write_set_bytes_in_last_block(a, 1);
   std::string out;
   auto open_cb = [](archive*, void*) { return ARCHIVE_OK; };
@@ -129,6 +133,29 @@ std::string FieldText(const Sample& sample, std::string_view field) {
 int RunShell(const std::string& command) {
   int status = std::system(command.c_str());
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+namespace {
+
+class VectorStream : public SampleStream {
+ public:
+  explicit VectorStream(std::shared_ptr<const std::vector<Sample>> samples)
+      : samples_(std::move(samples)) {}
+  SampleResult Next() override {
+    if (next_ == samples_->size()) return std::nullopt;
+    return (*samples_)[next_++];
+  }
+
+ private:
+  std::shared_ptr<const std::vector<Sample>> samples_;
+  size_t next_ = 0;
+};
+
+}  // namespace
+
+StreamFactory VectorSource(std::vector<Sample> samples) {
+  auto shared = std::make_shared<const std::vector<Sample>>(std::move(samples));
+  return [shared](const WorkerContext&) { return std::make_unique<VectorStream>(shared); };
 }
 
 }  // namespace wds::testing

@@ -49,5 +49,8 @@ std::vector<std::string> Keys(const std::vector<Sample>& samples);
 std::string FieldText(const Sample& sample, std::string_view field);
 // RunShell runs `command` with /bin/sh and returns its exit status.
 int RunShell(const std::string& command);
+// VectorSource is a pipeline source whose every stream yields copies of
+// `samples`, in order, whatever the context.
+StreamFactory VectorSource(std::vector<Sample> samples);
 
 }  // namespace wds::testing

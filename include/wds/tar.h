@@ -51,6 +51,9 @@ class TarReader {
   [[nodiscard]] absl::StatusOr<std::optional<TarMember>> Next();
 
   const std::string& url() const;
+  // failed_member is the name of the member whose data an error from Next()
+  // concerns; empty when the error lies between or after members.
+  const std::string& failed_member() const;
 
  private:
   struct State;
