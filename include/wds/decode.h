@@ -31,9 +31,10 @@ using FieldDecoder =
 struct DecodeOptions {
   // only: decode just these fields (empty: all).
   std::vector<std::string> only;
-  // partial: a field that no decoder accepts stays bytes; without partial
-  // it is still kept as bytes (the reference's default), so partial only
-  // matters for decoders that refuse a field by error.
+  // partial: as in the reference, a selected field that is no longer bytes
+  // (decoded by an earlier stage) passes through untouched; without partial
+  // it is a FailedPrecondition error. Either way a field that no decoder
+  // accepts stays bytes.
   bool partial = false;
   Handler handler = Handler::kReraise;
 };

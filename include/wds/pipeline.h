@@ -70,15 +70,18 @@ class Pipeline {
   // Shuffle keeps a buffer of `bufsize` samples and yields a random one once it
   // holds `initial` (the reference package's algorithm), seeded per
   // (seed, epoch, pass, rank, worker). bufsize < 2 leaves the order alone.
+  // An upstream error is returned at once; the buffered samples are dropped.
   [[nodiscard]] Pipeline Shuffle(size_t bufsize, size_t initial = 100) const;
-  // Map replaces each sample by fn(sample); an error goes to `handler`.
+  // Map replaces each sample by fn(sample); an error goes to `handler`. As in
+  // the reference, a non-tuple result gets the input's "__key__" back.
   [[nodiscard]] Pipeline Map(std::function<absl::StatusOr<Sample>(Sample)> fn,
                              Handler handler = Handler::kReraise) const;
   // Select keeps the samples for which `predicate` is true.
   [[nodiscard]] Pipeline Select(std::function<bool(const Sample&)> predicate) const;
   // Rename sets each new field to the first present field among its
-  // ';'-separated alternatives ({"image", "jpg;png"}). Renamed source fields are
-  // removed; with keep = false every field not named is dropped (metadata kept).
+  // ';'-separated alternatives ({"image", "jpg;png"}). Every listed alternative
+  // is removed, as in the reference (metadata fields are copied, never removed);
+  // with keep = false every field not named is dropped (metadata kept).
   // A sample with none of the alternatives goes to `handler` (NotFound).
   [[nodiscard]] Pipeline Rename(std::vector<std::pair<std::string, std::string>> renames,
                                 bool keep = true, Handler handler = Handler::kReraise) const;

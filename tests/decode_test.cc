@@ -1,0 +1,403 @@
+// Tests for field decoding: FieldExtension, BasicDecoders, DecodeSample and
+// the Decode stage.
+#include "wds/decode.h"
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "test_util.h"
+#include "wds/pipeline.h"
+
+namespace wds {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::wds::testing::Drain;
+using ::wds::testing::FieldText;
+using ::wds::testing::VectorSource;
+
+constexpr char kUrl[] = "mem/shard-000.tar";
+
+Sample MakeSample(const std::string& key,
+                  const std::vector<std::pair<std::string, std::string>>& fields) {
+  Sample s;
+  s.Append(std::string(kKeyField), key);
+  s.Append(std::string(kUrlField), std::string(kUrl));
+  for (const auto& [name, data] : fields) s.Append(name, Buffer::Copy(data));
+  return s;
+}
+
+// DecodeOne decodes a single field `name` holding `data` with BasicDecoders.
+absl::StatusOr<Sample> DecodeOne(const std::string& name, const std::string& data) {
+  Sample s = MakeSample("k", {{name, data}});
+  absl::Status status = DecodeSample(s, BasicDecoders(), {});
+  if (!status.ok()) return status;
+  return s;
+}
+
+absl::StatusOr<int64_t> DecodeInt(const std::string& data, const std::string& field = "cls") {
+  absl::StatusOr<Sample> s = DecodeOne(field, data);
+  if (!s.ok()) return s.status();
+  std::optional<int64_t> v = s->GetInt(field);
+  if (!v.has_value()) return absl::InternalError("field was not decoded to an integer");
+  return *v;
+}
+
+// ExpectNotAnInteger checks the error code and that the message names the
+// URL, key, field and the offending text.
+void ExpectNotAnInteger(const std::string& data, const std::string& shown) {
+  absl::StatusOr<int64_t> v = DecodeInt(data);
+  ASSERT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument) << "input " << shown;
+  const std::string message(v.status().message());
+  EXPECT_THAT(message, HasSubstr(std::string(kUrl) + ": key k: field cls: "));
+  EXPECT_THAT(message, HasSubstr(shown + " is not an integer"));
+}
+
+// ------------------------------------------------------------ FieldExtension
+
+TEST(FieldExtensionTest, IsThePartAfterTheLastDot) {
+  EXPECT_EQ(FieldExtension("seg.cls"), "cls");
+  EXPECT_EQ(FieldExtension("a.b.txt"), "txt");
+  EXPECT_EQ(FieldExtension("cls"), "cls");
+  EXPECT_EQ(FieldExtension("cls."), "");
+}
+
+// ---------------------------------------------------------------- integers
+
+TEST(IntegerDecoderTest, SurroundingWhitespaceIsAllowed) {
+  EXPECT_EQ(DecodeInt(" 42\n").value(), 42);
+  EXPECT_EQ(DecodeInt("\t7\r\n").value(), 7);
+  EXPECT_EQ(DecodeInt("\v\f9 ").value(), 9);
+}
+
+TEST(IntegerDecoderTest, SignsAndLeadingZeros) {
+  EXPECT_EQ(DecodeInt("-7").value(), -7);
+  EXPECT_EQ(DecodeInt("+5").value(), 5);
+  EXPECT_EQ(DecodeInt("007").value(), 7);
+  EXPECT_EQ(DecodeInt("-0").value(), 0);
+}
+
+TEST(IntegerDecoderTest, TrailingGarbageIsInvalidArgument) { ExpectNotAnInteger("4x", "\"4x\""); }
+
+TEST(IntegerDecoderTest, EmptyIsInvalidArgument) { ExpectNotAnInteger("", "\"\""); }
+
+TEST(IntegerDecoderTest, OnlyWhitespaceIsInvalidArgument) {
+  ExpectNotAnInteger(" \n", "\" \\x0a\"");
+}
+
+TEST(IntegerDecoderTest, MalformedNumbersAreInvalidArgument) {
+  ExpectNotAnInteger("+-5", "\"+-5\"");
+  ExpectNotAnInteger("--5", "\"--5\"");
+  ExpectNotAnInteger("-", "\"-\"");
+  ExpectNotAnInteger("4 2", "\"4 2\"");
+  ExpectNotAnInteger("0x10", "\"0x10\"");
+  ExpectNotAnInteger("1_000", "\"1_000\"");
+  ExpectNotAnInteger("1.0", "\"1.0\"");
+  ExpectNotAnInteger("- 5", "\"- 5\"");
+}
+
+TEST(IntegerDecoderTest, Int64LimitsDecode) {
+  EXPECT_EQ(DecodeInt("9223372036854775807").value(), INT64_MAX);
+  EXPECT_EQ(DecodeInt("-9223372036854775808").value(), INT64_MIN);
+}
+
+TEST(IntegerDecoderTest, OverflowIsInvalidArgument) {
+  ExpectNotAnInteger("9223372036854775808", "\"9223372036854775808\"");
+  ExpectNotAnInteger("-9223372036854775809", "\"-9223372036854775809\"");
+  absl::StatusOr<int64_t> v = DecodeInt("99999999999999999999999");
+  EXPECT_THAT(std::string(v.status().message()), HasSubstr("int64 range"));
+}
+
+TEST(IntegerDecoderTest, LongGarbageIsShownTruncated) {
+  absl::StatusOr<int64_t> v = DecodeInt(std::string(100, 'z'));
+  ASSERT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(v.status().message()),
+              HasSubstr("\"" + std::string(32, 'z') + "\"... is not an integer"));
+}
+
+TEST(IntegerDecoderTest, EveryIntegerExtensionDecodes) {
+  for (const char* ext : {"cls", "cls2", "class", "count", "index", "inx", "id"}) {
+    EXPECT_EQ(DecodeInt("3", ext).value(), 3) << ext;
+  }
+}
+
+TEST(IntegerDecoderTest, SegClsDecodesByLastExtension) {
+  EXPECT_EQ(DecodeInt("12", "seg.cls").value(), 12);
+}
+
+TEST(IntegerDecoderTest, UppercaseExtensionDecodes) {
+  EXPECT_EQ(DecodeInt("5", "CLS").value(), 5);
+  EXPECT_EQ(DecodeInt("6", "seg.Cls").value(), 6);
+}
+
+// ---------------------------------------------------------------- text, json
+
+std::string DecodedText(const std::string& field, const std::string& data) {
+  absl::StatusOr<Sample> s = DecodeOne(field, data);
+  EXPECT_TRUE(s.ok()) << s.status();
+  if (!s.ok()) return "<error>";
+  const std::string* text = s->GetString(field);
+  EXPECT_NE(text, nullptr) << field << " was not decoded to text";
+  return text == nullptr ? "<not text>" : *text;
+}
+
+TEST(TextDecoderTest, EveryTextExtensionDecodesUtf8) {
+  const std::string text = "h\xc3\xa9llo \xe2\x82\xac \xf0\x9d\x84\x9e\n";  // é € 𝄞
+  for (const char* ext : {"txt", "text", "transcript", "seg.txt"}) {
+    EXPECT_EQ(DecodedText(ext, text), text) << ext;
+  }
+}
+
+TEST(TextDecoderTest, EmptyTextIsEmptyString) { EXPECT_EQ(DecodedText("txt", ""), ""); }
+
+void ExpectInvalidUtf8(const std::string& data, size_t offset) {
+  absl::StatusOr<Sample> s = DecodeOne("txt", data);
+  ASSERT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  const std::string message(s.status().message());
+  EXPECT_THAT(message, HasSubstr(std::string(kUrl) + ": key k: field txt: "));
+  EXPECT_THAT(message, HasSubstr("invalid UTF-8 at byte offset " + std::to_string(offset)));
+}
+
+TEST(TextDecoderTest, InvalidByteIsInvalidArgument) { ExpectInvalidUtf8("ab\xff", 2); }
+
+TEST(TextDecoderTest, InvalidByteAfterLongAsciiRunIsFound) {
+  ExpectInvalidUtf8(std::string(20, 'a') + "\x80" + std::string(20, 'b'), 20);
+}
+
+TEST(TextDecoderTest, OverlongEncodingIsInvalid) {
+  ExpectInvalidUtf8("\xc0\xaf", 0);
+  ExpectInvalidUtf8("x\xe0\x80\xaf", 1);
+}
+
+TEST(TextDecoderTest, SurrogateIsInvalid) { ExpectInvalidUtf8("\xed\xa0\x80", 0); }
+
+TEST(TextDecoderTest, AboveMaxCodePointIsInvalid) { ExpectInvalidUtf8("\xf4\x90\x80\x80", 0); }
+
+TEST(TextDecoderTest, TruncatedSequenceIsInvalid) { ExpectInvalidUtf8("ok\xe2\x82", 2); }
+
+TEST(TextDecoderTest, BadContinuationIsInvalid) { ExpectInvalidUtf8("\xe2\x28\xa1", 0); }
+
+TEST(JsonDecoderTest, TextIsPassedThroughUnchanged) {
+  const std::string json = "{\"a\": [1, 2], \"b\": \"\xc3\xa9\"}\n";
+  EXPECT_EQ(DecodedText("json", json), json);
+  EXPECT_EQ(DecodedText("jsn", json), json);
+}
+
+TEST(JsonDecoderTest, InvalidUtf8IsInvalidArgument) {
+  absl::StatusOr<Sample> s = DecodeOne("json", "{\"a\": \"\xff\"}");
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr("field json: invalid UTF-8"));
+}
+
+// ------------------------------------------------------------- DecodeSample
+
+TEST(DecodeSampleTest, ExtensionsMatchExactlyNotBySubstring) {
+  for (const char* field : {"clsx", "xcls", "classes", "mytxt", "json5", "ids", "cls.png"}) {
+    absl::StatusOr<Sample> s = DecodeOne(field, "1");
+    ASSERT_TRUE(s.ok()) << field << ": " << s.status();
+    ASSERT_NE(s->GetBytes(field), nullptr) << field;
+  }
+}
+
+TEST(DecodeSampleTest, UnknownFieldStaysTheSameBytes) {
+  Sample s = MakeSample("k", {{"jpg", "JPEG"}});
+  const uint8_t* data = s.GetBytes("jpg")->data();
+  ASSERT_TRUE(DecodeSample(s, BasicDecoders(), {}).ok());
+  ASSERT_NE(s.GetBytes("jpg"), nullptr);
+  EXPECT_EQ(s.GetBytes("jpg")->data(), data);
+}
+
+// AcceptAll decodes every field it is given to the integer 1, counting calls.
+FieldDecoder AcceptAll(std::shared_ptr<std::vector<std::string>> seen) {
+  return [seen](std::string_view field, const Buffer&) -> absl::StatusOr<std::optional<Value>> {
+    seen->emplace_back(field);
+    return Value(int64_t{1});
+  };
+}
+
+TEST(DecodeSampleTest, MetadataFieldsAreNeverDecoded) {
+  auto seen = std::make_shared<std::vector<std::string>>();
+  Sample s = MakeSample("k", {{"__extra__", "x"}, {"bin", "b"}});
+  ASSERT_TRUE(DecodeSample(s, {AcceptAll(seen)}, {}).ok());
+  EXPECT_THAT(*seen, ElementsAre("bin"));
+  EXPECT_EQ(s.key(), "k");
+  EXPECT_NE(s.GetBytes("__extra__"), nullptr);
+}
+
+TEST(DecodeSampleTest, OnlyRestrictsTheDecodedFields) {
+  Sample s = MakeSample("k", {{"cls", "1"}, {"txt", "hi"}});
+  DecodeOptions options;
+  options.only = {"txt"};
+  ASSERT_TRUE(DecodeSample(s, BasicDecoders(), options).ok());
+  EXPECT_NE(s.GetBytes("cls"), nullptr);
+  ASSERT_NE(s.GetString("txt"), nullptr);
+  EXPECT_EQ(*s.GetString("txt"), "hi");
+}
+
+TEST(DecodeSampleTest, DecodersAreTriedInOrderAndFirstAcceptWins) {
+  auto calls = std::make_shared<std::vector<std::string>>();
+  auto decline = [calls](std::string_view, const Buffer&) -> absl::StatusOr<std::optional<Value>> {
+    calls->push_back("decline");
+    return std::nullopt;
+  };
+  auto accept = [calls](std::string_view, const Buffer& b) -> absl::StatusOr<std::optional<Value>> {
+    calls->push_back("accept");
+    return Value(std::string("got ") + std::string(b.view()));
+  };
+  auto never = [calls](std::string_view, const Buffer&) -> absl::StatusOr<std::optional<Value>> {
+    calls->push_back("never");
+    return Value(int64_t{0});
+  };
+  Sample s = MakeSample("k", {{"bin", "x"}});
+  ASSERT_TRUE(DecodeSample(s, {decline, accept, never}, {}).ok());
+  EXPECT_THAT(*calls, ElementsAre("decline", "accept"));
+  EXPECT_EQ(*s.GetString("bin"), "got x");
+}
+
+TEST(DecodeSampleTest, DecoderErrorKeepsCodeAndNamesUrlKeyAndField) {
+  auto fail = [](std::string_view, const Buffer&) -> absl::StatusOr<std::optional<Value>> {
+    return absl::DataLossError("corrupt header");
+  };
+  Sample s = MakeSample("k9", {{"seg.png", "x"}});
+  absl::Status status = DecodeSample(s, {fail}, {});
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(std::string(status.message()),
+            std::string(kUrl) + ": key k9: field seg.png: corrupt header");
+}
+
+TEST(DecodeSampleTest, AlreadyDecodedFieldIsErrorWithoutPartial) {
+  Sample s = MakeSample("k", {});
+  s.Append("cls", int64_t{3});
+  absl::Status status = DecodeSample(s, BasicDecoders(), {});
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr(std::string(kUrl) + ": key k: field cls is already decoded"));
+}
+
+TEST(DecodeSampleTest, PartialPassesDecodedFieldsThrough) {
+  Sample s = MakeSample("k", {{"txt", "t"}});
+  s.Append("cls", std::string("already text"));
+  DecodeOptions options;
+  options.partial = true;
+  ASSERT_TRUE(DecodeSample(s, BasicDecoders(), options).ok());
+  EXPECT_EQ(*s.GetString("cls"), "already text");
+  EXPECT_EQ(*s.GetString("txt"), "t");
+}
+
+TEST(DecodeSampleTest, DecodedFieldOutsideOnlyIsNotAnError) {
+  Sample s = MakeSample("k", {{"txt", "t"}});
+  s.Append("cls", int64_t{1});
+  DecodeOptions options;
+  options.only = {"txt"};
+  EXPECT_TRUE(DecodeSample(s, BasicDecoders(), options).ok());
+}
+
+// ------------------------------------------------------------ Decode stage
+
+TEST(DecodeStageTest, DecodesEverySample) {
+  Pipeline p = Pipeline(VectorSource({MakeSample("a", {{"cls", "1"}, {"txt", "x"}, {"jpg", "J"}}),
+                                      MakeSample("b", {{"cls", "2"}})}))
+                   .Decode();
+  std::unique_ptr<SampleStream> stream = p.Open({});
+  absl::StatusOr<std::vector<Sample>> out = Drain(*stream);
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->size(), 2u);
+  EXPECT_EQ((*out)[0].GetInt("cls"), 1);
+  EXPECT_EQ(*(*out)[0].GetString("txt"), "x");
+  EXPECT_EQ(FieldText((*out)[0], "jpg"), "J");
+  EXPECT_NE((*out)[0].GetBytes("jpg"), nullptr);
+  EXPECT_EQ((*out)[1].GetInt("cls"), 2);
+}
+
+TEST(DecodeStageTest, EmptyDecoderIsInvalidArgument) {
+  std::unique_ptr<SampleStream> stream =
+      Pipeline(VectorSource({MakeSample("a", {})})).Decode({FieldDecoder()}).Open({});
+  EXPECT_EQ(stream->Next().status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+struct StageRun {
+  std::vector<std::string> keys;
+  absl::Status end;
+  absl::Status end_again;
+  int64_t count = 0;
+  std::vector<std::string> warnings;
+};
+
+// RunWithHandler decodes a, b (bad cls), c under `handler`.
+StageRun RunWithHandler(Handler handler) {
+  auto counters = std::make_shared<ErrorCounters>();
+  StageRun r;
+  WorkerContext ctx{.errors = counters,
+                    .warn = [&r](std::string_view m) { r.warnings.emplace_back(m); }};
+  DecodeOptions options;
+  options.handler = handler;
+  std::unique_ptr<SampleStream> s =
+      Pipeline(VectorSource({MakeSample("a", {{"cls", "1"}}), MakeSample("b", {{"cls", "4x"}}),
+                             MakeSample("c", {{"cls", "3"}})}))
+          .Decode(BasicDecoders(), options)
+          .Open(ctx);
+  SampleResult item = s->Next();
+  for (; item.ok() && item->has_value(); item = s->Next()) r.keys.emplace_back((*item)->key());
+  r.end = item.status();
+  SampleResult again = s->Next();
+  r.end_again =
+      again.ok() && again->has_value() ? absl::UnknownError("item after end") : again.status();
+  r.count = counters->Count("decode", absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(counters->Total(), 1);
+  return r;
+}
+
+TEST(DecodeStageTest, ReraiseEndsStreamWithStickyError) {
+  StageRun r = RunWithHandler(Handler::kReraise);
+  EXPECT_THAT(r.keys, ElementsAre("a"));
+  EXPECT_EQ(r.end.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.end.message()),
+              HasSubstr(std::string(kUrl) + ": key b: field cls: \"4x\" is not an integer"));
+  EXPECT_EQ(r.end_again, r.end);
+  EXPECT_EQ(r.count, 1);
+  EXPECT_TRUE(r.warnings.empty());
+}
+
+TEST(DecodeStageTest, WarnAndContinueDropsSampleAndWarns) {
+  StageRun r = RunWithHandler(Handler::kWarnAndContinue);
+  EXPECT_THAT(r.keys, ElementsAre("a", "c"));
+  EXPECT_TRUE(r.end.ok());
+  EXPECT_EQ(r.count, 1);
+  ASSERT_EQ(r.warnings.size(), 1u);
+  EXPECT_THAT(r.warnings[0], HasSubstr("decode: "));
+  EXPECT_THAT(r.warnings[0], HasSubstr("key b: field cls"));
+}
+
+TEST(DecodeStageTest, IgnoreAndContinueDropsSampleSilently) {
+  StageRun r = RunWithHandler(Handler::kIgnoreAndContinue);
+  EXPECT_THAT(r.keys, ElementsAre("a", "c"));
+  EXPECT_TRUE(r.end.ok());
+  EXPECT_EQ(r.count, 1);
+  EXPECT_TRUE(r.warnings.empty());
+}
+
+TEST(DecodeStageTest, WarnAndStopEndsCleanly) {
+  StageRun r = RunWithHandler(Handler::kWarnAndStop);
+  EXPECT_THAT(r.keys, ElementsAre("a"));
+  EXPECT_TRUE(r.end.ok());
+  EXPECT_TRUE(r.end_again.ok());
+  EXPECT_EQ(r.count, 1);
+  EXPECT_EQ(r.warnings.size(), 1u);
+}
+
+TEST(DecodeStageTest, IgnoreAndStopEndsCleanlySilently) {
+  StageRun r = RunWithHandler(Handler::kIgnoreAndStop);
+  EXPECT_THAT(r.keys, ElementsAre("a"));
+  EXPECT_TRUE(r.end.ok());
+  EXPECT_TRUE(r.end_again.ok());
+  EXPECT_EQ(r.count, 1);
+  EXPECT_TRUE(r.warnings.empty());
+}
+
+}  // namespace
+}  // namespace wds
