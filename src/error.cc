@@ -48,32 +48,32 @@ void WriteWarningToStderr(std::string_view message) {
 }
 
 void ErrorCounters::Record(std::string_view stage, absl::StatusCode cause) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   ++counts_[{std::string(stage), cause}];
 }
 
 int64_t ErrorCounters::Count(std::string_view stage, absl::StatusCode cause) const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = counts_.find({std::string(stage), cause});
   return it == counts_.end() ? 0 : it->second;
 }
 
 int64_t ErrorCounters::Total() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   int64_t total = 0;
   for (const auto& [unused, n] : counts_) total += n;
   return total;
 }
 
 std::vector<ErrorCounters::Entry> ErrorCounters::Snapshot() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   std::vector<Entry> out;
   for (const auto& [k, n] : counts_) out.push_back({k.first, k.second, n});
   return out;
 }
 
 void ErrorCounters::Reset() {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   counts_.clear();
 }
 

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -24,7 +25,6 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 
 namespace wds {
 
@@ -67,8 +67,10 @@ class ErrorCounters {
   void Reset();
 
  private:
-  mutable absl::Mutex mu_;
-  std::map<std::pair<std::string, absl::StatusCode>, int64_t> counts_ ABSL_GUARDED_BY(mu_);
+  // std::mutex rather than absl::Mutex: Debian's prebuilt Abseil is not
+  // instrumented, so ThreadSanitizer cannot see absl::Mutex synchronise.
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, absl::StatusCode>, int64_t> counts_;  // guarded by mu_
 };
 
 // ApplyHandler records `error` in `counters` (if not null), warns through

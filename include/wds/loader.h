@@ -19,8 +19,13 @@
 // worker continues into fresh passes when its data runs out); WithEpoch(n)
 // yields the next n items of streams that continue across epochs.
 //
-// Destroying a Loader mid-epoch stops and joins its threads promptly.
-// Thread safety: one consumer thread.
+// Under WithEpoch the worker streams (and their queues and the rotation) live
+// on from epoch to epoch, so their WorkerContext keeps the epoch they were
+// opened in; they are re-opened only after an error.
+//
+// Destroying a Loader mid-epoch stops and joins its threads promptly (a worker
+// inside its stream's Next() finishes that call first).
+// Thread safety: one consumer thread. `warn` is called from worker threads.
 #pragma once
 
 #include <cstdint>
@@ -40,7 +45,8 @@ struct LoaderOptions {
   int prefetch = 2;                 // items queued per worker, >= 1
   bool ordered = true;
   // Distributed placement; nullopt reads RANK/WORLD_SIZE, then
-  // SLURM_PROCID/SLURM_NTASKS, else 0/1.
+  // SLURM_PROCID/SLURM_NTASKS (each pair together: one set without the other
+  // is an error), else 0/1.
   std::optional<int> rank;
   std::optional<int> world_size;
   WarningSink warn;                 // null: stderr
@@ -58,14 +64,18 @@ class LoaderError : public std::runtime_error {
 
 class Loader {
  public:
+  // An invalid option (workers or prefetch < 1, a negative length) or a bad
+  // rank / world size (malformed or out of range, naming its variable) makes
+  // every Next() return InvalidArgument and begin() throw.
   Loader(Pipeline pipeline, LoaderOptions options = {});
   ~Loader();
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
 
   // SetEpoch chooses the epoch that the next iteration runs (default: 0, then
-  // one more after each completed or abandoned epoch).
+  // one more after each started epoch: completed, failed or abandoned).
   void SetEpoch(int64_t epoch);
+  // epoch is the running epoch, or when none runs the one that runs next.
   int64_t epoch() const;
 
   // Next returns the next item of the current epoch (starting one if none is

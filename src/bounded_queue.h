@@ -1,0 +1,82 @@
+// BoundedQueue: a blocking FIFO of at most `capacity` items between producer
+// threads and one consumer, with a Close() that releases every waiter.
+//
+//   BoundedQueue<int> q(2);
+//   std::thread producer([&] { for (int i = 0; q.Push(i); ++i) {} });
+//   std::optional<int> first = q.Pop();
+//   q.Close();            // the producer's Push returns false; it exits
+//   producer.join();
+//
+// Thread-safe.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <utility>
+
+namespace wds {
+
+template <typename T>
+class BoundedQueue {
+ public:
+  // REQUIRES: capacity >= 1.
+  explicit BoundedQueue(size_t capacity) : capacity_(capacity) {}
+  BoundedQueue(const BoundedQueue&) = delete;
+  BoundedQueue& operator=(const BoundedQueue&) = delete;
+
+  // Push waits for room, then appends `item`. Returns false, dropping `item`,
+  // once the queue is closed (also when it closes while waiting).
+  bool Push(T item) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      not_full_.wait(lock, [this] { return closed_ || items_.size() < capacity_; });
+      if (closed_) return false;
+      items_.push_back(std::move(item));
+    }
+    not_empty_.notify_one();
+    return true;
+  }
+
+  // Pop waits for an item and removes it. Returns nullopt once the queue is
+  // closed; items still queued then are discarded with the queue.
+  std::optional<T> Pop() {
+    std::optional<T> item;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      not_empty_.wait(lock, [this] { return closed_ || !items_.empty(); });
+      if (closed_) return std::nullopt;
+      item.emplace(std::move(items_.front()));
+      items_.pop_front();
+    }
+    not_full_.notify_one();
+    return item;
+  }
+
+  // Close wakes every waiter; later Push and Pop calls return at once.
+  void Close() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closed_ = true;
+    }
+    not_full_.notify_all();
+    not_empty_.notify_all();
+  }
+
+  bool closed() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return closed_;
+  }
+
+ private:
+  const size_t capacity_;
+  mutable std::mutex mu_;
+  std::condition_variable not_full_;
+  std::condition_variable not_empty_;
+  std::deque<T> items_;
+  bool closed_ = false;
+};
+
+}  // namespace wds
