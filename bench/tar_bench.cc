@@ -6,6 +6,7 @@
 //   BM_BareLibarchive  archive_read_open_filename, malloc + read + free per member
 //   BM_TarReader       OpenUrl + TarReader: members only
 //   BM_TarSamples      WebDataset(...).Open(): members grouped into samples
+//   BM_Loader/N        the same through a Loader with N worker threads
 // Each reports bytes/s (tar bytes) and items/s (samples), and allocs/sample:
 // calls of the global operator new in the timed loop (Buffer's storage comes
 // from malloc and is not counted; its control block is).
@@ -28,6 +29,7 @@
 #include "benchmark/benchmark.h"
 #include "str_util.h"
 #include "wds/io.h"
+#include "wds/loader.h"
 #include "wds/pipeline.h"
 #include "wds/tar.h"
 
@@ -214,9 +216,29 @@ void BM_TarSamples(benchmark::State& state) {
   Report(state, g_allocations.load() - before);
 }
 
+// BM_Loader: the same samples through Loader worker threads and their queues,
+// consumed on the benchmark thread; Arg is the number of workers.
+void BM_Loader(benchmark::State& state) {
+  const Corpus& corpus = GetCorpus();
+  absl::StatusOr<Pipeline> pipeline = WebDataset(corpus.paths);
+  if (!pipeline.ok()) throw std::runtime_error(pipeline.status().ToString());
+  Loader loader(*pipeline, {.workers = static_cast<int>(state.range(0)), .prefetch = 16});
+  const int64_t before = g_allocations.load();
+  for (auto _ : state) {
+    int64_t samples = 0;
+    for (const Sample& sample : loader) {
+      benchmark::DoNotOptimize(sample.GetBytes("jpg"));
+      ++samples;
+    }
+    if (samples != corpus.samples()) state.SkipWithError("sample count");
+  }
+  Report(state, g_allocations.load() - before);
+}
+
 BENCHMARK(BM_BareLibarchive)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_TarReader)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_TarSamples)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Loader)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 }  // namespace wds
