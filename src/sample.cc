@@ -25,6 +25,11 @@ const std::string* Sample::GetString(std::string_view name) const {
   return v == nullptr ? nullptr : std::get_if<std::string>(v);
 }
 
+const Array* Sample::GetArray(std::string_view name) const {
+  const Value* v = Find(name);
+  return v == nullptr ? nullptr : std::get_if<Array>(v);
+}
+
 std::optional<int64_t> Sample::GetInt(std::string_view name) const {
   const Value* v = Find(name);
   if (v == nullptr) return std::nullopt;

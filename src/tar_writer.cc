@@ -4,6 +4,7 @@
 #include <archive_entry.h>
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "str_util.h"
@@ -27,12 +28,15 @@ int AddFilter(struct archive* a, const TarWriterOptions& options) {
 
 const char* FilterName(TarCompression c) { return c == TarCompression::kGzip ? "gzip" : "zstd"; }
 
-// FieldBytes renders a field value the way the reference writer encodes it.
-std::string FieldBytes(const Value& value) {
+// FieldBytes renders a field value the way the reference writer encodes
+// bytes, text and numbers; arrays and lists need an encoder chosen by the
+// caller (e.g. npy), so they are refused.
+std::optional<std::string> FieldBytes(const Value& value) {
   if (const Buffer* b = std::get_if<Buffer>(&value)) return std::string(b->view());
   if (const std::string* s = std::get_if<std::string>(&value)) return *s;
   if (const int64_t* i = std::get_if<int64_t>(&value)) return Cat(*i);
-  return Cat(std::get<double>(value));
+  if (const double* d = std::get_if<double>(&value)) return Cat(*d);
+  return std::nullopt;
 }
 
 }  // namespace
@@ -113,7 +117,12 @@ absl::Status TarWriter::Write(const Sample& sample) {
   std::sort(fields.begin(), fields.end(),
             [](const Sample::Field* a, const Sample::Field* b) { return a->first < b->first; });
   for (const Sample::Field* f : fields) {
-    absl::Status s = WriteMember(Cat(*key, ".", f->first), FieldBytes(f->second));
+    std::optional<std::string> bytes = FieldBytes(f->second);
+    if (!bytes.has_value()) {
+      return absl::InvalidArgumentError(Cat(path_, ": sample ", *key, ": field ", f->first,
+                                            " is an array or a list; encode it to bytes first"));
+    }
+    absl::Status s = WriteMember(Cat(*key, ".", f->first), *bytes);
     if (!s.ok()) return s;
   }
   return absl::OkStatus();

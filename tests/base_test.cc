@@ -138,3 +138,39 @@ TEST(RandomTest, BelowStaysInRangeAndIsReproducible) {
 
 }  // namespace
 }  // namespace wds
+
+namespace wds {
+namespace {
+
+TEST(ArrayTest, AllocateSizesByDTypeAndShape) {
+  Array a = Array::Allocate(DType::kFloat32, {2, 3, 4});
+  EXPECT_EQ(a.num_elements(), 24);
+  EXPECT_EQ(a.nbytes(), 96u);
+  EXPECT_EQ(a.data.size(), 96u);
+  EXPECT_EQ(ShapeString(a.shape), "[2, 3, 4]");
+  Array scalar = Array::Allocate(DType::kInt64, {});
+  EXPECT_EQ(scalar.num_elements(), 1);
+  EXPECT_EQ(ShapeString(scalar.shape), "[]");
+}
+
+TEST(ArrayTest, DTypeNamesRoundTripAndUnknownIsAnError) {
+  for (DType d : {DType::kBool, DType::kUInt8, DType::kInt8, DType::kUInt16, DType::kInt16,
+                  DType::kUInt32, DType::kInt32, DType::kUInt64, DType::kInt64, DType::kFloat16,
+                  DType::kFloat32, DType::kFloat64}) {
+    EXPECT_EQ(*ParseDType(DTypeName(d)), d);
+  }
+  EXPECT_EQ(DTypeSize(DType::kFloat16), 2u);
+  EXPECT_EQ(DTypeSize(DType::kUInt64), 8u);
+  EXPECT_EQ(ParseDType("complex64").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SampleTest, ArrayFieldsAreFoundByType) {
+  Sample s;
+  s.Set("img", Array::Allocate(DType::kUInt8, {1, 2, 3}));
+  ASSERT_NE(s.GetArray("img"), nullptr);
+  EXPECT_EQ(s.GetArray("img")->shape, (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(s.GetBytes("img"), nullptr);
+}
+
+}  // namespace
+}  // namespace wds

@@ -126,6 +126,18 @@ TEST(TarWriterTest, SampleWithoutKeyIsInvalidArgument) {
   EXPECT_THAT(std::string(status.message()), HasSubstr("a.tar: sample has no __key__"));
 }
 
+TEST(TarWriterTest, ArrayFieldIsInvalidArgumentNamingIt) {
+  TempDir dir;
+  auto w = TarWriter::Create(dir.path() + "/a.tar");
+  ASSERT_TRUE(w.ok());
+  Sample s;
+  s.Set("__key__", std::string("k"));
+  s.Set("img", Array::Allocate(DType::kUInt8, {2, 2}));
+  absl::Status status = (*w)->Write(s);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("sample k: field img is an array"));
+}
+
 TEST(TarWriterTest, UncreatableFileIsAnErrorNamingThePath) {
   auto w = TarWriter::Create("/nonexistent-dir/x/a.tar");
   EXPECT_EQ(w.status().code(), absl::StatusCode::kPermissionDenied);

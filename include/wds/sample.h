@@ -20,13 +20,17 @@
 #include <variant>
 #include <vector>
 
+#include "wds/array.h"
 #include "wds/buffer.h"
 
 namespace wds {
 
-// Value is bytes (undecoded field), text, an integer or a floating-point number.
-// Later layers add arrays.
-using Value = std::variant<Buffer, std::string, int64_t, double>;
+// Value is bytes (an undecoded field), text, an integer, a floating-point
+// number, an array (decoded images, npy, collated numbers), or, in batches, a
+// list of texts or a list of bytes (collated string and bytes fields).
+using TextList = std::vector<std::string>;
+using BytesList = std::vector<Buffer>;
+using Value = std::variant<Buffer, std::string, int64_t, double, Array, TextList, BytesList>;
 
 // kKeyField and kUrlField name the two fields every tar sample carries.
 inline constexpr std::string_view kKeyField = "__key__";
@@ -46,6 +50,7 @@ class Sample {
   const Buffer* GetBytes(std::string_view name) const;
   const std::string* GetString(std::string_view name) const;
   std::optional<int64_t> GetInt(std::string_view name) const;
+  const Array* GetArray(std::string_view name) const;
 
   // Set replaces the value of `name`, or appends the field at the end.
   void Set(std::string name, Value value);

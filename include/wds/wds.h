@@ -1,6 +1,7 @@
 // Umbrella header for wds::core: #include <wds/wds.h>.
 #pragma once
 
+#include "wds/array.h"
 #include "wds/buffer.h"
 #include "wds/decode.h"
 #include "wds/error.h"
