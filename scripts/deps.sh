@@ -8,10 +8,15 @@ packages=(
   g++ cmake ninja-build pkg-config
   # wds::core
   libabsl-dev libarchive-dev zlib1g-dev libzstd-dev
+  libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev libwebp-dev
+  # wds::torch and the DDP demo
+  libtorch-dev libgloo-dev dataset-fashion-mnist
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # independent tar writers and compressors used by the tests
   tar gzip bzip2 xz-utils zstd python3
+  # independent image encoders/decoders for pixel-exact fixtures, plots
+  libjpeg-turbo-progs webp python3-numpy python3-pil gnuplot-nox
 )
 
 missing=()
