@@ -120,10 +120,11 @@ Sample EncodedSample(std::string_view txt, std::string_view json) {
 void DecodeLoop(benchmark::State& state, const Sample& encoded) {
   const std::vector<FieldDecoder> decoders = BasicDecoders();
   const DecodeOptions options;
+  Rng rng(0);
   AllocationCounter counter(state);
   for (auto _ : state) {
     Sample s = encoded;
-    absl::Status status = DecodeSample(s, decoders, options);
+    absl::Status status = DecodeSample(s, decoders, options, rng);
     if (!status.ok()) state.SkipWithError("decode failed");
     benchmark::DoNotOptimize(s);
   }

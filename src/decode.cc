@@ -150,7 +150,8 @@ absl::StatusOr<std::string> DecodeText(std::string_view data) {
   return std::string(data);
 }
 
-absl::StatusOr<std::optional<Value>> DecodeBasic(std::string_view field, const Buffer& data) {
+absl::StatusOr<std::optional<Value>> DecodeBasic(std::string_view field, const Buffer& data,
+                                                 DecodeContext& /*ctx*/) {
   const std::optional<BasicKind> kind = FindBasicKind(field);
   if (!kind.has_value()) return std::nullopt;
   if (*kind == BasicKind::kInteger) {
@@ -174,23 +175,24 @@ bool Selected(std::string_view field, const DecodeOptions& options) {
 }
 
 std::string_view TypeName(const Value& value) {
-  switch (value.index()) {
-    case 1:
-      return "text";
-    case 2:
-      return "an integer";
-    case 3:
-      return "a float";
-  }
-  return "bytes";
+  struct Namer {
+    std::string_view operator()(const Buffer&) const { return "bytes"; }
+    std::string_view operator()(const std::string&) const { return "text"; }
+    std::string_view operator()(int64_t) const { return "an integer"; }
+    std::string_view operator()(double) const { return "a float"; }
+    std::string_view operator()(const Array&) const { return "an array"; }
+    std::string_view operator()(const TextList&) const { return "a list of texts"; }
+    std::string_view operator()(const BytesList&) const { return "a list of bytes"; }
+  };
+  return std::visit(Namer{}, value);
 }
 
 // DecodeField runs the decoders on one bytes field until one accepts it.
 absl::Status DecodeField(const Sample& sample, Sample::Field& field,
-                         const std::vector<FieldDecoder>& decoders) {
+                         const std::vector<FieldDecoder>& decoders, DecodeContext& ctx) {
   const Buffer& data = std::get<Buffer>(field.second);
   for (const FieldDecoder& decoder : decoders) {
-    absl::StatusOr<std::optional<Value>> decoded = decoder(field.first, data);
+    absl::StatusOr<std::optional<Value>> decoded = decoder(field.first, data, ctx);
     if (!decoded.ok()) {
       return SampleError(decoded.status().code(), sample.url(), sample.key(),
                          Cat("field ", field.first, ": ", ToStd(decoded.status().message())));
@@ -210,17 +212,21 @@ class DecodeStream final : public TransformStream {
                std::shared_ptr<const DecodeOptions> options)
       : TransformStream(std::move(upstream), ctx, "decode", options->handler),
         decoders_(std::move(decoders)),
-        options_(std::move(options)) {}
+        options_(std::move(options)),
+        rng_(DeriveSeed(ctx.seed, {kDecode, static_cast<uint64_t>(ctx.epoch),
+                                   static_cast<uint64_t>(ctx.pass), static_cast<uint64_t>(ctx.rank),
+                                   static_cast<uint64_t>(ctx.worker)})) {}
 
  private:
   absl::StatusOr<bool> Apply(Sample& sample) override {
-    absl::Status status = DecodeSample(sample, *decoders_, *options_);
+    absl::Status status = DecodeSample(sample, *decoders_, *options_, rng_);
     if (!status.ok()) return status;
     return true;
   }
 
   std::shared_ptr<const std::vector<FieldDecoder>> decoders_;
   std::shared_ptr<const DecodeOptions> options_;
+  Rng rng_;
 };
 
 }  // namespace
@@ -235,11 +241,12 @@ std::vector<FieldDecoder> BasicDecoders() { return {DecodeBasic}; }
 // As in the reference, a selected field that is no longer bytes is an error
 // unless `partial` is set, in which case it passes through untouched.
 absl::Status DecodeSample(Sample& sample, const std::vector<FieldDecoder>& decoders,
-                          const DecodeOptions& options) {
+                          const DecodeOptions& options, Rng& rng) {
+  DecodeContext ctx{sample.key(), &rng};
   for (Sample::Field& field : sample) {
     if (!Selected(field.first, options)) continue;
     if (std::holds_alternative<Buffer>(field.second)) {
-      if (absl::Status s = DecodeField(sample, field, decoders); !s.ok()) return s;
+      if (absl::Status s = DecodeField(sample, field, decoders, ctx); !s.ok()) return s;
     } else if (!options.partial) {
       return SampleError(
           absl::StatusCode::kFailedPrecondition, sample.url(), sample.key(),

@@ -15,6 +15,12 @@
 namespace wds {
 namespace {
 
+// TestRng feeds decoders that draw no random numbers.
+Rng& TestRng() {
+  static Rng rng(0);
+  return rng;
+}
+
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::wds::testing::Drain;
@@ -35,7 +41,7 @@ Sample MakeSample(const std::string& key,
 // DecodeOne decodes a single field `name` holding `data` with BasicDecoders.
 absl::StatusOr<Sample> DecodeOne(const std::string& name, const std::string& data) {
   Sample s = MakeSample("k", {{name, data}});
-  absl::Status status = DecodeSample(s, BasicDecoders(), {});
+  absl::Status status = DecodeSample(s, BasicDecoders(), {}, TestRng());
   if (!status.ok()) return status;
   return s;
 }
@@ -207,14 +213,14 @@ TEST(DecodeSampleTest, ExtensionsMatchExactlyNotBySubstring) {
 TEST(DecodeSampleTest, UnknownFieldStaysTheSameBytes) {
   Sample s = MakeSample("k", {{"jpg", "JPEG"}});
   const uint8_t* data = s.GetBytes("jpg")->data();
-  ASSERT_TRUE(DecodeSample(s, BasicDecoders(), {}).ok());
+  ASSERT_TRUE(DecodeSample(s, BasicDecoders(), {}, TestRng()).ok());
   ASSERT_NE(s.GetBytes("jpg"), nullptr);
   EXPECT_EQ(s.GetBytes("jpg")->data(), data);
 }
 
 // AcceptAll decodes every field it is given to the integer 1, counting calls.
 FieldDecoder AcceptAll(std::shared_ptr<std::vector<std::string>> seen) {
-  return [seen](std::string_view field, const Buffer&) -> absl::StatusOr<std::optional<Value>> {
+  return [seen](std::string_view field, const Buffer&, DecodeContext&) -> absl::StatusOr<std::optional<Value>> {
     seen->emplace_back(field);
     return Value(int64_t{1});
   };
@@ -223,7 +229,7 @@ FieldDecoder AcceptAll(std::shared_ptr<std::vector<std::string>> seen) {
 TEST(DecodeSampleTest, MetadataFieldsAreNeverDecoded) {
   auto seen = std::make_shared<std::vector<std::string>>();
   Sample s = MakeSample("k", {{"__extra__", "x"}, {"bin", "b"}});
-  ASSERT_TRUE(DecodeSample(s, {AcceptAll(seen)}, {}).ok());
+  ASSERT_TRUE(DecodeSample(s, {AcceptAll(seen)}, {}, TestRng()).ok());
   EXPECT_THAT(*seen, ElementsAre("bin"));
   EXPECT_EQ(s.key(), "k");
   EXPECT_NE(s.GetBytes("__extra__"), nullptr);
@@ -233,7 +239,7 @@ TEST(DecodeSampleTest, OnlyRestrictsTheDecodedFields) {
   Sample s = MakeSample("k", {{"cls", "1"}, {"txt", "hi"}});
   DecodeOptions options;
   options.only = {"txt"};
-  ASSERT_TRUE(DecodeSample(s, BasicDecoders(), options).ok());
+  ASSERT_TRUE(DecodeSample(s, BasicDecoders(), options, TestRng()).ok());
   EXPECT_NE(s.GetBytes("cls"), nullptr);
   ASSERT_NE(s.GetString("txt"), nullptr);
   EXPECT_EQ(*s.GetString("txt"), "hi");
@@ -241,30 +247,30 @@ TEST(DecodeSampleTest, OnlyRestrictsTheDecodedFields) {
 
 TEST(DecodeSampleTest, DecodersAreTriedInOrderAndFirstAcceptWins) {
   auto calls = std::make_shared<std::vector<std::string>>();
-  auto decline = [calls](std::string_view, const Buffer&) -> absl::StatusOr<std::optional<Value>> {
+  auto decline = [calls](std::string_view, const Buffer&, DecodeContext&) -> absl::StatusOr<std::optional<Value>> {
     calls->push_back("decline");
     return std::nullopt;
   };
-  auto accept = [calls](std::string_view, const Buffer& b) -> absl::StatusOr<std::optional<Value>> {
+  auto accept = [calls](std::string_view, const Buffer& b, DecodeContext&) -> absl::StatusOr<std::optional<Value>> {
     calls->push_back("accept");
     return Value(std::string("got ") + std::string(b.view()));
   };
-  auto never = [calls](std::string_view, const Buffer&) -> absl::StatusOr<std::optional<Value>> {
+  auto never = [calls](std::string_view, const Buffer&, DecodeContext&) -> absl::StatusOr<std::optional<Value>> {
     calls->push_back("never");
     return Value(int64_t{0});
   };
   Sample s = MakeSample("k", {{"bin", "x"}});
-  ASSERT_TRUE(DecodeSample(s, {decline, accept, never}, {}).ok());
+  ASSERT_TRUE(DecodeSample(s, {decline, accept, never}, {}, TestRng()).ok());
   EXPECT_THAT(*calls, ElementsAre("decline", "accept"));
   EXPECT_EQ(*s.GetString("bin"), "got x");
 }
 
 TEST(DecodeSampleTest, DecoderErrorKeepsCodeAndNamesUrlKeyAndField) {
-  auto fail = [](std::string_view, const Buffer&) -> absl::StatusOr<std::optional<Value>> {
+  auto fail = [](std::string_view, const Buffer&, DecodeContext&) -> absl::StatusOr<std::optional<Value>> {
     return absl::DataLossError("corrupt header");
   };
   Sample s = MakeSample("k9", {{"seg.png", "x"}});
-  absl::Status status = DecodeSample(s, {fail}, {});
+  absl::Status status = DecodeSample(s, {fail}, {}, TestRng());
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(std::string(status.message()),
             std::string(kUrl) + ": key k9: field seg.png: corrupt header");
@@ -273,7 +279,7 @@ TEST(DecodeSampleTest, DecoderErrorKeepsCodeAndNamesUrlKeyAndField) {
 TEST(DecodeSampleTest, AlreadyDecodedFieldIsErrorWithoutPartial) {
   Sample s = MakeSample("k", {});
   s.Append("cls", int64_t{3});
-  absl::Status status = DecodeSample(s, BasicDecoders(), {});
+  absl::Status status = DecodeSample(s, BasicDecoders(), {}, TestRng());
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(status.message()),
               HasSubstr(std::string(kUrl) + ": key k: field cls is already decoded"));
@@ -284,7 +290,7 @@ TEST(DecodeSampleTest, PartialPassesDecodedFieldsThrough) {
   s.Append("cls", std::string("already text"));
   DecodeOptions options;
   options.partial = true;
-  ASSERT_TRUE(DecodeSample(s, BasicDecoders(), options).ok());
+  ASSERT_TRUE(DecodeSample(s, BasicDecoders(), options, TestRng()).ok());
   EXPECT_EQ(*s.GetString("cls"), "already text");
   EXPECT_EQ(*s.GetString("txt"), "t");
 }
@@ -294,7 +300,7 @@ TEST(DecodeSampleTest, DecodedFieldOutsideOnlyIsNotAnError) {
   s.Append("cls", int64_t{1});
   DecodeOptions options;
   options.only = {"txt"};
-  EXPECT_TRUE(DecodeSample(s, BasicDecoders(), options).ok());
+  EXPECT_TRUE(DecodeSample(s, BasicDecoders(), options, TestRng()).ok());
 }
 
 // ------------------------------------------------------------ Decode stage

@@ -18,15 +18,27 @@
 #include "absl/status/statusor.h"
 #include "wds/buffer.h"
 #include "wds/error.h"
+#include "wds/random.h"
 #include "wds/sample.h"
 
 namespace wds {
 
+// DecodeContext is what a decoder may use besides the field's bytes.
+struct DecodeContext {
+  // key is the sample's __key__ (for messages).
+  std::string_view key;
+  // rng belongs to the decoding stream (random crops and flips draw from it);
+  // the Decode stage seeds it by DeriveSeed(seed, {kDecode, epoch, pass, rank,
+  // worker}), so augmentations are reproducible. Never null.
+  Rng* rng = nullptr;
+};
+
 // FieldDecoder decodes one field: nullopt declines (the next decoder is
 // tried), a Value replaces the bytes, an error goes to the stage's handler
-// with the URL, key and field named.
-using FieldDecoder =
-    std::function<absl::StatusOr<std::optional<Value>>(std::string_view field, const Buffer& data)>;
+// with the URL, key and field named. Decoders are shared by every worker's
+// stream: they must be thread-safe (keep per-stream state in DecodeContext).
+using FieldDecoder = std::function<absl::StatusOr<std::optional<Value>>(
+    std::string_view field, const Buffer& data, DecodeContext& ctx)>;
 
 struct DecodeOptions {
   // only: decode just these fields (empty: all).
@@ -44,8 +56,9 @@ std::string_view FieldExtension(std::string_view field);
 
 std::vector<FieldDecoder> BasicDecoders();
 
-// DecodeSample applies `decoders` to every eligible field of `sample`.
+// DecodeSample applies `decoders` to every eligible field of `sample`, drawing
+// any randomness from `rng`.
 [[nodiscard]] absl::Status DecodeSample(Sample& sample, const std::vector<FieldDecoder>& decoders,
-                                        const DecodeOptions& options);
+                                        const DecodeOptions& options, Rng& rng);
 
 }  // namespace wds

@@ -7,6 +7,7 @@
 //   shard permutation   DeriveSeed(seed, {kShardPermutation, epoch, pass})
 //   resampled shards    DeriveSeed(seed, {kResample, epoch, pass, rank, worker})
 //   shuffle buffer      DeriveSeed(seed, {kShuffle, epoch, pass, rank, worker})
+//   decode (augment)    DeriveSeed(seed, {kDecode, epoch, pass, rank, worker})
 //
 // The shard permutation leaves out rank and worker on purpose: every rank must
 // compute the same permutation so that split_by_node hands out disjoint shards.
@@ -25,6 +26,7 @@ enum SeedDomain : uint64_t {
   kResample = 2,
   kShuffle = 3,
   kUserStage = 4,
+  kDecode = 5,
 };
 
 // SplitMix64 is the finaliser of Steele, Lea and Flood's SplitMix64 generator.
