@@ -1,0 +1,115 @@
+// DevicePrefetcher: batches as tensors on the training device, one batch ahead.
+//
+//   wds::Loader loader(pipeline.ToTuple({"jpg", "cls"}).Batched(64), {.workers = 4});
+//   wds::DevicePrefetcher prefetcher(loader, {.device = torch::Device(torch::kCUDA, local_rank),
+//                                             .tensor = {.layout = wds::TensorLayout::kNCHW}});
+//   for (int epoch = 0; epoch < epochs; ++epoch) {
+//     loader.SetEpoch(epoch);
+//     for (const wds::TensorBatch& batch : prefetcher) Step(batch[0], batch[1]);
+//   }
+//
+// On a CUDA device, while the caller trains on batch k, batch k+1 is already
+// being copied (non_blocking) on a side stream from the pool's page-locked
+// memory. Next() makes the caller's current stream wait for that copy (a GPU
+// wait, not a host one) and records the tensors on that stream, so the caching
+// allocator does not reuse them early. The host batch is kept until the copy's
+// event has completed, so its pool buffer is never reused under a running copy.
+//
+// On the CPU the tensors are zero-copy views of the batch (ToTensorBatch); the
+// prefetcher still draws one batch ahead, so order, end of epoch and errors
+// behave the same on every device.
+//
+// Epochs: Next() returns nullopt when the source does; the prefetcher never
+// draws past that point, and the Next() after it draws again (for a Loader,
+// that starts its next epoch, after any SetEpoch). An exception thrown by the
+// source or by a conversion while drawing ahead is rethrown at its place in
+// the order: by the Next() after the one returning the batch before it.
+//
+// Errors are exceptions (see tensor.h): c10::ValueError from the constructor
+// for a device that cannot be used; conversion errors as ToTensorBatch throws
+// them; source errors unchanged (wds::LoaderError from a Loader).
+// Thread safety: one consumer thread; not copyable.
+#pragma once
+
+#include <torch/types.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "wds/loader.h"
+#include "wds/sample.h"
+#include "wds/torch/tensor.h"
+
+namespace wds {
+
+struct DevicePrefetcherOptions {
+  // device is torch::kCPU or a CUDA device; a CUDA device without an index is
+  // the current device at construction.
+  torch::Device device = torch::kCPU;
+  // fields and tensor are passed to ToTensorBatch for every batch; on a CUDA
+  // device the kNCHW view is taken of the device tensor.
+  std::vector<std::string> fields;
+  ToTensorOptions tensor;
+};
+
+class DevicePrefetcher {
+ public:
+  // BatchSource returns the next batch, nullopt at the end of an epoch, and
+  // throws on an error.
+  using BatchSource = std::function<std::optional<Sample>()>;
+
+  // Throws c10::ValueError for a null source, a device type other than CPU and
+  // CUDA, a CUDA device when torch::cuda::is_available() is false (a LibTorch
+  // without CUDA, or no GPU), or a CUDA index out of range.
+  DevicePrefetcher(BatchSource source, DevicePrefetcherOptions options = {});
+  // Draws from loader.Next() and throws its errors as wds::LoaderError.
+  // REQUIRES: `loader` outlives this prefetcher.
+  DevicePrefetcher(Loader& loader, DevicePrefetcherOptions options = {});
+  // ~DevicePrefetcher waits for the copies in flight before it releases their
+  // host batches.
+  ~DevicePrefetcher();
+  DevicePrefetcher(const DevicePrefetcher&) = delete;
+  DevicePrefetcher& operator=(const DevicePrefetcher&) = delete;
+
+  // Next returns the next batch on the device, or nullopt at the end of an
+  // epoch. The returned tensors are ready for use on the caller's current stream.
+  std::optional<TensorBatch> Next();
+
+  // device is the resolved device (with its index for CUDA).
+  const torch::Device& device() const;
+
+  class Iterator;
+  // begin draws the first batch of an epoch; iterating ends with the epoch.
+  Iterator begin();
+  Iterator end();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+class DevicePrefetcher::Iterator {
+ public:
+  using value_type = TensorBatch;
+  using reference = const TensorBatch&;
+  using pointer = const TensorBatch*;
+  using difference_type = std::ptrdiff_t;
+  using iterator_category = std::input_iterator_tag;
+
+  reference operator*() const { return *current_; }
+  pointer operator->() const { return &*current_; }
+  Iterator& operator++();
+  bool operator==(const Iterator& other) const { return owner_ == other.owner_; }
+  bool operator!=(const Iterator& other) const { return !(*this == other); }
+
+ private:
+  friend class DevicePrefetcher;
+  explicit Iterator(DevicePrefetcher* owner);
+  DevicePrefetcher* owner_ = nullptr;  // null at end
+  std::optional<TensorBatch> current_;
+};
+
+}  // namespace wds

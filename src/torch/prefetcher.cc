@@ -1,0 +1,202 @@
+#include "wds/torch/prefetcher.h"
+
+// Only device-generic c10 interfaces (Stream, Event, StreamGuard) are used, so
+// this file compiles the same against a CPU-only and a CUDA LibTorch; the CUDA
+// path is chosen at run time, after torch::cuda::is_available().
+#include <c10/core/Event.h>
+#include <c10/core/Stream.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/cuda.h>
+
+#include <deque>
+#include <exception>
+#include <utility>
+
+#include "str_util.h"
+#include "torch_errors.h"
+
+namespace wds {
+namespace {
+
+const c10::impl::DeviceGuardImplInterface& CudaGuard() {
+  return *c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+}
+
+// ResolveDevice checks `device` and gives a CUDA device its index.
+torch::Device ResolveDevice(const torch::Device& device) {
+  if (device.is_cpu()) return device;
+  if (!device.is_cuda()) {
+    ThrowValueError(Cat("DevicePrefetcher: device ", device.str(), " is neither CPU nor CUDA"));
+  }
+  if (!torch::cuda::is_available()) {
+    ThrowValueError(Cat("DevicePrefetcher: device ", device.str(),
+                        " is not available: torch::cuda::is_available() is false (a LibTorch "
+                        "built without CUDA, or no GPU visible)"));
+  }
+  if (!device.has_index()) return torch::Device(torch::kCUDA, CudaGuard().getDevice().index());
+  const size_t count = torch::cuda::device_count();
+  if (static_cast<size_t>(device.index()) >= count) {
+    ThrowValueError(Cat("DevicePrefetcher: device ", device.str(), " is out of range: ", count,
+                        " CUDA device(s) visible"));
+  }
+  return device;
+}
+
+// Staged is a batch drawn ahead. On CUDA, `copied` completes when its copy to
+// the device has, and `host` keeps the host tensors (hence the pool buffers)
+// that the copy reads.
+struct Staged {
+  TensorBatch batch;
+  std::vector<torch::Tensor> host;
+  std::optional<c10::Event> copied;
+};
+
+// InFlight is a handed-out batch whose copy may still be running.
+struct InFlight {
+  c10::Event copied;
+  std::vector<torch::Tensor> host;
+};
+
+std::optional<Sample> NextFromLoader(Loader& loader) {
+  absl::StatusOr<std::optional<Sample>> next = loader.Next();
+  if (!next.ok()) throw LoaderError(next.status());
+  return *std::move(next);
+}
+
+}  // namespace
+
+struct DevicePrefetcher::Impl {
+  BatchSource source;
+  DevicePrefetcherOptions options;
+  std::optional<c10::Stream> side;  // the copy stream; CUDA only
+  std::optional<Staged> staged;
+  bool end_staged = false;  // the draw ahead met the end: the next Next() returns it
+  std::exception_ptr deferred;
+  std::deque<InFlight> in_flight;  // in copy order, so they complete in order
+
+  ~Impl() { WaitForCopies(); }
+
+  std::optional<TensorBatch> Next();
+  std::optional<Staged> Draw();
+  Staged CopyToDevice(TensorBatch host);
+  void Hand(Staged& ready);
+  void ReleaseCopied();
+  void WaitForCopies() noexcept;
+};
+
+std::optional<TensorBatch> DevicePrefetcher::Impl::Next() {
+  ReleaseCopied();
+  if (deferred) std::rethrow_exception(std::exchange(deferred, nullptr));
+  if (end_staged) {
+    end_staged = false;
+    return std::nullopt;
+  }
+  if (!staged) {
+    staged = Draw();
+    if (!staged) return std::nullopt;
+  }
+  Staged current = *std::move(staged);
+  staged.reset();
+  // Drawing ahead is what overlaps the next copy with this step; its failure
+  // belongs after `current` in the order, so it waits for the next call.
+  try {
+    staged = Draw();
+    end_staged = !staged.has_value();
+  } catch (...) {
+    deferred = std::current_exception();
+  }
+  if (current.copied) Hand(current);
+  return std::move(current.batch);
+}
+
+std::optional<Staged> DevicePrefetcher::Impl::Draw() {
+  std::optional<Sample> sample = source();
+  if (!sample) return std::nullopt;
+  if (!side) return Staged{ToTensorBatch(*sample, options.fields, options.tensor), {}, {}};
+  // The host tensors stay as stored: a permuted view would make the copy
+  // gather on the host; the device view is taken after the copy instead.
+  ToTensorOptions host_options = options.tensor;
+  host_options.layout = TensorLayout::kAsStored;
+  return CopyToDevice(ToTensorBatch(*sample, options.fields, host_options));
+}
+
+Staged DevicePrefetcher::Impl::CopyToDevice(TensorBatch host) {
+  Staged out;
+  out.batch.names = std::move(host.names);
+  out.batch.rest = std::move(host.rest);
+  c10::StreamGuard guard(*side);
+  for (const torch::Tensor& t : host.tensors) {
+    torch::Tensor copy = t.to(options.device, /*non_blocking=*/true);
+    if (options.tensor.layout == TensorLayout::kNCHW && copy.dim() == 4) {
+      copy = copy.permute({0, 3, 1, 2});
+    }
+    out.batch.tensors.push_back(std::move(copy));
+  }
+  out.copied.emplace(c10::DeviceType::CUDA);
+  out.copied->record(*side);
+  out.host = std::move(host.tensors);
+  return out;
+}
+
+void DevicePrefetcher::Impl::Hand(Staged& ready) {
+  const c10::Stream consumer = CudaGuard().getStream(options.device);
+  ready.copied->block(consumer);
+  // The tensors were allocated on the side stream; without this the caching
+  // allocator could hand their memory to the next copy while the caller's
+  // stream still reads it.
+  for (torch::Tensor& t : ready.batch.tensors) t.record_stream(consumer);
+  in_flight.push_back(InFlight{*std::move(ready.copied), std::move(ready.host)});
+}
+
+void DevicePrefetcher::Impl::ReleaseCopied() {
+  while (!in_flight.empty() && in_flight.front().copied.query()) in_flight.pop_front();
+}
+
+void DevicePrefetcher::Impl::WaitForCopies() noexcept {
+  if (!side) return;
+  try {
+    side->synchronize();
+  } catch (const c10::Error&) {
+    // A failed synchronize means a broken CUDA context: no copy can still be
+    // reading the host buffers, so releasing them is safe.
+  }
+}
+
+DevicePrefetcher::DevicePrefetcher(BatchSource source, DevicePrefetcherOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  if (!source) ThrowValueError("DevicePrefetcher: the batch source is empty");
+  options.device = ResolveDevice(options.device);
+  if (options.device.is_cuda()) {
+    impl_->side = CudaGuard().getStreamFromGlobalPool(options.device, /*isHighPriority=*/false);
+  }
+  impl_->source = std::move(source);
+  impl_->options = std::move(options);
+}
+
+DevicePrefetcher::DevicePrefetcher(Loader& loader, DevicePrefetcherOptions options)
+    : DevicePrefetcher([&loader] { return NextFromLoader(loader); }, std::move(options)) {}
+
+DevicePrefetcher::~DevicePrefetcher() = default;
+
+std::optional<TensorBatch> DevicePrefetcher::Next() { return impl_->Next(); }
+
+const torch::Device& DevicePrefetcher::device() const { return impl_->options.device; }
+
+DevicePrefetcher::Iterator DevicePrefetcher::begin() {
+  Iterator it(this);
+  ++it;
+  return it;
+}
+
+DevicePrefetcher::Iterator DevicePrefetcher::end() { return Iterator(nullptr); }
+
+DevicePrefetcher::Iterator::Iterator(DevicePrefetcher* owner) : owner_(owner) {}
+
+DevicePrefetcher::Iterator& DevicePrefetcher::Iterator::operator++() {
+  current_ = owner_->Next();
+  if (!current_) owner_ = nullptr;
+  return *this;
+}
+
+}  // namespace wds
