@@ -1,14 +1,22 @@
 // Field decoding: BasicDecoders, DecodeSample and the Decode stage.
 #include "wds/decode.h"
 
+#include <zlib.h>
+#include <zstd.h>
+
+#include <algorithm>
 #include <charconv>
+#include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <utility>
 
+#include "status_macros.h"
 #include "str_util.h"
 #include "transform_stream.h"
+#include "wds/npy.h"
 #include "wds/pipeline.h"
 
 namespace wds {
@@ -165,6 +173,172 @@ absl::StatusOr<std::optional<Value>> DecodeBasic(std::string_view field, const B
   return Value(*std::move(text));
 }
 
+absl::StatusOr<std::optional<Value>> DecodeNpyField(std::string_view field, const Buffer& data,
+                                                    DecodeContext& /*ctx*/) {
+  if (!EqualsIgnoringCase(FieldExtension(field), "npy")) return std::nullopt;
+  absl::StatusOr<Array> array = DecodeNpy(data);
+  if (!array.ok()) return array.status();
+  return Value(*std::move(array));
+}
+
+// ---------------------------------------------------------- compressed fields
+
+enum class Codec { kGzip, kZstd };
+
+std::optional<Codec> CodecOf(std::string_view field) {
+  const std::string_view extension = FieldExtension(field);
+  if (EqualsIgnoringCase(extension, "gz")) return Codec::kGzip;
+  if (EqualsIgnoringCase(extension, "zst")) return Codec::kZstd;
+  return std::nullopt;
+}
+
+// Inflated is a malloc'd output block that grows by doubling, never beyond
+// limit + 1 bytes: one byte past the limit is how an overflow is detected
+// without guessing whether more output would follow.
+class Inflated {
+ public:
+  // `hint` is the size the compressed data claims; it is trusted only up to
+  // kMaxTrustedHint, since a hostile file may claim anything.
+  Inflated(size_t hint, size_t compressed, size_t limit) : limit_(limit) {
+    constexpr size_t kMaxTrustedHint = size_t{64} << 20;
+    size_t initial = hint > 0 ? hint : std::max<size_t>(4 * compressed, 4096);
+    capacity_ = std::min({std::max<size_t>(initial, 1), kMaxTrustedHint, Cap()});
+    data_ = static_cast<uint8_t*>(std::malloc(capacity_));
+    if (data_ == nullptr) throw std::bad_alloc();
+  }
+  ~Inflated() { std::free(data_); }
+  Inflated(const Inflated&) = delete;
+  Inflated& operator=(const Inflated&) = delete;
+
+  uint8_t* free_space() { return data_ + size_; }
+  size_t free_size() const { return capacity_ - size_; }
+  // Commit records `n` bytes written at free_space(); false once past the limit.
+  bool Commit(size_t n) {
+    size_ += n;
+    return size_ <= limit_;
+  }
+  // Grow makes room; false when the block is already at its cap.
+  bool Grow() {
+    if (capacity_ >= Cap()) return false;
+    const size_t next = capacity_ > Cap() / 2 ? Cap() : 2 * capacity_;
+    void* grown = std::realloc(data_, next);
+    if (grown == nullptr) throw std::bad_alloc();
+    data_ = static_cast<uint8_t*>(grown);
+    capacity_ = next;
+    return true;
+  }
+  Buffer Finish() {
+    if (size_ < capacity_) {
+      if (void* shrunk = std::realloc(data_, std::max<size_t>(size_, 1))) {
+        data_ = static_cast<uint8_t*>(shrunk);
+      }
+    }
+    uint8_t* data = std::exchange(data_, nullptr);
+    std::shared_ptr<const void> owner(data, [](const void* p) { std::free(const_cast<void*>(p)); });
+    return Buffer::View(std::move(owner), data, size_);
+  }
+
+ private:
+  size_t Cap() const { return limit_ == SIZE_MAX ? limit_ : limit_ + 1; }
+
+  size_t limit_;
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  size_t capacity_ = 0;
+};
+
+absl::Status TooLarge(std::string_view codec, size_t limit) {
+  return absl::ResourceExhaustedError(
+      Cat(codec, " data expands beyond ", limit, " bytes (DecodeOptions.max_decompressed_bytes)"));
+}
+
+absl::Status Truncated(std::string_view codec, size_t produced) {
+  return absl::DataLossError(
+      Cat(codec, " data is truncated (ends after ", produced, " decompressed bytes)"));
+}
+
+// GzipSizeHint reads ISIZE, the size modulo 2^32 stored at the end of a gzip
+// member.
+size_t GzipSizeHint(std::string_view in) {
+  if (in.size() < 18) return 0;
+  const auto* p = reinterpret_cast<const uint8_t*>(in.data() + in.size() - 4);
+  return size_t{p[0]} | size_t{p[1]} << 8 | size_t{p[2]} << 16 | size_t{p[3]} << 24;
+}
+
+// Gunzip decompresses gzip data as Python's gzip module does: members may be
+// concatenated, and zero bytes may pad the end.
+absl::StatusOr<Buffer> Gunzip(std::string_view in, size_t limit) {
+  Inflated out(GzipSizeHint(in), in.size(), limit);
+  z_stream zs{};
+  if (inflateInit2(&zs, 15 + 16) != Z_OK) {
+    return absl::ResourceExhaustedError("gzip: inflateInit2 failed");
+  }
+  std::unique_ptr<z_stream, int (*)(z_stream*)> guard(&zs, inflateEnd);
+  size_t consumed = 0;
+  while (true) {
+    const size_t in_chunk = std::min<size_t>(in.size() - consumed, UINT_MAX);
+    const size_t out_chunk = std::min<size_t>(out.free_size(), UINT_MAX);
+    zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data() + consumed));
+    zs.avail_in = static_cast<uInt>(in_chunk);
+    zs.next_out = out.free_space();
+    zs.avail_out = static_cast<uInt>(out_chunk);
+    const int rc = inflate(&zs, Z_NO_FLUSH);
+    consumed += in_chunk - zs.avail_in;
+    if (!out.Commit(out_chunk - zs.avail_out)) return TooLarge("gzip", limit);
+    if (rc == Z_STREAM_END) {
+      while (consumed < in.size() && in[consumed] == '\0') ++consumed;
+      if (consumed == in.size()) return out.Finish();
+      inflateReset(&zs);
+    } else if (rc == Z_DATA_ERROR || rc == Z_NEED_DICT) {
+      return absl::DataLossError(Cat("gzip data is corrupt at compressed byte ", consumed, ": ",
+                                     zs.msg != nullptr ? zs.msg : "invalid data"));
+    } else if (rc == Z_MEM_ERROR) {
+      return absl::ResourceExhaustedError("gzip: out of memory");
+    } else if (zs.avail_out == 0) {
+      if (!out.Grow()) return TooLarge("gzip", limit);
+    } else if (consumed == in.size()) {
+      return Truncated("gzip", out.Finish().size());
+    }
+  }
+}
+
+size_t ZstdSizeHint(std::string_view in) {
+  const unsigned long long size = ZSTD_getFrameContentSize(in.data(), in.size());
+  if (size == ZSTD_CONTENTSIZE_UNKNOWN || size == ZSTD_CONTENTSIZE_ERROR) return 0;
+  return size > SIZE_MAX ? SIZE_MAX : static_cast<size_t>(size);
+}
+
+// Unzstd decompresses zstd data (one or more frames). The decoder's default
+// window limit (128 MiB) bounds its own memory.
+absl::StatusOr<Buffer> Unzstd(std::string_view in, size_t limit) {
+  Inflated out(ZstdSizeHint(in), in.size(), limit);
+  std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> dctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
+  if (dctx == nullptr) return absl::ResourceExhaustedError("ZSTD_createDCtx failed");
+  ZSTD_inBuffer input{in.data(), in.size(), 0};
+  while (true) {
+    ZSTD_outBuffer output{out.free_space(), out.free_size(), 0};
+    const size_t rc = ZSTD_decompressStream(dctx.get(), &output, &input);
+    if (ZSTD_isError(rc)) {
+      return absl::DataLossError(
+          Cat("zstd data is corrupt at compressed byte ", input.pos, ": ", ZSTD_getErrorName(rc)));
+    }
+    if (!out.Commit(output.pos)) return TooLarge("zstd", limit);
+    const bool input_done = input.pos == input.size;
+    if (input_done && rc == 0) return out.Finish();
+    if (output.pos == output.size) {
+      if (out.free_size() == 0 && !out.Grow()) return TooLarge("zstd", limit);
+    } else if (input_done) {
+      return Truncated("zstd", out.Finish().size());
+    }
+  }
+}
+
+// Decompress expands a compressed field; an empty field stays empty.
+absl::StatusOr<Buffer> Decompress(Codec codec, const Buffer& data, size_t limit) {
+  if (data.empty()) return data;
+  return codec == Codec::kGzip ? Gunzip(data.view(), limit) : Unzstd(data.view(), limit);
+}
+
 bool Selected(std::string_view field, const DecodeOptions& options) {
   if (IsMetadataField(field)) return false;
   if (options.only.empty()) return true;
@@ -187,21 +361,45 @@ std::string_view TypeName(const Value& value) {
   return std::visit(Namer{}, value);
 }
 
-// DecodeField runs the decoders on one bytes field until one accepts it.
-absl::Status DecodeField(const Sample& sample, Sample::Field& field,
-                         const std::vector<FieldDecoder>& decoders, DecodeContext& ctx) {
-  const Buffer& data = std::get<Buffer>(field.second);
+// RunDecoders returns the first decoder's result for (name, data), or
+// nullopt when none accepts it.
+absl::StatusOr<std::optional<Value>> RunDecoders(std::string_view name, const Buffer& data,
+                                                 const std::vector<FieldDecoder>& decoders,
+                                                 DecodeContext& ctx) {
   for (const FieldDecoder& decoder : decoders) {
-    absl::StatusOr<std::optional<Value>> decoded = decoder(field.first, data, ctx);
-    if (!decoded.ok()) {
-      return SampleError(decoded.status().code(), sample.url(), sample.key(),
-                         Cat("field ", field.first, ": ", ToStd(decoded.status().message())));
-    }
-    if (decoded->has_value()) {
-      field.second = **std::move(decoded);
-      return absl::OkStatus();
-    }
+    absl::StatusOr<std::optional<Value>> decoded = decoder(name, data, ctx);
+    if (!decoded.ok() || decoded->has_value()) return decoded;
   }
+  return std::nullopt;
+}
+
+// DecodeValue decodes one bytes field, decompressing a ".gz" / ".zst" field
+// first (its inner name chooses the decoder; undecoded it stays the
+// decompressed bytes).
+absl::StatusOr<std::optional<Value>> DecodeValue(std::string_view name, const Buffer& data,
+                                                 const std::vector<FieldDecoder>& decoders,
+                                                 const DecodeOptions& options, DecodeContext& ctx) {
+  const std::optional<Codec> codec = CodecOf(name);
+  if (!codec.has_value()) return RunDecoders(name, data, decoders, ctx);
+  WDS_ASSIGN_OR_RETURN(Buffer plain, Decompress(*codec, data, options.max_decompressed_bytes));
+  const size_t dot = name.rfind('.');
+  const std::string_view inner = dot == std::string_view::npos ? "" : name.substr(0, dot);
+  WDS_ASSIGN_OR_RETURN(std::optional<Value> decoded, RunDecoders(inner, plain, decoders, ctx));
+  if (decoded.has_value()) return decoded;
+  return Value(std::move(plain));
+}
+
+// DecodeField decodes one bytes field in place.
+absl::Status DecodeField(const Sample& sample, Sample::Field& field,
+                         const std::vector<FieldDecoder>& decoders, const DecodeOptions& options,
+                         DecodeContext& ctx) {
+  absl::StatusOr<std::optional<Value>> decoded =
+      DecodeValue(field.first, std::get<Buffer>(field.second), decoders, options, ctx);
+  if (!decoded.ok()) {
+    return SampleError(decoded.status().code(), sample.url(), sample.key(),
+                       Cat("field ", field.first, ": ", ToStd(decoded.status().message())));
+  }
+  if (decoded->has_value()) field.second = **std::move(decoded);
   return absl::OkStatus();
 }
 
@@ -213,9 +411,9 @@ class DecodeStream final : public TransformStream {
       : TransformStream(std::move(upstream), ctx, "decode", options->handler),
         decoders_(std::move(decoders)),
         options_(std::move(options)),
-        rng_(DeriveSeed(ctx.seed, {kDecode, static_cast<uint64_t>(ctx.epoch),
-                                   static_cast<uint64_t>(ctx.pass), static_cast<uint64_t>(ctx.rank),
-                                   static_cast<uint64_t>(ctx.worker)})) {}
+        rng_(DeriveSeed(ctx.seed,
+                        {kDecode, static_cast<uint64_t>(ctx.epoch), static_cast<uint64_t>(ctx.pass),
+                         static_cast<uint64_t>(ctx.rank), static_cast<uint64_t>(ctx.worker)})) {}
 
  private:
   absl::StatusOr<bool> Apply(Sample& sample) override {
@@ -236,7 +434,7 @@ std::string_view FieldExtension(std::string_view field) {
   return dot == std::string_view::npos ? field : field.substr(dot + 1);
 }
 
-std::vector<FieldDecoder> BasicDecoders() { return {DecodeBasic}; }
+std::vector<FieldDecoder> BasicDecoders() { return {DecodeBasic, DecodeNpyField}; }
 
 // As in the reference, a selected field that is no longer bytes is an error
 // unless `partial` is set, in which case it passes through untouched.
@@ -246,7 +444,7 @@ absl::Status DecodeSample(Sample& sample, const std::vector<FieldDecoder>& decod
   for (Sample::Field& field : sample) {
     if (!Selected(field.first, options)) continue;
     if (std::holds_alternative<Buffer>(field.second)) {
-      if (absl::Status s = DecodeField(sample, field, decoders, ctx); !s.ok()) return s;
+      if (absl::Status s = DecodeField(sample, field, decoders, options, ctx); !s.ok()) return s;
     } else if (!options.partial) {
       return SampleError(
           absl::StatusCode::kFailedPrecondition, sample.url(), sample.key(),

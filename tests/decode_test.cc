@@ -2,6 +2,9 @@
 // the Decode stage.
 #include "wds/decode.h"
 
+#include <zlib.h>
+#include <zstd.h>
+
 #include <memory>
 #include <string>
 #include <utility>
@@ -10,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
+#include "wds/npy.h"
 #include "wds/pipeline.h"
 
 namespace wds {
@@ -403,6 +407,219 @@ TEST(DecodeStageTest, IgnoreAndStopEndsCleanlySilently) {
   EXPECT_TRUE(r.end_again.ok());
   EXPECT_EQ(r.count, 1);
   EXPECT_TRUE(r.warnings.empty());
+}
+
+// --------------------------------------------------------- compressed fields
+
+std::string Gzip(const std::string& data) {
+  z_stream zs{};
+  EXPECT_EQ(deflateInit2(&zs, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
+  std::string out(deflateBound(&zs, data.size()) + 32, '\0');
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+  zs.avail_in = static_cast<uInt>(data.size());
+  zs.next_out = reinterpret_cast<Bytef*>(out.data());
+  zs.avail_out = static_cast<uInt>(out.size());
+  EXPECT_EQ(deflate(&zs, Z_FINISH), Z_STREAM_END);
+  out.resize(zs.total_out);
+  deflateEnd(&zs);
+  return out;
+}
+
+std::string Zstd(const std::string& data) {
+  std::string out(ZSTD_compressBound(data.size()), '\0');
+  const size_t n = ZSTD_compress(out.data(), out.size(), data.data(), data.size(), 3);
+  EXPECT_FALSE(ZSTD_isError(n));
+  out.resize(n);
+  return out;
+}
+
+absl::Status DecodeStatus(const std::string& name, const std::string& data,
+                          DecodeOptions options = {}) {
+  Sample s = MakeSample("k", {{name, data}});
+  return DecodeSample(s, BasicDecoders(), options, TestRng());
+}
+
+void ExpectFieldError(const absl::Status& status, absl::StatusCode code, const std::string& field,
+                      const std::string& detail) {
+  EXPECT_EQ(status.code(), code) << status;
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr(std::string(kUrl) + ": key k: field " + field + ": " + detail));
+}
+
+TEST(CompressedFieldTest, TxtGzDecodesAsTextAndKeepsItsName) {
+  absl::StatusOr<Sample> s = DecodeOne("txt.gz", Gzip("hello, world"));
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_NE(s->GetString("txt.gz"), nullptr);
+  EXPECT_EQ(*s->GetString("txt.gz"), "hello, world");
+  EXPECT_FALSE(s->Has("txt"));
+}
+
+TEST(CompressedFieldTest, ClsZstDecodesAsInteger) {
+  absl::StatusOr<Sample> s = DecodeOne("cls.zst", Zstd(" 17\n"));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->GetInt("cls.zst"), 17);
+}
+
+TEST(CompressedFieldTest, NpyZstAndNpyGzDecodeAsArrays) {
+  Array a = Array::Allocate(DType::kInt32, {2, 2});
+  for (int i = 0; i < 4; ++i) a.mutable_data<int32_t>()[i] = i * 1000 - 1;
+  const std::string npy = EncodeNpy(a);
+  for (const auto& [name, data] : std::vector<std::pair<std::string, std::string>>{
+           {"npy.zst", Zstd(npy)}, {"feat.npy.gz", Gzip(npy)}}) {
+    absl::StatusOr<Sample> s = DecodeOne(name, data);
+    ASSERT_TRUE(s.ok()) << name << ": " << s.status();
+    const Array* out = s->GetArray(name);
+    ASSERT_NE(out, nullptr) << name;
+    EXPECT_THAT(out->shape, ElementsAre(2, 2));
+    EXPECT_EQ(out->data.view(), a.data.view()) << name;
+  }
+}
+
+TEST(CompressedFieldTest, UnknownInnerExtensionGivesDecompressedBytes) {
+  absl::StatusOr<Sample> s = DecodeOne("bin.gz", Gzip(std::string("\x00\x01\x02", 3)));
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_NE(s->GetBytes("bin.gz"), nullptr);
+  EXPECT_EQ(s->GetBytes("bin.gz")->view(), std::string("\x00\x01\x02", 3));
+}
+
+TEST(CompressedFieldTest, BareGzFieldGivesDecompressedBytes) {
+  absl::StatusOr<Sample> s = DecodeOne("gz", Gzip("42"));
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_NE(s->GetBytes("gz"), nullptr);
+  EXPECT_EQ(s->GetBytes("gz")->view(), "42");
+}
+
+TEST(CompressedFieldTest, DoubleSuffixIsDecompressedOnce) {
+  const std::string once = Gzip("text");
+  absl::StatusOr<Sample> s = DecodeOne("txt.gz.gz", Gzip(once));
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_NE(s->GetBytes("txt.gz.gz"), nullptr);
+  EXPECT_EQ(s->GetBytes("txt.gz.gz")->view(), once);
+}
+
+TEST(CompressedFieldTest, ExtensionCaseIsIgnored) {
+  absl::StatusOr<Sample> s = DecodeOne("TXT.GZ", Gzip("abc"));
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_NE(s->GetString("TXT.GZ"), nullptr);
+  EXPECT_EQ(*s->GetString("TXT.GZ"), "abc");
+}
+
+TEST(CompressedFieldTest, ConcatenatedGzipMembersAndZeroPadding) {
+  absl::StatusOr<Sample> s =
+      DecodeOne("txt.gz", Gzip("first ") + Gzip("second") + std::string(5, '\0'));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(*s->GetString("txt.gz"), "first second");
+}
+
+TEST(CompressedFieldTest, ConcatenatedZstdFrames) {
+  absl::StatusOr<Sample> s = DecodeOne("txt.zst", Zstd("one ") + Zstd("two"));
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(*s->GetString("txt.zst"), "one two");
+}
+
+TEST(CompressedFieldTest, EmptyCompressedFieldIsEmpty) {
+  absl::StatusOr<Sample> gz = DecodeOne("txt.gz", "");
+  ASSERT_TRUE(gz.ok()) << gz.status();
+  EXPECT_EQ(*gz->GetString("txt.gz"), "");
+  absl::StatusOr<Sample> zst = DecodeOne("bin.zst", "");
+  ASSERT_TRUE(zst.ok()) << zst.status();
+  EXPECT_EQ(zst->GetBytes("bin.zst")->size(), 0u);
+}
+
+TEST(CompressedFieldTest, LargeOutputGrowsPastTheSizeHint) {
+  std::string big(3 << 20, 'a');
+  for (size_t i = 0; i < big.size(); i += 997) big[i] = static_cast<char>('a' + i % 26);
+  // The size hints (gzip's last ISIZE, zstd's first frame size) describe a
+  // small member here, so the output must grow.
+  const std::string gz = Gzip(big) + Gzip("!");
+  const std::string zst = Zstd("!") + Zstd(big);
+  for (const auto& [name, data] :
+       std::vector<std::pair<std::string, std::string>>{{"txt.gz", gz}, {"txt.zst", zst}}) {
+    absl::StatusOr<Sample> s = DecodeOne(name, data);
+    ASSERT_TRUE(s.ok()) << name << ": " << s.status();
+    const std::string expected = name == "txt.gz" ? big + "!" : "!" + big;
+    EXPECT_TRUE(*s->GetString(name) == expected) << name;
+  }
+}
+
+TEST(CompressedFieldTest, CorruptGzipIsDataLoss) {
+  std::string gz = Gzip(std::string(1000, 'x'));
+  gz[12] = static_cast<char>(gz[12] ^ 0x55);
+  ExpectFieldError(DecodeStatus("txt.gz", gz), absl::StatusCode::kDataLoss, "txt.gz",
+                   "gzip data is corrupt at compressed byte");
+  ExpectFieldError(DecodeStatus("txt.gz", "not gzip at all"), absl::StatusCode::kDataLoss,
+                   "txt.gz", "gzip data is corrupt at compressed byte 2: incorrect header check");
+}
+
+TEST(CompressedFieldTest, TrailingGarbageAfterGzipIsDataLoss) {
+  ExpectFieldError(DecodeStatus("txt.gz", Gzip("ok") + "junk"), absl::StatusCode::kDataLoss,
+                   "txt.gz", "gzip data is corrupt");
+}
+
+TEST(CompressedFieldTest, TruncatedGzipIsDataLoss) {
+  const std::string gz = Gzip("some text that compresses");
+  ExpectFieldError(DecodeStatus("txt.gz", gz.substr(0, gz.size() - 6)),
+                   absl::StatusCode::kDataLoss, "txt.gz", "gzip data is truncated");
+}
+
+TEST(CompressedFieldTest, CorruptZstdIsDataLoss) {
+  ExpectFieldError(DecodeStatus("txt.zst", "definitely not zstd"), absl::StatusCode::kDataLoss,
+                   "txt.zst", "zstd data is corrupt at compressed byte");
+}
+
+TEST(CompressedFieldTest, TruncatedZstdIsDataLoss) {
+  const std::string zst = Zstd(std::string(5000, 'q') + "tail");
+  ExpectFieldError(DecodeStatus("txt.zst", zst.substr(0, zst.size() - 3)),
+                   absl::StatusCode::kDataLoss, "txt.zst", "zstd data is truncated");
+}
+
+TEST(CompressedFieldTest, OutputOverTheLimitIsResourceExhausted) {
+  const std::string plain(10001, 'z');
+  DecodeOptions options;
+  options.max_decompressed_bytes = 10000;
+  ExpectFieldError(DecodeStatus("txt.gz", Gzip(plain), options),
+                   absl::StatusCode::kResourceExhausted, "txt.gz",
+                   "gzip data expands beyond 10000 bytes (DecodeOptions.max_decompressed_bytes)");
+  ExpectFieldError(DecodeStatus("txt.zst", Zstd(plain), options),
+                   absl::StatusCode::kResourceExhausted, "txt.zst",
+                   "zstd data expands beyond 10000 bytes");
+}
+
+TEST(CompressedFieldTest, OutputExactlyAtTheLimitIsAllowed) {
+  const std::string plain(10000, 'z');
+  DecodeOptions options;
+  options.max_decompressed_bytes = 10000;
+  EXPECT_TRUE(DecodeStatus("txt.gz", Gzip(plain), options).ok());
+  EXPECT_TRUE(DecodeStatus("txt.zst", Zstd(plain), options).ok());
+}
+
+TEST(CompressedFieldTest, BombIsStoppedAtTheLimit) {
+  // 16 MiB of zeros compress about 1000:1 (gzip) and far more (zstd).
+  const std::string zeros(16 << 20, '\0');
+  DecodeOptions options;
+  options.max_decompressed_bytes = 1 << 20;
+  ExpectFieldError(DecodeStatus("bin.gz", Gzip(zeros), options),
+                   absl::StatusCode::kResourceExhausted, "bin.gz", "gzip data expands beyond 1048576 bytes");
+  ExpectFieldError(DecodeStatus("bin.zst", Zstd(zeros), options),
+                   absl::StatusCode::kResourceExhausted, "bin.zst", "zstd data expands beyond 1048576 bytes");
+}
+
+TEST(CompressedFieldTest, InnerDecodeErrorNamesTheCompressedField) {
+  ExpectFieldError(DecodeStatus("txt.gz", Gzip("\xff")), absl::StatusCode::kInvalidArgument,
+                   "txt.gz", "invalid UTF-8 at byte offset 0");
+  ExpectFieldError(DecodeStatus("npy.zst", Zstd("not npy")), absl::StatusCode::kInvalidArgument,
+                   "npy.zst", "not an npy file");
+}
+
+TEST(CompressedFieldTest, OnlyMatchesTheFullFieldName) {
+  DecodeOptions options;
+  options.only = {"txt"};
+  Sample s = MakeSample("k", {{"txt.gz", Gzip("x")}});
+  ASSERT_TRUE(DecodeSample(s, BasicDecoders(), options, TestRng()).ok());
+  EXPECT_NE(s.GetBytes("txt.gz"), nullptr);
+  options.only = {"txt.gz"};
+  ASSERT_TRUE(DecodeSample(s, BasicDecoders(), options, TestRng()).ok());
+  EXPECT_EQ(*s.GetString("txt.gz"), "x");
 }
 
 }  // namespace

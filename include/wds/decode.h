@@ -6,9 +6,20 @@
 //                                          whitespace allowed)
 //   txt text transcript                 -> string (must be valid UTF-8)
 //   json jsn                            -> string (the JSON text, unparsed)
+//   npy                                 -> Array (see npy.h; no pickle)
 // Anything else stays bytes. Fields named like "__key__" are never decoded.
+//
+// Compressed fields: a field whose last extension is "gz" (gzip) or "zst"
+// (zstd), e.g. "txt.gz" or "npy.zst", is decompressed first and then decoded
+// by the rest of its name ("txt", "npy") with the same decoders; if none
+// accepts it, the value is the decompressed bytes. As in the reference (its
+// gzfilter), the field keeps its name ("txt.gz") and one suffix is removed:
+// "x.gz.gz" holds the once-decompressed bytes. Corrupt or truncated
+// compressed data is DataLoss; output beyond max_decompressed_bytes is
+// ResourceExhausted.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <optional>
 #include <string>
@@ -48,6 +59,9 @@ struct DecodeOptions {
   // it is a FailedPrecondition error. Either way a field that no decoder
   // accepts stays bytes.
   bool partial = false;
+  // max_decompressed_bytes bounds what one compressed field may expand to, so
+  // that a hostile file cannot exhaust memory.
+  size_t max_decompressed_bytes = size_t{1} << 30;
   Handler handler = Handler::kReraise;
 };
 

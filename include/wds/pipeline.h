@@ -21,8 +21,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "wds/batch.h"
 #include "wds/decode.h"
 #include "wds/error.h"
+#include "wds/image.h"
 #include "wds/io.h"
 #include "wds/sample.h"
 #include "wds/shards.h"
@@ -99,6 +101,17 @@ class Pipeline {
   // Decode applies the first decoder that accepts each field (see decode.h).
   [[nodiscard]] Pipeline Decode(std::vector<FieldDecoder> decoders = BasicDecoders(),
                                 DecodeOptions options = {}) const;
+  // Decode(spec) decodes images by `image_spec` (see image.h), then the rest
+  // with BasicDecoders, like the reference's .decode("rgb8"). An unknown spec
+  // or invalid image options make every Next() an InvalidArgument error.
+  [[nodiscard]] Pipeline Decode(std::string_view image_spec, ImageDecodeOptions image = {},
+                                DecodeOptions options = {}) const;
+
+  // Batched collates groups of `batch_size` samples into batches (see
+  // batch.h for the rules, padding, dynamic budgets and `partial`). Array
+  // storage comes from the WorkerContext's pool, or a pool the stream owns.
+  // batch_size 0 without a budget is an InvalidArgument error on every Next().
+  [[nodiscard]] Pipeline Batched(size_t batch_size, BatchOptions options = {}) const;
 
   // WithLength(n): size() reports n and every epoch yields exactly n items; if
   // the data runs out first, a fresh pass over the shards continues it. Under a

@@ -24,6 +24,8 @@
 
 namespace wds {
 
+class BufferPool;
+
 template <typename T>
 class Stage {
  public:
@@ -53,6 +55,9 @@ struct WorkerContext {
   std::shared_ptr<ErrorCounters> errors;
   // warn receives handler warnings; null means stderr.
   WarningSink warn;
+  // pool supplies batch storage (the Loader's, pinned when asked for); null
+  // means each Batched stream uses a pool of its own.
+  std::shared_ptr<BufferPool> pool;
 
   // Handle applies `handler` to `error` with this context's counters and sink.
   ErrorAction Handle(Handler handler, std::string_view stage, const absl::Status& error) const;

@@ -1,0 +1,203 @@
+// Micro-benchmarks for the image decoders on an ImageNet-like picture: a
+// 500x375 JPEG at quality 90 (~75 KB), the same picture as WebP (q90) and
+// PNG, decoded full size and to 224x224 (stretch, centre crop, random resized
+// crop), plus a 1024x768 JPEG where DCT scaling applies. items/s are images; bytes/s are encoded
+// input bytes; src_Mpix/s are encoded pixels per second, comparable to tjbench's "Megapixels/sec".
+//
+// The fixtures are made with cjpeg, cwebp and dwebp in a temporary directory,
+// or in $WDS_IMAGE_BENCH_DIR (kept, so that tjbench can run on the same file:
+// tjbench $WDS_IMAGE_BENCH_DIR/photo.jpg -rgb -nowrite). $WDS_IMAGE_BENCH_JPEG
+// names a JPEG to use instead of the synthetic one.
+#include <benchmark/benchmark.h>
+#include <stdlib.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <stdexcept>
+#include <string>
+
+#include "image_rows.h"
+#include "wds/image.h"
+
+namespace wds {
+namespace {
+
+constexpr int kWidth = 500;
+constexpr int kHeight = 375;
+
+// Picture is smooth shapes, some texture and sensor-like noise: close to a
+// photograph in how hard it is for a JPEG encoder (~75 KB at q90 for 500x375).
+std::string PicturePpm(int width, int height) {
+  std::string ppm = "P6\n" + std::to_string(width) + " " + std::to_string(height) + "\n255\n";
+  uint64_t state = 88172645463325252ULL;
+  auto noise = [&state] {
+    state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+    return static_cast<double>(state % 1000) / 1000.0 - 0.5;
+  };
+  for (int y = 0; y < height; ++y) {
+    for (int x = 0; x < width; ++x) {
+      for (int c = 0; c < 3; ++c) {
+        const double v = 120 + 70 * std::sin(x / 41.0 + c) * std::cos(y / 29.0 - c) +
+                         25 * std::sin((x + 2 * y) / 6.0 + c * 1.7) + 34 * noise();
+        ppm.push_back(static_cast<char>(std::lround(std::fmin(255, std::fmax(0, v)))));
+      }
+    }
+  }
+  return ppm;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error("cannot read " + path);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+void Shell(const std::string& command) {
+  if (std::system(command.c_str()) != 0) throw std::runtime_error("failed: " + command);
+}
+
+struct Fixtures {
+  std::string jpeg;
+  std::string png;
+  std::string webp;
+  std::string large_jpeg;  // 1024x768, where DCT scaling applies to 224x224 outputs
+
+  Fixtures() {
+    const char* keep = std::getenv("WDS_IMAGE_BENCH_DIR");
+    std::string dir;
+    if (keep != nullptr) {
+      dir = keep;
+      std::filesystem::create_directories(dir);
+    } else {
+      std::string tmpl =
+          (std::filesystem::temp_directory_path() / "wds-image-bench-XXXXXX").string();
+      if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+      dir = tmpl;
+    }
+    {
+      std::ofstream f(dir + "/photo.ppm", std::ios::binary);
+      f << PicturePpm(kWidth, kHeight);
+      std::ofstream large(dir + "/large.ppm", std::ios::binary);
+      large << PicturePpm(1024, 768);
+    }
+    const char* source = std::getenv("WDS_IMAGE_BENCH_JPEG");
+    const std::string q = "'" + dir + "/";
+    if (source != nullptr) {
+      Shell(std::string("cp '") + source + "' " + q + "photo.jpg'");
+      Shell("djpeg -pnm " + q + "photo.jpg' > " + q + "photo.ppm'");
+    } else {
+      Shell("cjpeg -quality 90 " + q + "photo.ppm' > " + q + "photo.jpg'");
+    }
+    Shell("cjpeg -quality 90 " + q + "large.ppm' > " + q + "large.jpg'");
+    Shell("cwebp -quiet -q 90 " + q + "photo.ppm' -o " + q + "photo.webp'");
+    Shell("dwebp -quiet " + q + "photo.webp' -o " + q + "photo.png'");
+    jpeg = ReadFile(dir + "/photo.jpg");
+    png = ReadFile(dir + "/photo.png");
+    webp = ReadFile(dir + "/photo.webp");
+    large_jpeg = ReadFile(dir + "/large.jpg");
+    std::fprintf(stderr,
+                 "image fixtures in %s: photo.jpg %zu bytes, photo.png %zu, photo.webp %zu\n",
+                 dir.c_str(), jpeg.size(), png.size(), webp.size());
+    if (keep == nullptr) std::filesystem::remove_all(dir);
+  }
+};
+
+const Fixtures& Get() {
+  static const Fixtures fixtures;
+  return fixtures;
+}
+
+ImageDecodeOptions Options(ResizeMode mode) {
+  ImageDecodeOptions options;
+  options.resize.mode = mode;
+  options.resize.width = 224;
+  options.resize.height = 224;
+  return options;
+}
+
+void Run(benchmark::State& state, const std::string& data, const char* spec,
+         const ImageDecodeOptions& options) {
+  const ImageSpec parsed = *ParseImageSpec(spec);
+  Rng rng(1);
+  ImageDecodeInfo info;
+  for (auto _ : state) {
+    absl::StatusOr<Array> image = DecodeImage(data, parsed, options, rng, &info);
+    if (!image.ok()) {
+      state.SkipWithError(std::string(image.status().message()).c_str());
+      return;
+    }
+    benchmark::DoNotOptimize(image->data.data());
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(data.size()));
+  state.counters["src_Mpix/s"] =
+      benchmark::Counter(static_cast<double>(info.width) * info.height * 1e-6 *
+                             static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate);
+}
+
+void BM_JpegRgb8Full(benchmark::State& s) { Run(s, Get().jpeg, "rgb8", {}); }
+void BM_JpegL8Full(benchmark::State& s) { Run(s, Get().jpeg, "l8", {}); }
+void BM_JpegTorchRgbFull(benchmark::State& s) { Run(s, Get().jpeg, "torchrgb", {}); }
+void BM_JpegRgb8Stretch224(benchmark::State& s) {
+  Run(s, Get().jpeg, "rgb8", Options(ResizeMode::kStretch));
+}
+void BM_JpegRgb8CenterCrop224(benchmark::State& s) {
+  Run(s, Get().jpeg, "rgb8", Options(ResizeMode::kCenterCrop));
+}
+void BM_JpegRgb8RandomResizedCrop224(benchmark::State& s) {
+  ImageDecodeOptions options = Options(ResizeMode::kRandomResizedCrop);
+  options.hflip = 0.5;
+  Run(s, Get().jpeg, "rgb8", options);
+}
+void BM_JpegTorchRgbCenterCrop224(benchmark::State& s) {
+  Run(s, Get().jpeg, "torchrgb", Options(ResizeMode::kCenterCrop));
+}
+void BM_LargeJpegRgb8Full(benchmark::State& s) { Run(s, Get().large_jpeg, "rgb8", {}); }
+void BM_LargeJpegRgb8CenterCrop224(benchmark::State& s) {
+  Run(s, Get().large_jpeg, "rgb8", Options(ResizeMode::kCenterCrop));
+}
+void BM_PngRgb8Full(benchmark::State& s) { Run(s, Get().png, "rgb8", {}); }
+void BM_PngRgb8CenterCrop224(benchmark::State& s) {
+  Run(s, Get().png, "rgb8", Options(ResizeMode::kCenterCrop));
+}
+void BM_WebpRgb8Full(benchmark::State& s) { Run(s, Get().webp, "rgb8", {}); }
+void BM_WebpRgb8CenterCrop224(benchmark::State& s) {
+  Run(s, Get().webp, "rgb8", Options(ResizeMode::kCenterCrop));
+}
+
+// The resampler alone: a 375x375 region of a 500x375 image to 224x224.
+void BM_Resample375To224(benchmark::State& state) {
+  const std::string pixels(static_cast<size_t>(kWidth) * kHeight * 3, '\x7f');
+  for (auto _ : state) {
+    Array out = image_internal::ResampleImage(reinterpret_cast<const uint8_t*>(pixels.data()),
+                                              kWidth, kHeight, 3, {62.5, 0, 375, 375}, 224, 224);
+    benchmark::DoNotOptimize(out.data.data());
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+BENCHMARK(BM_JpegRgb8Full);
+BENCHMARK(BM_JpegL8Full);
+BENCHMARK(BM_JpegTorchRgbFull);
+BENCHMARK(BM_JpegRgb8Stretch224);
+BENCHMARK(BM_JpegRgb8CenterCrop224);
+BENCHMARK(BM_JpegRgb8RandomResizedCrop224);
+BENCHMARK(BM_JpegTorchRgbCenterCrop224);
+BENCHMARK(BM_LargeJpegRgb8Full);
+BENCHMARK(BM_LargeJpegRgb8CenterCrop224);
+BENCHMARK(BM_PngRgb8Full);
+BENCHMARK(BM_PngRgb8CenterCrop224);
+BENCHMARK(BM_WebpRgb8Full);
+BENCHMARK(BM_WebpRgb8CenterCrop224);
+BENCHMARK(BM_Resample375To224);
+
+}  // namespace
+}  // namespace wds
+
+BENCHMARK_MAIN();

@@ -1,0 +1,447 @@
+// Tests for host allocators, the pinned-memory fallback, BufferPool recycling
+// (also under ThreadSanitizer) and the Loader's pool.
+#include "wds/memory.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "test_util.h"
+#include "wds/loader.h"
+#include "wds/pipeline.h"
+
+namespace wds {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::wds::testing::VectorSource;
+
+// CountingAllocator records what it hands out and takes back.
+class CountingAllocator final : public HostAllocator {
+ public:
+  absl::StatusOr<void*> Allocate(size_t bytes) override {
+    if (fail_)
+      return absl::ResourceExhaustedError(std::string("no room for ") + std::to_string(bytes));
+    void* p = std::aligned_alloc(kHostAlignment,
+                                 (bytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment);
+    std::lock_guard<std::mutex> lock(mu_);
+    live_.insert(p);
+    ++allocations_;
+    return p;
+  }
+  void Deallocate(void* p, size_t /*bytes*/) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      EXPECT_EQ(live_.erase(p), 1u) << "freed a block it did not allocate";
+      freed_.push_back(p);
+    }
+    std::free(p);
+  }
+  bool pinned() const override { return false; }
+  std::string_view name() const override { return "counting"; }
+
+  void set_fail(bool fail) { fail_ = fail; }
+  size_t live() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return live_.size();
+  }
+  int allocations() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return allocations_;
+  }
+  std::vector<void*> freed() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return freed_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::set<void*> live_;
+  std::vector<void*> freed_;
+  int allocations_ = 0;
+  std::atomic<bool> fail_{false};
+};
+
+// A CUDA device node exists exactly where pinned memory must work.
+bool HasCudaDevice() { return access("/dev/nvidia0", F_OK) == 0; }
+
+// ---------------------------------------------------------- allocators
+
+TEST(AlignedHostAllocatorTest, IsPageAlignedAndNotPinned) {
+  std::shared_ptr<HostAllocator> a = AlignedHostAllocator();
+  EXPECT_FALSE(a->pinned());
+  EXPECT_EQ(a->name(), "aligned");
+  for (size_t bytes : {size_t{1}, size_t{100}, size_t{5000}, size_t{1} << 20}) {
+    absl::StatusOr<void*> p = a->Allocate(bytes);
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(*p) % 4096, 0u) << bytes;
+    std::memset(*p, 0xab, bytes);
+    a->Deallocate(*p, bytes);
+  }
+}
+
+TEST(PinnedHostAllocatorTest, WithoutADeviceIsFailedPrecondition) {
+  if (HasCudaDevice()) GTEST_SKIP() << "this machine has a CUDA device";
+  absl::StatusOr<std::shared_ptr<HostAllocator>> a = PinnedHostAllocator(0);
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(a.status().message()), HasSubstr("CUDA"));
+}
+
+TEST(PinnedHostAllocatorTest, WithADeviceAllocatesPinnedMemory) {
+  if (!HasCudaDevice()) GTEST_SKIP() << "no CUDA device on this machine";
+  absl::StatusOr<std::shared_ptr<HostAllocator>> a = PinnedHostAllocator(0);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_TRUE((*a)->pinned());
+  EXPECT_EQ((*a)->name(), "cuda_pinned(device 0)");
+  absl::StatusOr<void*> p = (*a)->Allocate(1 << 20);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(*p) % kHostAlignment, 0u);
+  (*a)->Deallocate(*p, 1 << 20);
+  EXPECT_EQ(PinnedHostAllocator(1 << 20).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(DefaultBatchAllocatorTest, WithoutPinMemoryIsAlignedWithoutNote) {
+  BatchAllocator chosen = DefaultBatchAllocator(false, 3);
+  EXPECT_FALSE(chosen.allocator->pinned());
+  EXPECT_EQ(chosen.allocator->name(), "aligned");
+  EXPECT_EQ(chosen.note, "");
+}
+
+TEST(DefaultBatchAllocatorTest, PinMemoryWithoutDeviceFallsBackAndSaysWhy) {
+  if (HasCudaDevice()) GTEST_SKIP() << "this machine has a CUDA device";
+  BatchAllocator chosen = DefaultBatchAllocator(true, 0);
+  EXPECT_FALSE(chosen.allocator->pinned());
+  EXPECT_EQ(chosen.allocator->name(), "aligned");
+  EXPECT_THAT(chosen.note,
+              HasSubstr("pin_memory was requested but pinned memory is unavailable ("));
+  EXPECT_THAT(chosen.note, HasSubstr("); batches use ordinary aligned host memory"));
+}
+
+// ------------------------------------------------------------ BufferPool
+
+TEST(BufferPoolTest, SizeClasses) {
+  EXPECT_EQ(BufferPool::SizeClass(0), 4096u);
+  EXPECT_EQ(BufferPool::SizeClass(1), 4096u);
+  EXPECT_EQ(BufferPool::SizeClass(4096), 4096u);
+  EXPECT_EQ(BufferPool::SizeClass(4097), 8192u);
+  EXPECT_EQ(BufferPool::SizeClass(100000), 106496u);                // granule 8 KiB
+  EXPECT_EQ(BufferPool::SizeClass(64 * 224 * 224 * 3), 10485760u);  // granule 1 MiB
+  EXPECT_EQ(BufferPool::SizeClass(10485760), 10485760u);
+}
+
+TEST(BufferPoolTest, AcquireGivesExactSizeAndAlignment) {
+  BufferPool pool;
+  absl::StatusOr<Buffer> b = pool.Acquire(1000);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->size(), 1000u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b->data()) % kHostAlignment, 0u);
+  EXPECT_FALSE(pool.pinned());
+  EXPECT_EQ(pool.allocator().name(), "aligned");
+  BufferPoolStats s = pool.stats();
+  EXPECT_EQ(s.allocations, 1);
+  EXPECT_EQ(s.live_bytes, 4096u);
+  EXPECT_EQ(s.cached_bytes, 0u);
+}
+
+TEST(BufferPoolTest, DroppedBufferIsReusedAtTheSamePointer) {
+  BufferPool pool;
+  const uint8_t* first;
+  {
+    Buffer b = *pool.Acquire(50000);
+    first = b.data();
+  }
+  EXPECT_EQ(pool.stats().cached_bytes, BufferPool::SizeClass(50000));
+  Buffer again = *pool.Acquire(49500);  // same size class
+  EXPECT_EQ(again.data(), first);
+  BufferPoolStats s = pool.stats();
+  EXPECT_EQ(s.allocations, 1);
+  EXPECT_EQ(s.reuses, 1);
+  EXPECT_EQ(s.cached_bytes, 0u);
+}
+
+TEST(BufferPoolTest, OtherSizeClassIsNotShared) {
+  BufferPool pool;
+  { Buffer b = *pool.Acquire(4096); }
+  Buffer other = *pool.Acquire(8192);
+  EXPECT_EQ(pool.stats().allocations, 2);
+  EXPECT_EQ(pool.stats().reuses, 0);
+}
+
+TEST(BufferPoolTest, SteadyStateAllocatesNothingOver100Batches) {
+  auto counting = std::make_shared<CountingAllocator>();
+  BufferPool pool(counting);
+  for (int i = 0; i < 100; ++i) {
+    Buffer images = *pool.Acquire(64 * 224 * 224 * 3);
+    Buffer labels = *pool.Acquire(64 * 8);
+    images.mutable_data()[0] = static_cast<uint8_t>(i);
+  }
+  BufferPoolStats s = pool.stats();
+  EXPECT_EQ(s.allocations, 2);
+  EXPECT_EQ(s.reuses, 198);
+  EXPECT_EQ(s.frees, 0);
+  EXPECT_EQ(counting->allocations(), 2);
+}
+
+TEST(BufferPoolTest, SlicesCopiesAndArraysKeepStorageOutOfThePool) {
+  BufferPool pool;
+  Buffer b = *pool.Acquire(4096);
+  const uint8_t* p = b.data();
+  Buffer slice = b.Slice(10, 20);
+  Array array;
+  array.dtype = DType::kUInt8;
+  array.shape = {4096};
+  array.data = b;
+  b = Buffer();
+  EXPECT_NE(pool.Acquire(4096)->data(), p);  // still held by slice and array
+  slice = Buffer();
+  EXPECT_NE(pool.Acquire(4096)->data(), p);  // still held by array
+  array = Array();
+  // The most recently released block is handed out first.
+  EXPECT_EQ(pool.Acquire(4096)->data(), p);
+}
+
+TEST(BufferPoolTest, BuffersOutliveThePool) {
+  auto counting = std::make_shared<CountingAllocator>();
+  Buffer survivor;
+  {
+    BufferPool pool(counting);
+    { Buffer cached = *pool.Acquire(4096); }
+    survivor = *pool.Acquire(8192);
+    EXPECT_EQ(counting->live(), 2u);
+  }
+  // The pool freed its cache; the survivor is still usable.
+  EXPECT_EQ(counting->live(), 1u);
+  std::memset(survivor.mutable_data(), 7, survivor.size());
+  EXPECT_EQ(survivor.data()[8191], 7);
+  const void* p = survivor.data();
+  survivor = Buffer();
+  EXPECT_EQ(counting->live(), 0u);
+  EXPECT_EQ(counting->freed().back(), p);
+}
+
+TEST(BufferPoolTest, CacheCapFreesTheOldestFirst) {
+  auto counting = std::make_shared<CountingAllocator>();
+  BufferPool pool(counting, BufferPoolOptions{3 * 4096});
+  std::vector<Buffer> held;
+  for (int i = 0; i < 4; ++i) held.push_back(*pool.Acquire(4096));
+  std::vector<const void*> order;
+  for (Buffer& b : held) order.push_back(b.data());
+  held.clear();  // released in order 0, 1, 2, 3
+  BufferPoolStats s = pool.stats();
+  EXPECT_EQ(s.cached_bytes, 3u * 4096);
+  EXPECT_EQ(s.frees, 1);
+  EXPECT_THAT(counting->freed(), ElementsAre(order[0]));
+}
+
+TEST(BufferPoolTest, CacheCapEvictsOtherClassesToMakeRoom) {
+  auto counting = std::make_shared<CountingAllocator>();
+  BufferPool pool(counting, BufferPoolOptions{12288});
+  Buffer small = *pool.Acquire(4096);
+  Buffer large = *pool.Acquire(12288);
+  const void* small_data = small.data();
+  small = Buffer();
+  large = Buffer();
+  EXPECT_THAT(counting->freed(), ElementsAre(small_data));
+  EXPECT_EQ(pool.stats().cached_bytes, 12288u);
+}
+
+TEST(BufferPoolTest, BlockLargerThanTheCapIsFreedNotCached) {
+  auto counting = std::make_shared<CountingAllocator>();
+  BufferPool pool(counting, BufferPoolOptions{4096});
+  { Buffer b = *pool.Acquire(8192); }
+  EXPECT_EQ(pool.stats().cached_bytes, 0u);
+  EXPECT_EQ(pool.stats().frees, 1);
+  EXPECT_EQ(counting->live(), 0u);
+}
+
+TEST(BufferPoolTest, TrimFreesTheCache) {
+  auto counting = std::make_shared<CountingAllocator>();
+  BufferPool pool(counting);
+  { Buffer a = *pool.Acquire(4096), b = *pool.Acquire(4096); }
+  EXPECT_EQ(counting->live(), 2u);
+  pool.Trim();
+  EXPECT_EQ(counting->live(), 0u);
+  EXPECT_EQ(pool.stats().cached_bytes, 0u);
+  EXPECT_EQ(pool.stats().frees, 2);
+  // The pool stays usable after a trim.
+  { Buffer c = *pool.Acquire(4096); }
+  EXPECT_EQ(pool.stats().cached_bytes, 4096u);
+}
+
+TEST(BufferPoolTest, AllocatorFailureIsResourceExhausted) {
+  auto counting = std::make_shared<CountingAllocator>();
+  counting->set_fail(true);
+  BufferPool pool(counting);
+  absl::StatusOr<Buffer> b = pool.Acquire(100);
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(b.status().message()),
+              HasSubstr("buffer pool (counting): no room for 4096"));
+}
+
+TEST(BufferPoolTest, ConcurrentAcquireAndReleaseAcrossThreads) {
+  auto counting = std::make_shared<CountingAllocator>();
+  auto pool = std::make_shared<BufferPool>(counting);
+  constexpr int kThreads = 4;
+  constexpr int kRounds = 500;
+  // Buffers are handed to the next thread through a shared inbox, so that
+  // storage is released on other threads than the one that acquired it.
+  std::mutex mu;
+  std::vector<Buffer> inbox;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kRounds; ++i) {
+        Buffer b = *pool->Acquire(4096 * (1 + (i + t) % 3));
+        std::memset(b.mutable_data(), t, b.size());
+        Buffer taken;
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          inbox.push_back(b);
+          if (inbox.size() > 8) {
+            taken = inbox.front();
+            inbox.erase(inbox.begin());
+          }
+        }
+        if (!taken.empty()) {
+          const uint8_t first = taken.data()[0];
+          EXPECT_EQ(taken.data()[taken.size() - 1], first);
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  inbox.clear();
+  BufferPoolStats s = pool->stats();
+  EXPECT_EQ(s.allocations + s.reuses, kThreads * kRounds);
+  EXPECT_EQ(s.live_bytes, 0u);
+  EXPECT_GT(s.cached_bytes, 0u);
+  EXPECT_EQ(static_cast<int64_t>(counting->live()), s.allocations - s.frees);
+  pool.reset();
+  EXPECT_EQ(counting->live(), 0u);
+}
+
+// --------------------------------------------------------------- Loader
+
+std::vector<Sample> ArraySamples(int n) {
+  std::vector<Sample> samples;
+  for (int i = 0; i < n; ++i) {
+    Sample s;
+    s.Append(std::string(kKeyField), std::to_string(i));
+    Array a = Array::Allocate(DType::kUInt8, {4, 4});
+    std::memset(a.mutable_data<uint8_t>(), i, 16);
+    s.Append("img", std::move(a));
+    s.Append("cls", int64_t{i});
+    samples.push_back(std::move(s));
+  }
+  return samples;
+}
+
+TEST(LoaderPoolTest, PinMemoryWithoutDeviceFallsBackWarnsOnceAndWorks) {
+  if (HasCudaDevice()) GTEST_SKIP() << "this machine has a CUDA device";
+  std::vector<std::string> warnings;
+  std::mutex mu;
+  LoaderOptions options;
+  options.workers = 2;
+  options.pin_memory = true;
+  options.device = 0;
+  options.warn = [&](std::string_view w) {
+    std::lock_guard<std::mutex> lock(mu);
+    warnings.emplace_back(w);
+  };
+  Loader loader(Pipeline(VectorSource(ArraySamples(8))).Batched(2), options);
+  ASSERT_NE(loader.pool(), nullptr);
+  EXPECT_FALSE(loader.pool()->pinned());
+  int batches = 0;
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    for (const Sample& batch : loader) {
+      const Array* img = batch.GetArray("img");
+      ASSERT_NE(img, nullptr);
+      EXPECT_THAT(img->shape, ElementsAre(2, 4, 4));
+      ++batches;
+    }
+  }
+  EXPECT_EQ(batches, 16);  // 2 workers x 4 batches x 2 epochs
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_THAT(warnings[0], HasSubstr("loader: pin_memory was requested but pinned memory is "
+                                     "unavailable"));
+  EXPECT_GT(loader.pool()->stats().allocations, 0);
+  EXPECT_GT(loader.pool()->stats().reuses, 0);
+}
+
+TEST(LoaderPoolTest, WithoutPinMemoryNoWarningAndWorkersUseTheLoaderPool) {
+  std::vector<std::string> warnings;
+  LoaderOptions options;
+  options.warn = [&](std::string_view w) { warnings.emplace_back(w); };
+  Loader loader(Pipeline(VectorSource(ArraySamples(6))).Batched(3), options);
+  EXPECT_FALSE(loader.pool()->pinned());
+  std::vector<Sample> batches;
+  for (const Sample& batch : loader) batches.push_back(batch);
+  ASSERT_EQ(batches.size(), 2u);
+  EXPECT_TRUE(warnings.empty());
+  // Two batches alive: their img and cls storage are four pool blocks.
+  EXPECT_EQ(loader.pool()->stats().live_bytes, 4u * 4096);
+  batches.clear();
+  EXPECT_EQ(loader.pool()->stats().live_bytes, 0u);
+}
+
+TEST(LoaderPoolTest, BatchesOutliveTheLoader) {
+  std::vector<Sample> batches;
+  {
+    Loader loader(Pipeline(VectorSource(ArraySamples(4))).Batched(2));
+    for (const Sample& batch : loader) batches.push_back(batch);
+  }
+  ASSERT_EQ(batches.size(), 2u);
+  const Array* img = batches[1].GetArray("img");
+  ASSERT_NE(img, nullptr);
+  EXPECT_EQ(img->data_as<uint8_t>()[16], 3);
+}
+
+// ScopedEnv sets an environment variable for one test.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+
+ private:
+  const char* name_;
+};
+
+TEST(LoaderPoolTest, MalformedLocalRankIsASetupErrorOnlyWithPinMemory) {
+  ScopedEnv local_rank("LOCAL_RANK", "two");
+  LoaderOptions pinned;
+  pinned.pin_memory = true;
+  Loader bad(Pipeline(VectorSource(ArraySamples(2))).Batched(2), pinned);
+  absl::StatusOr<std::optional<Sample>> item = bad.Next();
+  EXPECT_EQ(item.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(item.status().message()),
+              HasSubstr("environment variable LOCAL_RANK=\"two\" is not an integer"));
+  EXPECT_NE(bad.pool(), nullptr);
+
+  Loader fine(Pipeline(VectorSource(ArraySamples(2))).Batched(2));
+  EXPECT_TRUE(fine.Next().ok());
+}
+
+TEST(LoaderPoolTest, NegativeDeviceIsASetupError) {
+  ScopedEnv slurm("SLURM_LOCALID", "-1");
+  LoaderOptions options;
+  options.pin_memory = true;
+  Loader loader(Pipeline(VectorSource(ArraySamples(2))), options);
+  absl::StatusOr<std::optional<Sample>> item = loader.Next();
+  EXPECT_EQ(item.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(item.status().message()),
+              HasSubstr("device -1 from SLURM_LOCALID must be >= 0"));
+}
+
+}  // namespace
+}  // namespace wds
