@@ -1,7 +1,5 @@
 #include "wds/loader.h"
 
-#include <charconv>
-#include <cstdlib>
 #include <exception>
 #include <string>
 #include <system_error>
@@ -12,6 +10,7 @@
 #include "bounded_queue.h"
 #include "status_macros.h"
 #include "str_util.h"
+#include "wds/placement.h"
 
 namespace wds {
 namespace {
@@ -25,69 +24,17 @@ struct Entry {
 
 bool IsEnd(const SampleResult& result) { return result.ok() && !result->has_value(); }
 
-// Setting is a resolved integer and where it came from, for error messages.
-struct Setting {
-  int value;
-  std::string source;
-};
-
-absl::StatusOr<int> ReadEnvInt(const char* name, const char* partner) {
-  const char* value = std::getenv(name);
-  if (value == nullptr) {
-    return absl::InvalidArgumentError(
-        Cat("environment variable ", name, " is not set although ", partner, " is"));
-  }
-  std::string_view text(value);
-  int out = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
-    return absl::InvalidArgumentError(
-        Cat("environment variable ", name, "=\"", text, "\" is not an integer"));
-  }
-  return out;
-}
-
-// ResolveSetting takes `option` if set, else the variable `name` (whose
-// partner variable names the pair it belongs to), else `fallback`.
-absl::StatusOr<Setting> ResolveSetting(std::optional<int> option, const char* option_name,
-                                       const char* name, const char* partner, int fallback) {
-  if (option.has_value()) return Setting{*option, Cat("LoaderOptions.", option_name)};
-  if (name == nullptr) return Setting{fallback, "the default"};
-  WDS_ASSIGN_OR_RETURN(int value, ReadEnvInt(name, partner));
-  return Setting{value, name};
-}
-
-struct Placement {
-  int rank;
-  int world_size;
-};
-
 // ResolvePlacement reads rank and world size as documented in LoaderOptions.
-// The environment is read as a pair (torchrun's, else SLURM's) so that a rank
-// from one launcher is never combined with the world size of another.
 absl::StatusOr<Placement> ResolvePlacement(const LoaderOptions& options) {
-  const char* rank_var = nullptr;
-  const char* world_var = nullptr;
-  if (std::getenv("RANK") != nullptr || std::getenv("WORLD_SIZE") != nullptr) {
-    rank_var = "RANK";
-    world_var = "WORLD_SIZE";
-  } else if (std::getenv("SLURM_PROCID") != nullptr || std::getenv("SLURM_NTASKS") != nullptr) {
-    rank_var = "SLURM_PROCID";
-    world_var = "SLURM_NTASKS";
-  }
-  WDS_ASSIGN_OR_RETURN(Setting world,
-                       ResolveSetting(options.world_size, "world_size", world_var, rank_var, 1));
-  WDS_ASSIGN_OR_RETURN(Setting rank, ResolveSetting(options.rank, "rank", rank_var, world_var, 0));
-  if (world.value < 1) {
-    return absl::InvalidArgumentError(
-        Cat("world size ", world.value, " from ", world.source, " must be >= 1"));
-  }
-  if (rank.value < 0 || rank.value >= world.value) {
-    return absl::InvalidArgumentError(Cat("rank ", rank.value, " from ", rank.source,
-                                          " is not in [0, ", world.value, ") (world size from ",
-                                          world.source, ")"));
-  }
-  return Placement{rank.value, world.value};
+  PlacementOptions placement;
+  placement.rank = options.rank;
+  placement.world_size = options.world_size;
+  return wds::ResolvePlacement(placement, "LoaderOptions");
+}
+
+// ResolveDevice reads the local GPU as documented in LoaderOptions.device.
+absl::StatusOr<int> ResolveDevice(const LoaderOptions& options) {
+  return ResolveLocalRank(options.device, "LoaderOptions.device", "device");
 }
 
 absl::Status ValidateOptions(const Pipeline& pipeline, const LoaderOptions& options) {
@@ -238,6 +185,9 @@ struct Loader::Impl {
   absl::Status setup;
   Placement placement{0, 1};
   std::shared_ptr<ErrorCounters> errors = std::make_shared<ErrorCounters>();
+  // The pool outlives the workers (declared before `group`); batches still
+  // held by the consumer keep its state alive after the Loader is gone.
+  std::shared_ptr<BufferPool> pool;
   int64_t next_epoch = 0;
   bool running = false;
   int64_t running_epoch = 0;
@@ -254,6 +204,26 @@ struct Loader::Impl {
     } else {
       setup = resolved.status();
     }
+    if (setup.ok()) setup = MakePool();
+    if (pool == nullptr) pool = std::make_shared<BufferPool>();
+  }
+
+  // MakePool creates the batch pool, pinned when asked for and possible;
+  // falling back to ordinary memory is worth one warning, not an error.
+  absl::Status MakePool() {
+    if (!options.pin_memory) return absl::OkStatus();
+    WDS_ASSIGN_OR_RETURN(int device, ResolveDevice(options));
+    BatchAllocator chosen = DefaultBatchAllocator(/*pin_memory=*/true, device);
+    if (!chosen.note.empty()) {
+      const std::string warning = Cat("loader: ", chosen.note);
+      if (options.warn) {
+        options.warn(warning);
+      } else {
+        WriteWarningToStderr(warning);
+      }
+    }
+    pool = std::make_shared<BufferPool>(std::move(chosen.allocator));
+    return absl::OkStatus();
   }
 
   EpochMode mode() const { return pipeline.epoch_mode(); }
@@ -282,6 +252,7 @@ struct Loader::Impl {
     ctx.seed = pipeline.seed();
     ctx.errors = errors;
     ctx.warn = options.warn;
+    ctx.pool = pool;
     try {
       group = std::make_unique<WorkerGroup>(pipeline, ctx, options,
                                             /*endless=*/mode() != EpochMode::kNatural);
@@ -343,6 +314,8 @@ int Loader::rank() const { return impl_->placement.rank; }
 int Loader::world_size() const { return impl_->placement.world_size; }
 
 const ErrorCounters& Loader::errors() const { return *impl_->errors; }
+
+const std::shared_ptr<BufferPool>& Loader::pool() const { return impl_->pool; }
 
 Loader::Iterator Loader::begin() {
   if (impl_->setup.ok()) impl_->StartEpoch();

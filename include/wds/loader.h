@@ -35,6 +35,7 @@
 
 #include "absl/status/statusor.h"
 #include "wds/error.h"
+#include "wds/memory.h"
 #include "wds/pipeline.h"
 #include "wds/sample.h"
 
@@ -50,6 +51,13 @@ struct LoaderOptions {
   std::optional<int> rank;
   std::optional<int> world_size;
   WarningSink warn;                 // null: stderr
+  // pin_memory asks for batch storage in CUDA page-locked memory on `device`.
+  // When that is unavailable (built without CUDA, no device at run time) the
+  // loader uses aligned host memory and warns once through `warn`.
+  bool pin_memory = false;
+  // device is the rank's local GPU; nullopt reads LOCAL_RANK, else
+  // SLURM_LOCALID, else 0. Read only when pin_memory is set.
+  std::optional<int> device;
 };
 
 // LoaderError carries the Status of an error met during range-for iteration.
@@ -89,6 +97,9 @@ class Loader {
   int world_size() const;
   // errors counts every error the handlers saw, over all workers and epochs.
   const ErrorCounters& errors() const;
+  // pool is the batch buffer pool shared by every worker (its pinned() says
+  // whether pin_memory took effect). Never null.
+  const std::shared_ptr<BufferPool>& pool() const;
 
   class Iterator;
   // begin starts an epoch; the iterator throws LoaderError on an error.
