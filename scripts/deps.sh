@@ -7,7 +7,7 @@ packages=(
   # build
   g++ cmake ninja-build pkg-config
   # wds::core
-  libabsl-dev libarchive-dev zlib1g-dev libzstd-dev
+  libabsl-dev libarchive-dev zlib1g-dev libzstd-dev nlohmann-json3-dev
   libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev libwebp-dev
   # wds::torch and the DDP demo
   libtorch-dev libgloo-dev dataset-fashion-mnist

@@ -2,6 +2,7 @@
 
 #include <archive.h>
 #include <archive_entry.h>
+#include <locale.h>
 
 #include <algorithm>
 #include <optional>
@@ -19,11 +20,42 @@ absl::Status ArchiveError(const std::string& path, struct archive* a, std::strin
 
 int AddFilter(struct archive* a, const TarWriterOptions& options) {
   switch (options.compression) {
-    case TarCompression::kNone: return archive_write_add_filter_none(a);
-    case TarCompression::kGzip: return archive_write_add_filter_gzip(a);
-    case TarCompression::kZstd: return archive_write_add_filter_zstd(a);
+    case TarCompression::kNone:
+      return archive_write_add_filter_none(a);
+    case TarCompression::kGzip:
+      if (archive_write_add_filter_gzip(a) != ARCHIVE_OK) return ARCHIVE_FATAL;
+      // libarchive stamps the current time into the gzip header unless told
+      // not to, which would make every run's bytes differ.
+      return archive_write_set_filter_option(a, "gzip", "timestamp", nullptr);
+    case TarCompression::kZstd:
+      return archive_write_add_filter_zstd(a);
   }
   return ARCHIVE_FATAL;
+}
+
+int OpenOutput(struct archive* a, const std::string& path) {
+  if (path == "-") return archive_write_open_fd(a, 1);
+  return archive_write_open_filename(a, path.c_str());
+}
+
+// Utf8Locale is a UTF-8 character-type locale, or (locale_t)0 if the system
+// has none. libarchive converts names from the current locale's charset to
+// UTF-8 for pax headers; in the C locale every non-ASCII name fails, so
+// headers are written under this locale (per thread, with uselocale) and
+// UTF-8 names reach the archive unchanged, as the reference writer stores them.
+locale_t Utf8Locale() {
+  static const locale_t utf8 = newlocale(LC_CTYPE_MASK, "C.UTF-8", static_cast<locale_t>(0));
+  return utf8;
+}
+
+// WriteHeader writes `entry`'s header. ARCHIVE_WARN (a name that is not
+// UTF-8, stored as raw bytes) still wrote the header.
+int WriteHeader(struct archive* a, struct archive_entry* entry) {
+  const locale_t utf8 = Utf8Locale();
+  const locale_t previous = utf8 != static_cast<locale_t>(0) ? uselocale(utf8) : nullptr;
+  const int rc = archive_write_header(a, entry);
+  if (previous != nullptr) uselocale(previous);
+  return rc == ARCHIVE_WARN ? ARCHIVE_OK : rc;
 }
 
 const char* FilterName(TarCompression c) { return c == TarCompression::kGzip ? "gzip" : "zstd"; }
@@ -63,9 +95,9 @@ absl::StatusOr<std::unique_ptr<TarWriter>> TarWriter::Create(const std::string& 
   }
   // Tar files are padded to whole 10 KiB records by default; one block suffices.
   archive_write_set_bytes_in_last_block(a, 1);
-  if (archive_write_open_filename(a, path.c_str()) != ARCHIVE_OK) {
-    absl::Status s = absl::PermissionDeniedError(
-        Cat(path, ": cannot create: ", archive_error_string(a)));
+  if (OpenOutput(a, path) != ARCHIVE_OK) {
+    absl::Status s =
+        absl::PermissionDeniedError(Cat(path, ": cannot create: ", archive_error_string(a)));
     archive_write_free(a);
     return s;
   }
@@ -79,7 +111,8 @@ TarWriter::~TarWriter() {
   if (archive_ != nullptr) archive_write_free(archive_);
 }
 
-absl::Status TarWriter::WriteMember(std::string_view name, std::string_view data) {
+absl::Status TarWriter::WriteMember(std::string_view name, std::string_view data,
+                                    std::vector<WrittenMember>* written) {
   if (archive_ == nullptr) return absl::FailedPreconditionError(Cat(path_, ": writer is closed"));
   std::string name_text(name);
   struct archive_entry* entry = archive_entry_new();
@@ -92,9 +125,11 @@ absl::Status TarWriter::WriteMember(std::string_view name, std::string_view data
   archive_entry_set_gid(entry, 0);
   archive_entry_set_uname(entry, "bigdata");
   archive_entry_set_gname(entry, "bigdata");
-  int rc = archive_write_header(archive_, entry);
+  int rc = WriteHeader(archive_, entry);
   archive_entry_free(entry);
   if (rc != ARCHIVE_OK) return ArchiveError(path_, archive_, Cat("writing header of ", name));
+  // Filter 0 is the one the tar format writes into: it counts uncompressed bytes.
+  const int64_t data_offset = archive_filter_bytes(archive_, 0);
   size_t done = 0;
   while (done < data.size()) {
     la_ssize_t n = archive_write_data(archive_, data.data() + done, data.size() - done);
@@ -102,10 +137,14 @@ absl::Status TarWriter::WriteMember(std::string_view name, std::string_view data
     done += static_cast<size_t>(n);
   }
   bytes_written_ += static_cast<int64_t>(data.size());
+  tar_bytes_ = archive_filter_bytes(archive_, 0);
+  if (written != nullptr) {
+    written->push_back({std::string(name), data_offset, static_cast<int64_t>(data.size())});
+  }
   return absl::OkStatus();
 }
 
-absl::Status TarWriter::Write(const Sample& sample) {
+absl::Status TarWriter::Write(const Sample& sample, std::vector<WrittenMember>* written) {
   const std::string* key = sample.GetString(kKeyField);
   if (key == nullptr || key->empty()) {
     return absl::InvalidArgumentError(Cat(path_, ": sample has no __key__"));
@@ -122,7 +161,7 @@ absl::Status TarWriter::Write(const Sample& sample) {
       return absl::InvalidArgumentError(Cat(path_, ": sample ", *key, ": field ", f->first,
                                             " is an array or a list; encode it to bytes first"));
     }
-    absl::Status s = WriteMember(Cat(*key, ".", f->first), *bytes);
+    absl::Status s = WriteMember(Cat(*key, ".", f->first), *bytes, written);
     if (!s.ok()) return s;
   }
   return absl::OkStatus();
@@ -131,6 +170,7 @@ absl::Status TarWriter::Write(const Sample& sample) {
 absl::Status TarWriter::Close() {
   if (archive_ == nullptr) return absl::OkStatus();
   int rc = archive_write_close(archive_);
+  tar_bytes_ = archive_filter_bytes(archive_, 0);
   absl::Status s = rc == ARCHIVE_OK ? absl::OkStatus() : ArchiveError(path_, archive_, "closing");
   archive_write_free(archive_);
   archive_ = nullptr;

@@ -7,8 +7,9 @@
 //
 // Output is reproducible: members carry a fixed mtime, mode 0444, uid/gid 0 and
 // owner "bigdata" (as the reference writer), fields in sorted order, so the
-// same samples give byte-identical shards. Readers: this library, the
-// reference Python package, GNU tar, bsdtar.
+// same samples give byte-identical shards (gzip output carries no timestamp
+// either). Readers: this library, the reference Python package, GNU tar,
+// bsdtar.
 // Thread safety: one thread at a time.
 #pragma once
 
@@ -16,6 +17,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -35,26 +37,42 @@ struct TarWriterOptions {
   int64_t mtime = 0;
 };
 
+// WrittenMember describes a member as it lies in the uncompressed tar.
+struct WrittenMember {
+  std::string name;
+  // data_offset is where the member's data starts (a multiple of 512).
+  int64_t data_offset = 0;
+  int64_t size = 0;
+};
+
 class TarWriter {
  public:
-  // Create truncates or creates `path`.
+  // Create truncates or creates `path`; "-" writes to standard output.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<TarWriter>> Create(
       const std::string& path, TarWriterOptions options = {});
   // The destructor closes an unclosed writer, ignoring errors: call Close().
   ~TarWriter();
 
-  // WriteMember writes one regular-file member.
-  [[nodiscard]] absl::Status WriteMember(std::string_view name, std::string_view data);
+  // WriteMember writes one regular-file member and, if `written` is not null,
+  // appends its description there.
+  [[nodiscard]] absl::Status WriteMember(std::string_view name, std::string_view data,
+                                         std::vector<WrittenMember>* written = nullptr);
   // Write writes `sample` as members "<__key__>.<field>", fields sorted by
   // name; fields starting with '_' are skipped. Bytes are written as they are,
   // strings as UTF-8 text, integers and doubles as decimal text. A sample
-  // without a text __key__ is InvalidArgument.
-  [[nodiscard]] absl::Status Write(const Sample& sample);
+  // without a text __key__ is InvalidArgument. Each member written is
+  // appended to `written` when it is not null.
+  [[nodiscard]] absl::Status Write(const Sample& sample,
+                                   std::vector<WrittenMember>* written = nullptr);
   // Close writes the end-of-archive blocks and flushes the file.
   [[nodiscard]] absl::Status Close();
 
   // bytes_written counts member data bytes (not headers).
   int64_t bytes_written() const { return bytes_written_; }
+  // tar_bytes is the length of the uncompressed tar so far (the last
+  // member's padding and the end-of-archive blocks come later); after Close
+  // it is the whole uncompressed length.
+  int64_t tar_bytes() const { return tar_bytes_; }
   const std::string& path() const { return path_; }
 
  private:
@@ -64,6 +82,7 @@ class TarWriter {
   TarWriterOptions options_;
   ::archive* archive_;
   int64_t bytes_written_ = 0;
+  int64_t tar_bytes_ = 0;
 };
 
 }  // namespace wds

@@ -1,0 +1,205 @@
+#include "shard_common.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cinttypes>
+#include <cstdio>
+#include <utility>
+
+#include "wds/io.h"
+
+namespace wds::tools {
+namespace {
+
+// A lock-free atomic is safe to set from a signal handler and to read from
+// any thread.
+std::atomic<int> g_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free);
+
+void OnSignal(int signal_number) { g_signal.store(signal_number, std::memory_order_relaxed); }
+
+constexpr auto kProgressInterval = std::chrono::milliseconds(200);
+
+std::string Format(const char* format, double a, double b = 0) {
+  char text[64];
+  std::snprintf(text, sizeof(text), format, a, b);
+  return text;
+}
+
+std::string Duration(double seconds) {
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  char text[32];
+  std::snprintf(text, sizeof(text), "%" PRId64 ":%02d:%02d", s / 3600,
+                static_cast<int>(s / 60 % 60), static_cast<int>(s % 60));
+  return text;
+}
+
+}  // namespace
+
+int Fail(std::string_view message) {
+  std::fprintf(stderr, "wds-shard: %.*s\n", static_cast<int>(message.size()), message.data());
+  return 1;
+}
+
+int Fail(const absl::Status& status) {
+  return Fail(std::string_view(status.message().data(), status.message().size()));
+}
+
+void Warn(std::string_view message) { Fail(message); }
+
+absl::StatusOr<int64_t> ParseSize(std::string_view text) {
+  size_t digits = 0;
+  int64_t value = 0;
+  while (digits < text.size() && digits < 18 && text[digits] >= '0' && text[digits] <= '9') {
+    value = value * 10 + (text[digits++] - '0');
+  }
+  std::string_view unit = text.substr(digits);
+  int shift = 0;
+  if (!unit.empty()) {
+    const char u = static_cast<char>(unit[0] & ~0x20);
+    shift = u == 'K' ? 10 : u == 'M' ? 20 : u == 'G' ? 30 : u == 'T' ? 40 : 0;
+    if (shift > 0) unit.remove_prefix(1);
+  }
+  if (unit == "iB" || unit == "B") unit = "";
+  if (digits == 0 || !unit.empty() || value == 0 || value > (INT64_MAX >> shift)) {
+    return absl::InvalidArgumentError("bad size '" + std::string(text) +
+                                      "' (expected a byte count such as 1048576, 512M or 3G)");
+  }
+  return value << shift;
+}
+
+absl::StatusOr<int64_t> ParseCount(std::string_view text, std::string_view option, int64_t min) {
+  int64_t value = 0;
+  bool ok = !text.empty() && text.size() <= 18;
+  for (char c : text) {
+    if (c < '0' || c > '9') ok = false;
+    value = value * 10 + (c - '0');
+  }
+  if (!ok || value < min) {
+    return absl::InvalidArgumentError(std::string(option) + " needs an integer of at least " +
+                                      std::to_string(min) + ", not '" + std::string(text) + "'");
+  }
+  return value;
+}
+
+std::string HumanBytes(double bytes) {
+  const char* units[] = {"B", "kB", "MB", "GB", "TB"};
+  int u = 0;
+  while (bytes >= 1000 && u < 4) {
+    bytes /= 1000;
+    ++u;
+  }
+  return u == 0 ? Format("%.0f B", bytes) : Format("%.1f ", bytes) + units[u];
+}
+
+absl::StatusOr<std::string> Args::Value(std::string_view option) {
+  if (done()) return absl::InvalidArgumentError(std::string(option) + " needs a value");
+  return std::string(Take());
+}
+
+bool IsOption(std::string_view arg) { return arg.size() > 1 && arg[0] == '-'; }
+
+void InstallInterruptHandlers() {
+  struct sigaction action = {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaction(s, &action, nullptr);
+}
+
+int Interrupted() { return g_signal.load(std::memory_order_relaxed); }
+
+Progress::Progress(int64_t total_samples)
+    : enabled_(isatty(2) == 1),
+      total_(total_samples),
+      start_(std::chrono::steady_clock::now()),
+      last_print_(start_) {}
+
+void Progress::Add(int64_t samples, int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  samples_ += samples;
+  bytes_ += bytes;
+  if (!enabled_) return;
+  const auto now = std::chrono::steady_clock::now();
+  // The first sample shows the line at once; later ones refresh it.
+  if (printed_ && now - last_print_ < kProgressInterval) return;
+  last_print_ = now;
+  Print();
+}
+
+void Progress::Print() {
+  const double elapsed = seconds();
+  std::string line = "\rwds-shard: " + std::to_string(samples_);
+  if (total_ > 0) line += "/" + std::to_string(total_);
+  line += " samples, " + HumanBytes(static_cast<double>(bytes_));
+  if (elapsed > 0) line += ", " + HumanBytes(bytes_ / elapsed) + "/s";
+  if (total_ > 0 && samples_ > 0 && elapsed > 0) {
+    line += ", ETA " + Duration(elapsed * static_cast<double>(total_ - samples_) / samples_);
+  }
+  line += "\033[K";
+  std::fputs(line.c_str(), stderr);
+  printed_ = true;
+}
+
+void Progress::Finish() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (printed_) std::fputs("\r\033[K", stderr);
+  printed_ = false;
+}
+
+double Progress::seconds() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+std::string LowerAscii(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return out;
+}
+
+absl::Status WalkShard(const std::string& url, const ShardVisitor& visitor) {
+  absl::StatusOr<std::unique_ptr<ByteStream>> stream = OpenUrl(url);
+  if (!stream.ok()) return stream.status();
+  absl::StatusOr<std::unique_ptr<TarReader>> reader = TarReader::Open(*std::move(stream));
+  if (!reader.ok()) return reader.status();
+  RawSample sample;
+  bool has_sample = false;
+  while (true) {
+    absl::StatusOr<std::optional<TarMember>> member = (*reader)->Next();
+    if (!member.ok()) {
+      // The sample in progress is complete only if the failure concerns a
+      // member of another key.
+      const std::string& failed = (*reader)->failed_member();
+      std::optional<KeyField> split = SplitMemberName(failed);
+      if (has_sample && !failed.empty() && (!split.has_value() || split->key != sample.key)) {
+        visitor.on_sample(sample);
+      }
+      return member.status();
+    }
+    if (!member->has_value()) break;
+    TarMember& m = **member;
+    std::optional<KeyField> split = SplitMemberName(m.name);
+    if (IsMetadataName(m.name) || !split.has_value()) {
+      if (visitor.on_skipped && !visitor.on_skipped(m)) return absl::OkStatus();
+      continue;
+    }
+    if (has_sample && split->key != sample.key) {
+      if (!visitor.on_sample(sample)) return absl::OkStatus();
+      has_sample = false;
+    }
+    if (!has_sample) {
+      sample = RawSample();
+      sample.key.assign(split->key);
+      has_sample = true;
+    }
+    std::string field = LowerAscii(split->field);
+    sample.members.push_back({std::move(m.name), std::move(field), m.offset, std::move(m.data)});
+  }
+  if (has_sample) visitor.on_sample(sample);
+  return absl::OkStatus();
+}
+
+}  // namespace wds::tools

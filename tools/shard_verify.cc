@@ -1,0 +1,222 @@
+// wds-shard verify: check shards before a long training run.
+//
+// Per shard: the tar structure (the whole stream is read: truncation, corrupt
+// compression and a missing end-of-archive block are found), WebDataset
+// grouping (a field twice in one sample, a key whose members are split by
+// another sample, members with no field, samples missing a field that more
+// than half of the shard's samples have), with --decode every image field
+// (jpg, jpeg, png, webp) decoded, and, when SHARD.idx exists, that the index
+// matches the shard member by member. Each problem is one line on standard
+// output, "<shard>: <what> (key, offset)"; a clean shard prints "<shard>: ok
+// (N samples)". Exit status 1 if any shard has a problem.
+#include <sys/stat.h>
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "shard_commands.h"
+#include "shard_common.h"
+#include "wds/decode.h"
+#include "wds/image.h"
+#include "wds/shard_index.h"
+#include "wds/shards.h"
+
+namespace wds::tools {
+namespace {
+
+// Past this many, a shard's problems are counted, not printed.
+constexpr int64_t kMaxPrinted = 50;
+
+class Report {
+ public:
+  explicit Report(std::string url) : url_(std::move(url)) {}
+  void Problem(const std::string& what) {
+    if (count_++ < kMaxPrinted) std::printf("%s: %s\n", url_.c_str(), what.c_str());
+  }
+  // Finish prints the closing line and returns the number of problems.
+  int64_t Finish(int64_t samples) {
+    if (count_ == 0) {
+      std::printf("%s: ok (%lld samples)\n", url_.c_str(), static_cast<long long>(samples));
+    } else if (count_ > kMaxPrinted) {
+      std::printf("%s: ... and %lld more problem(s)\n", url_.c_str(),
+                  static_cast<long long>(count_ - kMaxPrinted));
+    }
+    return count_;
+  }
+
+ private:
+  std::string url_;
+  int64_t count_ = 0;
+};
+
+std::string At(const std::string& key, int64_t offset) {
+  return "key '" + key + "' at offset " + std::to_string(offset);
+}
+
+// SampleFields remembers what the missing-field check needs of a sample.
+struct SampleFields {
+  std::string key;
+  int64_t offset;
+  std::set<std::string> fields;
+};
+
+class ShardChecker {
+ public:
+  ShardChecker(const std::string& url, bool decode, Report& report)
+      : url_(url), decode_(decode), report_(report), rng_(0) {}
+
+  int64_t Run() {
+    ShardVisitor visitor;
+    visitor.on_skipped = [&](const TarMember& m) {
+      if (!IsMetadataName(m.name)) {
+        report_.Problem("member " + m.name + " at offset " + std::to_string(m.offset) +
+                        " has no field (no dot in its file name): readers skip it");
+      }
+      return true;
+    };
+    visitor.on_sample = [&](RawSample& sample) {
+      CheckSample(sample);
+      return true;
+    };
+    absl::Status walked = WalkShard(url_, visitor);
+    if (!walked.ok()) report_.Problem(std::string(walked.message()));
+    if (walked.ok() && samples_.empty()) report_.Problem("no samples");
+    CheckMissingFields();
+    if (walked.ok()) CheckIndex();
+    return static_cast<int64_t>(samples_.size());
+  }
+
+ private:
+  void CheckSample(const RawSample& sample) {
+    SampleFields seen{sample.key, sample.offset(), {}};
+    for (const ShardMember& m : sample.members) {
+      if (m.field.empty()) {
+        report_.Problem(At(sample.key, m.offset) + ": member " + m.name + " has an empty field");
+      } else if (!seen.fields.insert(m.field).second) {
+        report_.Problem(At(sample.key, m.offset) + ": duplicate field '" + m.field + "' (member " +
+                        m.name + ")");
+      }
+      if (decode_) Decode(sample.key, m);
+    }
+    auto [first, inserted] = first_offsets_.emplace(sample.key, sample.offset());
+    if (!inserted) {
+      report_.Problem(At(sample.key, sample.offset()) +
+                      ": the key's members are split: it also starts a sample at offset " +
+                      std::to_string(first->second) + ", with other samples between");
+    }
+    samples_.push_back(std::move(seen));
+  }
+
+  void Decode(const std::string& key, const ShardMember& m) {
+    if (!IsImageExtension(FieldExtension(m.field))) return;
+    static const ImageSpec kSpec = *ParseImageSpec("rgb8");
+    absl::StatusOr<Array> image = DecodeImage(m.data.view(), kSpec, ImageDecodeOptions(), rng_);
+    if (!image.ok()) {
+      report_.Problem(At(key, m.offset) + ": field '" + m.field +
+                      "' does not decode: " + std::string(image.status().message()));
+    }
+  }
+
+  void CheckMissingFields() {
+    std::map<std::string, int64_t> counts;
+    for (const SampleFields& s : samples_) {
+      for (const std::string& f : s.fields) ++counts[f];
+    }
+    const int64_t n = static_cast<int64_t>(samples_.size());
+    for (const auto& [field, count] : counts) {
+      if (count == n || 2 * count <= n) continue;
+      for (const SampleFields& s : samples_) {
+        if (s.fields.count(field) == 0) {
+          report_.Problem(At(s.key, s.offset) + ": missing field '" + field + "' (present in " +
+                          std::to_string(count) + " of " + std::to_string(n) + " samples)");
+        }
+      }
+    }
+  }
+
+  void CheckIndex() {
+    const std::string path = IndexPath(url_);
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) return;
+    absl::StatusOr<ShardIndex> index = ShardIndex::Load(path);
+    if (!index.ok()) {
+      report_.Problem("index: " + std::string(index.status().message()));
+      return;
+    }
+    absl::StatusOr<ShardIndex> actual = ScanShard(url_);
+    if (!actual.ok()) {
+      report_.Problem("index: cannot scan the shard: " + std::string(actual.status().message()));
+      return;
+    }
+    CompareIndex(path, *index, *actual);
+  }
+
+  void CompareIndex(const std::string& path, const ShardIndex& index, const ShardIndex& actual) {
+    if (index.samples.size() != actual.samples.size()) {
+      report_.Problem("index " + path + " lists " + std::to_string(index.samples.size()) +
+                      " samples, the shard has " + std::to_string(actual.samples.size()));
+      return;
+    }
+    for (size_t i = 0; i < index.samples.size(); ++i) {
+      const std::vector<IndexMember>& want = actual.samples[i].members;
+      const std::vector<IndexMember>& got = index.samples[i].members;
+      for (size_t j = 0; j < std::max(want.size(), got.size()); ++j) {
+        // A v1.1 index has no names: compare the rest.
+        const bool same = j < want.size() && j < got.size() && want[j].field == got[j].field &&
+                          want[j].offset == got[j].offset && want[j].size == got[j].size &&
+                          (got[j].name.empty() || got[j].name == want[j].name);
+        if (same) continue;
+        const std::string expected =
+            j < want.size() ? want[j].field + " " + std::to_string(want[j].offset) + " " +
+                                  std::to_string(want[j].size) + " " + want[j].name
+                            : "nothing";
+        report_.Problem("index " + path + " line " + std::to_string(i + 2) + " member " +
+                        std::to_string(j + 1) + " does not match the shard, which has " + expected);
+        return;
+      }
+    }
+  }
+
+  const std::string& url_;
+  const bool decode_;
+  Report& report_;
+  Rng rng_;
+  std::vector<SampleFields> samples_;
+  std::map<std::string, int64_t> first_offsets_;
+};
+
+}  // namespace
+
+int RunVerify(int argc, char** argv) {
+  bool decode = false;
+  std::vector<std::string> urls;
+  for (int i = 0; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--decode") {
+      decode = true;
+    } else if (IsOption(arg)) {
+      return Fail("verify: unknown option " + std::string(arg));
+    } else {
+      absl::StatusOr<std::vector<std::string>> expanded = ExpandUrls(arg);
+      if (!expanded.ok()) return Fail("verify: " + std::string(expanded.status().message()));
+      urls.insert(urls.end(), expanded->begin(), expanded->end());
+    }
+  }
+  if (urls.empty()) return Fail("usage: wds-shard verify [--decode] SHARD...");
+  int64_t problems = 0, bad_shards = 0;
+  for (const std::string& url : urls) {
+    Report report(url);
+    const int64_t samples = ShardChecker(url, decode, report).Run();
+    const int64_t found = report.Finish(samples);
+    problems += found;
+    bad_shards += found > 0 ? 1 : 0;
+  }
+  std::fflush(stdout);
+  if (problems == 0) return 0;
+  return Fail("verify: " + std::to_string(problems) + " problem(s) in " +
+              std::to_string(bad_shards) + " of " + std::to_string(urls.size()) + " shard(s)");
+}
+
+}  // namespace wds::tools
