@@ -1,0 +1,33 @@
+// Equalized steps across DDP ranks: each rank plans its epoch (wds/equalize.h)
+// and the ranks agree on one step count, so that every collective of the
+// epoch has a partner on every rank.
+//
+//   wds::RankEpochPlan plan = *wds::PlanRankEpoch(shards, list_options, ctx, batching, counts);
+//   wds::EqualizedSteps steps = wds::AgreeOnSteps(dist, plan, wds::EqualizePolicy::kDrop);
+//   wds::Loader loader(pipeline.WithLength(steps.steps), loader_options);
+//
+// Thread safety: as DistributedContext (one thread issues its collectives).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "wds/equalize.h"
+#include "wds/torch/distributed.h"
+
+namespace wds {
+
+struct EqualizedSteps {
+  int64_t steps = 0;
+  // proposals[r] is rank r's LocalSteps under the policy.
+  std::vector<int64_t> proposals;
+};
+
+// AgreeOnSteps gathers every rank's plan.LocalSteps(policy) (one all-gather)
+// and returns their minimum for kDrop, their maximum for kWrap, and for kOff
+// the rank's own batch count (the ranks may then differ). Every rank must call
+// it, with the same policy, at the same point of its collective sequence.
+EqualizedSteps AgreeOnSteps(const DistributedContext& context, const RankEpochPlan& plan,
+                            EqualizePolicy policy);
+
+}  // namespace wds
