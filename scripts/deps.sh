@@ -10,7 +10,7 @@ packages=(
   libabsl-dev libarchive-dev zlib1g-dev libzstd-dev nlohmann-json3-dev
   libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev libwebp-dev
   # wds::torch and the DDP demo
-  libtorch-dev libgloo-dev dataset-fashion-mnist
+  libtorch-dev libgloo-dev dataset-fashion-mnist python3-torch
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # independent tar writers and compressors used by the tests

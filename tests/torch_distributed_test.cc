@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
@@ -290,6 +292,31 @@ TEST(DistributedContextTest, TorchrunEnvironmentMeetsOverGloo) {
     return s.str();
   });
   EXPECT_THAT(out, ElementsAre("0/2 local 0 gloo 1 1 1 11", "1/2 local 1 gloo 1 1 1 11"));
+}
+
+TEST(DistributedContextTest, TorchrunAgentStoreIsJoinedAsAClientByEveryRank) {
+  // torchrun's elastic agent serves the store itself and sets
+  // TORCHELASTIC_USE_AGENT_STORE=True; here "rank" 2 plays the agent.
+  const int port = FreePort();
+  std::vector<std::string> out = RunRanks(3, [port](int rank) -> std::string {
+    if (rank == 2) {
+      c10d::TCPStoreOptions options;
+      options.port = static_cast<uint16_t>(port);
+      options.isServer = true;
+      options.waitWorkers = false;
+      c10d::TCPStore agent("127.0.0.1", options);
+      std::this_thread::sleep_for(std::chrono::seconds(5));
+      return "agent";
+    }
+    SetTorchrunEnv(rank, 2, port);
+    setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
+    DistributedContext dist = DistributedContext::FromEnvironment(OnCpu(std::chrono::seconds(4)));
+    std::ostringstream s;
+    s << dist.rank();
+    for (int64_t v : dist.AllGather(10 * rank + 1)) s << " " << v;
+    return s.str();
+  });
+  EXPECT_THAT(out, ElementsAre("0 1 11", "1 1 11", "agent"));
 }
 
 TEST(DistributedContextTest, SlurmEnvironmentMeetsAtFirstNodeWithJobIdPort) {

@@ -11,7 +11,9 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <type_traits>
@@ -130,7 +132,11 @@ c10::intrusive_ptr<c10d::Store> OpenStore(const DistributedContext::Impl& impl,
   constexpr auto kRetryDelay = std::chrono::milliseconds(100);
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<uint16_t>(rendezvous.port);
-  store_options.isServer = impl.placement.rank == 0;
+  // Under torchrun the elastic agent already serves a store at the master
+  // address and says so; rank 0 then joins it as a client like everyone else.
+  const char* agent_store = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+  const bool agent_serves = agent_store != nullptr && std::string_view(agent_store) == "True";
+  store_options.isServer = impl.placement.rank == 0 && !agent_serves;
   store_options.numWorkers = impl.placement.world_size;
   const DistClock::time_point deadline = start + impl.timeout;
   while (true) {
@@ -138,8 +144,11 @@ c10::intrusive_ptr<c10d::Store> OpenStore(const DistributedContext::Impl& impl,
         std::chrono::milliseconds(1),
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - DistClock::now()));
     try {
-      auto store = c10::make_intrusive<c10d::TCPStore>(rendezvous.addr, store_options);
+      c10::intrusive_ptr<c10d::Store> store =
+          c10::make_intrusive<c10d::TCPStore>(rendezvous.addr, store_options);
       store->setTimeout(impl.timeout);
+      // Our keys stay apart from the agent's own in its shared store.
+      if (agent_serves) store = c10::make_intrusive<c10d::PrefixStore>("wds", store);
       return store;
     } catch (const std::exception&) {
       if (store_options.isServer || DistClock::now() + kRetryDelay >= deadline) throw;

@@ -93,7 +93,8 @@ struct DistributedOptions {
   // ranks sharing one GPU (with kGloo: NCCL refuses two ranks on one device;
   // the ranks then share its memory and compute, so each runs slower).
   std::optional<torch::Device> device;
-  // timeout bounds the rendezvous, each collective and CheckStepCounts' wait.
+  // timeout bounds each step of the rendezvous (reaching rank 0's store, then
+  // connecting the group), each collective and CheckStepCounts' wait.
   // It is also how long a healthy rank waits for a slow one (one writing a
   // checkpoint, say), so keep it above the longest such pause.
   std::chrono::milliseconds timeout = std::chrono::minutes(30);
