@@ -38,19 +38,6 @@ absl::Status CollateError(const std::vector<Sample>& samples, size_t index, std:
       Cat(Where(samples[index], index), ": ", kStage, ": field ", field, ": ", detail));
 }
 
-std::string_view KindName(const Value& value) {
-  struct Namer {
-    std::string_view operator()(const Buffer&) const { return "bytes"; }
-    std::string_view operator()(const std::string&) const { return "text"; }
-    std::string_view operator()(int64_t) const { return "an integer"; }
-    std::string_view operator()(double) const { return "a float"; }
-    std::string_view operator()(const Array&) const { return "an array"; }
-    std::string_view operator()(const TextList&) const { return "a list of texts"; }
-    std::string_view operator()(const BytesList&) const { return "a list of bytes"; }
-  };
-  return std::visit(Namer{}, value);
-}
-
 // Column gathers one field's values across the batch.
 struct Column {
   std::string_view name;
@@ -103,8 +90,8 @@ absl::StatusOr<Value> CollateNumbers(const std::vector<Sample>& samples, const C
       any_double = true;
     } else if (!std::holds_alternative<int64_t>(v)) {
       return CollateError(samples, i, column.name,
-                          Cat("holds ", KindName(v), " but the batch's first sample holds ",
-                              KindName(*column.values[0])));
+                          Cat("holds ", ValueKindName(v), " but the batch's first sample holds ",
+                              ValueKindName(*column.values[0])));
     }
   }
   const int64_t n = static_cast<int64_t>(column.values.size());
@@ -135,9 +122,10 @@ absl::StatusOr<Value> CollateList(const std::vector<Sample>& samples, const Colu
   for (size_t i = 0; i < column.values.size(); ++i) {
     const T* v = std::get_if<T>(column.values[i]);
     if (v == nullptr) {
-      return CollateError(samples, i, column.name,
-                          Cat("holds ", KindName(*column.values[i]),
-                              " but the batch's first sample holds ", KindName(*column.values[0])));
+      return CollateError(
+          samples, i, column.name,
+          Cat("holds ", ValueKindName(*column.values[i]), " but the batch's first sample holds ",
+              ValueKindName(*column.values[0])));
     }
     out.push_back(*v);
   }
@@ -274,7 +262,7 @@ absl::StatusOr<std::vector<int64_t>> CollatedShape(const std::vector<Sample>& sa
     const Array* a = std::get_if<Array>(column.values[i]);
     if (a == nullptr) {
       return CollateError(samples, i, column.name,
-                          Cat("holds ", KindName(*column.values[i]),
+                          Cat("holds ", ValueKindName(*column.values[i]),
                               " but the batch's first sample holds an array"));
     }
     if (a->dtype != first->dtype) {
@@ -360,7 +348,7 @@ absl::StatusOr<Value> CollateColumn(const std::vector<Sample>& samples, const Co
     return Value(std::move(a));
   }
   return CollateError(samples, 0, column.name,
-                      Cat("holds ", KindName(first), ", which cannot be collated again"));
+                      Cat("holds ", ValueKindName(first), ", which cannot be collated again"));
 }
 
 Column GetColumn(const std::vector<Sample>& samples, size_t position) {

@@ -348,19 +348,6 @@ bool Selected(std::string_view field, const DecodeOptions& options) {
   return false;
 }
 
-std::string_view TypeName(const Value& value) {
-  struct Namer {
-    std::string_view operator()(const Buffer&) const { return "bytes"; }
-    std::string_view operator()(const std::string&) const { return "text"; }
-    std::string_view operator()(int64_t) const { return "an integer"; }
-    std::string_view operator()(double) const { return "a float"; }
-    std::string_view operator()(const Array&) const { return "an array"; }
-    std::string_view operator()(const TextList&) const { return "a list of texts"; }
-    std::string_view operator()(const BytesList&) const { return "a list of bytes"; }
-  };
-  return std::visit(Namer{}, value);
-}
-
 // RunDecoders returns the first decoder's result for (name, data), or
 // nullopt when none accepts it.
 absl::StatusOr<std::optional<Value>> RunDecoders(std::string_view name, const Buffer& data,
@@ -448,7 +435,7 @@ absl::Status DecodeSample(Sample& sample, const std::vector<FieldDecoder>& decod
     } else if (!options.partial) {
       return SampleError(
           absl::StatusCode::kFailedPrecondition, sample.url(), sample.key(),
-          Cat("field ", field.first, " is already decoded (holds ", TypeName(field.second),
+          Cat("field ", field.first, " is already decoded (holds ", ValueKindName(field.second),
               "); decode with partial = true to pass decoded fields through"));
     }
   }

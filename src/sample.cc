@@ -46,8 +46,8 @@ void Sample::Set(std::string name, Value value) {
 }
 
 bool Sample::Erase(std::string_view name) {
-  auto it = std::find_if(fields_.begin(), fields_.end(),
-                         [&](const Field& f) { return f.first == name; });
+  auto it =
+      std::find_if(fields_.begin(), fields_.end(), [&](const Field& f) { return f.first == name; });
   if (it == fields_.end()) return false;
   fields_.erase(it);
   return true;
@@ -61,6 +61,19 @@ std::string_view Sample::key() const {
 std::string_view Sample::url() const {
   const std::string* s = GetString(kUrlField);
   return s == nullptr ? std::string_view() : std::string_view(*s);
+}
+
+std::string_view ValueKindName(const Value& value) {
+  struct Namer {
+    std::string_view operator()(const Buffer&) const { return "bytes"; }
+    std::string_view operator()(const std::string&) const { return "text"; }
+    std::string_view operator()(int64_t) const { return "an integer"; }
+    std::string_view operator()(double) const { return "a float"; }
+    std::string_view operator()(const Array&) const { return "an array"; }
+    std::string_view operator()(const TextList&) const { return "a list of texts"; }
+    std::string_view operator()(const BytesList&) const { return "a list of bytes"; }
+  };
+  return std::visit(Namer{}, value);
 }
 
 bool IsMetadataField(std::string_view name) {

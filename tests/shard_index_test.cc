@@ -13,6 +13,7 @@
 namespace wds {
 namespace {
 
+using testing::ReadFile;
 using testing::Compression;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -21,13 +22,6 @@ using testing::RunShell;
 using testing::TarEntry;
 using testing::TarFormat;
 using testing::TempDir;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 std::vector<TarEntry> MixedEntries() {
   return {

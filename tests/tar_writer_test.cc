@@ -17,6 +17,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using testing::ReadFile;
 using testing::RunShell;
 using testing::TempDir;
 
@@ -48,13 +49,6 @@ std::vector<ReadMember> ReadAll(const std::string& path) {
   }
   archive_read_free(a);
   return out;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
 }
 
 Sample MakeSample(std::string key) {

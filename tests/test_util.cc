@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <sstream>
 #include <stdexcept>
 
 namespace wds::testing {
@@ -21,20 +22,28 @@ void Check(int rc, archive* a, const char* what) {
 
 int SetFormat(archive* a, TarFormat format) {
   switch (format) {
-    case TarFormat::kUstar: return archive_write_set_format_ustar(a);
-    case TarFormat::kPax: return archive_write_set_format_pax_restricted(a);
-    case TarFormat::kGnu: return archive_write_set_format_gnutar(a);
+    case TarFormat::kUstar:
+      return archive_write_set_format_ustar(a);
+    case TarFormat::kPax:
+      return archive_write_set_format_pax_restricted(a);
+    case TarFormat::kGnu:
+      return archive_write_set_format_gnutar(a);
   }
   return ARCHIVE_FATAL;
 }
 
 int SetFilter(archive* a, Compression compression) {
   switch (compression) {
-    case Compression::kNone: return archive_write_add_filter_none(a);
-    case Compression::kGzip: return archive_write_add_filter_gzip(a);
-    case Compression::kBzip2: return archive_write_add_filter_bzip2(a);
-    case Compression::kXz: return archive_write_add_filter_xz(a);
-    case Compression::kZstd: return archive_write_add_filter_zstd(a);
+    case Compression::kNone:
+      return archive_write_add_filter_none(a);
+    case Compression::kGzip:
+      return archive_write_add_filter_gzip(a);
+    case Compression::kBzip2:
+      return archive_write_add_filter_bzip2(a);
+    case Compression::kXz:
+      return archive_write_add_filter_xz(a);
+    case Compression::kZstd:
+      return archive_write_add_filter_zstd(a);
   }
   return ARCHIVE_FATAL;
 }
@@ -48,7 +57,8 @@ std::string MakeTar(const std::vector<TarEntry>& entries, TarFormat format,
   Check(SetFilter(a, compression), a, "filter");
   // Names are written as the given bytes: libarchive would otherwise try to
   // convert them from the C locale to UTF-8 for pax headers, and fail.
-  if (format == TarFormat::kPax) Check(archive_write_set_options(a, "hdrcharset=BINARY"), a, "hdrcharset");
+  if (format == TarFormat::kPax)
+    Check(archive_write_set_options(a, "hdrcharset=BINARY"), a, "hdrcharset");
   archive_write_set_bytes_in_last_block(a, 1);
   std::string out;
   auto open_cb = [](archive*, void*) { return ARCHIVE_OK; };
@@ -128,6 +138,13 @@ std::string FieldText(const Sample& sample, std::string_view field) {
   if (const Buffer* b = sample.GetBytes(field)) return std::string(b->view());
   if (const std::string* s = sample.GetString(field)) return *s;
   return "";
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
 }
 
 int RunShell(const std::string& command) {

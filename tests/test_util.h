@@ -47,6 +47,8 @@ absl::StatusOr<std::vector<Sample>> Drain(SampleStream& stream);
 std::vector<std::string> Keys(const std::vector<Sample>& samples);
 // FieldText returns a bytes or string field as text ("" if absent).
 std::string FieldText(const Sample& sample, std::string_view field);
+// ReadFile returns the whole content of `path` ("" if it cannot be read).
+std::string ReadFile(const std::string& path);
 // RunShell runs `command` with /bin/sh and returns its exit status.
 int RunShell(const std::string& command);
 // VectorSource is a pipeline source whose every stream yields copies of

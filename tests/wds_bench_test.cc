@@ -14,18 +14,12 @@ namespace wds {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::ReadFile;
 using testing::RunShell;
 using testing::TempDir;
 
 constexpr int kShards = 3;
 constexpr int kSamplesPerShard = 10;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 struct ToolRun {
   int status;

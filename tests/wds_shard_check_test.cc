@@ -13,6 +13,7 @@ namespace wds {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::ReadFile;
 using testing::Compression;
 using ::testing::HasSubstr;
 using testing::MakeTar;
@@ -21,13 +22,6 @@ using testing::RunShell;
 using testing::TarEntry;
 using testing::TarFormat;
 using testing::TempDir;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 struct ToolRun {
   int status;

@@ -22,6 +22,7 @@ namespace wds {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::ReadFile;
 using testing::Compression;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -33,13 +34,6 @@ using testing::TarFormat;
 using testing::TempDir;
 
 const std::string kTool = std::string(WDS_TOOLS_DIR) + "/wds-shard";
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 std::vector<std::string> ListDir(const std::string& dir) {
   std::vector<std::string> names;

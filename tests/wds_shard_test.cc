@@ -10,19 +10,13 @@ namespace wds {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::ReadFile;
 using testing::Compression;
 using testing::MakeTar;
 using testing::RunShell;
 using testing::TarEntry;
 using testing::TarFormat;
 using testing::TempDir;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 struct ToolRun {
   int status;
