@@ -10,23 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "allocation_count.h"
 #include "benchmark/benchmark.h"
 #include "wds/decode.h"
 #include "wds/pipeline.h"
-
-namespace {
-
-std::atomic<int64_t> g_allocations{0};
-
-}  // namespace
-
-void* operator new(size_t size) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 namespace wds {
 namespace {
@@ -35,11 +22,11 @@ namespace {
 class AllocationCounter {
  public:
   explicit AllocationCounter(benchmark::State& state)
-      : state_(state), start_(g_allocations.load()) {}
+      : state_(state), start_(bench::AllocationCount()) {}
   ~AllocationCounter() {
     const double items = static_cast<double>(state_.items_processed());
     state_.counters["allocs/item"] =
-        items == 0 ? 0 : static_cast<double>(g_allocations.load() - start_) / items;
+        items == 0 ? 0 : static_cast<double>(bench::AllocationCount() - start_) / items;
   }
 
  private:

@@ -26,26 +26,13 @@
 #include <string>
 #include <vector>
 
+#include "allocation_count.h"
 #include "benchmark/benchmark.h"
 #include "str_util.h"
 #include "wds/io.h"
 #include "wds/loader.h"
 #include "wds/pipeline.h"
 #include "wds/tar.h"
-
-namespace {
-
-std::atomic<int64_t> g_allocations{0};
-
-}  // namespace
-
-void* operator new(size_t size) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 namespace wds {
 namespace {
@@ -161,13 +148,13 @@ int64_t ReadWithLibarchive(const std::string& path) {
 
 void BM_BareLibarchive(benchmark::State& state) {
   const Corpus& corpus = GetCorpus();
-  const int64_t before = g_allocations.load();
+  const int64_t before = bench::AllocationCount();
   for (auto _ : state) {
     int64_t members = 0;
     for (const std::string& path : corpus.paths) members += ReadWithLibarchive(path);
     if (members != corpus.samples() * kMembersPerSample) state.SkipWithError("member count");
   }
-  Report(state, g_allocations.load() - before);
+  Report(state, bench::AllocationCount() - before);
 }
 
 int64_t ReadWithTarReader(const std::string& path) {
@@ -187,20 +174,20 @@ int64_t ReadWithTarReader(const std::string& path) {
 
 void BM_TarReader(benchmark::State& state) {
   const Corpus& corpus = GetCorpus();
-  const int64_t before = g_allocations.load();
+  const int64_t before = bench::AllocationCount();
   for (auto _ : state) {
     int64_t members = 0;
     for (const std::string& path : corpus.paths) members += ReadWithTarReader(path);
     if (members != corpus.samples() * kMembersPerSample) state.SkipWithError("member count");
   }
-  Report(state, g_allocations.load() - before);
+  Report(state, bench::AllocationCount() - before);
 }
 
 void BM_TarSamples(benchmark::State& state) {
   const Corpus& corpus = GetCorpus();
   absl::StatusOr<Pipeline> pipeline = WebDataset(corpus.paths);
   if (!pipeline.ok()) throw std::runtime_error(pipeline.status().ToString());
-  const int64_t before = g_allocations.load();
+  const int64_t before = bench::AllocationCount();
   for (auto _ : state) {
     std::unique_ptr<SampleStream> stream = pipeline->Open({});
     int64_t samples = 0;
@@ -213,7 +200,7 @@ void BM_TarSamples(benchmark::State& state) {
     }
     if (samples != corpus.samples()) state.SkipWithError("sample count");
   }
-  Report(state, g_allocations.load() - before);
+  Report(state, bench::AllocationCount() - before);
 }
 
 // BM_Loader: the same samples through Loader worker threads and their queues,
@@ -223,7 +210,7 @@ void BM_Loader(benchmark::State& state) {
   absl::StatusOr<Pipeline> pipeline = WebDataset(corpus.paths);
   if (!pipeline.ok()) throw std::runtime_error(pipeline.status().ToString());
   Loader loader(*pipeline, {.workers = static_cast<int>(state.range(0)), .prefetch = 16});
-  const int64_t before = g_allocations.load();
+  const int64_t before = bench::AllocationCount();
   for (auto _ : state) {
     int64_t samples = 0;
     for (const Sample& sample : loader) {
@@ -232,7 +219,7 @@ void BM_Loader(benchmark::State& state) {
     }
     if (samples != corpus.samples()) state.SkipWithError("sample count");
   }
-  Report(state, g_allocations.load() - before);
+  Report(state, bench::AllocationCount() - before);
 }
 
 BENCHMARK(BM_BareLibarchive)->Unit(benchmark::kMillisecond)->UseRealTime();
