@@ -147,6 +147,12 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
+ToolRun RunCaptured(const std::string& dir, const std::string& command) {
+  const std::string out = dir + "/stdout", err = dir + "/stderr";
+  const int status = RunShell("cd " + dir + " && " + command + " > " + out + " 2> " + err);
+  return {status, ReadFile(out), ReadFile(err)};
+}
+
 int RunShell(const std::string& command) {
   int status = std::system(command.c_str());
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;

@@ -49,6 +49,15 @@ std::vector<std::string> Keys(const std::vector<Sample>& samples);
 std::string FieldText(const Sample& sample, std::string_view field);
 // ReadFile returns the whole content of `path` ("" if it cannot be read).
 std::string ReadFile(const std::string& path);
+// ToolRun is what a command run by RunCaptured did.
+struct ToolRun {
+  int status;
+  std::string out;
+  std::string err;
+};
+// RunCaptured runs `command` with /bin/sh in directory `dir`, capturing its
+// standard output and error (through files in `dir`).
+ToolRun RunCaptured(const std::string& dir, const std::string& command);
 // RunShell runs `command` with /bin/sh and returns its exit status.
 int RunShell(const std::string& command);
 // VectorSource is a pipeline source whose every stream yields copies of

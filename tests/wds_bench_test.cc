@@ -13,6 +13,8 @@
 namespace wds {
 namespace {
 
+using testing::ToolRun;
+
 using ::testing::HasSubstr;
 using testing::ReadFile;
 using testing::RunShell;
@@ -20,12 +22,6 @@ using testing::TempDir;
 
 constexpr int kShards = 3;
 constexpr int kSamplesPerShard = 10;
-
-struct ToolRun {
-  int status;
-  std::string out;
-  std::string err;
-};
 
 class WdsBenchTest : public ::testing::Test {
  protected:
@@ -59,10 +55,8 @@ class WdsBenchTest : public ::testing::Test {
   static std::string Shards() { return dir_->path() + "/shard-{0..2}.tar"; }
 
   ToolRun Bench(const std::string& args, const std::string& env = "") {
-    std::string out = run_dir_.path() + "/stdout", err = run_dir_.path() + "/stderr";
-    int status = RunShell(env + " " + std::string(WDS_TOOLS_DIR) + "/wds-bench " + args + " > " +
-                          out + " 2> " + err);
-    return {status, ReadFile(out), ReadFile(err)};
+    return testing::RunCaptured(run_dir_.path(),
+                                env + " " + std::string(WDS_TOOLS_DIR) + "/wds-bench " + args);
   }
 
   // Query evaluates a Python expression over `json` (bound to d) and returns

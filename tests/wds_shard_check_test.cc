@@ -12,6 +12,8 @@
 namespace wds {
 namespace {
 
+using testing::ToolRun;
+
 namespace fs = std::filesystem;
 using testing::ReadFile;
 using testing::Compression;
@@ -23,17 +25,8 @@ using testing::TarEntry;
 using testing::TarFormat;
 using testing::TempDir;
 
-struct ToolRun {
-  int status;
-  std::string out;
-  std::string err;
-};
-
 ToolRun WdsShard(const TempDir& dir, const std::string& args) {
-  std::string out = dir.path() + "/stdout", err = dir.path() + "/stderr";
-  int status = RunShell("cd " + dir.path() + " && " + std::string(WDS_TOOLS_DIR) + "/wds-shard " +
-                        args + " > " + out + " 2> " + err);
-  return {status, ReadFile(out), ReadFile(err)};
+  return testing::RunCaptured(dir.path(), std::string(WDS_TOOLS_DIR) + "/wds-shard " + args);
 }
 
 // A 1x1 gray PNG (value 0) with valid CRCs, 67 bytes.

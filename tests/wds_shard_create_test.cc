@@ -21,6 +21,8 @@
 namespace wds {
 namespace {
 
+using testing::ToolRun;
+
 namespace fs = std::filesystem;
 using testing::ReadFile;
 using testing::Compression;
@@ -43,16 +45,8 @@ std::vector<std::string> ListDir(const std::string& dir) {
   return names;
 }
 
-struct ToolRun {
-  int status;
-  std::string out;
-  std::string err;
-};
-
 ToolRun Shell(const TempDir& dir, const std::string& command) {
-  std::string out = dir.path() + "/stdout", err = dir.path() + "/stderr";
-  int status = RunShell("cd " + dir.path() + " && " + command + " > " + out + " 2> " + err);
-  return {status, ReadFile(out), ReadFile(err)};
+  return testing::RunCaptured(dir.path(), command);
 }
 
 ToolRun WdsShard(const TempDir& dir, const std::string& args) {

@@ -9,6 +9,8 @@
 namespace wds {
 namespace {
 
+using testing::ToolRun;
+
 using ::testing::HasSubstr;
 using testing::ReadFile;
 using testing::Compression;
@@ -18,16 +20,8 @@ using testing::TarEntry;
 using testing::TarFormat;
 using testing::TempDir;
 
-struct ToolRun {
-  int status;
-  std::string out;
-  std::string err;
-};
-
 ToolRun WdsShard(const TempDir& dir, const std::string& args) {
-  std::string out = dir.path() + "/stdout", err = dir.path() + "/stderr";
-  int status = RunShell(std::string(WDS_TOOLS_DIR) + "/wds-shard " + args + " > " + out + " 2> " + err);
-  return {status, ReadFile(out), ReadFile(err)};
+  return testing::RunCaptured(dir.path(), std::string(WDS_TOOLS_DIR) + "/wds-shard " + args);
 }
 
 std::string ReferenceLs(const TempDir& dir, const std::string& urls) {
