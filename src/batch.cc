@@ -132,6 +132,106 @@ absl::StatusOr<Value> CollateList(const std::vector<Sample>& samples, const Colu
   return Value(std::move(out));
 }
 
+// ----------------------------------------------------------------- slots
+
+// BatchSlots offers the decoders upstream of one Batched stream the slots of
+// the batch being gathered: sample i's array of a field is written straight
+// into slot i of a pooled block, and a column whose arrays all sit in their
+// own slots becomes the block itself, without a copy (InPlace).
+//
+// Each slot is handed out through an owner of its own, so a slot is offered
+// again only after everything made in it is gone (a sample dropped after
+// decoding). A slot still in use when it would be offered again, or after its
+// batch, means a stage between the decoder and Batched holds samples back (a
+// shuffle buffer, say); then offers stop for good, so that no sample held
+// there pins a whole block.
+class BatchSlots final : public OutputSlots {
+ public:
+  BatchSlots(size_t batch_size, std::shared_ptr<BufferPool> pool)
+      : batch_size_(batch_size), pool_(std::move(pool)) {}
+
+  // set_index names the batch position of the sample about to be pulled.
+  void set_index(size_t index) { index_ = index; }
+
+  Buffer Offer(std::string_view field, DType dtype, const std::vector<int64_t>& shape) override {
+    if (!enabled_ || index_ >= batch_size_) return Buffer();
+    Block* block = Find(field);
+    if (block == nullptr) block = Open(field, dtype, shape);
+    if (block == nullptr || block->dtype != dtype || block->shape != shape) return Buffer();
+    std::weak_ptr<const void>& given = block->given[index_];
+    if (!given.expired()) {
+      enabled_ = false;
+      return Buffer();
+    }
+    auto owner = std::make_shared<const Buffer>(block->storage);
+    given = owner;
+    return Buffer::View(std::move(owner), block->storage.data() + index_ * block->slot_bytes,
+                        block->slot_bytes);
+  }
+
+  // InPlace is the collated array of `column` when sample i's array is slot i
+  // of one block for every i: a view of the block's first slots.
+  std::optional<Buffer> InPlace(const Column& column) const {
+    const Array& first = std::get<Array>(*column.values[0]);
+    for (const Block& block : blocks_) {
+      if (first.data.data() != block.storage.data()) continue;
+      for (size_t i = 0; i < column.values.size(); ++i) {
+        const Array& a = std::get<Array>(*column.values[i]);
+        if (a.data.data() != block.storage.data() + i * block.slot_bytes ||
+            a.data.size() != block.slot_bytes) {
+          return std::nullopt;
+        }
+      }
+      return block.storage.Slice(0, column.values.size() * block.slot_bytes);
+    }
+    return std::nullopt;
+  }
+
+  // Reset starts the next batch; REQUIRES: the last batch's samples are gone.
+  void Reset() {
+    for (const Block& block : blocks_) {
+      for (const std::weak_ptr<const void>& given : block.given) {
+        if (!given.expired()) enabled_ = false;
+      }
+    }
+    blocks_.clear();
+  }
+
+ private:
+  struct Block {
+    std::string field;
+    DType dtype;
+    std::vector<int64_t> shape;
+    size_t slot_bytes;
+    Buffer storage;
+    std::vector<std::weak_ptr<const void>> given;  // per slot
+  };
+
+  Block* Find(std::string_view field) {
+    for (Block& block : blocks_) {
+      if (block.field == field) return &block;
+    }
+    return nullptr;
+  }
+
+  Block* Open(std::string_view field, DType dtype, const std::vector<int64_t>& shape) {
+    Array probe{dtype, shape, {}};
+    const size_t slot_bytes = probe.nbytes();
+    if (slot_bytes == 0) return nullptr;
+    absl::StatusOr<Buffer> storage = pool_->Acquire(slot_bytes * batch_size_);
+    if (!storage.ok()) return nullptr;
+    blocks_.push_back({std::string(field), dtype, shape, slot_bytes, *std::move(storage),
+                       std::vector<std::weak_ptr<const void>>(batch_size_)});
+    return &blocks_.back();
+  }
+
+  const size_t batch_size_;
+  std::shared_ptr<BufferPool> pool_;
+  std::vector<Block> blocks_;
+  size_t index_ = 0;
+  bool enabled_ = true;
+};
+
 // ---------------------------------------------------------------- arrays
 
 uint16_t FloatToHalf(float value) {
@@ -283,8 +383,14 @@ absl::StatusOr<std::vector<int64_t>> CollatedShape(const std::vector<Sample>& sa
   return shape;
 }
 
+bool AllShaped(const Column& column, const std::vector<int64_t>& shape) {
+  return std::all_of(column.values.begin(), column.values.end(),
+                     [&shape](const Value* v) { return std::get<Array>(*v).shape == shape; });
+}
+
 absl::StatusOr<Array> CollateArrays(const std::vector<Sample>& samples, const Column& column,
-                                    const BatchOptions& options, BufferPool& pool) {
+                                    const BatchOptions& options, BufferPool& pool,
+                                    const BatchSlots* slots) {
   WDS_ASSIGN_OR_RETURN(std::vector<int64_t> shape, CollatedShape(samples, column, options));
   const DType dtype = std::get<Array>(*column.values[0]).dtype;
   std::optional<std::vector<uint8_t>> pad;
@@ -301,6 +407,12 @@ absl::StatusOr<Array> CollateArrays(const std::vector<Sample>& samples, const Co
   out.shape.reserve(shape.size() + 1);
   out.shape.push_back(static_cast<int64_t>(column.values.size()));
   out.shape.insert(out.shape.end(), shape.begin(), shape.end());
+  if (slots != nullptr && AllShaped(column, shape)) {
+    if (std::optional<Buffer> block = slots->InPlace(column)) {
+      out.data = *std::move(block);
+      return out;
+    }
+  }
   WDS_ASSIGN_OR_RETURN(out.data, pool.Acquire(out.nbytes()));
   const size_t item = DTypeSize(dtype);
   size_t slot = item;
@@ -334,7 +446,8 @@ absl::StatusOr<Array> Lengths(const Column& column, BufferPool& pool) {
 }
 
 absl::StatusOr<Value> CollateColumn(const std::vector<Sample>& samples, const Column& column,
-                                    const BatchOptions& options, BufferPool& pool) {
+                                    const BatchOptions& options, BufferPool& pool,
+                                    const BatchSlots* slots) {
   const Value& first = *column.values[0];
   if (std::holds_alternative<int64_t>(first) || std::holds_alternative<double>(first)) {
     return CollateNumbers(samples, column, pool);
@@ -344,7 +457,7 @@ absl::StatusOr<Value> CollateColumn(const std::vector<Sample>& samples, const Co
   }
   if (std::holds_alternative<Buffer>(first)) return CollateList<Buffer, BytesList>(samples, column);
   if (std::holds_alternative<Array>(first)) {
-    WDS_ASSIGN_OR_RETURN(Array a, CollateArrays(samples, column, options, pool));
+    WDS_ASSIGN_OR_RETURN(Array a, CollateArrays(samples, column, options, pool, slots));
     return Value(std::move(a));
   }
   return CollateError(samples, 0, column.name,
@@ -359,6 +472,33 @@ Column GetColumn(const std::vector<Sample>& samples, size_t position) {
     column.values.push_back(first.is_tuple() ? &s[position].second : s.Find(column.name));
   }
   return column;
+}
+
+// CollateBatch is Collate, taking arrays that sit in their slots in place.
+absl::StatusOr<Batch> CollateBatch(const std::vector<Sample>& samples, const BatchOptions& options,
+                                   BufferPool& pool, const BatchSlots* slots) {
+  WDS_RETURN_IF_ERROR(CheckSameFields(samples));
+  const Sample& first = samples[0];
+  Batch batch;
+  batch.set_is_tuple(first.is_tuple());
+  std::vector<Sample::Field> lengths;
+  for (size_t position = 0; position < first.size(); ++position) {
+    const Column column = GetColumn(samples, position);
+    WDS_ASSIGN_OR_RETURN(Value value, CollateColumn(samples, column, options, pool, slots));
+    if (options.pad && std::holds_alternative<Array>(*column.values[0])) {
+      std::string name = Cat(column.name, kLengthsSuffix);
+      if (first.Has(name)) {
+        return CollateError(samples, 0, column.name,
+                            Cat("padding adds the field ", name, ", which the sample already has"));
+      }
+      WDS_ASSIGN_OR_RETURN(Array a, Lengths(column, pool));
+      lengths.emplace_back(std::move(name), std::move(a));
+    }
+    batch.Append(std::string(column.name), std::move(value));
+  }
+  for (Sample::Field& field : lengths)
+    batch.Append(std::move(field.first), std::move(field.second));
+  return batch;
 }
 
 // --------------------------------------------------------------- budgets
@@ -454,24 +594,35 @@ class Budget {
 
 class BatchStream final : public SampleStream {
  public:
-  BatchStream(std::unique_ptr<SampleStream> upstream, const WorkerContext& ctx, size_t batch_size,
+  // The upstream is opened here, with a context that offers its decoders
+  // this stream's slots.
+  BatchStream(const StreamFactory& upstream, const WorkerContext& ctx, size_t batch_size,
               std::shared_ptr<const BatchOptions> options)
-      : upstream_(std::move(upstream)),
-        ctx_(ctx),
+      : ctx_(ctx),
         batch_size_(batch_size),
         options_(std::move(options)),
         pool_(ctx.pool != nullptr ? ctx.pool : std::make_shared<BufferPool>()),
-        budget_(*options_) {}
+        budget_(*options_) {
+    // A batch of unknown size (budgets) has no slots; padded arrays are
+    // copied into place anyway.
+    if (batch_size_ > 0 && !budget_.enabled() && !options_->pad) {
+      slots_ = std::make_shared<BatchSlots>(batch_size_, pool_);
+    }
+    WorkerContext upstream_ctx = ctx;
+    upstream_ctx.output_slots = slots_;
+    upstream_ = upstream(upstream_ctx);
+  }
 
   SampleResult Next() override {
     if (!error_.ok()) return error_;
     while (!done_) {
+      if (slots_ != nullptr) slots_->Reset();
       absl::StatusOr<bool> complete = Gather();
       if (!complete.ok()) return complete.status();
       std::vector<Sample> samples = std::exchange(batch_, {});
       budget_.Reset();
       if (samples.empty() || (!*complete && !options_->partial)) break;
-      absl::StatusOr<Batch> batch = Collate(samples, *options_, *pool_);
+      absl::StatusOr<Batch> batch = CollateBatch(samples, *options_, *pool_, slots_.get());
       if (batch.ok()) return std::optional<Sample>(*std::move(batch));
       switch (ctx_.Handle(options_->handler, kStage, batch.status())) {
         case ErrorAction::kRaise:
@@ -496,6 +647,7 @@ class BatchStream final : public SampleStream {
     while (true) {
       if (!pending_.has_value()) {
         if (upstream_done_) return false;
+        if (slots_ != nullptr) slots_->set_index(batch_.size());
         SampleResult item = upstream_->Next();
         if (!item.ok()) return item.status();
         if (!item->has_value()) {
@@ -520,6 +672,7 @@ class BatchStream final : public SampleStream {
   std::shared_ptr<const BatchOptions> options_;
   std::shared_ptr<BufferPool> pool_;
   Budget budget_;
+  std::shared_ptr<BatchSlots> slots_;  // null when batches are not decoded in place
   std::vector<Sample> batch_;
   // pending_ is a sample that did not fit the previous batch's budget.
   std::optional<Sample> pending_;
@@ -548,28 +701,7 @@ absl::Status ValidateBatchOptions(size_t batch_size, const BatchOptions& options
 
 absl::StatusOr<Batch> Collate(const std::vector<Sample>& samples, const BatchOptions& options,
                               BufferPool& pool) {
-  WDS_RETURN_IF_ERROR(CheckSameFields(samples));
-  const Sample& first = samples[0];
-  Batch batch;
-  batch.set_is_tuple(first.is_tuple());
-  std::vector<Sample::Field> lengths;
-  for (size_t position = 0; position < first.size(); ++position) {
-    const Column column = GetColumn(samples, position);
-    WDS_ASSIGN_OR_RETURN(Value value, CollateColumn(samples, column, options, pool));
-    if (options.pad && std::holds_alternative<Array>(*column.values[0])) {
-      std::string name = Cat(column.name, kLengthsSuffix);
-      if (first.Has(name)) {
-        return CollateError(samples, 0, column.name,
-                            Cat("padding adds the field ", name, ", which the sample already has"));
-      }
-      WDS_ASSIGN_OR_RETURN(Array a, Lengths(column, pool));
-      lengths.emplace_back(std::move(name), std::move(a));
-    }
-    batch.Append(std::string(column.name), std::move(value));
-  }
-  for (Sample::Field& field : lengths)
-    batch.Append(std::move(field.first), std::move(field.second));
-  return batch;
+  return CollateBatch(samples, options, pool, nullptr);
 }
 
 Pipeline Pipeline::Batched(size_t batch_size, BatchOptions options) const {
@@ -578,7 +710,7 @@ Pipeline Pipeline::Batched(size_t batch_size, BatchOptions options) const {
   }
   auto shared = std::make_shared<const BatchOptions>(std::move(options));
   return Then([batch_size, shared](const StreamFactory& upstream, const WorkerContext& ctx) {
-    return std::make_unique<BatchStream>(upstream(ctx), ctx, batch_size, shared);
+    return std::make_unique<BatchStream>(upstream, ctx, batch_size, shared);
   });
 }
 

@@ -70,7 +70,8 @@ bool IsImageExtension(std::string_view extension) {
 
 absl::StatusOr<Array> DecodeImage(std::string_view data, const ImageSpec& spec,
                                   const ImageDecodeOptions& options, Rng& rng,
-                                  ImageDecodeInfo* info) {
+                                  ImageDecodeInfo* info, OutputSlots* slots,
+                                  std::string_view field) {
   WDS_RETURN_IF_ERROR(ValidateImageDecodeOptions(options));
   const std::optional<ImageFormat> format = SniffImageFormat(data);
   if (!format.has_value()) {
@@ -81,7 +82,7 @@ absl::StatusOr<Array> DecodeImage(std::string_view data, const ImageSpec& spec,
   ImageDecodeInfo& report = info != nullptr ? *info : local;
   report = ImageDecodeInfo{};
   report.format = *format;
-  image_internal::DecodeRequest request{spec, options, rng, report};
+  image_internal::DecodeRequest request{spec, options, rng, report, slots, field};
   switch (*format) {
     case ImageFormat::kJpeg:
       return image_internal::DecodeJpeg(data, request);
@@ -100,7 +101,8 @@ absl::StatusOr<FieldDecoder> ImageDecoder(std::string_view spec, ImageDecodeOpti
       [parsed, options](std::string_view field, const Buffer& data,
                         DecodeContext& ctx) -> absl::StatusOr<std::optional<Value>> {
         if (!IsImageExtension(FieldExtension(field))) return std::nullopt;
-        WDS_ASSIGN_OR_RETURN(Array image, DecodeImage(data.view(), parsed, options, *ctx.rng));
+        WDS_ASSIGN_OR_RETURN(Array image, DecodeImage(data.view(), parsed, options, *ctx.rng,
+                                                      nullptr, ctx.slots, field));
         return Value(std::move(image));
       });
 }

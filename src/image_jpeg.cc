@@ -254,7 +254,7 @@ absl::StatusOr<Array> DecodeJpeg(std::string_view data, DecodeRequest& request) 
   if (!GuardedStart(s, colour.space, scale)) return s.Error();
   ImageDecodeInfo& info = request.info;
   info.dct_scale = scale;
-  OutputWriter writer(plan);
+  OutputWriter writer(plan, request.slots, request.field);
   // libjpeg produces the spec's channels itself for everything but CMYK.
   if (plan.identity() && colour.space != JCS_CMYK && writer.direct_rows() != nullptr) {
     info.decoded_width = plan.width;

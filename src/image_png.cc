@@ -98,7 +98,7 @@ absl::StatusOr<Array> DecodePng(std::string_view data, DecodeRequest& request) {
   }
   request.info.decoded_width = plan.width;
   request.info.decoded_height = plan.height;
-  OutputWriter writer(plan);
+  OutputWriter writer(plan, request.slots, request.field);
   if (plan.identity() && LayoutChannels(format.layout) == plan.spec.channels &&
       !format.sixteen_bit && writer.direct_rows() != nullptr) {
     if (int r = spng_decode_image(ctx.get(), writer.direct_rows(), size, format.spng_format,

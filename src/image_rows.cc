@@ -219,7 +219,7 @@ template void ConvertRow<uint16_t>(PixelLayout, const uint16_t*, int, int, uint1
 
 // ----------------------------------------------------------------- output
 
-OutputWriter::OutputWriter(const DecodePlan& plan)
+OutputWriter::OutputWriter(const DecodePlan& plan, OutputSlots* slots, std::string_view field)
     : width_(plan.out_width),
       height_(plan.out_height),
       channels_(plan.spec.channels),
@@ -234,7 +234,10 @@ OutputWriter::OutputWriter(const DecodePlan& plan)
   } else {
     shape = {height_, width_, channels_};
   }
-  array_ = Array::Allocate(plan.spec.dtype, std::move(shape));
+  array_.dtype = plan.spec.dtype;
+  array_.shape = std::move(shape);
+  if (slots != nullptr) array_.data = slots->Offer(field, array_.dtype, array_.shape);
+  if (array_.data.size() != array_.nbytes()) array_ = Array::Allocate(array_.dtype, array_.shape);
 }
 
 uint8_t* OutputWriter::direct_rows() const {

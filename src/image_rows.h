@@ -28,6 +28,9 @@ struct DecodeRequest {
   const ImageDecodeOptions& options;
   Rng& rng;
   ImageDecodeInfo& info;
+  // slots, if not null, is asked for the output's storage under `field`.
+  OutputSlots* slots = nullptr;
+  std::string_view field;
 };
 
 // DecodePlan is what one decode produces, fixed from the header before any
@@ -83,10 +86,12 @@ int LayoutChannels(PixelLayout layout);
 template <typename T>
 void ConvertRow(PixelLayout layout, const T* in, int width, int channels, T* out);
 
-// OutputWriter owns the output Array and writes finished rows into it.
+// OutputWriter owns the output Array and writes finished rows into it. Its
+// storage is what `slots` offers for `field`, if it offers any.
 class OutputWriter {
  public:
-  explicit OutputWriter(const DecodePlan& plan);
+  explicit OutputWriter(const DecodePlan& plan, OutputSlots* slots = nullptr,
+                        std::string_view field = {});
 
   // direct_rows is the output's storage when rows of uint8 samples in HWC order
   // (out_width * channels per row) can be decoded straight into it (uint8,

@@ -70,7 +70,7 @@ absl::StatusOr<Array> DecodeWebp(std::string_view data, DecodeRequest& request) 
   request.info.decoded_height = plan.out_height;
   const bool rgba = plan.spec.channels == 4;
   const int channels = rgba ? 4 : 3;
-  OutputWriter writer(plan);
+  OutputWriter writer(plan, request.slots, request.field);
   const bool direct = plan.spec.channels != 1 && writer.direct_rows() != nullptr;
   const size_t stride = static_cast<size_t>(plan.out_width) * channels;
   const size_t size = stride * plan.out_height;

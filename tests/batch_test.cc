@@ -3,6 +3,7 @@
 // and pool use.
 #include "wds/batch.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -663,6 +664,185 @@ TEST(BatchedEndToEndTest, NpyFromATarDecodesAndPads) {
   EXPECT_THAT(Values<int64_t>(std::get<Array>(b[1].second)), ElementsAre(0, 1, 2));
   EXPECT_EQ(b[2].first, "feat.npy.lengths");
   EXPECT_THAT(Values<int64_t>(std::get<Array>(b[2].second)), ElementsAre(1, 2, 2, 2, 3, 2));
+}
+
+// ------------------------------------------- decoding in place (OutputSlots)
+
+// OfferLog records what a SlotDecoder was offered, per decoded sample.
+struct OfferLog {
+  bool had_slots = false;              // ctx.slots was set at least once
+  std::vector<const uint8_t*> offers;  // the storage offered; null when declined
+};
+
+// SlotDecoder decodes a "raw" field into a uint8 [n] array of its bytes,
+// written into the storage ctx.slots offers when it offers any.
+FieldDecoder SlotDecoder(std::shared_ptr<OfferLog> log) {
+  return [log](std::string_view field, const Buffer& data,
+               DecodeContext& ctx) -> absl::StatusOr<std::optional<Value>> {
+    if (field != "raw") return std::nullopt;
+    Array a{DType::kUInt8, {static_cast<int64_t>(data.size())}, Buffer()};
+    if (ctx.slots != nullptr) {
+      log->had_slots = true;
+      a.data = ctx.slots->Offer(field, a.dtype, a.shape);
+      log->offers.push_back(a.data.empty() ? nullptr : a.data.data());
+    }
+    if (a.data.empty()) a = Array::Allocate(DType::kUInt8, a.shape);
+    std::memcpy(a.mutable_data<uint8_t>(), data.data(), data.size());
+    return Value(std::move(a));
+  };
+}
+
+// Raw makes sample i with a "raw" field of `size` bytes i, i + 1, ...
+std::vector<Sample> Raw(int n, int size = 3) {
+  std::vector<Sample> out;
+  for (int i = 0; i < n; ++i) {
+    std::string bytes;
+    for (int k = 0; k < size; ++k) bytes.push_back(static_cast<char>(i + k));
+    out.push_back(Dict(std::to_string(i), {{"raw", Buffer::Copy(bytes)}}));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<Sample>> DrainPipeline(const Pipeline& pipeline) {
+  std::unique_ptr<SampleStream> stream = pipeline.Open({});
+  return Drain(*stream);
+}
+
+const Array& RawColumn(const Sample& batch) { return std::get<Array>(*batch.Find("raw")); }
+
+TEST(BatchedInPlaceTest, DecodedArraysAreWrittenIntoTheBatch) {
+  auto log = std::make_shared<OfferLog>();
+  absl::StatusOr<std::vector<Sample>> batches =
+      DrainPipeline(Pipeline(VectorSource(Raw(5))).Decode({SlotDecoder(log)}).Batched(4));
+  ASSERT_TRUE(batches.ok()) << batches.status();
+  ASSERT_EQ(batches->size(), 2u);
+  ASSERT_EQ(log->offers.size(), 5u);
+  for (const uint8_t* offer : log->offers) ASSERT_NE(offer, nullptr);
+  // Sample i went to slot i of its batch's block, and the batch is that block.
+  const Array& first = RawColumn((*batches)[0]);
+  EXPECT_EQ(first.data.data(), log->offers[0]);
+  for (int i = 1; i < 4; ++i) EXPECT_EQ(log->offers[i], log->offers[0] + 3 * i);
+  EXPECT_THAT(first.shape, ElementsAre(4, 3));
+  EXPECT_THAT(Values<uint8_t>(first), ElementsAre(0, 1, 2, 1, 2, 3, 2, 3, 4, 3, 4, 5));
+  // The partial last batch is the first slot of a block of its own.
+  const Array& last = RawColumn((*batches)[1]);
+  EXPECT_EQ(last.data.data(), log->offers[4]);
+  EXPECT_THAT(last.shape, ElementsAre(1, 3));
+  EXPECT_THAT(Values<uint8_t>(last), ElementsAre(4, 5, 6));
+}
+
+TEST(BatchedInPlaceTest, SampleDroppedAfterDecodingGivesItsSlotToTheNext) {
+  auto log = std::make_shared<OfferLog>();
+  Pipeline p = Pipeline(VectorSource(Raw(4)))
+                   .Decode({SlotDecoder(log)})
+                   .Select([](const Sample& s) { return s.key() != "1"; })
+                   .Batched(3);
+  absl::StatusOr<std::vector<Sample>> batches = DrainPipeline(p);
+  ASSERT_TRUE(batches.ok()) << batches.status();
+  ASSERT_EQ(batches->size(), 1u);
+  ASSERT_EQ(log->offers.size(), 4u);
+  EXPECT_EQ(log->offers[2], log->offers[1]);  // sample 2 reuses dropped sample 1's slot
+  const Array& raw = RawColumn((*batches)[0]);
+  EXPECT_EQ(raw.data.data(), log->offers[0]);
+  EXPECT_THAT(Values<uint8_t>(raw), ElementsAre(0, 1, 2, 2, 3, 4, 3, 4, 5));
+}
+
+TEST(BatchedInPlaceTest, ShuffleBetweenDecodeAndBatchedStopsOffers) {
+  auto log = std::make_shared<OfferLog>();
+  Pipeline p = Pipeline(VectorSource(Raw(8)), /*seed=*/3)
+                   .Decode({SlotDecoder(log)})
+                   .Shuffle(4, 4)
+                   .Batched(4);
+  absl::StatusOr<std::vector<Sample>> batches = DrainPipeline(p);
+  ASSERT_TRUE(batches.ok()) << batches.status();
+  ASSERT_EQ(batches->size(), 2u);
+  // The shuffle buffer holds sample 0 in slot 0 while sample 1 is decoded
+  // for the same slot: from then on every offer is declined.
+  ASSERT_EQ(log->offers.size(), 8u);
+  EXPECT_NE(log->offers[0], nullptr);
+  for (size_t i = 1; i < 8; ++i) EXPECT_EQ(log->offers[i], nullptr) << i;
+  // The batches are still exact: every sample once, each row its own bytes.
+  std::vector<int> seen;
+  for (const Sample& b : *batches) {
+    const Array& raw = RawColumn(b);
+    const TextList& keys = std::get<TextList>(*b.Find("__key__"));
+    ASSERT_EQ(raw.shape[0], static_cast<int64_t>(keys.size()));
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const int k = std::stoi(keys[i]);
+      seen.push_back(k);
+      const uint8_t* row = raw.data_as<uint8_t>() + 3 * i;
+      EXPECT_THAT(std::vector<uint8_t>(row, row + 3), ElementsAre(k, k + 1, k + 2));
+    }
+  }
+  std::sort(seen.begin(), seen.end());
+  EXPECT_THAT(seen, ElementsAre(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+TEST(BatchedInPlaceTest, SampleKeptPastItsBatchStopsOffers) {
+  auto log = std::make_shared<OfferLog>();
+  auto kept = std::make_shared<std::vector<Sample>>();
+  Pipeline p = Pipeline(VectorSource(Raw(4)))
+                   .Decode({SlotDecoder(log)})
+                   .Map([kept](Sample s) -> absl::StatusOr<Sample> {
+                     kept->push_back(s);
+                     return s;
+                   })
+                   .Batched(2);
+  absl::StatusOr<std::vector<Sample>> batches = DrainPipeline(p);
+  ASSERT_TRUE(batches.ok()) << batches.status();
+  ASSERT_EQ(batches->size(), 2u);
+  ASSERT_EQ(log->offers.size(), 4u);
+  EXPECT_NE(log->offers[0], nullptr);
+  EXPECT_NE(log->offers[1], nullptr);
+  EXPECT_EQ(log->offers[2], nullptr);
+  EXPECT_EQ(log->offers[3], nullptr);
+  EXPECT_THAT(Values<uint8_t>(RawColumn((*batches)[0])), ElementsAre(0, 1, 2, 1, 2, 3));
+  EXPECT_THAT(Values<uint8_t>(RawColumn((*batches)[1])), ElementsAre(2, 3, 4, 3, 4, 5));
+  // What the map kept is untouched by the later batches.
+  EXPECT_THAT(Values<uint8_t>(std::get<Array>(*(*kept)[1].Find("raw"))), ElementsAre(1, 2, 3));
+}
+
+TEST(BatchedInPlaceTest, OfferForAnotherShapeIsDeclined) {
+  std::vector<Sample> samples = Raw(1, 3);
+  samples.push_back(Raw(2, 4)[1]);
+  auto log = std::make_shared<OfferLog>();
+  absl::StatusOr<std::vector<Sample>> batches =
+      DrainPipeline(Pipeline(VectorSource(samples)).Decode({SlotDecoder(log)}).Batched(2));
+  ASSERT_EQ(log->offers.size(), 2u);
+  EXPECT_NE(log->offers[0], nullptr);
+  EXPECT_EQ(log->offers[1], nullptr);
+  ASSERT_FALSE(batches.ok());
+  EXPECT_EQ(batches.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(batches.status().message(),
+              HasSubstr("key 1: batched: field raw: shape [4] differs from [3]"));
+}
+
+TEST(BatchedInPlaceTest, BudgetsAndPaddingOfferNoSlots) {
+  for (BatchOptions options : {BatchOptions{.max_elements = 6}, BatchOptions{.pad = true}}) {
+    auto log = std::make_shared<OfferLog>();
+    absl::StatusOr<std::vector<Sample>> batches = DrainPipeline(
+        Pipeline(VectorSource(Raw(4))).Decode({SlotDecoder(log)}).Batched(2, options));
+    ASSERT_TRUE(batches.ok()) << batches.status();
+    EXPECT_FALSE(log->had_slots);
+    ASSERT_EQ(batches->size(), 2u);
+    EXPECT_THAT(Values<uint8_t>(RawColumn((*batches)[1])), ElementsAre(2, 3, 4, 3, 4, 5));
+  }
+}
+
+TEST(BatchedInPlaceTest, StagesAboveAnotherBatchedGetItsSlotsNotOurs) {
+  auto log = std::make_shared<OfferLog>();
+  BatchOptions budget{.max_elements = 6};
+  absl::StatusOr<std::vector<Sample>> batches = DrainPipeline(Pipeline(VectorSource(Raw(4)))
+                                                                  .Decode({SlotDecoder(log)})
+                                                                  .Batched(2, budget)
+                                                                  .ToTuple({"raw"})
+                                                                  .Batched(2));
+  ASSERT_TRUE(batches.ok()) << batches.status();
+  EXPECT_FALSE(log->had_slots);
+  ASSERT_EQ(batches->size(), 1u);
+  const Array& raw = std::get<Array>((*batches)[0][0].second);
+  EXPECT_THAT(raw.shape, ElementsAre(2, 2, 3));
+  EXPECT_THAT(Values<uint8_t>(raw), ElementsAre(0, 1, 2, 1, 2, 3, 2, 3, 4, 3, 4, 5));
 }
 
 }  // namespace

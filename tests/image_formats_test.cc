@@ -366,6 +366,76 @@ absl::StatusOr<std::optional<Value>> RunDecoder(const FieldDecoder& decoder, std
   return decoder(field, Buffer::Copy(data), ctx);
 }
 
+// RecordingSlots offers fresh storage of the asked size (or, with `skew`,
+// that many bytes more) and records each request.
+class RecordingSlots final : public OutputSlots {
+ public:
+  explicit RecordingSlots(size_t skew = 0) : skew_(skew) {}
+  Buffer Offer(std::string_view field, DType dtype, const std::vector<int64_t>& shape) override {
+    fields.emplace_back(field);
+    shapes.push_back(shape);
+    dtypes.push_back(dtype);
+    Array probe{dtype, shape, {}};
+    offered = Buffer::Allocate(probe.nbytes() + skew_);
+    return offered;
+  }
+  std::vector<std::string> fields;
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<DType> dtypes;
+  Buffer offered;
+
+ private:
+  size_t skew_;
+};
+
+TEST(OutputSlotsTest, EveryCodecAndOutputIsWrittenIntoTheOfferedStorage) {
+  const ImageDecodeOptions crop = Resize(ResizeMode::kCenterCrop, 24, 20);
+  for (const char* file : {"photo.jpg", "photo.webp", "pil_rgb.png"}) {
+    const std::string data = Fixtures::Get().Read(file);
+    for (const char* spec : {"rgb8", "l8", "torchrgb", "rgba"}) {
+      for (const ImageDecodeOptions& options : {ImageDecodeOptions{}, crop}) {
+        SCOPED_TRACE(std::string(file) + " " + spec);
+        absl::StatusOr<Array> plain = Decode(data, spec, options);
+        ASSERT_TRUE(plain.ok()) << plain.status();
+        RecordingSlots slots;
+        Rng rng(1);
+        absl::StatusOr<Array> slotted =
+            DecodeImage(data, *ParseImageSpec(spec), options, rng, nullptr, &slots, "img.jpg");
+        ASSERT_TRUE(slotted.ok()) << slotted.status();
+        EXPECT_EQ(slotted->data.data(), slots.offered.data());
+        EXPECT_EQ(slots.fields, std::vector<std::string>{"img.jpg"});
+        EXPECT_EQ(slots.shapes, std::vector<std::vector<int64_t>>{plain->shape});
+        EXPECT_EQ(slots.dtypes, std::vector<DType>{plain->dtype});
+        EXPECT_EQ(slotted->shape, plain->shape);
+        EXPECT_EQ(Bytes(*slotted), Bytes(*plain));
+      }
+    }
+  }
+}
+
+TEST(OutputSlotsTest, StorageOfAnotherSizeIsNotUsed) {
+  const std::string jpeg = Fixtures::Get().Read("photo.jpg");
+  RecordingSlots slots(/*skew=*/1);
+  Rng rng(1);
+  absl::StatusOr<Array> image =
+      DecodeImage(jpeg, *ParseImageSpec("rgb8"), {}, rng, nullptr, &slots, "jpg");
+  ASSERT_TRUE(image.ok()) << image.status();
+  EXPECT_EQ(slots.fields.size(), 1u);
+  EXPECT_NE(image->data.data(), slots.offered.data());
+  EXPECT_EQ(Bytes(*image), Bytes(*Decode(jpeg, "rgb8")));
+}
+
+TEST(OutputSlotsTest, ImageDecoderOffersTheFieldItDecodes) {
+  RecordingSlots slots;
+  Rng rng(0);
+  DecodeContext ctx{"key", &rng, &slots};
+  absl::StatusOr<std::optional<Value>> result =
+      (*ImageDecoder("rgb8"))("seg.png", Buffer::Copy(Fixtures::Get().Read("pil_rgb.png")), ctx);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(slots.fields, std::vector<std::string>{"seg.png"});
+  EXPECT_EQ(std::get<Array>(**result).data.data(), slots.offered.data());
+}
+
 TEST(ImageDecoderTest, UnknownSpecIsASetupError) {
   absl::StatusOr<FieldDecoder> decoder = ImageDecoder("RGB");
   ASSERT_EQ(decoder.status().code(), absl::StatusCode::kInvalidArgument);

@@ -42,6 +42,9 @@ struct DecodeContext {
   // the Decode stage seeds it by DeriveSeed(seed, {kDecode, epoch, pass, rank,
   // worker}), so augmentations are reproducible. Never null.
   Rng* rng = nullptr;
+  // slots, if not null, offers the memory for decoded arrays (see
+  // OutputSlots); a decoder producing an array should ask it first.
+  OutputSlots* slots = nullptr;
 };
 
 // FieldDecoder decodes one field: nullopt declines (the next decoder is
@@ -71,8 +74,9 @@ std::string_view FieldExtension(std::string_view field);
 std::vector<FieldDecoder> BasicDecoders();
 
 // DecodeSample applies `decoders` to every eligible field of `sample`, drawing
-// any randomness from `rng`.
+// any randomness from `rng` and offering them `slots` (may be null).
 [[nodiscard]] absl::Status DecodeSample(Sample& sample, const std::vector<FieldDecoder>& decoders,
-                                        const DecodeOptions& options, Rng& rng);
+                                        const DecodeOptions& options, Rng& rng,
+                                        OutputSlots* slots = nullptr);
 
 }  // namespace wds

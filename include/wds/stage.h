@@ -58,6 +58,9 @@ struct WorkerContext {
   // pool supplies batch storage (the Loader's, pinned when asked for); null
   // means each Batched stream uses a pool of its own.
   std::shared_ptr<BufferPool> pool;
+  // output_slots is set by a Batched stage for the stages it pulls from, so
+  // that their decoders write arrays straight into the batch; null elsewhere.
+  std::shared_ptr<OutputSlots> output_slots;
 
   // Handle applies `handler` to `error` with this context's counters and sink.
   ErrorAction Handle(Handler handler, std::string_view stage, const absl::Status& error) const;
@@ -69,8 +72,8 @@ using StreamFactory = std::function<std::unique_ptr<SampleStream>(const WorkerCo
 
 // StageFactory builds one stage on top of its upstream. It may open the
 // upstream more than once (Repeat does, with ctx.pass incremented).
-using StageFactory =
-    std::function<std::unique_ptr<SampleStream>(const StreamFactory& upstream, const WorkerContext&)>;
+using StageFactory = std::function<std::unique_ptr<SampleStream>(const StreamFactory& upstream,
+                                                                 const WorkerContext&)>;
 
 // ErrorStream returns a stream whose Next() always returns `error`.
 std::unique_ptr<SampleStream> ErrorStream(absl::Status error);
