@@ -143,8 +143,10 @@ absl::StatusOr<Value> CollateList(const std::vector<Sample>& samples, const Colu
 // again only after everything made in it is gone (a sample dropped after
 // decoding). A slot still in use when it would be offered again, or after its
 // batch, means a stage between the decoder and Batched holds samples back (a
-// shuffle buffer, say); then offers stop for good, so that no sample held
-// there pins a whole block.
+// shuffle buffer, say); a block that collation could not use means a stage
+// replaces the decoded arrays (a map that crops, say). Either way offers stop
+// for good, so that no held sample pins a whole block and no batch takes a
+// block it will not use.
 class BatchSlots final : public OutputSlots {
  public:
   BatchSlots(size_t batch_size, std::shared_ptr<BufferPool> pool)
@@ -171,9 +173,9 @@ class BatchSlots final : public OutputSlots {
 
   // InPlace is the collated array of `column` when sample i's array is slot i
   // of one block for every i: a view of the block's first slots.
-  std::optional<Buffer> InPlace(const Column& column) const {
+  std::optional<Buffer> InPlace(const Column& column) {
     const Array& first = std::get<Array>(*column.values[0]);
-    for (const Block& block : blocks_) {
+    for (Block& block : blocks_) {
       if (first.data.data() != block.storage.data()) continue;
       for (size_t i = 0; i < column.values.size(); ++i) {
         const Array& a = std::get<Array>(*column.values[i]);
@@ -182,6 +184,7 @@ class BatchSlots final : public OutputSlots {
           return std::nullopt;
         }
       }
+      block.used = true;
       return block.storage.Slice(0, column.values.size() * block.slot_bytes);
     }
     return std::nullopt;
@@ -190,6 +193,7 @@ class BatchSlots final : public OutputSlots {
   // Reset starts the next batch; REQUIRES: the last batch's samples are gone.
   void Reset() {
     for (const Block& block : blocks_) {
+      if (!block.used) enabled_ = false;
       for (const std::weak_ptr<const void>& given : block.given) {
         if (!given.expired()) enabled_ = false;
       }
@@ -205,6 +209,7 @@ class BatchSlots final : public OutputSlots {
     size_t slot_bytes;
     Buffer storage;
     std::vector<std::weak_ptr<const void>> given;  // per slot
+    bool used = false;                             // collated in place
   };
 
   Block* Find(std::string_view field) {
@@ -221,7 +226,7 @@ class BatchSlots final : public OutputSlots {
     absl::StatusOr<Buffer> storage = pool_->Acquire(slot_bytes * batch_size_);
     if (!storage.ok()) return nullptr;
     blocks_.push_back({std::string(field), dtype, shape, slot_bytes, *std::move(storage),
-                       std::vector<std::weak_ptr<const void>>(batch_size_)});
+                       std::vector<std::weak_ptr<const void>>(batch_size_), false});
     return &blocks_.back();
   }
 
@@ -390,7 +395,7 @@ bool AllShaped(const Column& column, const std::vector<int64_t>& shape) {
 
 absl::StatusOr<Array> CollateArrays(const std::vector<Sample>& samples, const Column& column,
                                     const BatchOptions& options, BufferPool& pool,
-                                    const BatchSlots* slots) {
+                                    BatchSlots* slots) {
   WDS_ASSIGN_OR_RETURN(std::vector<int64_t> shape, CollatedShape(samples, column, options));
   const DType dtype = std::get<Array>(*column.values[0]).dtype;
   std::optional<std::vector<uint8_t>> pad;
@@ -447,7 +452,7 @@ absl::StatusOr<Array> Lengths(const Column& column, BufferPool& pool) {
 
 absl::StatusOr<Value> CollateColumn(const std::vector<Sample>& samples, const Column& column,
                                     const BatchOptions& options, BufferPool& pool,
-                                    const BatchSlots* slots) {
+                                    BatchSlots* slots) {
   const Value& first = *column.values[0];
   if (std::holds_alternative<int64_t>(first) || std::holds_alternative<double>(first)) {
     return CollateNumbers(samples, column, pool);
@@ -476,7 +481,7 @@ Column GetColumn(const std::vector<Sample>& samples, size_t position) {
 
 // CollateBatch is Collate, taking arrays that sit in their slots in place.
 absl::StatusOr<Batch> CollateBatch(const std::vector<Sample>& samples, const BatchOptions& options,
-                                   BufferPool& pool, const BatchSlots* slots) {
+                                   BufferPool& pool, BatchSlots* slots) {
   WDS_RETURN_IF_ERROR(CheckSameFields(samples));
   const Sample& first = samples[0];
   Batch batch;

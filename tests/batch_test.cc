@@ -802,6 +802,28 @@ TEST(BatchedInPlaceTest, SampleKeptPastItsBatchStopsOffers) {
   EXPECT_THAT(Values<uint8_t>(std::get<Array>(*(*kept)[1].Find("raw"))), ElementsAre(1, 2, 3));
 }
 
+TEST(BatchedInPlaceTest, MapReplacingTheDecodedArraysStopsOffers) {
+  auto log = std::make_shared<OfferLog>();
+  Pipeline p =
+      Pipeline(VectorSource(Raw(6)))
+          .Decode({SlotDecoder(log)})
+          .Map([](Sample s) -> absl::StatusOr<Sample> {
+            const Array& raw = std::get<Array>(*s.Find("raw"));
+            s.Set("raw", MakeArray<uint8_t>(DType::kUInt8, {1}, {raw.data_as<uint8_t>()[0]}));
+            return s;
+          })
+          .Batched(2);
+  absl::StatusOr<std::vector<Sample>> batches = DrainPipeline(p);
+  ASSERT_TRUE(batches.ok()) << batches.status();
+  ASSERT_EQ(batches->size(), 3u);
+  // The first batch's block went unused, so no later batch takes one.
+  ASSERT_EQ(log->offers.size(), 6u);
+  EXPECT_NE(log->offers[0], nullptr);
+  EXPECT_NE(log->offers[1], nullptr);
+  for (size_t i = 2; i < 6; ++i) EXPECT_EQ(log->offers[i], nullptr) << i;
+  EXPECT_THAT(Values<uint8_t>(RawColumn((*batches)[2])), ElementsAre(4, 5));
+}
+
 TEST(BatchedInPlaceTest, OfferForAnotherShapeIsDeclined) {
   std::vector<Sample> samples = Raw(1, 3);
   samples.push_back(Raw(2, 4)[1]);
