@@ -140,6 +140,13 @@ struct WindowPixels {
   PixelLayout layout = PixelLayout::kRgb;
 };
 
+// SimdLevel is an instruction set the resampler can run on; both give the
+// same bytes.
+enum class SimdLevel { kBaseline, kAvx2 };
+
+// BestSimdLevel is the best level this build and CPU support (checked once).
+SimdLevel BestSimdLevel();
+
 // WriteOutput turns `region` of a decoded window into the plan's output:
 // colour conversion to the spec's channels, then a plain copy when the region
 // maps 1:1 onto the output, else resampling of the region (area averaging per
@@ -147,12 +154,13 @@ struct WindowPixels {
 // output row at a time). REQUIRES: the region lies inside the window.
 template <typename T>
 void WriteOutput(const WindowPixels<T>& window, const WindowRegion& region, const DecodePlan& plan,
-                 OutputWriter& writer, ScratchScope& scratch);
+                 OutputWriter& writer, ScratchScope& scratch, SimdLevel level = BestSimdLevel());
 
 // ResampleImage resamples `region` of a uint8 HWC image (channels 1, 3 or 4)
 // to out_width x out_height with the decoders' resampler. For tests and tools.
 Array ResampleImage(const uint8_t* pixels, int width, int height, int channels,
-                    const WindowRegion& region, int out_width, int out_height);
+                    const WindowRegion& region, int out_width, int out_height,
+                    SimdLevel level = BestSimdLevel());
 
 // The codecs. Each reads its header, calls MakePlan and decodes.
 [[nodiscard]] absl::StatusOr<Array> DecodeJpeg(std::string_view data, DecodeRequest& request);

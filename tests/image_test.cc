@@ -191,6 +191,40 @@ TEST(ResampleTest, ConstantImageStaysConstantAtAnyScale) {
   EXPECT_EQ(Resample(image, 37, 23, 4, {3, 2, 20, 11}, 50, 40), std::string(8000, '\xc9'));
 }
 
+TEST(ResampleTest, Avx2GivesTheBaselineBytes) {
+  if (image_internal::BestSimdLevel() != image_internal::SimdLevel::kAvx2) {
+    GTEST_SKIP() << "this CPU (or build) has no AVX2 resampler";
+  }
+  struct Case {
+    int width, height, channels;
+    WindowRegion region;
+    int out_width, out_height;
+  };
+  const Case cases[] = {
+      {500, 375, 3, {62.5, 0, 375, 375}, 224, 224},       // centre crop, shrink
+      {250, 188, 3, {31.25, 0.5, 187.5, 187}, 224, 224},  // enlarge
+      {97, 61, 1, {3.3, 2.7, 80.1, 50.2}, 33, 71},        // shrink one axis, enlarge the other
+      {64, 48, 4, {0, 0, 64, 48}, 7, 5},                  // strong shrink, many taps
+      {31, 17, 3, {1, 1, 29, 15}, 29, 16},                // near 1:1
+  };
+  uint64_t state = 12345;
+  for (const Case& c : cases) {
+    std::vector<uint8_t> image(static_cast<size_t>(c.width) * c.height * c.channels);
+    for (uint8_t& v : image) {
+      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+      v = static_cast<uint8_t>(state >> 56);
+    }
+    auto run = [&](image_internal::SimdLevel level) {
+      return Bytes(ResampleImage(image.data(), c.width, c.height, c.channels, c.region, c.out_width,
+                                 c.out_height, level));
+    };
+    EXPECT_TRUE(
+        SameBytes(run(image_internal::SimdLevel::kAvx2), run(image_internal::SimdLevel::kBaseline)))
+        << c.width << "x" << c.height << "x" << c.channels << " -> " << c.out_width << "x"
+        << c.out_height;
+  }
+}
+
 TEST(ResampleTest, RegionSeenFromAShiftedWindowGivesTheSameOutput) {
   std::vector<uint8_t> image(40 * 9);
   for (size_t i = 0; i < image.size(); ++i) image[i] = static_cast<uint8_t>((i * 37) % 251);
