@@ -7,8 +7,8 @@
 set -euo pipefail
 data=${1:?usage: compare_builds.sh DATA_DIR ROUNDS WDS_BENCH_A WDS_BENCH_B [options]}
 rounds=${2:?}
-a=${3:?}
-b=${4:?}
+a=$(readlink -f "${3:?}")
+b=$(readlink -f "${4:?}")
 shift 4
 cd "$data"
 for round in $(seq "$rounds"); do
