@@ -29,18 +29,10 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::wds::testing::Drain;
 using ::wds::testing::FieldText;
+using ::wds::testing::MakeSample;
 using ::wds::testing::VectorSource;
 
 constexpr char kUrl[] = "mem/shard-000.tar";
-
-Sample MakeSample(const std::string& key,
-                  const std::vector<std::pair<std::string, std::string>>& fields) {
-  Sample s;
-  s.Append(std::string(kKeyField), key);
-  s.Append(std::string(kUrlField), std::string(kUrl));
-  for (const auto& [name, data] : fields) s.Append(name, Buffer::Copy(data));
-  return s;
-}
 
 // DecodeOne decodes a single field `name` holding `data` with BasicDecoders.
 absl::StatusOr<Sample> DecodeOne(const std::string& name, const std::string& data) {
@@ -224,7 +216,8 @@ TEST(DecodeSampleTest, UnknownFieldStaysTheSameBytes) {
 
 // AcceptAll decodes every field it is given to the integer 1, counting calls.
 FieldDecoder AcceptAll(std::shared_ptr<std::vector<std::string>> seen) {
-  return [seen](std::string_view field, const Buffer&, DecodeContext&) -> absl::StatusOr<std::optional<Value>> {
+  return [seen](std::string_view field, const Buffer&,
+                DecodeContext&) -> absl::StatusOr<std::optional<Value>> {
     seen->emplace_back(field);
     return Value(int64_t{1});
   };
@@ -251,15 +244,18 @@ TEST(DecodeSampleTest, OnlyRestrictsTheDecodedFields) {
 
 TEST(DecodeSampleTest, DecodersAreTriedInOrderAndFirstAcceptWins) {
   auto calls = std::make_shared<std::vector<std::string>>();
-  auto decline = [calls](std::string_view, const Buffer&, DecodeContext&) -> absl::StatusOr<std::optional<Value>> {
+  auto decline = [calls](std::string_view, const Buffer&,
+                         DecodeContext&) -> absl::StatusOr<std::optional<Value>> {
     calls->push_back("decline");
     return std::nullopt;
   };
-  auto accept = [calls](std::string_view, const Buffer& b, DecodeContext&) -> absl::StatusOr<std::optional<Value>> {
+  auto accept = [calls](std::string_view, const Buffer& b,
+                        DecodeContext&) -> absl::StatusOr<std::optional<Value>> {
     calls->push_back("accept");
     return Value(std::string("got ") + std::string(b.view()));
   };
-  auto never = [calls](std::string_view, const Buffer&, DecodeContext&) -> absl::StatusOr<std::optional<Value>> {
+  auto never = [calls](std::string_view, const Buffer&,
+                       DecodeContext&) -> absl::StatusOr<std::optional<Value>> {
     calls->push_back("never");
     return Value(int64_t{0});
   };
@@ -270,7 +266,8 @@ TEST(DecodeSampleTest, DecodersAreTriedInOrderAndFirstAcceptWins) {
 }
 
 TEST(DecodeSampleTest, DecoderErrorKeepsCodeAndNamesUrlKeyAndField) {
-  auto fail = [](std::string_view, const Buffer&, DecodeContext&) -> absl::StatusOr<std::optional<Value>> {
+  auto fail = [](std::string_view, const Buffer&,
+                 DecodeContext&) -> absl::StatusOr<std::optional<Value>> {
     return absl::DataLossError("corrupt header");
   };
   Sample s = MakeSample("k9", {{"seg.png", "x"}});
@@ -547,8 +544,8 @@ TEST(CompressedFieldTest, CorruptGzipIsDataLoss) {
   gz[12] = static_cast<char>(gz[12] ^ 0x55);
   ExpectFieldError(DecodeStatus("txt.gz", gz), absl::StatusCode::kDataLoss, "txt.gz",
                    "gzip data is corrupt at compressed byte");
-  ExpectFieldError(DecodeStatus("txt.gz", "not gzip at all"), absl::StatusCode::kDataLoss,
-                   "txt.gz", "gzip data is corrupt at compressed byte 2: incorrect header check");
+  ExpectFieldError(DecodeStatus("txt.gz", "not gzip at all"), absl::StatusCode::kDataLoss, "txt.gz",
+                   "gzip data is corrupt at compressed byte 2: incorrect header check");
 }
 
 TEST(CompressedFieldTest, TrailingGarbageAfterGzipIsDataLoss) {
@@ -558,8 +555,8 @@ TEST(CompressedFieldTest, TrailingGarbageAfterGzipIsDataLoss) {
 
 TEST(CompressedFieldTest, TruncatedGzipIsDataLoss) {
   const std::string gz = Gzip("some text that compresses");
-  ExpectFieldError(DecodeStatus("txt.gz", gz.substr(0, gz.size() - 6)),
-                   absl::StatusCode::kDataLoss, "txt.gz", "gzip data is truncated");
+  ExpectFieldError(DecodeStatus("txt.gz", gz.substr(0, gz.size() - 6)), absl::StatusCode::kDataLoss,
+                   "txt.gz", "gzip data is truncated");
 }
 
 TEST(CompressedFieldTest, CorruptZstdIsDataLoss) {
@@ -599,9 +596,11 @@ TEST(CompressedFieldTest, BombIsStoppedAtTheLimit) {
   DecodeOptions options;
   options.max_decompressed_bytes = 1 << 20;
   ExpectFieldError(DecodeStatus("bin.gz", Gzip(zeros), options),
-                   absl::StatusCode::kResourceExhausted, "bin.gz", "gzip data expands beyond 1048576 bytes");
+                   absl::StatusCode::kResourceExhausted, "bin.gz",
+                   "gzip data expands beyond 1048576 bytes");
   ExpectFieldError(DecodeStatus("bin.zst", Zstd(zeros), options),
-                   absl::StatusCode::kResourceExhausted, "bin.zst", "zstd data expands beyond 1048576 bytes");
+                   absl::StatusCode::kResourceExhausted, "bin.zst",
+                   "zstd data expands beyond 1048576 bytes");
 }
 
 TEST(CompressedFieldTest, InnerDecodeErrorNamesTheCompressedField) {

@@ -32,6 +32,7 @@ using image_testing::ToChw;
 using image_testing::ToFloats;
 using ::testing::HasSubstr;
 using ::wds::testing::Drain;
+using ::wds::testing::MakeSample;
 using ::wds::testing::VectorSource;
 
 constexpr int kPngWidth = 37;  // the PNG variants of image_fixtures.py
@@ -506,15 +507,6 @@ TEST(ImageDecoderTest, SharedDecoderGivesTheSameResultsOnEveryThread) {
 // ------------------------------------------------------- Pipeline::Decode
 
 constexpr char kUrl[] = "mem/shard-000.tar";
-
-Sample MakeSample(const std::string& key,
-                  const std::vector<std::pair<std::string, std::string>>& fields) {
-  Sample s;
-  s.Append(std::string(kKeyField), key);
-  s.Append(std::string(kUrlField), std::string(kUrl));
-  for (const auto& [name, data] : fields) s.Append(name, Buffer::Copy(data));
-  return s;
-}
 
 TEST(PipelineDecodeSpecTest, DecodesImagesAndBasicFields) {
   const std::string jpeg = Fixtures::Get().Read("photo.jpg");

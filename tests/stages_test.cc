@@ -20,20 +20,10 @@ using ::testing::HasSubstr;
 using ::wds::testing::Drain;
 using ::wds::testing::FieldText;
 using ::wds::testing::Keys;
+using ::wds::testing::MakeSample;
 using ::wds::testing::VectorSource;
 
 constexpr char kUrl[] = "mem/shard-000.tar";
-
-using TextFields = std::vector<std::pair<std::string, std::string>>;
-
-// MakeSample builds a tar-like sample: __key__, __url__, then bytes fields.
-Sample MakeSample(const std::string& key, const TextFields& fields = {}) {
-  Sample s;
-  s.Append(std::string(kKeyField), key);
-  s.Append(std::string(kUrlField), std::string(kUrl));
-  for (const auto& [name, data] : fields) s.Append(name, Buffer::Copy(data));
-  return s;
-}
 
 // Numbered returns samples keyed "0", "1", ... "n-1".
 std::vector<Sample> Numbered(int n) {

@@ -153,6 +153,24 @@ ToolRun RunCaptured(const std::string& dir, const std::string& command) {
   return {status, ReadFile(out), ReadFile(err)};
 }
 
+std::string ToolPath(std::string_view tool) {
+  return std::string(WDS_TOOLS_DIR) + "/" + std::string(tool);
+}
+
+ToolRun RunWdsShard(const TempDir& dir, const std::string& args) {
+  return RunCaptured(dir.path(), ToolPath("wds-shard") + " " + args);
+}
+
+Sample MakeSample(const std::string& key,
+                  const std::vector<std::pair<std::string, std::string>>& fields,
+                  const std::string& url) {
+  Sample s;
+  s.Append(std::string(kKeyField), key);
+  s.Append(std::string(kUrlField), url);
+  for (const auto& [name, data] : fields) s.Append(name, Buffer::Copy(data));
+  return s;
+}
+
 int RunShell(const std::string& command) {
   int status = std::system(command.c_str());
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;

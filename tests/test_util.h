@@ -58,6 +58,15 @@ struct ToolRun {
 // RunCaptured runs `command` with /bin/sh in directory `dir`, capturing its
 // standard output and error (through files in `dir`).
 ToolRun RunCaptured(const std::string& dir, const std::string& command);
+// ToolPath is the path of a tool built with the tests ("wds-shard").
+std::string ToolPath(std::string_view tool);
+// RunWdsShard runs `wds-shard ARGS` in `dir` with RunCaptured.
+ToolRun RunWdsShard(const TempDir& dir, const std::string& args);
+// MakeSample builds a tar-like sample: __key__, __url__ (`url`), then bytes
+// fields in order.
+Sample MakeSample(const std::string& key,
+                  const std::vector<std::pair<std::string, std::string>>& fields = {},
+                  const std::string& url = "mem/shard-000.tar");
 // RunShell runs `command` with /bin/sh and returns its exit status.
 int RunShell(const std::string& command);
 // VectorSource is a pipeline source whose every stream yields copies of

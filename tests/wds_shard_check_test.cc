@@ -15,19 +15,16 @@ namespace {
 using testing::ToolRun;
 
 namespace fs = std::filesystem;
-using testing::ReadFile;
 using testing::Compression;
 using ::testing::HasSubstr;
 using testing::MakeTar;
 using ::testing::Not;
+using testing::ReadFile;
 using testing::RunShell;
+using testing::RunWdsShard;
 using testing::TarEntry;
 using testing::TarFormat;
 using testing::TempDir;
-
-ToolRun WdsShard(const TempDir& dir, const std::string& args) {
-  return testing::RunCaptured(dir.path(), std::string(WDS_TOOLS_DIR) + "/wds-shard " + args);
-}
 
 // A 1x1 gray PNG (value 0) with valid CRCs, 67 bytes.
 const std::string kPng(
@@ -47,7 +44,7 @@ std::vector<TarEntry> CleanEntries() {
 TEST(WdsShardCatTest, WritesTheNamedFieldIgnoringCase) {
   TempDir dir;
   dir.Write("s.tar", MakeTar({{"a.TXT", "hello"}, {"a.cls", "1"}, {"b.txt", "other"}}));
-  ToolRun run = WdsShard(dir, "cat s.tar a txt");
+  ToolRun run = RunWdsShard(dir, "cat s.tar a txt");
   ASSERT_EQ(run.status, 0) << run.err;
   EXPECT_EQ(run.out, "hello");
 }
@@ -56,7 +53,7 @@ TEST(WdsShardCatTest, FieldMayBeLeftOutForASingleMember) {
   TempDir dir;
   dir.Write("s.tar.gz", MakeTar({{"a.txt", "x"}, {"d/b.bin", std::string("\0\1", 2)}},
                                 TarFormat::kPax, Compression::kGzip));
-  ToolRun run = WdsShard(dir, "cat s.tar.gz d/b");
+  ToolRun run = RunWdsShard(dir, "cat s.tar.gz d/b");
   ASSERT_EQ(run.status, 0) << run.err;
   EXPECT_EQ(run.out, std::string("\0\1", 2));
 }
@@ -64,7 +61,7 @@ TEST(WdsShardCatTest, FieldMayBeLeftOutForASingleMember) {
 TEST(WdsShardCatTest, SeveralFieldsWithoutOneNamedIsAnError) {
   TempDir dir;
   dir.Write("s.tar", MakeTar({{"a.txt", "hello"}, {"a.cls", "1"}}));
-  ToolRun run = WdsShard(dir, "cat s.tar a");
+  ToolRun run = RunWdsShard(dir, "cat s.tar a");
   EXPECT_EQ(run.status, 1);
   EXPECT_THAT(run.err, HasSubstr("s.tar: sample 'a' has fields txt, cls; name one"));
 }
@@ -72,7 +69,7 @@ TEST(WdsShardCatTest, SeveralFieldsWithoutOneNamedIsAnError) {
 TEST(WdsShardCatTest, MissingKeyIsAnErrorNamingShardAndKey) {
   TempDir dir;
   dir.Write("s.tar", MakeTar({{"a.txt", "hello"}}));
-  ToolRun run = WdsShard(dir, "cat s.tar zz txt");
+  ToolRun run = RunWdsShard(dir, "cat s.tar zz txt");
   EXPECT_EQ(run.status, 1);
   EXPECT_THAT(run.err, HasSubstr("s.tar: no sample with key 'zz'"));
 }
@@ -80,7 +77,7 @@ TEST(WdsShardCatTest, MissingKeyIsAnErrorNamingShardAndKey) {
 TEST(WdsShardCatTest, MissingFieldIsAnErrorListingTheFields) {
   TempDir dir;
   dir.Write("s.tar", MakeTar({{"a.txt", "hello"}}));
-  ToolRun run = WdsShard(dir, "cat s.tar a jpg");
+  ToolRun run = RunWdsShard(dir, "cat s.tar a jpg");
   EXPECT_EQ(run.status, 1);
   EXPECT_THAT(run.err, HasSubstr("sample 'a' has no field 'jpg' (it has txt)"));
 }
@@ -90,7 +87,7 @@ TEST(WdsShardCatTest, MissingFieldIsAnErrorListingTheFields) {
 TEST(WdsShardExtractTest, WritesEveryMemberUnderItsName) {
   TempDir dir;
   dir.Write("s.tar", MakeTar({{"__meta__", "m"}, {"d/a.txt", "A"}, {"noext", "N"}}));
-  ToolRun run = WdsShard(dir, "extract --output out s.tar");
+  ToolRun run = RunWdsShard(dir, "extract --output out s.tar");
   ASSERT_EQ(run.status, 0) << run.err;
   EXPECT_EQ(ReadFile(dir.path() + "/out/d/a.txt"), "A");
   EXPECT_EQ(ReadFile(dir.path() + "/out/__meta__"), "m");
@@ -102,18 +99,18 @@ TEST(WdsShardExtractTest, ExistingFileIsAnErrorWithoutForce) {
   TempDir dir;
   dir.Write("s.tar", MakeTar({{"a.txt", "new"}}));
   dir.Write("out/a.txt", "old");
-  ToolRun run = WdsShard(dir, "extract --output out s.tar");
+  ToolRun run = RunWdsShard(dir, "extract --output out s.tar");
   EXPECT_EQ(run.status, 1);
   EXPECT_THAT(run.err, HasSubstr("out/a.txt: exists (use --force to overwrite)"));
   EXPECT_EQ(ReadFile(dir.path() + "/out/a.txt"), "old");
-  ASSERT_EQ(WdsShard(dir, "extract --force --output out s.tar").status, 0);
+  ASSERT_EQ(RunWdsShard(dir, "extract --force --output out s.tar").status, 0);
   EXPECT_EQ(ReadFile(dir.path() + "/out/a.txt"), "new");
 }
 
 TEST(WdsShardExtractTest, NameLeavingTheOutputDirectoryIsRefused) {
   TempDir dir;
   dir.Write("s.tar", MakeTar({{"ok.txt", "1"}, {"../evil.txt", "2"}}, TarFormat::kUstar));
-  ToolRun run = WdsShard(dir, "extract --output out s.tar");
+  ToolRun run = RunWdsShard(dir, "extract --output out s.tar");
   EXPECT_EQ(run.status, 1);
   EXPECT_THAT(run.err, HasSubstr("s.tar: member ../evil.txt at offset 1024 would be written "
                                  "outside the output directory"));
@@ -126,7 +123,7 @@ TEST(WdsShardStatsTest, TextReportsCountsAndSizes) {
   TempDir dir;
   dir.Write("s.tar",
             MakeTar({{"a.txt", "1"}, {"a.JPG", "1234"}, {"b.txt", "12"}}, TarFormat::kUstar));
-  ToolRun run = WdsShard(dir, "stats s.tar");
+  ToolRun run = RunWdsShard(dir, "stats s.tar");
   ASSERT_EQ(run.status, 0) << run.err;
   EXPECT_EQ(run.out,
             "s.tar\n"
@@ -142,7 +139,7 @@ TEST(WdsShardStatsTest, JsonHasPerShardAndTotalFigures) {
   TempDir dir;
   dir.Write("s0.tar", MakeTar({{"a.txt", "1"}}));
   dir.Write("s1.tar", MakeTar({{"b.txt", "22"}, {"c.txt", "333"}}));
-  ToolRun run = WdsShard(dir, "stats --json s{0..1}.tar");
+  ToolRun run = RunWdsShard(dir, "stats --json s{0..1}.tar");
   ASSERT_EQ(run.status, 0) << run.err;
   std::string py = dir.path() + "/py.txt";
   std::ofstream(dir.path() + "/stats.json") << run.out;
@@ -158,7 +155,7 @@ TEST(WdsShardStatsTest, JsonHasPerShardAndTotalFigures) {
 TEST(WdsShardStatsTest, BrokenShardIsAnErrorNamingIt) {
   TempDir dir;
   dir.Write("x.tar", std::string(2048, 'x'));
-  ToolRun run = WdsShard(dir, "stats x.tar");
+  ToolRun run = RunWdsShard(dir, "stats x.tar");
   EXPECT_EQ(run.status, 1);
   EXPECT_THAT(run.err, HasSubstr("x.tar: not a tar archive"));
 }
@@ -168,14 +165,14 @@ TEST(WdsShardStatsTest, BrokenShardIsAnErrorNamingIt) {
 TEST(WdsShardVerifyTest, CleanShardIsOk) {
   TempDir dir;
   dir.Write("s.tar", MakeTar(CleanEntries()));
-  ToolRun run = WdsShard(dir, "verify --decode s.tar");
+  ToolRun run = RunWdsShard(dir, "verify --decode s.tar");
   EXPECT_EQ(run.status, 0) << run.out << run.err;
   EXPECT_EQ(run.out, "s.tar: ok (3 samples)\n");
 }
 
 void ExpectProblem(const TempDir& dir, const std::string& shard, const std::string& line,
                    const std::string& options = "") {
-  ToolRun run = WdsShard(dir, "verify " + options + shard);
+  ToolRun run = RunWdsShard(dir, "verify " + options + shard);
   EXPECT_EQ(run.status, 1) << run.out;
   EXPECT_THAT(run.out, HasSubstr(shard + ": " + line));
   EXPECT_THAT(run.err, HasSubstr("verify: "));
@@ -228,7 +225,7 @@ TEST(WdsShardVerifyTest, CorruptGzipIsNamed) {
   std::string tar = MakeTar(CleanEntries(), TarFormat::kPax, Compression::kGzip);
   tar[tar.size() - 12] ^= 0x55;  // inside the deflate data or the CRC
   dir.Write("s.tar.gz", tar);
-  ToolRun run = WdsShard(dir, "verify s.tar.gz");
+  ToolRun run = RunWdsShard(dir, "verify s.tar.gz");
   EXPECT_EQ(run.status, 1);
   EXPECT_THAT(run.out, HasSubstr("s.tar.gz: "));
   EXPECT_THAT(run.out, Not(HasSubstr("ok")));
@@ -239,7 +236,7 @@ TEST(WdsShardVerifyTest, UndecodableImageIsNamedOnlyWithDecode) {
   std::vector<TarEntry> entries = CleanEntries();
   entries[2].data = "not a png";
   dir.Write("s.tar", MakeTar(entries, TarFormat::kUstar));
-  EXPECT_EQ(WdsShard(dir, "verify s.tar").status, 0);
+  EXPECT_EQ(RunWdsShard(dir, "verify s.tar").status, 0);
   ExpectProblem(dir, "s.tar", "key 'b' at offset 2048: field 'png' does not decode", "--decode ");
 }
 
@@ -252,8 +249,8 @@ TEST(WdsShardVerifyTest, EmptyShardIsAProblem) {
 TEST(WdsShardVerifyTest, MatchingIndexIsOkAndAStaleOneIsNamed) {
   TempDir dir;
   dir.Write("s.tar", MakeTar(CleanEntries(), TarFormat::kUstar));
-  ASSERT_EQ(WdsShard(dir, "index s.tar").status, 0);
-  EXPECT_EQ(WdsShard(dir, "verify s.tar").status, 0);
+  ASSERT_EQ(RunWdsShard(dir, "index s.tar").status, 0);
+  EXPECT_EQ(RunWdsShard(dir, "verify s.tar").status, 0);
   std::string idx = ReadFile(dir.path() + "/s.tar.idx");
   const size_t at = idx.find("png 2560 ");
   ASSERT_NE(at, std::string::npos) << idx;
@@ -275,7 +272,7 @@ TEST(WdsShardVerifyTest, OneBadShardAmongGoodOnesFailsNamingIt) {
   TempDir dir;
   dir.Write("s0.tar", MakeTar(CleanEntries()));
   dir.Write("s1.tar", "junk");
-  ToolRun run = WdsShard(dir, "verify s{0..1}.tar");
+  ToolRun run = RunWdsShard(dir, "verify s{0..1}.tar");
   EXPECT_EQ(run.status, 1);
   EXPECT_THAT(run.out, HasSubstr("s0.tar: ok (3 samples)\ns1.tar: "));
   EXPECT_THAT(run.err, HasSubstr("1 of 2 shard(s)"));
@@ -289,7 +286,7 @@ TEST(WdsShardIndexTest, SidecarOffsetsPointAtTheMemberBytes) {
   entries.push_back({std::string(150, 'l') + ".txt", std::string(1000, 'z')});
   const std::string tar = MakeTar(entries, TarFormat::kPax);
   dir.Write("s.tar", tar);
-  ToolRun run = WdsShard(dir, "index s.tar");
+  ToolRun run = RunWdsShard(dir, "index s.tar");
   ASSERT_EQ(run.status, 0) << run.err;
   absl::StatusOr<ShardIndex> index = ShardIndex::Load(dir.path() + "/s.tar.idx");
   ASSERT_TRUE(index.ok()) << index.status();
@@ -313,7 +310,7 @@ TEST(WdsShardIndexTest, JsonListsShardsRelativeToItsDirectory) {
   dir.Write("data/s0.tar", MakeTar({{"a.txt", "1"}}));
   dir.Write("data/s1.tar", MakeTar({{"b.txt", "2"}, {"c.txt", "3"}}));
   dir.Write("other/x.tar", MakeTar({{"d.txt", "4"}}));
-  ToolRun run = WdsShard(dir, "index --json data/ds.json data/s{0..1}.tar other/x.tar");
+  ToolRun run = RunWdsShard(dir, "index --json data/ds.json data/s{0..1}.tar other/x.tar");
   ASSERT_EQ(run.status, 0) << run.err;
   EXPECT_THAT(run.err, HasSubstr("index: 3 shard(s), 4 samples; data/ds.json"));
   absl::StatusOr<DatasetIndex> index = DatasetIndex::Load(dir.path() + "/data/ds.json");
@@ -334,13 +331,13 @@ TEST(WdsShardIndexTest, CompressedShardIsIndexedInUncompressedOffsets) {
   TempDir dir;
   dir.Write("s.tar", MakeTar(CleanEntries()));
   dir.Write("s.tar.zst", MakeTar(CleanEntries(), TarFormat::kPax, Compression::kZstd));
-  ASSERT_EQ(WdsShard(dir, "index s.tar s.tar.zst").status, 0);
+  ASSERT_EQ(RunWdsShard(dir, "index s.tar s.tar.zst").status, 0);
   EXPECT_EQ(ReadFile(dir.path() + "/s.tar.zst.idx"), ReadFile(dir.path() + "/s.tar.idx"));
 }
 
 TEST(WdsShardIndexTest, MissingShardIsAnErrorNamingIt) {
   TempDir dir;
-  ToolRun run = WdsShard(dir, "index nope.tar");
+  ToolRun run = RunWdsShard(dir, "index nope.tar");
   EXPECT_EQ(run.status, 1);
   EXPECT_THAT(run.err, HasSubstr("nope.tar"));
   EXPECT_FALSE(fs::exists(dir.path() + "/nope.tar.idx"));

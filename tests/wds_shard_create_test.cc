@@ -24,18 +24,19 @@ namespace {
 using testing::ToolRun;
 
 namespace fs = std::filesystem;
-using testing::ReadFile;
 using testing::Compression;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using testing::MakeTar;
+using testing::ReadFile;
 using testing::RunShell;
+using testing::RunWdsShard;
 using testing::TarEntry;
 using testing::TarFormat;
 using testing::TempDir;
 
-const std::string kTool = std::string(WDS_TOOLS_DIR) + "/wds-shard";
+const std::string kTool = testing::ToolPath("wds-shard");
 
 std::vector<std::string> ListDir(const std::string& dir) {
   std::vector<std::string> names;
@@ -47,10 +48,6 @@ std::vector<std::string> ListDir(const std::string& dir) {
 
 ToolRun Shell(const TempDir& dir, const std::string& command) {
   return testing::RunCaptured(dir.path(), command);
-}
-
-ToolRun WdsShard(const TempDir& dir, const std::string& args) {
-  return Shell(dir, kTool + " " + args);
 }
 
 // Members reads a shard's members in order with TarReader: name -> bytes.
@@ -87,11 +84,11 @@ void MakeTree(const TempDir& dir) {
 TEST(WdsShardCreateTest, TreeRoundTripsByteForByteThroughExtract) {
   TempDir dir;
   MakeTree(dir);
-  ToolRun run = WdsShard(dir, "create --output out/s-%06d.tar in");
+  ToolRun run = RunWdsShard(dir, "create --output out/s-%06d.tar in");
   ASSERT_EQ(run.status, 0) << run.err;
   EXPECT_THAT(run.err, HasSubstr("wrote 1 shard(s), 4 samples"));
   EXPECT_THAT(ListDir(dir.path() + "/out"), ElementsAre("s-000000.tar"));
-  ToolRun extract = WdsShard(dir, "extract --output back out/s-000000.tar");
+  ToolRun extract = RunWdsShard(dir, "extract --output back out/s-000000.tar");
   ASSERT_EQ(extract.status, 0) << extract.err;
   for (const char* name :
        {"a.jpg", "a.txt", "dir.v1/b.seg.png", "dir.v1/b.cls", "c/empty.bin", "caf\xc3\xa9.txt"}) {
@@ -103,7 +100,7 @@ TEST(WdsShardCreateTest, TreeRoundTripsByteForByteThroughExtract) {
 TEST(WdsShardCreateTest, SamplesInKeyOrderFieldsSortedAndGnuTarListsThem) {
   TempDir dir;
   MakeTree(dir);
-  ASSERT_EQ(WdsShard(dir, "create --output out/s-%06d.tar in").status, 0);
+  ASSERT_EQ(RunWdsShard(dir, "create --output out/s-%06d.tar in").status, 0);
   ToolRun tar = Shell(dir, "tar -tf out/s-000000.tar");
   ASSERT_EQ(tar.status, 0) << tar.err;
   EXPECT_EQ(tar.out,
@@ -115,7 +112,7 @@ TEST(WdsShardCreateTest, SamplesInKeyOrderFieldsSortedAndGnuTarListsThem) {
 TEST(WdsShardCreateTest, PythonTarfileReadsTheOutput) {
   TempDir dir;
   MakeTree(dir);
-  ASSERT_EQ(WdsShard(dir, "create --output out/s-%06d.tar.gz in").status, 0);
+  ASSERT_EQ(RunWdsShard(dir, "create --output out/s-%06d.tar.gz in").status, 0);
   ToolRun py =
       Shell(dir,
             "/usr/bin/python3 -c 'import tarfile; t = tarfile.open(\"out/s-000000.tar.gz\"); "
@@ -129,9 +126,9 @@ TEST(WdsShardCreateTest, PythonTarfileReadsTheOutput) {
 TEST(WdsShardCreateTest, ReferenceGroupingAgreesWithOurReader) {
   TempDir dir;
   MakeTree(dir);
-  ASSERT_EQ(WdsShard(dir, "create --maxcount 2 --output out/s-%d.tar in").status, 0);
+  ASSERT_EQ(RunWdsShard(dir, "create --maxcount 2 --output out/s-%d.tar in").status, 0);
   const std::string shards = "out/s-0.tar out/s-1.tar";
-  ToolRun ours = WdsShard(dir, "ls --json " + shards);
+  ToolRun ours = RunWdsShard(dir, "ls --json " + shards);
   ToolRun reference = Shell(
       dir, "/usr/bin/python3 " + std::string(WDS_SOURCE_DIR) + "/tests/reference_ls.py " + shards);
   ASSERT_EQ(reference.status, 0) << reference.err;
@@ -150,7 +147,7 @@ void MakeNumbered(const TempDir& dir, int n, size_t bytes) {
 TEST(WdsShardCreateTest, MaxcountBoundaries) {
   TempDir dir;
   MakeNumbered(dir, 7, 10);
-  ASSERT_EQ(WdsShard(dir, "create --maxcount 3 --output out/s-%d.tar in").status, 0);
+  ASSERT_EQ(RunWdsShard(dir, "create --maxcount 3 --output out/s-%d.tar in").status, 0);
   EXPECT_THAT(ListDir(dir.path() + "/out"), ElementsAre("s-0.tar", "s-1.tar", "s-2.tar"));
   EXPECT_THAT(Names(dir.path() + "/out/s-1.tar"), ElementsAre("k03.bin", "k04.bin", "k05.bin"));
   EXPECT_THAT(Names(dir.path() + "/out/s-2.tar"), ElementsAre("k06.bin"));
@@ -160,19 +157,19 @@ TEST(WdsShardCreateTest, MaxcountBoundaries) {
 TEST(WdsShardCreateTest, MaxsizeBoundariesWithSuffix) {
   TempDir dir;
   MakeNumbered(dir, 5, 1000);
-  ASSERT_EQ(WdsShard(dir, "create --maxsize 4K --output out/s-%d.tar in").status, 0);
+  ASSERT_EQ(RunWdsShard(dir, "create --maxsize 4K --output out/s-%d.tar in").status, 0);
   EXPECT_THAT(ListDir(dir.path() + "/out"), ElementsAre("s-0.tar", "s-1.tar", "s-2.tar"));
   EXPECT_EQ(fs::file_size(dir.path() + "/out/s-0.tar"), 4096u);
-  ASSERT_EQ(WdsShard(dir, "create --maxsize 4095 --output one/s-%d.tar in").status, 0);
+  ASSERT_EQ(RunWdsShard(dir, "create --maxsize 4095 --output one/s-%d.tar in").status, 0);
   EXPECT_EQ(ListDir(dir.path() + "/one").size(), 5u);
-  ASSERT_EQ(WdsShard(dir, "create --maxsize 3G --output big/s-%d.tar in").status, 0);
+  ASSERT_EQ(RunWdsShard(dir, "create --maxsize 3G --output big/s-%d.tar in").status, 0);
   EXPECT_EQ(ListDir(dir.path() + "/big").size(), 1u);
 }
 
 TEST(WdsShardCreateTest, BadMaxsizeIsAnError) {
   TempDir dir;
   MakeNumbered(dir, 1, 1);
-  ToolRun run = WdsShard(dir, "create --maxsize 3X --output out/s-%d.tar in");
+  ToolRun run = RunWdsShard(dir, "create --maxsize 3X --output out/s-%d.tar in");
   EXPECT_EQ(run.status, 1);
   EXPECT_THAT(run.err, HasSubstr("bad size '3X'"));
   EXPECT_FALSE(fs::exists(dir.path() + "/out"));
@@ -192,7 +189,7 @@ TEST(WdsShardCreateTest, EachCompressionIsReadBack) {
         Case{"--compress gz:1 --output g1/s-%d.tar", "g1/s-0.tar", "\x1f\x8b"},
         Case{"--compress zst:19 --output z/s-%d.tar", "z/s-0.tar", "\x28\xb5\x2f\xfd"},
         Case{"--output z3/s-%d.tar.zst", "z3/s-0.tar.zst", "\x28\xb5\x2f\xfd"}}) {
-    ToolRun run = WdsShard(dir, "create " + c.args + " in");
+    ToolRun run = RunWdsShard(dir, "create " + c.args + " in");
     ASSERT_EQ(run.status, 0) << c.args << ": " << run.err;
     const std::string path = dir.path() + "/" + c.file;
     EXPECT_EQ(ReadFile(path).substr(0, c.magic.size()), c.magic) << c.args;
@@ -203,7 +200,7 @@ TEST(WdsShardCreateTest, EachCompressionIsReadBack) {
 TEST(WdsShardCreateTest, BadCompressionLevelIsAnError) {
   TempDir dir;
   MakeTree(dir);
-  ToolRun run = WdsShard(dir, "create --compress gz:10 --output out/s-%d.tar in");
+  ToolRun run = RunWdsShard(dir, "create --compress gz:10 --output out/s-%d.tar in");
   EXPECT_EQ(run.status, 1);
   EXPECT_THAT(run.err, HasSubstr("the level of 'gz:10' is out of range"));
 }
@@ -212,9 +209,9 @@ TEST(WdsShardCreateTest, TwoRunsGiveIdenticalBytes) {
   TempDir dir;
   MakeNumbered(dir, 20, 300);
   for (const char* out : {"a", "b"}) {
-    ASSERT_EQ(WdsShard(dir, std::string("create --maxcount 6 --compress gz --shuffle --seed 7 "
-                                        "--index --output ") +
-                                out + "/s-%03d.tar in")
+    ASSERT_EQ(RunWdsShard(dir, std::string("create --maxcount 6 --compress gz --shuffle --seed 7 "
+                                           "--index --output ") +
+                                   out + "/s-%03d.tar in")
                   .status,
               0);
   }
@@ -229,9 +226,9 @@ TEST(WdsShardCreateTest, TwoRunsGiveIdenticalBytes) {
 TEST(WdsShardCreateTest, ShuffleOrderDependsOnTheSeed) {
   TempDir dir;
   MakeNumbered(dir, 20, 1);
-  ASSERT_EQ(WdsShard(dir, "create --shuffle --seed 1 --output a/s-%d.tar in").status, 0);
-  ASSERT_EQ(WdsShard(dir, "create --shuffle --seed 2 --output b/s-%d.tar in").status, 0);
-  ASSERT_EQ(WdsShard(dir, "create --output c/s-%d.tar in").status, 0);
+  ASSERT_EQ(RunWdsShard(dir, "create --shuffle --seed 1 --output a/s-%d.tar in").status, 0);
+  ASSERT_EQ(RunWdsShard(dir, "create --shuffle --seed 2 --output b/s-%d.tar in").status, 0);
+  ASSERT_EQ(RunWdsShard(dir, "create --output c/s-%d.tar in").status, 0);
   std::vector<std::string> a = Names(dir.path() + "/a/s-0.tar");
   std::vector<std::string> b = Names(dir.path() + "/b/s-0.tar");
   std::vector<std::string> sorted = Names(dir.path() + "/c/s-0.tar");
@@ -245,8 +242,8 @@ TEST(WdsShardCreateTest, WorkersGiveTheSameBytesAsOneWorker) {
   TempDir dir;
   MakeNumbered(dir, 40, 700);
   const std::string options = "create --maxcount 7 --maxsize 8K --index --compress zst ";
-  ASSERT_EQ(WdsShard(dir, options + "--workers 1 --output one/s-%03d.tar in").status, 0);
-  ToolRun four = WdsShard(dir, options + "--workers 4 --output four/s-%03d.tar in");
+  ASSERT_EQ(RunWdsShard(dir, options + "--workers 1 --output one/s-%03d.tar in").status, 0);
+  ToolRun four = RunWdsShard(dir, options + "--workers 4 --output four/s-%03d.tar in");
   ASSERT_EQ(four.status, 0) << four.err;
   std::vector<std::string> names = ListDir(dir.path() + "/one");
   EXPECT_EQ(names.size(), 2u * 10u + 1u);
@@ -260,7 +257,7 @@ TEST(WdsShardCreateTest, WorkersGiveTheSameBytesAsOneWorker) {
 TEST(WdsShardCreateTest, IndexWritesSidecarsAndTheDatasetJson) {
   TempDir dir;
   MakeNumbered(dir, 5, 10);
-  ToolRun run = WdsShard(dir, "create --maxcount 3 --index --output out/train-%06d.tar in");
+  ToolRun run = RunWdsShard(dir, "create --maxcount 3 --index --output out/train-%06d.tar in");
   ASSERT_EQ(run.status, 0) << run.err;
   EXPECT_THAT(run.err, HasSubstr("index: out/train-shardindex.json"));
   absl::StatusOr<DatasetIndex> index =
@@ -285,7 +282,7 @@ TEST(WdsShardCreateTest, ImageFolderAddsClassIndexAndWritesClasses) {
   dir.Write("root/cat/sub/c2.png", "C2");
   dir.Write("root/bird/b1.jpg", "B1");
   dir.Write("root/README", "ignored");
-  ToolRun run = WdsShard(dir, "create --format imagefolder --output out/train-%04d.tar root");
+  ToolRun run = RunWdsShard(dir, "create --format imagefolder --output out/train-%04d.tar root");
   ASSERT_EQ(run.status, 0) << run.err;
   EXPECT_THAT(run.err, HasSubstr("ignoring root/README"));
   EXPECT_EQ(ReadFile(dir.path() + "/out/train-classes.txt"), "bird\ncat\ndog\n");
@@ -301,7 +298,7 @@ TEST(WdsShardCreateTest, ImageFolderFileNamedClsIsADuplicateField) {
   TempDir dir;
   dir.Write("root/cat/c1.jpg", "C1");
   dir.Write("root/cat/c1.cls", "7");
-  ToolRun run = WdsShard(dir, "create --format imagefolder --output out/s-%d.tar root");
+  ToolRun run = RunWdsShard(dir, "create --format imagefolder --output out/s-%d.tar root");
   EXPECT_EQ(run.status, 1);
   EXPECT_THAT(run.err, HasSubstr("key 'cat/c1' has two members for field 'cls'"));
   EXPECT_THAT(ListDir(dir.path() + "/out"), IsEmpty());
@@ -314,7 +311,7 @@ TEST(WdsShardCreateTest, TsvListingKeepsItsOrderAndResolvesRelativePaths) {
   dir.Write("lists/train.tsv",
             "# comment\nzeta\tjpg=../data/x.bin\ttxt=../data/y.bin\n\nalpha\tbin=" + dir.path() +
                 "/data/y.bin\n");
-  ToolRun run = WdsShard(dir, "create --output out/s-%d.tar lists/train.tsv");
+  ToolRun run = RunWdsShard(dir, "create --output out/s-%d.tar lists/train.tsv");
   ASSERT_EQ(run.status, 0) << run.err;
   using Member = std::pair<std::string, std::string>;
   EXPECT_THAT(
@@ -328,7 +325,7 @@ TEST(WdsShardCreateTest, JsonlListingTakesPathsAndInlineNumbers) {
   dir.Write("list.jsonl",
             "{\"__key__\": \"s/1\", \"png\": \"x.png\", \"cls\": 4}\n"
             "{\"__key__\": \"s/2\", \"png\": \"x.png\", \"score\": 0.5}\n");
-  ToolRun run = WdsShard(dir, "create --output out/s-%d.tar list.jsonl");
+  ToolRun run = RunWdsShard(dir, "create --output out/s-%d.tar list.jsonl");
   ASSERT_EQ(run.status, 0) << run.err;
   using Member = std::pair<std::string, std::string>;
   EXPECT_THAT(Members(dir.path() + "/out/s-0.tar"),
@@ -340,7 +337,7 @@ TEST(WdsShardCreateTest, ListingWithAMissingFileNamesLineAndPath) {
   TempDir dir;
   dir.Write("x.bin", "X");
   dir.Write("list.tsv", "a\tbin=x.bin\nb\tbin=missing.bin\n");
-  ToolRun run = WdsShard(dir, "create --output out/s-%d.tar list.tsv");
+  ToolRun run = RunWdsShard(dir, "create --output out/s-%d.tar list.tsv");
   EXPECT_EQ(run.status, 1);
   EXPECT_THAT(run.err, HasSubstr("list.tsv:2: missing.bin: cannot read"));
   EXPECT_FALSE(fs::exists(dir.path() + "/out"));
@@ -350,7 +347,7 @@ TEST(WdsShardCreateTest, ListingWithARepeatedKeyNamesBothLines) {
   TempDir dir;
   dir.Write("x.bin", "X");
   dir.Write("list.tsv", "a\tbin=x.bin\nb\tbin=x.bin\na\ttxt=x.bin\n");
-  ToolRun run = WdsShard(dir, "create --output out/s-%d.tar list.tsv");
+  ToolRun run = RunWdsShard(dir, "create --output out/s-%d.tar list.tsv");
   EXPECT_EQ(run.status, 1);
   EXPECT_THAT(run.err, HasSubstr("list.tsv:3: key 'a' was already listed on line 1"));
 }
@@ -359,7 +356,7 @@ TEST(WdsShardCreateTest, ListingKeyWithADotIsAnError) {
   TempDir dir;
   dir.Write("x.bin", "X");
   dir.Write("list.tsv", "a.b\tbin=x.bin\n");
-  ToolRun run = WdsShard(dir, "create --output out/s-%d.tar list.tsv");
+  ToolRun run = RunWdsShard(dir, "create --output out/s-%d.tar list.tsv");
   EXPECT_EQ(run.status, 1);
   EXPECT_THAT(run.err, HasSubstr("list.tsv:1: key 'a.b'"));
 }
@@ -368,7 +365,7 @@ TEST(WdsShardCreateTest, TwoFilesForOneKeyAndFieldNameBothPaths) {
   TempDir dir;
   dir.Write("in/a.jpg", "1");
   dir.Write("in/a.JPG", "2");
-  ToolRun run = WdsShard(dir, "create --output out/s-%d.tar in");
+  ToolRun run = RunWdsShard(dir, "create --output out/s-%d.tar in");
   EXPECT_EQ(run.status, 1);
   EXPECT_THAT(run.err, HasSubstr("key 'a' has two members for field 'jpg'"));
   EXPECT_THAT(run.err, HasSubstr("in/a.JPG"));
@@ -380,7 +377,7 @@ TEST(WdsShardCreateTest, UnreadableFileIsAnErrorNamingIt) {
   TempDir dir;
   dir.Write("in/a.jpg", "1");
   fs::create_symlink(dir.path() + "/nowhere", dir.path() + "/in/b.jpg");
-  ToolRun run = WdsShard(dir, "create --output out/s-%d.tar in");
+  ToolRun run = RunWdsShard(dir, "create --output out/s-%d.tar in");
   EXPECT_EQ(run.status, 1);
   EXPECT_THAT(run.err, HasSubstr("in/b.jpg: cannot read"));
   EXPECT_THAT(ListDir(dir.path() + "/out"), IsEmpty());
@@ -390,7 +387,7 @@ TEST(WdsShardCreateTest, FileWithoutAFieldIsAnErrorNamingIt) {
   TempDir dir;
   dir.Write("in/a.jpg", "1");
   dir.Write("in/README", "no field");
-  ToolRun run = WdsShard(dir, "create --output out/s-%d.tar in");
+  ToolRun run = RunWdsShard(dir, "create --output out/s-%d.tar in");
   EXPECT_EQ(run.status, 1);
   EXPECT_THAT(run.err, HasSubstr("in/README: the name has no dot"));
 }
@@ -398,7 +395,7 @@ TEST(WdsShardCreateTest, FileWithoutAFieldIsAnErrorNamingIt) {
 TEST(WdsShardCreateTest, EmptyDirectoryIsAnError) {
   TempDir dir;
   fs::create_directories(dir.path() + "/in");
-  ToolRun run = WdsShard(dir, "create --output out/s-%d.tar in");
+  ToolRun run = RunWdsShard(dir, "create --output out/s-%d.tar in");
   EXPECT_EQ(run.status, 1);
   EXPECT_THAT(run.err, HasSubstr("in: no samples found"));
   EXPECT_FALSE(fs::exists(dir.path() + "/out"));
@@ -407,7 +404,7 @@ TEST(WdsShardCreateTest, EmptyDirectoryIsAnError) {
 TEST(WdsShardCreateTest, EmptyTarOnStdinIsAnError) {
   TempDir dir;
   dir.Write("empty.tar", MakeTar({}));
-  ToolRun run = WdsShard(dir, "create --output out/s-%d.tar - < empty.tar");
+  ToolRun run = RunWdsShard(dir, "create --output out/s-%d.tar - < empty.tar");
   EXPECT_EQ(run.status, 1);
   EXPECT_THAT(run.err, HasSubstr("no samples found in -"));
   EXPECT_THAT(ListDir(dir.path() + "/out"), IsEmpty());
@@ -416,7 +413,7 @@ TEST(WdsShardCreateTest, EmptyTarOnStdinIsAnError) {
 TEST(WdsShardCreateTest, PatternWithoutANumberIsAnError) {
   TempDir dir;
   MakeNumbered(dir, 1, 1);
-  ToolRun run = WdsShard(dir, "create --output out/s.tar in");
+  ToolRun run = RunWdsShard(dir, "create --output out/s.tar in");
   EXPECT_EQ(run.status, 1);
   EXPECT_THAT(run.err, HasSubstr("exactly one integer conversion"));
 }
@@ -430,13 +427,13 @@ TEST(WdsShardCreateTest, ReshardsATarStreamKeepingMemberNames) {
                                {"d/b.txt", "b"},
                                {"c.txt", "c"}},
                               TarFormat::kGnu, Compression::kXz));
-  ToolRun run = WdsShard(dir, "create --maxcount 2 --output out/s-%d.tar - < in.tar");
+  ToolRun run = RunWdsShard(dir, "create --maxcount 2 --output out/s-%d.tar - < in.tar");
   ASSERT_EQ(run.status, 0) << run.err;
   EXPECT_THAT(run.err, HasSubstr("2 member(s) without a field or with a metadata name"));
   EXPECT_THAT(Names(dir.path() + "/out/s-0.tar"), ElementsAre("a.JPG", "a.cls", "d/b.txt"));
   EXPECT_THAT(Names(dir.path() + "/out/s-1.tar"), ElementsAre("c.txt"));
-  ToolRun before = WdsShard(dir, "ls in.tar");
-  ToolRun after = WdsShard(dir, "ls out/s-0.tar out/s-1.tar");
+  ToolRun before = RunWdsShard(dir, "ls in.tar");
+  ToolRun after = RunWdsShard(dir, "ls out/s-0.tar out/s-1.tar");
   auto strip_urls = [](std::string text) {
     std::string out;
     std::istringstream in(text);
@@ -449,7 +446,7 @@ TEST(WdsShardCreateTest, ReshardsATarStreamKeepingMemberNames) {
 TEST(WdsShardCreateTest, ReshardingRefusesARepeatedField) {
   TempDir dir;
   dir.Write("in.tar", MakeTar({{"a.jpg", "1"}, {"a.JPG", "2"}}, TarFormat::kUstar));
-  ToolRun run = WdsShard(dir, "create --output out/s-%d.tar in.tar");
+  ToolRun run = RunWdsShard(dir, "create --output out/s-%d.tar in.tar");
   EXPECT_EQ(run.status, 1);
   EXPECT_THAT(run.err, HasSubstr("in.tar: member a.JPG at offset 1024: key 'a' has two members "
                                  "for field 'jpg': member a.jpg at offset 0 and member a.JPG"));
@@ -462,7 +459,7 @@ TEST(WdsShardCreateTest, TruncatedTarStreamLeavesOnlyFinishedShards) {
   for (int i = 0; i < 6; ++i) entries.push_back({"k" + std::to_string(i) + ".bin", "0123"});
   std::string tar = MakeTar(entries, TarFormat::kUstar);
   dir.Write("cut.tar", tar.substr(0, tar.size() - 1024 - 700));
-  ToolRun run = WdsShard(dir, "create --maxcount 2 --output out/s-%d.tar - < cut.tar");
+  ToolRun run = RunWdsShard(dir, "create --maxcount 2 --output out/s-%d.tar - < cut.tar");
   EXPECT_EQ(run.status, 1);
   EXPECT_THAT(run.err, HasSubstr("truncated"));
   EXPECT_THAT(run.err, HasSubstr("1 finished shard(s) remain, unfinished ones were removed"));
@@ -522,7 +519,7 @@ TEST(WdsShardCreateTest, InterruptedRunLeavesNoPartialShard) {
 TEST(WdsShardCreateTest, NoProgressLineWhenStderrIsNotATerminal) {
   TempDir dir;
   MakeNumbered(dir, 3, 10);
-  ToolRun run = WdsShard(dir, "create --output out/s-%d.tar in");
+  ToolRun run = RunWdsShard(dir, "create --output out/s-%d.tar in");
   ASSERT_EQ(run.status, 0);
   EXPECT_EQ(run.err.find('\r'), std::string::npos) << run.err;
   EXPECT_THAT(run.err, HasSubstr("create: wrote 1 shard(s), 3 samples"));
@@ -545,7 +542,7 @@ TEST(WdsShardCreateTest, LeftoverShardFromAnEarlierRunIsNamed) {
   TempDir dir;
   MakeNumbered(dir, 2, 1);
   dir.Write("out/s-1.tar", "old");
-  ToolRun run = WdsShard(dir, "create --output out/s-%d.tar in");
+  ToolRun run = RunWdsShard(dir, "create --output out/s-%d.tar in");
   ASSERT_EQ(run.status, 0);
   EXPECT_THAT(run.err, HasSubstr("out/s-1.tar is left from an earlier run"));
 }

@@ -11,18 +11,15 @@ namespace {
 
 using testing::ToolRun;
 
-using ::testing::HasSubstr;
-using testing::ReadFile;
 using testing::Compression;
+using ::testing::HasSubstr;
 using testing::MakeTar;
+using testing::ReadFile;
 using testing::RunShell;
+using testing::RunWdsShard;
 using testing::TarEntry;
 using testing::TarFormat;
 using testing::TempDir;
-
-ToolRun WdsShard(const TempDir& dir, const std::string& args) {
-  return testing::RunCaptured(dir.path(), std::string(WDS_TOOLS_DIR) + "/wds-shard " + args);
-}
 
 std::string ReferenceLs(const TempDir& dir, const std::string& urls) {
   std::string out = dir.path() + "/reference";
@@ -58,13 +55,14 @@ TEST(WdsShardLsTest, JsonAgreesWithReferenceGroupingOnTrickyShards) {
   TempDir dir;
   std::string urls;
   int i = 0;
-  for (auto [format, compression] :
-       {std::pair{TarFormat::kPax, Compression::kNone}, {TarFormat::kGnu, Compression::kGzip},
-        {TarFormat::kPax, Compression::kBzip2}, {TarFormat::kGnu, Compression::kXz}}) {
+  for (auto [format, compression] : {std::pair{TarFormat::kPax, Compression::kNone},
+                                     {TarFormat::kGnu, Compression::kGzip},
+                                     {TarFormat::kPax, Compression::kBzip2},
+                                     {TarFormat::kGnu, Compression::kXz}}) {
     std::string name = "shard-" + std::to_string(i++) + ".tar";
     urls += " " + dir.Write(name, MakeTar(TrickyEntries(), format, compression));
   }
-  ToolRun run = WdsShard(dir, "ls --json" + urls);
+  ToolRun run = RunWdsShard(dir, "ls --json" + urls);
   ASSERT_EQ(run.status, 0) << run.err;
   std::string reference = ReferenceLs(dir, urls);
   EXPECT_EQ(run.out, reference);
@@ -75,7 +73,7 @@ TEST(WdsShardLsTest, JsonAgreesWithReferenceGroupingOnTrickyShards) {
 TEST(WdsShardLsTest, JsonLineHasExactShape) {
   TempDir dir;
   std::string url = dir.Write("s.tar", MakeTar({{"k1.txt", "hello"}, {"k1.cls", "7"}}));
-  ToolRun run = WdsShard(dir, "ls --json " + url);
+  ToolRun run = RunWdsShard(dir, "ls --json " + url);
   ASSERT_EQ(run.status, 0) << run.err;
   // crc32("hello") = 907060870, crc32("7") = 1790921346 (zlib).
   EXPECT_EQ(run.out, "{\"__key__\": \"k1\", \"__url__\": \"" + url +
@@ -86,7 +84,7 @@ TEST(WdsShardLsTest, JsonLineHasExactShape) {
 TEST(WdsShardLsTest, TextLinesNameUrlKeyAndFieldSizes) {
   TempDir dir;
   std::string url = dir.Write("s.tar", MakeTar({{"k1.txt", "hello"}, {"k2.cls", "7"}}));
-  ToolRun run = WdsShard(dir, "ls " + url);
+  ToolRun run = RunWdsShard(dir, "ls " + url);
   ASSERT_EQ(run.status, 0) << run.err;
   EXPECT_EQ(run.out, url + "\tk1\ttxt:5\n" + url + "\tk2\tcls:1\n");
 }
@@ -95,14 +93,14 @@ TEST(WdsShardLsTest, BracePatternExpandsToShards) {
   TempDir dir;
   dir.Write("p-0.tar", MakeTar({{"a.txt", "1"}}));
   dir.Write("p-1.tar", MakeTar({{"b.txt", "2"}}));
-  ToolRun run = WdsShard(dir, "ls " + dir.path() + "/p-{0..1}.tar");
+  ToolRun run = RunWdsShard(dir, "ls " + dir.path() + "/p-{0..1}.tar");
   ASSERT_EQ(run.status, 0) << run.err;
   EXPECT_EQ(run.out, dir.path() + "/p-0.tar\ta\ttxt:1\n" + dir.path() + "/p-1.tar\tb\ttxt:1\n");
 }
 
 TEST(WdsShardLsTest, MissingShardExitsNonZeroNamingTheUrl) {
   TempDir dir;
-  ToolRun run = WdsShard(dir, "ls --json " + dir.path() + "/missing.tar");
+  ToolRun run = RunWdsShard(dir, "ls --json " + dir.path() + "/missing.tar");
   EXPECT_EQ(run.status, 1);
   EXPECT_THAT(run.err, HasSubstr(dir.path() + "/missing.tar"));
   EXPECT_EQ(run.out, "");
@@ -113,7 +111,7 @@ TEST(WdsShardLsTest, TruncatedShardExitsNonZeroAfterTheGoodSamples) {
   std::string tar =
       MakeTar({{"a.txt", "first"}, {"b.txt", std::string(5000, 'b')}}, TarFormat::kUstar);
   std::string url = dir.Write("t.tar", tar.substr(0, 512 + 512 + 512 + 1000));
-  ToolRun run = WdsShard(dir, "ls " + url);
+  ToolRun run = RunWdsShard(dir, "ls " + url);
   EXPECT_EQ(run.status, 1);
   EXPECT_EQ(run.out, url + "\ta\ttxt:5\n");
   EXPECT_THAT(run.err, HasSubstr(url));
@@ -123,7 +121,7 @@ TEST(WdsShardLsTest, TruncatedShardExitsNonZeroAfterTheGoodSamples) {
 TEST(WdsShardLsTest, NotATarExitsNonZero) {
   TempDir dir;
   std::string url = dir.Write("x.tar", std::string(4096, 'z'));
-  ToolRun run = WdsShard(dir, "ls " + url);
+  ToolRun run = RunWdsShard(dir, "ls " + url);
   EXPECT_EQ(run.status, 1);
   EXPECT_THAT(run.err, HasSubstr(url));
 }
@@ -131,7 +129,7 @@ TEST(WdsShardLsTest, NotATarExitsNonZero) {
 TEST(WdsShardLsTest, FailingPipeAfterCompleteTarExitsNonZero) {
   TempDir dir;
   std::string path = dir.Write("ok.tar", MakeTar({{"a.txt", "x"}}));
-  ToolRun run = WdsShard(dir, "ls 'pipe:cat " + path + "; exit 3'");
+  ToolRun run = RunWdsShard(dir, "ls 'pipe:cat " + path + "; exit 3'");
   EXPECT_EQ(run.status, 1);
   // The command failed, so the sample still being grouped is not trusted.
   EXPECT_EQ(run.out, "");
@@ -141,7 +139,8 @@ TEST(WdsShardLsTest, FailingPipeAfterCompleteTarExitsNonZero) {
 TEST(WdsShardLsTest, ContinueHandlerSkipsBadShardAndReportsIt) {
   TempDir dir;
   std::string good = dir.Write("good.tar", MakeTar({{"a.txt", "x"}}));
-  ToolRun run = WdsShard(dir, "ls --handler warn_and_continue " + dir.path() + "/missing.tar " + good);
+  ToolRun run =
+      RunWdsShard(dir, "ls --handler warn_and_continue " + dir.path() + "/missing.tar " + good);
   EXPECT_EQ(run.status, 0);
   EXPECT_EQ(run.out, good + "\ta\ttxt:1\n");
   EXPECT_THAT(run.err, HasSubstr("missing.tar"));
@@ -150,12 +149,13 @@ TEST(WdsShardLsTest, ContinueHandlerSkipsBadShardAndReportsIt) {
 
 TEST(WdsShardLsTest, BadArgumentsAreErrors) {
   TempDir dir;
-  EXPECT_THAT(WdsShard(dir, "ls --handler bogus x.tar").err, HasSubstr("\"bogus\""));
-  EXPECT_THAT(WdsShard(dir, "ls --frobnicate x.tar").err, HasSubstr("unknown option --frobnicate"));
-  EXPECT_THAT(WdsShard(dir, "ls").err, HasSubstr("no shard URL"));
-  EXPECT_THAT(WdsShard(dir, "ls 'x-{1..2.tar'").err, HasSubstr("x-{1..2.tar"));
-  EXPECT_EQ(WdsShard(dir, "frob").status, 1);
-  EXPECT_EQ(WdsShard(dir, "").status, 2);
+  EXPECT_THAT(RunWdsShard(dir, "ls --handler bogus x.tar").err, HasSubstr("\"bogus\""));
+  EXPECT_THAT(RunWdsShard(dir, "ls --frobnicate x.tar").err,
+              HasSubstr("unknown option --frobnicate"));
+  EXPECT_THAT(RunWdsShard(dir, "ls").err, HasSubstr("no shard URL"));
+  EXPECT_THAT(RunWdsShard(dir, "ls 'x-{1..2.tar'").err, HasSubstr("x-{1..2.tar"));
+  EXPECT_EQ(RunWdsShard(dir, "frob").status, 1);
+  EXPECT_EQ(RunWdsShard(dir, "").status, 2);
 }
 
 }  // namespace
