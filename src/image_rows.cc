@@ -513,11 +513,6 @@ template <typename T>
 // vertical pass 8 floats wide with AVX2 and keeps every operation and its
 // order, so both give the same bytes (ResampleTest checks); no FMA, which
 // would round differently.
-void ResampleBaseline(const WindowPixels<uint8_t>& window, const WindowRegion& region,
-                      const DecodePlan& plan, OutputWriter& writer, ScratchScope& scratch) {
-  ResampleRows(window, region, plan, writer, scratch);
-}
-
 #if WDS_RESAMPLE_AVX2
 __attribute__((target("avx2"))) void ResampleAvx2(const WindowPixels<uint8_t>& window,
                                                   const WindowRegion& region,
@@ -535,7 +530,7 @@ void Resample(const WindowPixels<uint8_t>& window, const WindowRegion& region,
     return ResampleAvx2(window, region, plan, writer, scratch);
   }
 #endif
-  ResampleBaseline(window, region, plan, writer, scratch);
+  ResampleRows(window, region, plan, writer, scratch);
 }
 
 // 16-bit images (PNG only) are rare enough to keep to the baseline.

@@ -77,9 +77,9 @@ class OutputSlots {
   // Offer returns storage of exactly the byte size of a `dtype` array of
   // `shape`, for the field `field` of the sample being decoded, or an empty
   // Buffer to decline (the caller then allocates its own, as it does when
-  // given storage of another size). The caller may
-  // write to the storage until it hands the finished array on, and never
-  // after. Its bytes are uninitialised.
+  // given storage of another size). The caller may write to the storage
+  // until it hands the finished array on, and never after. Its bytes are
+  // uninitialised.
   virtual Buffer Offer(std::string_view field, DType dtype, const std::vector<int64_t>& shape) = 0;
 };
 
