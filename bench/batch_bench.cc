@@ -15,7 +15,7 @@
 #include "benchmark/benchmark.h"
 #include "wds/batch.h"
 #include "wds/decode.h"
-#include "wds/memory.h"
+#include "wds/buffer_pool.h"
 #include "wds/npy.h"
 
 namespace wds {

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "image_rows.h"
+#include "image/image_rows.h"
 #include "wds/image.h"
 
 namespace wds {

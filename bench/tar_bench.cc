@@ -28,11 +28,11 @@
 
 #include "allocation_count.h"
 #include "benchmark/benchmark.h"
-#include "str_util.h"
-#include "wds/io.h"
+#include "wds/internal/strings.h"
+#include "wds/byte_stream.h"
 #include "wds/loader.h"
 #include "wds/pipeline.h"
-#include "wds/tar.h"
+#include "wds/tar_reader.h"
 
 namespace wds {
 namespace {

@@ -1,6 +1,6 @@
 // Tests for the io layer: OpenUrl on files, standard input and pipe: commands,
 // and MemoryStream.
-#include "wds/io.h"
+#include "wds/byte_stream.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -19,7 +19,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "str_util.h"
+#include "wds/internal/strings.h"
 #include "test_util.h"
 
 namespace wds {

@@ -1,6 +1,6 @@
 // Tests for host allocators, the pinned-memory fallback, BufferPool recycling
 // (also under ThreadSanitizer) and the Loader's pool.
-#include "wds/memory.h"
+#include "wds/buffer_pool.h"
 
 #include <unistd.h>
 

@@ -1,7 +1,7 @@
 // Tests for shard lists: brace expansion (expected lists checked against the
 // Python braceexpand package), "::" lists, node/worker splitting, per-epoch
 // permutation and resampling.
-#include "wds/shards.h"
+#include "wds/shard_list.h"
 
 #include <algorithm>
 #include <map>
@@ -9,7 +9,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "str_util.h"
+#include "wds/internal/strings.h"
 
 namespace wds {
 namespace {

@@ -1,7 +1,7 @@
 // Tests for the tar layer: TarReader (libarchive), member-name splitting and
 // TarSamples grouping, on tars from libarchive's writer, GNU tar and Python's
 // tarfile, and on every kind of broken input under each error handler.
-#include "wds/tar.h"
+#include "wds/tar_reader.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -20,7 +20,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "str_util.h"
+#include "wds/internal/strings.h"
 #include "test_util.h"
 
 namespace wds {

@@ -21,7 +21,7 @@
 #include "wds/array.h"
 #include "wds/equalize.h"
 #include "wds/npy.h"
-#include "wds/shards.h"
+#include "wds/shard_list.h"
 
 namespace wds {
 namespace {

@@ -16,7 +16,7 @@
 #include "test_util.h"
 #include "wds/image.h"
 #include "wds/shard_index.h"
-#include "wds/tar.h"
+#include "wds/tar_reader.h"
 
 namespace wds {
 namespace {

@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <utility>
 
-#include "wds/io.h"
+#include "wds/byte_stream.h"
 
 namespace wds::tools {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "wds/tar.h"
+#include "wds/tar_reader.h"
 
 namespace wds::tools {
 

@@ -16,10 +16,10 @@
 #include <utility>
 
 #include "shard_common.h"
-#include "wds/io.h"
+#include "wds/byte_stream.h"
 #include "wds/shard_writer.h"
-#include "wds/shards.h"
-#include "wds/tar.h"
+#include "wds/shard_list.h"
+#include "wds/tar_reader.h"
 
 namespace wds::tools {
 namespace {

@@ -31,7 +31,7 @@
 #include "shard_commands.h"
 #include "shard_common.h"
 #include "wds/shard_index.h"
-#include "wds/shards.h"
+#include "wds/shard_list.h"
 
 namespace wds::tools {
 namespace {

@@ -21,7 +21,7 @@
 #include "wds/decode.h"
 #include "wds/image.h"
 #include "wds/shard_index.h"
-#include "wds/shards.h"
+#include "wds/shard_list.h"
 
 namespace wds::tools {
 namespace {

@@ -24,7 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "json_text.h"
-#include "str_util.h"
+#include "wds/internal/strings.h"
 #include "wds/image.h"
 #include "wds/loader.h"
 #include "wds/pipeline.h"

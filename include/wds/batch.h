@@ -37,7 +37,7 @@
 
 #include "absl/status/statusor.h"
 #include "wds/error.h"
-#include "wds/memory.h"
+#include "wds/buffer_pool.h"
 #include "wds/sample.h"
 
 namespace wds {

@@ -48,7 +48,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "wds/shards.h"
+#include "wds/shard_list.h"
 #include "wds/stage.h"
 
 namespace wds {

@@ -35,7 +35,7 @@
 
 #include "absl/status/statusor.h"
 #include "wds/error.h"
-#include "wds/memory.h"
+#include "wds/buffer_pool.h"
 #include "wds/pipeline.h"
 #include "wds/sample.h"
 

@@ -25,9 +25,9 @@
 #include "wds/decode.h"
 #include "wds/error.h"
 #include "wds/image.h"
-#include "wds/io.h"
+#include "wds/byte_stream.h"
 #include "wds/sample.h"
-#include "wds/shards.h"
+#include "wds/shard_list.h"
 #include "wds/stage.h"
 
 namespace wds {

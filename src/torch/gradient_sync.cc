@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "str_util.h"
+#include "wds/internal/strings.h"
 #include "torch/distributed_impl.h"
 #include "torch/torch_errors.h"
 #include "wds/torch/distributed.h"

@@ -6,8 +6,8 @@
 #include <utility>
 #include <variant>
 
-#include "str_util.h"
-#include "torch_errors.h"
+#include "wds/internal/strings.h"
+#include "torch/torch_errors.h"
 
 namespace wds {
 namespace {

@@ -1,0 +1,130 @@
+#include "wds/equalize.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "wds/internal/status_macros.h"
+#include "wds/internal/strings.h"
+#include "wds/shard_index.h"
+
+namespace wds {
+namespace {
+
+int64_t BatchesOf(int64_t samples, const EpochBatching& batching) {
+  const int64_t full = samples / batching.batch_size;
+  return full + (batching.partial && samples % batching.batch_size != 0 ? 1 : 0);
+}
+
+// BatchesFromWorker is how many of the first n round-robin batches come from
+// worker w of `workers`.
+int64_t BatchesFromWorker(int64_t n, int w, int workers) {
+  return n <= w ? 0 : (n - w + workers - 1) / workers;
+}
+
+}  // namespace
+
+absl::StatusOr<EqualizePolicy> ParseEqualizePolicy(std::string_view name) {
+  if (name == "drop") return EqualizePolicy::kDrop;
+  if (name == "wrap") return EqualizePolicy::kWrap;
+  if (name == "off") return EqualizePolicy::kOff;
+  return absl::InvalidArgumentError(
+      Cat("unknown equalize policy \"", name, "\" (expected drop, wrap or off)"));
+}
+
+std::string_view EqualizePolicyName(EqualizePolicy policy) {
+  switch (policy) {
+    case EqualizePolicy::kDrop:
+      return "drop";
+    case EqualizePolicy::kWrap:
+      return "wrap";
+    case EqualizePolicy::kOff:
+      return "off";
+  }
+  return "?";
+}
+
+absl::StatusOr<int64_t> ShardSampleCounts::Count(const std::string& url) {
+  auto it = counts_.find(url);
+  if (it != counts_.end()) return it->second;
+  WDS_ASSIGN_OR_RETURN(int64_t count, CountSamples(url));
+  counts_.emplace(url, count);
+  return count;
+}
+
+int64_t RankEpochPlan::samples() const {
+  int64_t total = 0;
+  for (const WorkerPlan& w : workers) total += w.samples;
+  return total;
+}
+
+int64_t RankEpochPlan::batches() const {
+  int64_t total = 0;
+  for (const WorkerPlan& w : workers) total += w.batches;
+  return total;
+}
+
+int64_t RankEpochPlan::BatchesWithoutRepeats() const {
+  const int64_t n = static_cast<int64_t>(workers.size());
+  int64_t bound = INT64_MAX;
+  for (int64_t w = 0; w < n; ++w) bound = std::min(bound, n * workers[w].batches + w);
+  return workers.empty() ? 0 : bound;
+}
+
+int64_t RankEpochPlan::BatchesCoveringPass() const {
+  const int64_t n = static_cast<int64_t>(workers.size());
+  int64_t bound = 0;
+  for (int64_t w = 0; w < n; ++w) {
+    if (workers[w].batches > 0) bound = std::max(bound, n * (workers[w].batches - 1) + w + 1);
+  }
+  return bound;
+}
+
+int64_t RankEpochPlan::LocalSteps(EqualizePolicy policy) const {
+  switch (policy) {
+    case EqualizePolicy::kDrop:
+      return BatchesWithoutRepeats();
+    case EqualizePolicy::kWrap:
+      return BatchesCoveringPass();
+    case EqualizePolicy::kOff:
+      return batches();
+  }
+  return 0;
+}
+
+int64_t RankEpochPlan::SamplesInFirst(int64_t n) const {
+  const int num_workers = static_cast<int>(workers.size());
+  int64_t total = 0;
+  for (int w = 0; w < num_workers; ++w) {
+    const int64_t taken = BatchesFromWorker(n, w, num_workers);
+    total += std::min(taken * batching.batch_size, workers[w].samples);
+  }
+  return total;
+}
+
+absl::StatusOr<RankEpochPlan> PlanRankEpoch(const std::vector<std::string>& shards,
+                                            const ShardListOptions& options,
+                                            const WorkerContext& ctx, const EpochBatching& batching,
+                                            ShardSampleCounts& counts) {
+  if (batching.batch_size < 1) {
+    return absl::InvalidArgumentError(
+        Cat("equalize: batch size must be >= 1, got ", batching.batch_size));
+  }
+  RankEpochPlan plan;
+  plan.batching = batching;
+  WorkerContext worker_ctx = ctx;
+  worker_ctx.pass = 0;
+  for (int w = 0; w < ctx.num_workers; ++w) {
+    worker_ctx.worker = w;
+    WorkerPlan worker;
+    WDS_ASSIGN_OR_RETURN(worker.shards, ShardsForWorker(shards, options, worker_ctx));
+    for (const std::string& url : worker.shards) {
+      WDS_ASSIGN_OR_RETURN(int64_t count, counts.Count(url));
+      worker.samples += count;
+    }
+    worker.batches = BatchesOf(worker.samples, batching);
+    plan.workers.push_back(std::move(worker));
+  }
+  return plan;
+}
+
+}  // namespace wds

@@ -1,0 +1,78 @@
+#include "wds/pipeline.h"
+
+#include <utility>
+
+#include "wds/internal/strings.h"
+#include "stages/passes.h"
+#include "wds/internal/status_macros.h"
+#include "wds/tar_reader.h"
+
+namespace wds {
+
+Pipeline::Pipeline(StreamFactory source, uint64_t seed) : source_(std::move(source)), seed_(seed) {}
+
+Pipeline Pipeline::Then(StageFactory stage) const {
+  Pipeline next = *this;
+  next.stages_.push_back(std::move(stage));
+  return next;
+}
+
+Pipeline Pipeline::WithLength(int64_t n) const {
+  Pipeline next = *this;
+  next.epoch_mode_ = EpochMode::kLength;
+  next.length_ = n;
+  return next;
+}
+
+Pipeline Pipeline::WithEpoch(int64_t n) const {
+  Pipeline next = *this;
+  next.epoch_mode_ = EpochMode::kEpoch;
+  next.length_ = n;
+  return next;
+}
+
+StreamFactory Pipeline::Compose() const {
+  StreamFactory factory = source_;
+  for (const StageFactory& stage : stages_) {
+    factory = [upstream = std::move(factory), stage](const WorkerContext& ctx) {
+      return stage(upstream, ctx);
+    };
+  }
+  return factory;
+}
+
+std::unique_ptr<SampleStream> Pipeline::Open(WorkerContext ctx) const {
+  ctx.seed = seed_;
+  if (epoch_mode_ == EpochMode::kNatural) return Compose()(ctx);
+  return LimitStream(OpenEndless(std::move(ctx)), *length_);
+}
+
+std::unique_ptr<SampleStream> Pipeline::OpenEndless(WorkerContext ctx) const {
+  ctx.seed = seed_;
+  return PassesStream(Compose(), std::move(ctx), std::nullopt, /*empty_pass_is_error=*/true);
+}
+
+absl::StatusOr<Pipeline> WebDataset(std::string_view urls, WebDatasetOptions options) {
+  WDS_ASSIGN_OR_RETURN(std::vector<std::string> shards, ExpandUrls(urls));
+  return WebDataset(std::move(shards), std::move(options));
+}
+
+absl::StatusOr<Pipeline> WebDataset(std::vector<std::string> urls, WebDatasetOptions options) {
+  if (urls.empty()) return absl::InvalidArgumentError("WebDataset: the shard list is empty");
+  if (!options.opener) return absl::InvalidArgumentError("WebDataset: no opener");
+  auto shards = std::make_shared<const std::vector<std::string>>(std::move(urls));
+  StreamFactory source = [shards, options](const WorkerContext& ctx) {
+    std::unique_ptr<UrlStream> url_stream;
+    if (options.resampled) {
+      url_stream = ResampledShardStream(*shards, options.nshards, ctx);
+    } else {
+      ShardListOptions list{options.shardshuffle, options.nodesplitter, options.workersplitter,
+                            options.allow_empty};
+      url_stream = ShardStream(*shards, list, ctx);
+    }
+    return TarSamples(std::move(url_stream), options.opener, options.handler, ctx);
+  };
+  return Pipeline(std::move(source), options.seed);
+}
+
+}  // namespace wds

@@ -1,0 +1,367 @@
+// TarReader: libarchive over a ByteStream, one Buffer per regular member.
+//
+// Truncation and corruption are never silent:
+//  - "read_concatenated_archives" makes libarchive read every block up to the
+//    end of the (decompressed) stream, so each decompressor sees its whole
+//    input and reports a cut-off or damaged stream wherever the damage is
+//    (by default libarchive stops at the first zero block);
+//  - at the end, at least one zero block must follow the last member, which
+//    tells a complete archive from one cut between two members (libarchive
+//    takes the end of data at a header boundary for a normal end);
+//  - gzip, the usual shard compression, is inflated here with zlib, which
+//    checks each member's CRC-32 and length; libarchive's gzip filter checks
+//    neither, and corrupt bytes in a stored block would pass unnoticed.
+// Members after a zero block (tars concatenated with cat) are read too, as
+// `tar --ignore-zeros` does.
+#include <archive.h>
+#include <archive_entry.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+#include <utility>
+
+#include "wds/internal/status_macros.h"
+#include "wds/internal/strings.h"
+#include "wds/tar_reader.h"
+
+namespace wds {
+namespace {
+
+constexpr size_t kReadBufferSize = size_t{1} << 20;
+// A header can claim any size; a claim beyond this is taken as corruption
+// instead of an allocation to attempt.
+constexpr int64_t kMaxMemberSize = int64_t{1} << 36;
+constexpr int64_t kBlockSize = 512;
+constexpr unsigned char kGzipMagic[] = {0x1f, 0x8b};
+// kGzipChunkSize bounds what one read inflates: a damaged stream fails the
+// read that reaches the damage, so a small chunk keeps the members before it
+// and names the member that meets it.
+constexpr size_t kGzipChunkSize = size_t{64} << 10;
+
+std::string_view ArchiveMessage(archive* ar) {
+  const char* message = archive_error_string(ar);
+  return message == nullptr ? std::string_view("unexpected end of data") : message;
+}
+
+// Annotate keeps a stream error's code and adds where the reader was.
+absl::Status Annotate(const absl::Status& error, std::string_view where) {
+  return absl::Status(error.code(), Cat(ToStd(error.message()), " (", where, ")"));
+}
+
+bool IsRegularFile(archive_entry* entry) {
+  // Hard links carry no data of their own (the reference skips them as well).
+  return archive_entry_filetype(entry) == AE_IFREG && archive_entry_hardlink(entry) == nullptr;
+}
+
+const char* EntryName(archive_entry* entry) {
+  const char* name = archive_entry_pathname(entry);
+  return name != nullptr ? name : archive_entry_pathname_utf8(entry);
+}
+
+// GzipDecoder inflates a gzip stream (one or more members, as gzip(1) reads
+// them) from a ByteStream, verifying each member's CRC-32 and length. Bytes
+// after the last member that do not start another one are left unread.
+class GzipDecoder {
+ public:
+  // `head` holds the first bytes already read from `stream`.
+  GzipDecoder(ByteStream& stream, std::string_view head)
+      : stream_(stream), input_(new unsigned char[kReadBufferSize]) {
+    std::memcpy(input_.get(), head.data(), head.size());
+    z_.next_in = input_.get();
+    z_.avail_in = static_cast<uInt>(head.size());
+    read_ = static_cast<int64_t>(head.size());
+    // 16 + MAX_WBITS: a gzip wrapper, whose trailer inflate checks.
+    ok_ = inflateInit2(&z_, 16 + MAX_WBITS) == Z_OK;
+  }
+  ~GzipDecoder() { inflateEnd(&z_); }
+  GzipDecoder(const GzipDecoder&) = delete;
+  GzipDecoder& operator=(const GzipDecoder&) = delete;
+
+  // Read inflates up to `size` bytes into `out`; 0 after the last member.
+  absl::StatusOr<size_t> Read(void* out, size_t size) {
+    if (!ok_) return absl::ResourceExhaustedError(Cat(stream_.url(), ": cannot start zlib"));
+    z_.next_out = static_cast<Bytef*>(out);
+    z_.avail_out = static_cast<uInt>(size);
+    while (z_.avail_out > 0 && !finished_) {
+      if (z_.avail_in == 0 && !input_at_end_) WDS_RETURN_IF_ERROR(Refill());
+      // Even without new input, inflate may still have output to give.
+      const int rc = inflate(&z_, Z_NO_FLUSH);
+      if (rc == Z_STREAM_END) {
+        WDS_RETURN_IF_ERROR(StartNextMember());
+      } else if (rc == Z_BUF_ERROR && z_.avail_in == 0 && input_at_end_) {
+        return absl::DataLossError(Cat(stream_.url(), ": truncated gzip data: the stream ends at ",
+                                       "compressed offset ", read_, " inside a gzip member"));
+      } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
+        return absl::DataLossError(Cat(stream_.url(), ": corrupt gzip data at compressed offset ",
+                                       read_ - z_.avail_in, ": ",
+                                       z_.msg != nullptr ? z_.msg : "inflate failed"));
+      }
+    }
+    return size - z_.avail_out;
+  }
+
+ private:
+  // Refill moves the unread input to the front and reads more after it.
+  absl::Status Refill() {
+    std::memmove(input_.get(), z_.next_in, z_.avail_in);
+    z_.next_in = input_.get();
+    WDS_ASSIGN_OR_RETURN(size_t n,
+                         stream_.Read(input_.get() + z_.avail_in, kReadBufferSize - z_.avail_in));
+    z_.avail_in += static_cast<uInt>(n);
+    read_ += static_cast<int64_t>(n);
+    if (n == 0) input_at_end_ = true;
+    return absl::OkStatus();
+  }
+
+  absl::Status StartNextMember() {
+    while (z_.avail_in < sizeof(kGzipMagic) && !input_at_end_) WDS_RETURN_IF_ERROR(Refill());
+    if (z_.avail_in < sizeof(kGzipMagic) ||
+        std::memcmp(z_.next_in, kGzipMagic, sizeof(kGzipMagic)) != 0) {
+      finished_ = true;
+      return absl::OkStatus();
+    }
+    if (inflateReset(&z_) != Z_OK) {
+      return absl::InternalError(Cat(stream_.url(), ": cannot reset zlib"));
+    }
+    return absl::OkStatus();
+  }
+
+  ByteStream& stream_;
+  std::unique_ptr<unsigned char[]> input_;
+  z_stream z_{};
+  bool ok_ = false;
+  bool finished_ = false;
+  bool input_at_end_ = false;
+  // read_ counts the compressed bytes read from the stream.
+  int64_t read_ = 0;
+};
+
+}  // namespace
+
+struct TarReader::State {
+  explicit State(std::unique_ptr<ByteStream> s)
+      : stream(std::move(s)), buffer(new char[kReadBufferSize]) {}
+  ~State() {
+    if (ar != nullptr) archive_read_free(ar);
+  }
+
+  absl::StatusOr<std::optional<TarMember>> ReadNext();
+  absl::Status OpenArchive();
+  absl::Status StartSource();
+  absl::Status SkipRestOfEntry();
+  absl::StatusOr<Buffer> ReadData(const char* name, int64_t offset, int64_t size);
+  absl::Status FinishArchive();
+  absl::Status HeaderError(int64_t position);
+  std::string AfterPrevious() const;
+
+  static la_ssize_t ReadCallback(archive* ar, void* client, const void** out);
+
+  std::unique_ptr<ByteStream> stream;
+  std::unique_ptr<char[]> buffer;
+  // gzip inflates the stream when it starts like gzip data.
+  std::unique_ptr<GzipDecoder> gzip;
+  // head is how many bytes at the start of `buffer` were read before
+  // libarchive asked for data.
+  size_t head = 0;
+  archive* ar = nullptr;
+  // stream_error is the source's own error, which beats libarchive's
+  // report of it.
+  absl::Status stream_error;
+  bool in_entry = false;
+  // entry_end is the position just past the previous entry and its padding.
+  int64_t entry_end = 0;
+  std::string previous_name;
+  std::string failed_name;
+  // done is set once the stream ended (ok) or failed; both are sticky.
+  std::optional<absl::Status> done;
+};
+
+la_ssize_t TarReader::State::ReadCallback(archive* ar, void* client, const void** out) {
+  auto* state = static_cast<State*>(client);
+  *out = state->buffer.get();
+  if (state->head > 0) return static_cast<la_ssize_t>(std::exchange(state->head, 0));
+  absl::StatusOr<size_t> n = state->gzip != nullptr
+                                 ? state->gzip->Read(state->buffer.get(), kGzipChunkSize)
+                                 : state->stream->Read(state->buffer.get(), kReadBufferSize);
+  if (!n.ok()) {
+    state->stream_error = n.status();
+    archive_set_error(ar, EIO, "%s", std::string(ToStd(n.status().message())).c_str());
+    return -1;
+  }
+  return static_cast<la_ssize_t>(*n);
+}
+
+absl::Status TarReader::State::StartSource() {
+  // Enough bytes to see a gzip magic number, which one read may not give.
+  while (head < sizeof(kGzipMagic)) {
+    WDS_ASSIGN_OR_RETURN(size_t n, stream->Read(buffer.get() + head, kReadBufferSize - head));
+    if (n == 0) break;
+    head += n;
+  }
+  if (head >= sizeof(kGzipMagic) &&
+      std::memcmp(buffer.get(), kGzipMagic, sizeof(kGzipMagic)) == 0) {
+    gzip = std::make_unique<GzipDecoder>(*stream, std::string_view(buffer.get(), head));
+    head = 0;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TarReader::State::OpenArchive() {
+  WDS_RETURN_IF_ERROR(StartSource());
+  if (head == 0 && gzip == nullptr) {
+    return absl::InvalidArgumentError(Cat(stream->url(), ": not a tar archive (no data)"));
+  }
+  ar = archive_read_new();
+  if (ar == nullptr) return absl::ResourceExhaustedError("archive_read_new failed");
+  // Only the compressors a shard may use, by name: support_filter_all would
+  // also run external programs (lrzip, grzip, lzop) on whatever bytes come in.
+  archive_read_support_filter_bzip2(ar);
+  archive_read_support_filter_xz(ar);
+  archive_read_support_filter_lzma(ar);
+  archive_read_support_filter_zstd(ar);
+  archive_read_support_filter_lz4(ar);
+  archive_read_support_format_tar(ar);
+  archive_read_set_format_option(ar, "tar", "read_concatenated_archives", "1");
+  if (archive_read_open(ar, this, nullptr, &ReadCallback, nullptr) == ARCHIVE_OK) {
+    return absl::OkStatus();
+  }
+  if (!stream_error.ok()) return stream_error;
+  // libarchive's private ARCHIVE_ERRNO_FILE_FORMAT is EILSEQ on Linux: no
+  // format (after any decompression) recognised the data.
+  if (archive_errno(ar) == EILSEQ) {
+    return absl::InvalidArgumentError(
+        Cat(stream->url(), ": not a tar archive (", ArchiveMessage(ar), ")"));
+  }
+  return absl::DataLossError(
+      Cat(stream->url(), ": corrupt or truncated compressed data: ", ArchiveMessage(ar)));
+}
+
+std::string TarReader::State::AfterPrevious() const {
+  if (previous_name.empty()) return "";
+  return Cat(" after member ", previous_name);
+}
+
+absl::Status TarReader::State::HeaderError(int64_t position) {
+  if (!stream_error.ok()) {
+    return Annotate(stream_error, Cat("at offset ", position, AfterPrevious()));
+  }
+  return absl::DataLossError(Cat(stream->url(), ": truncated or corrupt tar at offset ", position,
+                                 AfterPrevious(), ": ", ArchiveMessage(ar)));
+}
+
+absl::Status TarReader::State::SkipRestOfEntry() {
+  if (in_entry) {
+    in_entry = false;
+    // Consumes the padding of a member that was read, or a skipped entry.
+    if (archive_read_data_skip(ar) != ARCHIVE_OK) {
+      return HeaderError(archive_filter_bytes(ar, 0));
+    }
+  }
+  entry_end = archive_filter_bytes(ar, 0);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Buffer> TarReader::State::ReadData(const char* name, int64_t offset, int64_t size) {
+  if (size < 0 || size > kMaxMemberSize) {
+    return absl::DataLossError(Cat(stream->url(), ": member ", name, " at offset ", offset,
+                                   ": implausible size ", size, " in its header"));
+  }
+  Buffer data;
+  try {
+    data = Buffer::Allocate(static_cast<size_t>(size));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(Cat(stream->url(), ": member ", name, " at offset ", offset,
+                                            ": cannot allocate ", size, " bytes"));
+  }
+  size_t filled = 0;
+  while (filled < data.size()) {
+    la_ssize_t n = archive_read_data(ar, data.mutable_data() + filled, data.size() - filled);
+    if (n <= 0) {
+      std::string where = Cat("member ", name, " at offset ", offset);
+      if (!stream_error.ok()) return Annotate(stream_error, where);
+      return absl::DataLossError(
+          Cat(stream->url(), ": ", where, ": truncated or corrupt after ", filled, " of ", size,
+              " bytes: ", n == 0 ? "unexpected end of data" : ArchiveMessage(ar)));
+    }
+    filled += static_cast<size_t>(n);
+  }
+  return data;
+}
+
+absl::Status TarReader::State::FinishArchive() {
+  const int64_t end = archive_filter_bytes(ar, 0);
+  if (end - entry_end < kBlockSize) {
+    return absl::DataLossError(Cat(stream->url(), ": truncated: the data ends at offset ", end,
+                                   AfterPrevious(), " without an end-of-archive block"));
+  }
+  // Whatever follows the compressed stream is read too, so that the stream's
+  // Finish (a pipe command's exit status) judges a fully consumed source.
+  while (true) {
+    WDS_ASSIGN_OR_RETURN(size_t n, stream->Read(buffer.get(), kReadBufferSize));
+    if (n == 0) break;
+  }
+  return stream->Finish();
+}
+
+absl::StatusOr<std::optional<TarMember>> TarReader::State::ReadNext() {
+  if (ar == nullptr) WDS_RETURN_IF_ERROR(OpenArchive());
+  while (true) {
+    WDS_RETURN_IF_ERROR(SkipRestOfEntry());
+    archive_entry* entry = nullptr;
+    const int rc = archive_read_next_header(ar, &entry);
+    if (rc == ARCHIVE_EOF) {
+      WDS_RETURN_IF_ERROR(FinishArchive());
+      return std::nullopt;
+    }
+    // ARCHIVE_WARN reports a name the C locale cannot represent; its bytes
+    // are still there. RETRY (a damaged header) and FATAL end the archive.
+    if (rc != ARCHIVE_OK && rc != ARCHIVE_WARN) return HeaderError(entry_end);
+    in_entry = true;
+    if (!IsRegularFile(entry)) continue;
+    TarMember member;
+    member.offset = archive_read_header_position(ar);
+    const char* name = EntryName(entry);
+    if (name == nullptr) {
+      return absl::DataLossError(Cat(stream->url(), ": member at offset ", member.offset,
+                                     " has no readable name: ", ArchiveMessage(ar)));
+    }
+    absl::StatusOr<Buffer> data = ReadData(name, member.offset, archive_entry_size(entry));
+    if (!data.ok()) {
+      failed_name = name;
+      return data.status();
+    }
+    member.data = *std::move(data);
+    member.name = name;
+    previous_name.assign(member.name);
+    return member;
+  }
+}
+
+TarReader::TarReader(std::unique_ptr<State> state) : state_(std::move(state)) {}
+TarReader::~TarReader() = default;
+
+absl::StatusOr<std::unique_ptr<TarReader>> TarReader::Open(std::unique_ptr<ByteStream> stream) {
+  if (stream == nullptr) return absl::InvalidArgumentError("TarReader::Open: null stream");
+  return std::unique_ptr<TarReader>(new TarReader(std::make_unique<State>(std::move(stream))));
+}
+
+absl::StatusOr<std::optional<TarMember>> TarReader::Next() {
+  if (state_->done.has_value()) {
+    if (state_->done->ok()) return std::nullopt;
+    return *state_->done;
+  }
+  absl::StatusOr<std::optional<TarMember>> result = state_->ReadNext();
+  if (!result.ok()) {
+    state_->done = result.status();
+  } else if (!result->has_value()) {
+    state_->done = absl::OkStatus();
+  }
+  return result;
+}
+
+const std::string& TarReader::url() const { return state_->stream->url(); }
+const std::string& TarReader::failed_member() const { return state_->failed_name; }
+
+}  // namespace wds

@@ -1,0 +1,180 @@
+#include "wds/tar_writer.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <locale.h>
+
+#include <algorithm>
+#include <optional>
+#include <vector>
+
+#include "wds/internal/strings.h"
+
+namespace wds {
+namespace {
+
+absl::Status ArchiveError(const std::string& path, struct archive* a, std::string_view what) {
+  const char* message = archive_error_string(a);
+  return absl::InternalError(Cat(path, ": ", what, ": ", message ? message : "unknown error"));
+}
+
+int AddFilter(struct archive* a, const TarWriterOptions& options) {
+  switch (options.compression) {
+    case TarCompression::kNone:
+      return archive_write_add_filter_none(a);
+    case TarCompression::kGzip:
+      if (archive_write_add_filter_gzip(a) != ARCHIVE_OK) return ARCHIVE_FATAL;
+      // libarchive stamps the current time into the gzip header unless told
+      // not to, which would make every run's bytes differ.
+      return archive_write_set_filter_option(a, "gzip", "timestamp", nullptr);
+    case TarCompression::kZstd:
+      return archive_write_add_filter_zstd(a);
+  }
+  return ARCHIVE_FATAL;
+}
+
+int OpenOutput(struct archive* a, const std::string& path) {
+  if (path == "-") return archive_write_open_fd(a, 1);
+  return archive_write_open_filename(a, path.c_str());
+}
+
+// Utf8Locale is a UTF-8 character-type locale, or (locale_t)0 if the system
+// has none. libarchive converts names from the current locale's charset to
+// UTF-8 for pax headers; in the C locale every non-ASCII name fails, so
+// headers are written under this locale (per thread, with uselocale) and
+// UTF-8 names reach the archive unchanged, as the reference writer stores them.
+locale_t Utf8Locale() {
+  static const locale_t utf8 = newlocale(LC_CTYPE_MASK, "C.UTF-8", static_cast<locale_t>(0));
+  return utf8;
+}
+
+// WriteHeader writes `entry`'s header. ARCHIVE_WARN (a name that is not
+// UTF-8, stored as raw bytes) still wrote the header.
+int WriteHeader(struct archive* a, struct archive_entry* entry) {
+  const locale_t utf8 = Utf8Locale();
+  const locale_t previous = utf8 != static_cast<locale_t>(0) ? uselocale(utf8) : nullptr;
+  const int rc = archive_write_header(a, entry);
+  if (previous != nullptr) uselocale(previous);
+  return rc == ARCHIVE_WARN ? ARCHIVE_OK : rc;
+}
+
+const char* FilterName(TarCompression c) { return c == TarCompression::kGzip ? "gzip" : "zstd"; }
+
+// FieldBytes renders a field value the way the reference writer encodes
+// bytes, text and numbers; arrays and lists need an encoder chosen by the
+// caller (e.g. npy), so they are refused.
+std::optional<std::string> FieldBytes(const Value& value) {
+  if (const Buffer* b = std::get_if<Buffer>(&value)) return std::string(b->view());
+  if (const std::string* s = std::get_if<std::string>(&value)) return *s;
+  if (const int64_t* i = std::get_if<int64_t>(&value)) return Cat(*i);
+  if (const double* d = std::get_if<double>(&value)) return Cat(*d);
+  return std::nullopt;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TarWriter>> TarWriter::Create(const std::string& path,
+                                                             TarWriterOptions options) {
+  struct archive* a = archive_write_new();
+  // pax_restricted writes plain ustar headers unless a name or size needs pax.
+  if (archive_write_set_format_pax_restricted(a) != ARCHIVE_OK ||
+      AddFilter(a, options) != ARCHIVE_OK) {
+    absl::Status s = ArchiveError(path, a, "setting up the writer");
+    archive_write_free(a);
+    return s;
+  }
+  if (options.compression != TarCompression::kNone && options.level >= 0) {
+    std::string level = Cat(options.level);
+    if (archive_write_set_filter_option(a, FilterName(options.compression), "compression-level",
+                                        level.c_str()) != ARCHIVE_OK) {
+      absl::Status s = absl::InvalidArgumentError(
+          Cat(path, ": compression level ", options.level, " is out of range"));
+      archive_write_free(a);
+      return s;
+    }
+  }
+  // Tar files are padded to whole 10 KiB records by default; one block suffices.
+  archive_write_set_bytes_in_last_block(a, 1);
+  if (OpenOutput(a, path) != ARCHIVE_OK) {
+    absl::Status s =
+        absl::PermissionDeniedError(Cat(path, ": cannot create: ", archive_error_string(a)));
+    archive_write_free(a);
+    return s;
+  }
+  return std::unique_ptr<TarWriter>(new TarWriter(path, options, a));
+}
+
+TarWriter::TarWriter(std::string path, TarWriterOptions options, ::archive* archive)
+    : path_(std::move(path)), options_(options), archive_(archive) {}
+
+TarWriter::~TarWriter() {
+  if (archive_ != nullptr) archive_write_free(archive_);
+}
+
+absl::Status TarWriter::WriteMember(std::string_view name, std::string_view data,
+                                    std::vector<WrittenMember>* written) {
+  if (archive_ == nullptr) return absl::FailedPreconditionError(Cat(path_, ": writer is closed"));
+  std::string name_text(name);
+  struct archive_entry* entry = archive_entry_new();
+  archive_entry_set_pathname(entry, name_text.c_str());
+  archive_entry_set_filetype(entry, AE_IFREG);
+  archive_entry_set_perm(entry, 0444);
+  archive_entry_set_size(entry, static_cast<la_int64_t>(data.size()));
+  archive_entry_set_mtime(entry, options_.mtime, 0);
+  archive_entry_set_uid(entry, 0);
+  archive_entry_set_gid(entry, 0);
+  archive_entry_set_uname(entry, "bigdata");
+  archive_entry_set_gname(entry, "bigdata");
+  int rc = WriteHeader(archive_, entry);
+  archive_entry_free(entry);
+  if (rc != ARCHIVE_OK) return ArchiveError(path_, archive_, Cat("writing header of ", name));
+  // Filter 0 is the one the tar format writes into: it counts uncompressed bytes.
+  const int64_t data_offset = archive_filter_bytes(archive_, 0);
+  size_t done = 0;
+  while (done < data.size()) {
+    la_ssize_t n = archive_write_data(archive_, data.data() + done, data.size() - done);
+    if (n <= 0) return ArchiveError(path_, archive_, Cat("writing ", name));
+    done += static_cast<size_t>(n);
+  }
+  bytes_written_ += static_cast<int64_t>(data.size());
+  tar_bytes_ = archive_filter_bytes(archive_, 0);
+  if (written != nullptr) {
+    written->push_back({std::string(name), data_offset, static_cast<int64_t>(data.size())});
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TarWriter::Write(const Sample& sample, std::vector<WrittenMember>* written) {
+  const std::string* key = sample.GetString(kKeyField);
+  if (key == nullptr || key->empty()) {
+    return absl::InvalidArgumentError(Cat(path_, ": sample has no __key__"));
+  }
+  std::vector<const Sample::Field*> fields;
+  for (const Sample::Field& f : sample) {
+    if (!f.first.empty() && f.first[0] != '_') fields.push_back(&f);
+  }
+  std::sort(fields.begin(), fields.end(),
+            [](const Sample::Field* a, const Sample::Field* b) { return a->first < b->first; });
+  for (const Sample::Field* f : fields) {
+    std::optional<std::string> bytes = FieldBytes(f->second);
+    if (!bytes.has_value()) {
+      return absl::InvalidArgumentError(Cat(path_, ": sample ", *key, ": field ", f->first,
+                                            " is an array or a list; encode it to bytes first"));
+    }
+    absl::Status s = WriteMember(Cat(*key, ".", f->first), *bytes, written);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TarWriter::Close() {
+  if (archive_ == nullptr) return absl::OkStatus();
+  int rc = archive_write_close(archive_);
+  tar_bytes_ = archive_filter_bytes(archive_, 0);
+  absl::Status s = rc == ARCHIVE_OK ? absl::OkStatus() : ArchiveError(path_, archive_, "closing");
+  archive_write_free(archive_);
+  archive_ = nullptr;
+  return s;
+}
+
+}  // namespace wds
