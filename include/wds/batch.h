@@ -39,6 +39,7 @@
 #include "wds/error.h"
 #include "wds/buffer_pool.h"
 #include "wds/sample.h"
+#include "wds/stage.h"
 
 namespace wds {
 
@@ -68,6 +69,12 @@ struct BatchOptions {
   // dropped whole.
   Handler handler = Handler::kReraise;
 };
+
+// BatchedStage collates groups of `batch_size` samples into batches by the
+// rules above. Array storage comes from the WorkerContext's pool, or a pool
+// the stream owns. batch_size 0 without a budget makes it a FailingStage
+// (InvalidArgument).
+StageFactory BatchedStage(size_t batch_size, BatchOptions options = {});
 
 // Collate turns `samples` (REQUIRES: not empty) into one batch, taking every
 // array's storage from `pool`. Errors name the URL and key of the sample at

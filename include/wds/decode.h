@@ -31,6 +31,7 @@
 #include "wds/error.h"
 #include "wds/random.h"
 #include "wds/sample.h"
+#include "wds/stage.h"
 
 namespace wds {
 
@@ -72,6 +73,15 @@ struct DecodeOptions {
 std::string_view FieldExtension(std::string_view field);
 
 std::vector<FieldDecoder> BasicDecoders();
+
+// DecodeStage decodes each sample with DecodeSample: the first of `decoders`
+// that accepts a field decodes it. Random choices draw from a generator
+// seeded by DeriveSeed(seed, {kDecode, epoch, pass, rank, worker}); decoded
+// arrays are written into the slots a downstream Batched offers
+// (WorkerContext::output_slots). Errors go to options.handler (stage
+// "decode"). An empty decoder makes it a FailingStage.
+StageFactory DecodeStage(std::vector<FieldDecoder> decoders = BasicDecoders(),
+                         DecodeOptions options = {});
 
 // DecodeSample applies `decoders` to every eligible field of `sample`, drawing
 // any randomness from `rng` and offering them `slots` (may be null).

@@ -4,6 +4,7 @@
 //   wds::ImageDecodeOptions crop;
 //   crop.resize = {wds::ResizeMode::kCenterCrop, 224, 224};
 //   wds::Pipeline p = pipeline.Decode("rgb8", crop);        // images, then BasicDecoders
+//   wds::StageFactory same = wds::DecodeStage("rgb8", crop);
 //   absl::StatusOr<wds::FieldDecoder> images = wds::ImageDecoder("torchrgb", crop);  // by hand
 //
 // Output specs are the reference package's, case-sensitive:
@@ -162,5 +163,11 @@ bool IsImageExtension(std::string_view extension);
 // An unknown spec or invalid options are an InvalidArgument setup error.
 [[nodiscard]] absl::StatusOr<FieldDecoder> ImageDecoder(std::string_view spec,
                                                         ImageDecodeOptions options = {});
+
+// DecodeStage(spec) decodes images by `image_spec`, then the other fields
+// with BasicDecoders, like the reference's .decode("rgb8"). An unknown spec or
+// invalid image options make it a FailingStage (InvalidArgument).
+StageFactory DecodeStage(std::string_view image_spec, ImageDecodeOptions image = {},
+                         DecodeOptions options = {});
 
 }  // namespace wds

@@ -1,5 +1,6 @@
 // Pipeline: an immutable recipe of stages, built fluently and opened once per
-// worker.
+// worker. It sits above every stage layer: its fluent methods only append the
+// stages that stages.h, decode.h, image.h and batch.h export.
 //
 //   absl::StatusOr<wds::Pipeline> pipe = wds::WebDataset("data/train-{000000..000099}.tar",
 //                                                        {.seed = 7, .shardshuffle = true});
@@ -22,19 +23,16 @@
 
 #include "absl/status/statusor.h"
 #include "wds/batch.h"
+#include "wds/byte_stream.h"
 #include "wds/decode.h"
 #include "wds/error.h"
 #include "wds/image.h"
-#include "wds/byte_stream.h"
 #include "wds/sample.h"
 #include "wds/shard_list.h"
 #include "wds/stage.h"
+#include "wds/stages.h"
 
 namespace wds {
-
-// MissingField says what ToTuple does with a sample that lacks a field.
-enum class MissingField { kError, kSkip, kEmpty };
-[[nodiscard]] absl::StatusOr<MissingField> ParseMissingField(std::string_view name);
 
 // EpochMode is how a recipe's epochs are sized (see WithLength / WithEpoch).
 enum class EpochMode { kNatural, kLength, kEpoch };
@@ -69,48 +67,23 @@ class Pipeline {
   // Then appends any stage.
   [[nodiscard]] Pipeline Then(StageFactory stage) const;
 
-  // Shuffle keeps a buffer of `bufsize` samples and yields a random one once it
-  // holds `initial` (the reference package's algorithm), seeded per
-  // (seed, epoch, pass, rank, worker). bufsize < 2 leaves the order alone.
-  // An upstream error is returned at once; the buffered samples are dropped.
+  // The fluent forms of the stages; each is Then(<the stage>) (stages.h,
+  // decode.h, image.h, batch.h document them).
   [[nodiscard]] Pipeline Shuffle(size_t bufsize, size_t initial = 100) const;
-  // Map replaces each sample by fn(sample); an error goes to `handler`. As in
-  // the reference, a non-tuple result gets the input's "__key__" back.
   [[nodiscard]] Pipeline Map(std::function<absl::StatusOr<Sample>(Sample)> fn,
                              Handler handler = Handler::kReraise) const;
-  // Select keeps the samples for which `predicate` is true.
   [[nodiscard]] Pipeline Select(std::function<bool(const Sample&)> predicate) const;
-  // Rename sets each new field to the first present field among its
-  // ';'-separated alternatives ({"image", "jpg;png"}). Every listed alternative
-  // is removed, as in the reference (metadata fields are copied, never removed);
-  // with keep = false every field not named is dropped (metadata kept).
-  // A sample with none of the alternatives goes to `handler` (NotFound).
   [[nodiscard]] Pipeline Rename(std::vector<std::pair<std::string, std::string>> renames,
                                 bool keep = true, Handler handler = Handler::kReraise) const;
-  // ToTuple keeps exactly `fields` in that order (each may list ';'
-  // alternatives); the result is a tuple sample. A missing field follows
-  // `missing`: an error to `handler`, skip the sample, or an empty bytes value.
   [[nodiscard]] Pipeline ToTuple(std::vector<std::string> fields,
                                  MissingField missing = MissingField::kError,
                                  Handler handler = Handler::kReraise) const;
-  // Slice yields items start, start + step, ... below stop (Python's islice).
   [[nodiscard]] Pipeline Slice(int64_t start, std::optional<int64_t> stop, int64_t step = 1) const;
-  // Repeat re-opens the upstream as a fresh pass `count` times in all
-  // (nullopt: forever). A pass that yields nothing ends the repetition.
   [[nodiscard]] Pipeline Repeat(std::optional<int64_t> count) const;
-  // Decode applies the first decoder that accepts each field (see decode.h).
   [[nodiscard]] Pipeline Decode(std::vector<FieldDecoder> decoders = BasicDecoders(),
                                 DecodeOptions options = {}) const;
-  // Decode(spec) decodes images by `image_spec` (see image.h), then the rest
-  // with BasicDecoders, like the reference's .decode("rgb8"). An unknown spec
-  // or invalid image options make every Next() an InvalidArgument error.
   [[nodiscard]] Pipeline Decode(std::string_view image_spec, ImageDecodeOptions image = {},
                                 DecodeOptions options = {}) const;
-
-  // Batched collates groups of `batch_size` samples into batches (see
-  // batch.h for the rules, padding, dynamic budgets and `partial`). Array
-  // storage comes from the WorkerContext's pool, or a pool the stream owns.
-  // batch_size 0 without a budget is an InvalidArgument error on every Next().
   [[nodiscard]] Pipeline Batched(size_t batch_size, BatchOptions options = {}) const;
 
   // WithLength(n): size() reports n and every epoch yields exactly n items; if

@@ -77,7 +77,10 @@ using StageFactory = std::function<std::unique_ptr<SampleStream>(const StreamFac
 
 // ErrorStream returns a stream whose Next() always returns `error`.
 std::unique_ptr<SampleStream> ErrorStream(absl::Status error);
-// EmptyStream returns a stream that is at its end.
-std::unique_ptr<SampleStream> EmptyStream();
+
+// FailingStage is the stage of a recipe step that could not be set up (a bad
+// option): its stream returns `error` from every Next(), so the error reaches
+// whoever runs the recipe at its place.
+StageFactory FailingStage(absl::Status error);
 
 }  // namespace wds

@@ -12,11 +12,6 @@ class ErrorStreamImpl : public SampleStream {
   absl::Status error_;
 };
 
-class EmptyStreamImpl : public SampleStream {
- public:
-  SampleResult Next() override { return std::nullopt; }
-};
-
 }  // namespace
 
 ErrorAction WorkerContext::Handle(Handler handler, std::string_view stage,
@@ -28,6 +23,10 @@ std::unique_ptr<SampleStream> ErrorStream(absl::Status error) {
   return std::make_unique<ErrorStreamImpl>(std::move(error));
 }
 
-std::unique_ptr<SampleStream> EmptyStream() { return std::make_unique<EmptyStreamImpl>(); }
+StageFactory FailingStage(absl::Status error) {
+  return [error = std::move(error)](const StreamFactory&, const WorkerContext&) {
+    return ErrorStream(error);
+  };
+}
 
 }  // namespace wds

@@ -17,7 +17,6 @@
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"
 #include "stages/transform_stream.h"
-#include "wds/pipeline.h"
 
 namespace wds {
 namespace {
@@ -709,14 +708,14 @@ absl::StatusOr<Batch> Collate(const std::vector<Sample>& samples, const BatchOpt
   return CollateBatch(samples, options, pool, nullptr);
 }
 
-Pipeline Pipeline::Batched(size_t batch_size, BatchOptions options) const {
+StageFactory BatchedStage(size_t batch_size, BatchOptions options) {
   if (absl::Status error = ValidateBatchOptions(batch_size, options); !error.ok()) {
-    return Then([error](const StreamFactory&, const WorkerContext&) { return ErrorStream(error); });
+    return FailingStage(std::move(error));
   }
   auto shared = std::make_shared<const BatchOptions>(std::move(options));
-  return Then([batch_size, shared](const StreamFactory& upstream, const WorkerContext& ctx) {
+  return [batch_size, shared](const StreamFactory& upstream, const WorkerContext& ctx) {
     return std::make_unique<BatchStream>(upstream, ctx, batch_size, shared);
-  });
+  };
 }
 
 }  // namespace wds

@@ -17,7 +17,6 @@
 #include "wds/internal/strings.h"
 #include "stages/transform_stream.h"
 #include "wds/npy.h"
-#include "wds/pipeline.h"
 
 namespace wds {
 namespace {
@@ -444,20 +443,16 @@ absl::Status DecodeSample(Sample& sample, const std::vector<FieldDecoder>& decod
   return absl::OkStatus();
 }
 
-Pipeline Pipeline::Decode(std::vector<FieldDecoder> decoders, DecodeOptions options) const {
+StageFactory DecodeStage(std::vector<FieldDecoder> decoders, DecodeOptions options) {
   for (const FieldDecoder& decoder : decoders) {
-    if (!decoder) {
-      absl::Status error = absl::InvalidArgumentError("decode: a decoder is empty");
-      return Then(
-          [error](const StreamFactory&, const WorkerContext&) { return ErrorStream(error); });
-    }
+    if (!decoder) return FailingStage(absl::InvalidArgumentError("decode: a decoder is empty"));
   }
   auto shared_decoders = std::make_shared<const std::vector<FieldDecoder>>(std::move(decoders));
   auto shared_options = std::make_shared<const DecodeOptions>(std::move(options));
-  return Then(
-      [shared_decoders, shared_options](const StreamFactory& upstream, const WorkerContext& ctx) {
-        return std::make_unique<DecodeStream>(upstream(ctx), ctx, shared_decoders, shared_options);
-      });
+  return [shared_decoders, shared_options](const StreamFactory& upstream,
+                                           const WorkerContext& ctx) {
+    return std::make_unique<DecodeStream>(upstream(ctx), ctx, shared_decoders, shared_options);
+  };
 }
 
 }  // namespace wds

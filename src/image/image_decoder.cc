@@ -1,4 +1,4 @@
-// DecodeImage, the image FieldDecoder and Pipeline::Decode(spec).
+// DecodeImage, the image FieldDecoder and the decode stage for an image spec.
 #include <memory>
 #include <utility>
 
@@ -6,7 +6,6 @@
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"
 #include "wds/image.h"
-#include "wds/pipeline.h"
 
 namespace wds {
 namespace {
@@ -107,16 +106,16 @@ absl::StatusOr<FieldDecoder> ImageDecoder(std::string_view spec, ImageDecodeOpti
       });
 }
 
-Pipeline Pipeline::Decode(std::string_view image_spec, ImageDecodeOptions image,
-                          DecodeOptions options) const {
+StageFactory DecodeStage(std::string_view image_spec, ImageDecodeOptions image,
+                         DecodeOptions options) {
   absl::StatusOr<FieldDecoder> images = ImageDecoder(image_spec, std::move(image));
   if (!images.ok()) {
-    absl::Status error(images.status().code(), Cat("decode: ", ToStd(images.status().message())));
-    return Then([error](const StreamFactory&, const WorkerContext&) { return ErrorStream(error); });
+    return FailingStage(
+        absl::Status(images.status().code(), Cat("decode: ", ToStd(images.status().message()))));
   }
   std::vector<FieldDecoder> decoders = {*std::move(images)};
   for (FieldDecoder& basic : BasicDecoders()) decoders.push_back(std::move(basic));
-  return Decode(std::move(decoders), std::move(options));
+  return DecodeStage(std::move(decoders), std::move(options));
 }
 
 }  // namespace wds

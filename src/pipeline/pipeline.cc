@@ -17,6 +17,47 @@ Pipeline Pipeline::Then(StageFactory stage) const {
   return next;
 }
 
+Pipeline Pipeline::Shuffle(size_t bufsize, size_t initial) const {
+  return Then(ShuffleStage(bufsize, initial));
+}
+
+Pipeline Pipeline::Map(std::function<absl::StatusOr<Sample>(Sample)> fn, Handler handler) const {
+  return Then(MapStage(std::move(fn), handler));
+}
+
+Pipeline Pipeline::Select(std::function<bool(const Sample&)> predicate) const {
+  return Then(SelectStage(std::move(predicate)));
+}
+
+Pipeline Pipeline::Rename(std::vector<std::pair<std::string, std::string>> renames, bool keep,
+                          Handler handler) const {
+  return Then(RenameStage(std::move(renames), keep, handler));
+}
+
+Pipeline Pipeline::ToTuple(std::vector<std::string> fields, MissingField missing,
+                           Handler handler) const {
+  return Then(ToTupleStage(std::move(fields), missing, handler));
+}
+
+Pipeline Pipeline::Slice(int64_t start, std::optional<int64_t> stop, int64_t step) const {
+  return Then(SliceStage(start, stop, step));
+}
+
+Pipeline Pipeline::Repeat(std::optional<int64_t> count) const { return Then(RepeatStage(count)); }
+
+Pipeline Pipeline::Decode(std::vector<FieldDecoder> decoders, DecodeOptions options) const {
+  return Then(DecodeStage(std::move(decoders), std::move(options)));
+}
+
+Pipeline Pipeline::Decode(std::string_view image_spec, ImageDecodeOptions image,
+                          DecodeOptions options) const {
+  return Then(DecodeStage(image_spec, std::move(image), std::move(options)));
+}
+
+Pipeline Pipeline::Batched(size_t batch_size, BatchOptions options) const {
+  return Then(BatchedStage(batch_size, std::move(options)));
+}
+
 Pipeline Pipeline::WithLength(int64_t n) const {
   Pipeline next = *this;
   next.epoch_mode_ = EpochMode::kLength;

@@ -1,11 +1,11 @@
-// Pipeline::Shuffle: the reference package's buffered shuffle.
+// ShuffleStage: the reference package's buffered shuffle.
 #include <algorithm>
 #include <memory>
 #include <utility>
 #include <vector>
 
-#include "wds/pipeline.h"
 #include "wds/random.h"
+#include "wds/stages.h"
 
 namespace wds {
 namespace {
@@ -84,12 +84,12 @@ uint64_t ShuffleSeed(const WorkerContext& ctx) {
 
 }  // namespace
 
-Pipeline Pipeline::Shuffle(size_t bufsize, size_t initial) const {
-  return Then([bufsize, initial](const StreamFactory& upstream,
-                                 const WorkerContext& ctx) -> std::unique_ptr<SampleStream> {
+StageFactory ShuffleStage(size_t bufsize, size_t initial) {
+  return [bufsize, initial](const StreamFactory& upstream,
+                            const WorkerContext& ctx) -> std::unique_ptr<SampleStream> {
     if (bufsize < 2) return upstream(ctx);
     return std::make_unique<ShuffleStream>(upstream(ctx), bufsize, initial, ShuffleSeed(ctx));
-  });
+  };
 }
 
 }  // namespace wds

@@ -1,5 +1,5 @@
-// The per-sample stages of Pipeline: Map, Select, Rename, ToTuple, Slice and
-// Repeat (Shuffle lives in shuffle.cc, Decode in decode.cc).
+// The per-sample stages: map, select, rename, to_tuple, slice and repeat
+// (shuffle lives in shuffle.cc).
 #include <algorithm>
 #include <functional>
 #include <memory>
@@ -12,7 +12,7 @@
 #include "stages/passes.h"
 #include "wds/internal/strings.h"
 #include "stages/transform_stream.h"
-#include "wds/pipeline.h"
+#include "wds/stages.h"
 
 namespace wds {
 namespace {
@@ -62,13 +62,6 @@ template <typename Make>
 StageFactory MakeStage(Make make) {
   return [make = std::move(make)](const StreamFactory& upstream, const WorkerContext& ctx) {
     return make(upstream(ctx), ctx);
-  };
-}
-
-// InvalidStage makes a StageFactory for an invalid stage: its stream fails at once.
-StageFactory InvalidStage(absl::Status error) {
-  return [error = std::move(error)](const StreamFactory&, const WorkerContext&) {
-    return ErrorStream(error);
   };
 }
 
@@ -313,63 +306,57 @@ absl::StatusOr<MissingField> ParseMissingField(std::string_view name) {
       Cat("unknown missing-field policy \"", name, "\" (expected error, skip or empty)"));
 }
 
-Pipeline Pipeline::Map(std::function<absl::StatusOr<Sample>(Sample)> fn, Handler handler) const {
-  if (!fn) return Then(InvalidStage(absl::InvalidArgumentError("map: the function is empty")));
+StageFactory MapStage(std::function<absl::StatusOr<Sample>(Sample)> fn, Handler handler) {
+  if (!fn) return FailingStage(absl::InvalidArgumentError("map: the function is empty"));
   auto shared = std::make_shared<const MapStream::Fn>(std::move(fn));
-  return Then(
-      MakeStage([shared, handler](std::unique_ptr<SampleStream> up, const WorkerContext& ctx) {
-        return std::make_unique<MapStream>(std::move(up), ctx, handler, shared);
-      }));
+  return MakeStage([shared, handler](std::unique_ptr<SampleStream> up, const WorkerContext& ctx) {
+    return std::make_unique<MapStream>(std::move(up), ctx, handler, shared);
+  });
 }
 
-Pipeline Pipeline::Select(std::function<bool(const Sample&)> predicate) const {
-  if (!predicate)
-    return Then(InvalidStage(absl::InvalidArgumentError("select: the predicate is empty")));
+StageFactory SelectStage(std::function<bool(const Sample&)> predicate) {
+  if (!predicate) return FailingStage(absl::InvalidArgumentError("select: the predicate is empty"));
   auto shared = std::make_shared<const SelectStream::Predicate>(std::move(predicate));
-  return Then(MakeStage([shared](std::unique_ptr<SampleStream> up, const WorkerContext&) {
+  return MakeStage([shared](std::unique_ptr<SampleStream> up, const WorkerContext&) {
     return std::make_unique<SelectStream>(std::move(up), shared);
-  }));
+  });
 }
 
-Pipeline Pipeline::Rename(std::vector<std::pair<std::string, std::string>> renames, bool keep,
-                          Handler handler) const {
+StageFactory RenameStage(std::vector<std::pair<std::string, std::string>> renames, bool keep,
+                         Handler handler) {
   absl::StatusOr<RenamePlan> plan = MakeRenamePlan(std::move(renames), keep);
-  if (!plan.ok()) return Then(InvalidStage(plan.status()));
+  if (!plan.ok()) return FailingStage(plan.status());
   auto shared = std::make_shared<const RenamePlan>(*std::move(plan));
-  return Then(
-      MakeStage([shared, handler](std::unique_ptr<SampleStream> up, const WorkerContext& ctx) {
-        return std::make_unique<RenameStream>(std::move(up), ctx, handler, shared);
-      }));
+  return MakeStage([shared, handler](std::unique_ptr<SampleStream> up, const WorkerContext& ctx) {
+    return std::make_unique<RenameStream>(std::move(up), ctx, handler, shared);
+  });
 }
 
-Pipeline Pipeline::ToTuple(std::vector<std::string> fields, MissingField missing,
-                           Handler handler) const {
+StageFactory ToTupleStage(std::vector<std::string> fields, MissingField missing,
+                          Handler handler) {
   absl::StatusOr<std::vector<FieldSpec>> specs = MakeTupleSpecs(fields);
-  if (!specs.ok()) return Then(InvalidStage(specs.status()));
+  if (!specs.ok()) return FailingStage(specs.status());
   auto shared = std::make_shared<const std::vector<FieldSpec>>(*std::move(specs));
-  return Then(MakeStage(
+  return MakeStage(
       [shared, missing, handler](std::unique_ptr<SampleStream> up, const WorkerContext& ctx) {
         return std::make_unique<ToTupleStream>(std::move(up), ctx, handler, shared, missing);
-      }));
+      });
 }
 
-Pipeline Pipeline::Slice(int64_t start, std::optional<int64_t> stop, int64_t step) const {
-  if (absl::Status s = CheckSlice(start, stop, step); !s.ok())
-    return Then(InvalidStage(std::move(s)));
-  return Then(
-      MakeStage([start, stop, step](std::unique_ptr<SampleStream> up, const WorkerContext&) {
-        return std::make_unique<SliceStream>(std::move(up), start, stop, step);
-      }));
-}
-
-Pipeline Pipeline::Repeat(std::optional<int64_t> count) const {
-  if (count.has_value() && *count < 0) {
-    return Then(
-        InvalidStage(absl::InvalidArgumentError(Cat("repeat: count ", *count, " is negative"))));
-  }
-  return Then([count](const StreamFactory& upstream, const WorkerContext& ctx) {
-    return PassesStream(upstream, ctx, count, /*empty_pass_is_error=*/false);
+StageFactory SliceStage(int64_t start, std::optional<int64_t> stop, int64_t step) {
+  if (absl::Status s = CheckSlice(start, stop, step); !s.ok()) return FailingStage(std::move(s));
+  return MakeStage([start, stop, step](std::unique_ptr<SampleStream> up, const WorkerContext&) {
+    return std::make_unique<SliceStream>(std::move(up), start, stop, step);
   });
+}
+
+StageFactory RepeatStage(std::optional<int64_t> count) {
+  if (count.has_value() && *count < 0) {
+    return FailingStage(absl::InvalidArgumentError(Cat("repeat: count ", *count, " is negative")));
+  }
+  return [count](const StreamFactory& upstream, const WorkerContext& ctx) {
+    return PassesStream(upstream, ctx, count, /*empty_pass_is_error=*/false);
+  };
 }
 
 }  // namespace wds
