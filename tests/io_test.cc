@@ -101,6 +101,28 @@ TEST(FileStreamTest, ReadsWholeFileExactly) {
   EXPECT_TRUE(stream->Finish().ok());
 }
 
+TEST(FileStreamTest, SkipSeeksAndStopsAtTheEnd) {
+  TempDir dir;
+  std::string path = dir.Write("a.tar", "0123456789");
+  auto stream = Open(path);
+  ASSERT_NE(stream, nullptr);
+  char c[4];
+  ASSERT_EQ(*stream->Read(c, 2), 2u);
+  EXPECT_EQ(*stream->Skip(3), 3);
+  ASSERT_EQ(*stream->Read(c, 1), 1u);
+  EXPECT_EQ(c[0], '5');
+  EXPECT_EQ(*stream->Skip(100), 4);  // only what is left
+  EXPECT_EQ(*stream->Skip(1), 0);
+  EXPECT_EQ(*stream->Read(c, 1), 0u);
+}
+
+TEST(PipeStreamTest, CannotSkip) {
+  auto stream = Open("pipe:printf abc");
+  ASSERT_NE(stream, nullptr);
+  EXPECT_EQ(*stream->Skip(2), 0);
+  EXPECT_EQ(*ReadAll(*stream), "abc");
+}
+
 TEST(FileStreamTest, ReadsLargeFileInOddSizedChunks) {
   TempDir dir;
   std::string data = RandomBytes(5 * 1000 * 1000 + 3);

@@ -138,6 +138,25 @@ TEST(ScanShardTest, TruncatedGzipIsDataLoss) {
   EXPECT_EQ(ScanShard(path).status().code(), absl::StatusCode::kDataLoss);
 }
 
+TEST(ScanShardTest, CorruptGzipChecksumIsDataLossAsForTheLoader) {
+  // Stored (incompressible) bytes changed: only the gzip CRC-32 shows it. The
+  // counts used to equalize ranks must fail where the loader fails.
+  std::string big(300000, '\0');
+  uint32_t x = 1;
+  for (char& c : big) c = static_cast<char>((x = x * 1664525u + 1013904223u) >> 24);
+  std::string gz = MakeTar({{"a.bin", big}, {"b.bin", big}}, TarFormat::kPax, Compression::kGzip);
+  for (size_t i = gz.size() * 3 / 4; i < gz.size() * 3 / 4 + 64; ++i) gz[i] = '\0';
+  TempDir dir;
+  std::string path = dir.Write("t.tar.gz", gz);
+  absl::StatusOr<ShardIndex> index = ScanShard(path);
+  EXPECT_EQ(index.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(index.status().message()), HasSubstr("incorrect data check"));
+  EXPECT_EQ(CountSamples(path).status().code(), absl::StatusCode::kDataLoss);
+  absl::StatusOr<Pipeline> p = WebDataset(std::vector<std::string>{path}, {});
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(testing::Drain(*p->Open({})).status().code(), absl::StatusCode::kDataLoss);
+}
+
 TEST(ScanShardTest, NotATarIsInvalidArgument) {
   TempDir dir;
   std::string path = dir.Write("x.tar", std::string(4096, 'z'));

@@ -9,6 +9,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "shards/shard_streams.h"
 #include "wds/internal/strings.h"
 
 namespace wds {

@@ -10,17 +10,22 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "shards/shard_streams.h"
+#include "tar/tar_samples.h"
 #include "wds/internal/strings.h"
+#include "wds/internal/tar_grouping.h"
 #include "test_util.h"
 
 namespace wds {
@@ -55,9 +60,9 @@ struct Members {
   absl::Status status;  // ok when the reader reached the end
 };
 
-Members ReadMembers(std::unique_ptr<ByteStream> stream) {
+Members ReadMembers(std::unique_ptr<ByteStream> stream, TarReaderOptions options = {}) {
   Members out;
-  absl::StatusOr<std::unique_ptr<TarReader>> reader = TarReader::Open(std::move(stream));
+  absl::StatusOr<std::unique_ptr<TarReader>> reader = TarReader::Open(std::move(stream), options);
   if (!reader.ok()) {
     out.status = reader.status();
     return out;
@@ -405,6 +410,84 @@ TEST(TarReaderTest, CorruptStoredGzipBlockIsCaughtByTheChecksum) {
   EXPECT_THAT(Message(r.status), HasSubstr("incorrect data check"));
 }
 
+// CountingStream counts what its reader reads and skips.
+class CountingStream : public ByteStream {
+ public:
+  CountingStream(std::unique_ptr<ByteStream> inner, int64_t* read, int64_t* skipped)
+      : inner_(std::move(inner)), read_(read), skipped_(skipped) {}
+  absl::StatusOr<size_t> Read(void* buffer, size_t size) override {
+    absl::StatusOr<size_t> n = inner_->Read(buffer, size);
+    if (n.ok()) *read_ += static_cast<int64_t>(*n);
+    return n;
+  }
+  absl::StatusOr<int64_t> Skip(int64_t size) override {
+    absl::StatusOr<int64_t> n = inner_->Skip(size);
+    if (n.ok()) *skipped_ += *n;
+    return n;
+  }
+  absl::Status Finish() override { return inner_->Finish(); }
+  const std::string& url() const override { return inner_->url(); }
+
+ private:
+  std::unique_ptr<ByteStream> inner_;
+  int64_t* read_;
+  int64_t* skipped_;
+};
+
+TEST(TarReaderTest, WithoutDataMembersCarrySizesAndDataOffsets) {
+  Members r = ReadMembers(MemoryStream("mem://shard", UstarTar(ThreeMembers())), {.read_data = false});
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  ASSERT_EQ(r.members.size(), 3u);
+  const std::vector<std::tuple<std::string, int64_t, int64_t, int64_t>> expected = {
+      {"a.bin", 0, 512, 1000}, {"a.cls", 1536, 2048, 1}, {"b.bin", 2560, 3072, 600}};
+  for (size_t i = 0; i < 3; ++i) {
+    const TarMember& m = r.members[i];
+    EXPECT_EQ(std::make_tuple(m.name, m.offset, m.data_offset, m.size), expected[i]);
+    EXPECT_TRUE(m.data.empty()) << m.name;
+  }
+}
+
+TEST(TarReaderTest, WithDataMembersCarryTheSameOffsetsAndSizes) {
+  Members r = ReadMembers(UstarTar(ThreeMembers()));
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  ASSERT_EQ(r.members.size(), 3u);
+  EXPECT_EQ(r.members[1].data_offset, 2048);
+  EXPECT_EQ(r.members[2].size, 600);
+  EXPECT_EQ(r.members[2].data.size(), 600u);
+}
+
+TEST(TarReaderTest, WithoutDataSkipsMemberDataInsteadOfReadingIt) {
+  const std::string big = RandomBytes(4 << 20);
+  const std::string tar = UstarTar({{"a.bin", big}, {"b.bin", big}, {"c.bin", big}});
+  int64_t read = 0;
+  int64_t skipped = 0;
+  Members r = ReadMembers(
+      std::make_unique<CountingStream>(MemoryStream("mem://shard", tar), &read, &skipped),
+      {.read_data = false});
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_THAT(Names(r.members), ElementsAre("a.bin", "b.bin", "c.bin"));
+  EXPECT_EQ(read + skipped, static_cast<int64_t>(tar.size()));
+  EXPECT_LT(read, static_cast<int64_t>(tar.size()) / 2);
+}
+
+TEST(TarReaderTest, WithoutDataATruncatedMemberIsDataLossNamingIt) {
+  const std::string tar = UstarTar(ThreeMembers());
+  Members r = ReadMembers(MemoryStream("mem://shard", tar.substr(0, 3072 + 300)),
+                          {.read_data = false});
+  EXPECT_THAT(Names(r.members), ElementsAre("a.bin", "a.cls", "b.bin"));
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(Message(r.status), HasSubstr("mem://shard: member b.bin at offset 2560: truncated"));
+}
+
+TEST(TarReaderTest, WithoutDataGzipChecksumsAreStillChecked) {
+  const std::string big = RandomBytes(300000);
+  std::string gz = MakeTar({{"a.bin", big}, {"b.bin", big}}, TarFormat::kPax, Compression::kGzip);
+  for (size_t i = gz.size() * 3 / 4; i < gz.size() * 3 / 4 + 64; ++i) gz[i] = '\x00';
+  Members r = ReadMembers(MemoryStream("mem://shard", gz), {.read_data = false});
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kDataLoss) << r.status;
+  EXPECT_THAT(Message(r.status), HasSubstr("incorrect data check"));
+}
+
 TEST(TarReaderTest, ConcatenatedGzipMembersAreOneStream) {
   const std::string tar = UstarTar(ThreeMembers());
   TempDir dir;
@@ -521,7 +604,7 @@ TEST(TarReaderTest, EndAndErrorsAreSticky) {
 // Member names.
 
 std::optional<std::pair<std::string, std::string>> Split(std::string_view name) {
-  std::optional<KeyField> kf = SplitMemberName(name);
+  std::optional<MemberName> kf = SplitMemberName(name);
   if (!kf.has_value()) return std::nullopt;
   return std::make_pair(std::string(kf->key), std::string(kf->field));
 }
@@ -597,6 +680,78 @@ TEST(IsMetadataNameTest, DunderDirectories) {
   EXPECT_FALSE(IsMetadataName("__a/b__/c"));
   EXPECT_FALSE(IsMetadataName("a/__x__"));
   EXPECT_FALSE(IsMetadataName("a/__x__/b.c"));
+}
+
+// ---------------------------------------------------------------------------
+// ShardSampleReader.
+
+struct Grouped {
+  std::vector<std::string> keys;
+  std::vector<std::vector<std::string>> fields;
+  std::vector<std::string> skipped;
+  absl::Status status;
+};
+
+Grouped ReadGrouped(const std::string& tar, std::function<bool(const TarMember&)> on_skipped = {}) {
+  Grouped out;
+  ShardSampleReaderOptions options;
+  options.on_skipped = [&out, on_skipped](const TarMember& m) {
+    out.skipped.push_back(m.name);
+    return on_skipped ? on_skipped(m) : true;
+  };
+  absl::StatusOr<std::unique_ptr<ShardSampleReader>> reader =
+      ShardSampleReader::Open(MemoryStream("mem://shard", tar), std::move(options));
+  if (!reader.ok()) {
+    out.status = reader.status();
+    return out;
+  }
+  while (true) {
+    absl::StatusOr<std::optional<GroupedSample>> s = (*reader)->Next();
+    if (!s.ok() || !s->has_value()) {
+      out.status = s.status();
+      return out;
+    }
+    out.keys.push_back((*s)->key);
+    out.fields.emplace_back();
+    for (const SampleMember& m : (*s)->members) out.fields.back().push_back(m.field);
+  }
+}
+
+TEST(ShardSampleReaderTest, GroupsConsecutiveKeysKeepingFieldCaseAndRepeats) {
+  Grouped g = ReadGrouped(MakeTar(
+      {{"a.JPG", "1"}, {"a.cls", "2"}, {"a.cls", "3"}, {"d/b.x.y", "4"}, {"a.txt", "5"}}));
+  ASSERT_TRUE(g.status.ok()) << g.status;
+  EXPECT_THAT(g.keys, ElementsAre("a", "d/b", "a"));
+  EXPECT_THAT(g.fields, ElementsAre(ElementsAre("JPG", "cls", "cls"), ElementsAre("x.y"),
+                                    ElementsAre("txt")));
+}
+
+TEST(ShardSampleReaderTest, SkippedMembersAreReportedAndMayEndTheShard) {
+  const std::string tar = MakeTar(
+      {{"a.cls", "1"}, {"__meta__", "m"}, {"README", "r"}, {"b.cls", "2"}, {"c.cls", "3"}});
+  Grouped all = ReadGrouped(tar);
+  ASSERT_TRUE(all.status.ok()) << all.status;
+  EXPECT_THAT(all.keys, ElementsAre("a", "b", "c"));
+  EXPECT_THAT(all.skipped, ElementsAre("__meta__", "README"));
+  Grouped stopped = ReadGrouped(tar, [](const TarMember& m) { return m.name != "README"; });
+  ASSERT_TRUE(stopped.status.ok()) << stopped.status;
+  EXPECT_THAT(stopped.keys, IsEmpty());  // a's sample was still open when README ended it
+  EXPECT_THAT(stopped.skipped, ElementsAre("__meta__", "README"));
+}
+
+TEST(ShardSampleReaderTest, ErrorInAnotherKeyComesAfterTheCompletedSample) {
+  const std::string tar = UstarTar(ThreeMembers());
+  Grouped g = ReadGrouped(tar.substr(0, 3072 + 100));  // b.bin's data is cut
+  EXPECT_THAT(g.keys, ElementsAre("a"));
+  EXPECT_EQ(g.status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(Message(g.status), HasSubstr("member b.bin at offset 2560"));
+}
+
+TEST(ShardSampleReaderTest, ErrorInItsOwnKeyDropsTheSample) {
+  const std::string tar = UstarTar(ThreeMembers());
+  Grouped g = ReadGrouped(tar.substr(0, 2048 - 100));  // a.cls's header is cut
+  EXPECT_THAT(g.keys, IsEmpty());
+  EXPECT_EQ(g.status.code(), absl::StatusCode::kDataLoss);
 }
 
 // ---------------------------------------------------------------------------

@@ -9,6 +9,8 @@
 #include <utility>
 
 #include "wds/byte_stream.h"
+#include "wds/internal/strings.h"
+#include "wds/internal/tar_grouping.h"
 
 namespace wds::tools {
 namespace {
@@ -152,54 +154,25 @@ double Progress::seconds() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
 
-std::string LowerAscii(std::string_view text) {
-  std::string out(text);
-  for (char& c : out) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
-  return out;
-}
-
 absl::Status WalkShard(const std::string& url, const ShardVisitor& visitor) {
   absl::StatusOr<std::unique_ptr<ByteStream>> stream = OpenUrl(url);
   if (!stream.ok()) return stream.status();
-  absl::StatusOr<std::unique_ptr<TarReader>> reader = TarReader::Open(*std::move(stream));
+  ShardSampleReaderOptions options;
+  options.on_skipped = visitor.on_skipped;
+  absl::StatusOr<std::unique_ptr<ShardSampleReader>> reader =
+      ShardSampleReader::Open(*std::move(stream), std::move(options));
   if (!reader.ok()) return reader.status();
-  RawSample sample;
-  bool has_sample = false;
   while (true) {
-    absl::StatusOr<std::optional<TarMember>> member = (*reader)->Next();
-    if (!member.ok()) {
-      // The sample in progress is complete only if the failure concerns a
-      // member of another key.
-      const std::string& failed = (*reader)->failed_member();
-      std::optional<KeyField> split = SplitMemberName(failed);
-      if (has_sample && !failed.empty() && (!split.has_value() || split->key != sample.key)) {
-        visitor.on_sample(sample);
-      }
-      return member.status();
+    absl::StatusOr<std::optional<GroupedSample>> grouped = (*reader)->Next();
+    if (!grouped.ok()) return grouped.status();
+    if (!grouped->has_value()) return absl::OkStatus();
+    RawSample sample{std::move((*grouped)->key), {}};
+    for (SampleMember& m : (*grouped)->members) {
+      sample.members.push_back({std::move(m.member.name), AsciiLower(m.field), m.member.offset,
+                                std::move(m.member.data)});
     }
-    if (!member->has_value()) break;
-    TarMember& m = **member;
-    std::optional<KeyField> split = SplitMemberName(m.name);
-    if (IsMetadataName(m.name) || !split.has_value()) {
-      if (visitor.on_skipped && !visitor.on_skipped(m)) return absl::OkStatus();
-      continue;
-    }
-    if (has_sample && split->key != sample.key) {
-      if (!visitor.on_sample(sample)) return absl::OkStatus();
-      has_sample = false;
-    }
-    if (!has_sample) {
-      sample = RawSample();
-      sample.key.assign(split->key);
-      has_sample = true;
-    }
-    std::string field = LowerAscii(split->field);
-    sample.members.push_back({std::move(m.name), std::move(field), m.offset, std::move(m.data)});
+    if (!visitor.on_sample(sample)) return absl::OkStatus();
   }
-  if (has_sample) visitor.on_sample(sample);
-  return absl::OkStatus();
 }
 
 }  // namespace wds::tools

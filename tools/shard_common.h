@@ -106,12 +106,9 @@ struct ShardVisitor {
   std::function<bool(RawSample& sample)> on_sample;
 };
 
-// WalkShard reads the shard at `url` with TarReader and groups its members
-// by key as the reader does, without merging repeated fields. The error of a
-// broken shard is returned after the samples completed before it.
+// WalkShard reads the shard at `url` grouped by ShardSampleReader
+// (wds/internal/tar_grouping.h), without merging repeated fields. The error of
+// a broken shard is returned after the samples completed before it.
 [[nodiscard]] absl::Status WalkShard(const std::string& url, const ShardVisitor& visitor);
-
-// LowerAscii lower-cases ASCII letters.
-std::string LowerAscii(std::string_view text);
 
 }  // namespace wds::tools

@@ -19,34 +19,24 @@
 #include "wds/byte_stream.h"
 #include "wds/shard_writer.h"
 #include "wds/shard_list.h"
-#include "wds/tar_reader.h"
+#include "wds/internal/strings.h"
+#include "wds/internal/tar_grouping.h"
 
 namespace wds::tools {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string Str(std::string_view a, std::string_view b = "", std::string_view c = "",
-                std::string_view d = "", std::string_view e = "", std::string_view f = "") {
-  std::string out;
-  for (std::string_view s : {a, b, c, d, e, f}) out.append(s);
-  return out;
-}
-
-bool EndsWith(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
 // CheckField refuses fields the writer would drop or a reader would split
 // differently.
 absl::Status CheckField(std::string_view field, std::string_view where) {
-  if (field.empty()) return absl::InvalidArgumentError(Str(where, ": empty field name"));
+  if (field.empty()) return absl::InvalidArgumentError(Cat(where, ": empty field name"));
   if (field[0] == '_') {
     return absl::InvalidArgumentError(
-        Str(where, ": field '", field, "' starts with '_', which marks metadata"));
+        Cat(where, ": field '", field, "' starts with '_', which marks metadata"));
   }
   if (field.find('/') != std::string_view::npos) {
-    return absl::InvalidArgumentError(Str(where, ": field '", field, "' holds a '/'"));
+    return absl::InvalidArgumentError(Cat(where, ": field '", field, "' holds a '/'"));
   }
   return absl::OkStatus();
 }
@@ -56,7 +46,7 @@ absl::Status CheckKey(std::string_view key, std::string_view where) {
   std::string_view base = slash == std::string_view::npos ? key : key.substr(slash + 1);
   if (base.empty() || base.find('.') != std::string_view::npos) {
     return absl::InvalidArgumentError(
-        Str(where, ": key '", key, "': its last path segment must be non-empty and hold no dot"));
+        Cat(where, ": key '", key, "': its last path segment must be non-empty and hold no dot"));
   }
   return absl::OkStatus();
 }
@@ -66,13 +56,13 @@ absl::Status CheckKey(std::string_view key, std::string_view where) {
 absl::StatusOr<int64_t> StatReadable(const std::string& path, std::string_view where) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0) {
-    return absl::ErrnoToStatus(errno, Str(where, path, ": cannot read"));
+    return absl::ErrnoToStatus(errno, Cat(where, path, ": cannot read"));
   }
   if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(Str(where, path, ": not a regular file"));
+    return absl::InvalidArgumentError(Cat(where, path, ": not a regular file"));
   }
   if (access(path.c_str(), R_OK) != 0) {
-    return absl::ErrnoToStatus(errno, Str(where, path, ": cannot read"));
+    return absl::ErrnoToStatus(errno, Cat(where, path, ": cannot read"));
   }
   return static_cast<int64_t>(st.st_size);
 }
@@ -80,15 +70,15 @@ absl::StatusOr<int64_t> StatReadable(const std::string& path, std::string_view w
 // AddField adds `field` to `fields`, refusing a field the sample already has
 // (compared as a reader does, ignoring ASCII case).
 absl::Status AddField(std::vector<FieldSource>& fields, FieldSource field, std::string_view key) {
-  const std::string lower = LowerAscii(field.field);
+  const std::string lower = AsciiLower(field.field);
   for (const FieldSource& f : fields) {
-    if (LowerAscii(f.field) == lower) {
+    if (AsciiLower(f.field) == lower) {
       auto origin = [](const FieldSource& s) {
         return !s.path.empty() ? s.path : !s.origin.empty() ? s.origin : "an inline value";
       };
       return absl::InvalidArgumentError(
-          Str("key '", key, "' has two members for field '", lower, "': ", origin(f)) +
-          Str(" and ", origin(field)));
+          Cat("key '", key, "' has two members for field '", lower, "': ", origin(f)) +
+          Cat(" and ", origin(field)));
     }
   }
   fields.push_back(std::move(field));
@@ -141,25 +131,25 @@ absl::Status TreeCollector::Walk(const std::string& dir, const std::string& key_
                                  const FieldSource& extra) {
   if (Interrupted()) return absl::CancelledError("interrupted");
   struct stat st;
-  if (stat(dir.c_str(), &st) != 0) return absl::ErrnoToStatus(errno, Str(dir, ": cannot read"));
+  if (stat(dir.c_str(), &st) != 0) return absl::ErrnoToStatus(errno, Cat(dir, ": cannot read"));
   const std::pair<dev_t, ino_t> id(st.st_dev, st.st_ino);
   if (!open_dirs_.insert(id).second) {
-    return absl::InvalidArgumentError(Str(dir, ": a symbolic link loops back to a parent"));
+    return absl::InvalidArgumentError(Cat(dir, ": a symbolic link loops back to a parent"));
   }
   std::error_code ec;
   std::vector<std::string> names;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     names.push_back(it->path().filename().string());
   }
-  if (ec) return absl::PermissionDeniedError(Str(dir, ": cannot list: ", ec.message()));
+  if (ec) return absl::PermissionDeniedError(Cat(dir, ": cannot list: ", ec.message()));
   for (const std::string& name : names) {
     if (name[0] == '.') continue;
-    const std::string path = Str(dir, "/", name);
+    const std::string path = Cat(dir, "/", name);
     struct stat entry;
     if (stat(path.c_str(), &entry) != 0) {
-      return absl::ErrnoToStatus(errno, Str(path, ": cannot read"));
+      return absl::ErrnoToStatus(errno, Cat(path, ": cannot read"));
     }
-    absl::Status added = S_ISDIR(entry.st_mode) ? Walk(path, Str(key_prefix, name, "/"), extra)
+    absl::Status added = S_ISDIR(entry.st_mode) ? Walk(path, Cat(key_prefix, name, "/"), extra)
                                                 : AddFile(path, key_prefix, name, extra);
     if (!added.ok()) return added;
   }
@@ -172,7 +162,7 @@ absl::Status TreeCollector::AddFile(const std::string& path, const std::string& 
   const size_t dot = name.find('.');
   if (dot == std::string::npos) {
     return absl::InvalidArgumentError(
-        Str(path, ": the name has no dot, so it has no field (a file 'KEY.FIELD' is wanted)"));
+        Cat(path, ": the name has no dot, so it has no field (a file 'KEY.FIELD' is wanted)"));
   }
   FieldSource field;
   field.field = name.substr(dot + 1);
@@ -181,7 +171,7 @@ absl::Status TreeCollector::AddFile(const std::string& path, const std::string& 
   if (!size.ok()) return size.status();
   field.path = path;
   field.size = *size;
-  const std::string key = Str(key_prefix, name.substr(0, dot));
+  const std::string key = Cat(key_prefix, name.substr(0, dot));
   auto [it, inserted] = samples_.try_emplace(key);
   if (inserted && !extra.field.empty()) it->second.push_back(extra);
   return AddField(it->second, std::move(field), key);
@@ -215,24 +205,24 @@ absl::StatusOr<Input> OpenImageFolder(const std::string& root) {
     if (fs::is_directory(it->path())) {
       classes.push_back(name);
     } else {
-      Warn(Str("imagefolder: ignoring ", root, "/", name, ": not in a class directory"));
+      Warn(Cat("imagefolder: ignoring ", root, "/", name, ": not in a class directory"));
     }
   }
-  if (ec) return absl::PermissionDeniedError(Str(root, ": cannot list: ", ec.message()));
+  if (ec) return absl::PermissionDeniedError(Cat(root, ": cannot list: ", ec.message()));
   std::sort(classes.begin(), classes.end());
   TreeCollector collector;
   for (size_t i = 0; i < classes.size(); ++i) {
     if (classes[i].find('\n') != std::string::npos) {
-      return absl::InvalidArgumentError(Str(root, "/", classes[i], ": class name holds a newline"));
+      return absl::InvalidArgumentError(Cat(root, "/", classes[i], ": class name holds a newline"));
     }
     const std::string label = std::to_string(i);
-    const std::string dir = Str(root, "/", classes[i]);
+    const std::string dir = Cat(root, "/", classes[i]);
     FieldSource cls{"cls", "", Buffer::Copy(label), static_cast<int64_t>(label.size()),
-                    Str("the class index of ", dir)};
+                    Cat("the class index of ", dir)};
     const size_t before = collector.size();
     if (absl::Status s = collector.Walk(dir, classes[i] + "/", cls); !s.ok()) return s;
     if (collector.size() == before) {
-      return absl::InvalidArgumentError(Str(dir, ": class directory holds no files"));
+      return absl::InvalidArgumentError(Cat(dir, ": class directory holds no files"));
     }
   }
   Input input;
@@ -251,7 +241,7 @@ class ListingReader {
 
   absl::StatusOr<std::vector<SampleSource>> Read(bool json) {
     std::ifstream in(path_);
-    if (!in) return absl::NotFoundError(Str(path_, ": cannot open: ", std::strerror(errno)));
+    if (!in) return absl::NotFoundError(Cat(path_, ": cannot open: ", std::strerror(errno)));
     std::string line;
     while (std::getline(in, line)) {
       ++line_number_;
@@ -260,18 +250,18 @@ class ListingReader {
       }
       if (absl::Status s = json ? ParseJsonLine(line) : ParseTsvLine(line); !s.ok()) return s;
     }
-    if (in.bad()) return absl::DataLossError(Str(path_, ": read error"));
+    if (in.bad()) return absl::DataLossError(Cat(path_, ": read error"));
     return std::move(samples_);
   }
 
  private:
-  std::string Where() const { return Str(path_, ":", std::to_string(line_number_)); }
+  std::string Where() const { return Cat(path_, ":", std::to_string(line_number_)); }
 
   absl::Status StartSample(std::string key) {
     if (absl::Status s = CheckKey(key, Where()); !s.ok()) return s;
     auto [it, inserted] = key_lines_.emplace(key, line_number_);
     if (!inserted) {
-      return absl::InvalidArgumentError(Str(
+      return absl::InvalidArgumentError(Cat(
           Where(), ": key '", key, "' was already listed on line ", std::to_string(it->second)));
     }
     samples_.push_back({std::move(key), {}});
@@ -282,7 +272,7 @@ class ListingReader {
     if (absl::Status s = CheckField(field, Where()); !s.ok()) return s;
     FieldSource source;
     source.field = std::move(field);
-    source.path = !path.empty() && path[0] == '/' ? std::string(path) : Str(base_, path);
+    source.path = !path.empty() && path[0] == '/' ? std::string(path) : Cat(base_, path);
     absl::StatusOr<int64_t> size = StatReadable(source.path, Where() + ": ");
     if (!size.ok()) return size.status();
     source.size = *size;
@@ -299,7 +289,7 @@ class ListingReader {
     SampleSource& sample = samples_.back();
     absl::Status added = AddField(sample.fields, std::move(source), sample.key);
     if (!added.ok()) {
-      return absl::InvalidArgumentError(Str(Where(), ": ", std::string(added.message())));
+      return absl::InvalidArgumentError(Cat(Where(), ": ", std::string(added.message())));
     }
     return absl::OkStatus();
   }
@@ -307,7 +297,7 @@ class ListingReader {
   absl::Status Finish() {
     SampleSource& sample = samples_.back();
     if (sample.fields.empty()) {
-      return absl::InvalidArgumentError(Str(Where(), ": key '", sample.key, "' has no fields"));
+      return absl::InvalidArgumentError(Cat(Where(), ": key '", sample.key, "' has no fields"));
     }
     SortFields(sample.fields);
     return absl::OkStatus();
@@ -328,7 +318,7 @@ class ListingReader {
       const size_t eq = columns[i].find('=');
       if (eq == std::string_view::npos) {
         return absl::InvalidArgumentError(
-            Str(Where(), ": column '", columns[i], "' is not FIELD=PATH"));
+            Cat(Where(), ": column '", columns[i], "' is not FIELD=PATH"));
       }
       absl::Status s = AddPath(std::string(columns[i].substr(0, eq)), columns[i].substr(eq + 1));
       if (!s.ok()) return s;
@@ -339,11 +329,11 @@ class ListingReader {
   absl::Status ParseJsonLine(const std::string& line) {
     nlohmann::json doc = nlohmann::json::parse(line, nullptr, false);
     if (doc.is_discarded() || !doc.is_object()) {
-      return absl::InvalidArgumentError(Str(Where(), ": not a JSON object"));
+      return absl::InvalidArgumentError(Cat(Where(), ": not a JSON object"));
     }
     auto key = doc.find("__key__");
     if (key == doc.end() || !key->is_string()) {
-      return absl::InvalidArgumentError(Str(Where(), ": no string \"__key__\""));
+      return absl::InvalidArgumentError(Cat(Where(), ": no string \"__key__\""));
     }
     if (absl::Status s = StartSample(key->get<std::string>()); !s.ok()) return s;
     for (auto& [field, value] : doc.items()) {
@@ -355,7 +345,7 @@ class ListingReader {
         s = AddInline(field, value.dump());
       } else {
         s = absl::InvalidArgumentError(
-            Str(Where(), ": field '", field, "' must be a path (string) or a number"));
+            Cat(Where(), ": field '", field, "' must be a path (string) or a number"));
       }
       if (!s.ok()) return s;
     }
@@ -380,8 +370,9 @@ class TarInput : public SampleInput {
         if (next_url_ == urls_.size()) return std::nullopt;
         if (absl::Status s = Open(urls_[next_url_++]); !s.ok()) return s;
       }
-      absl::StatusOr<std::optional<SampleSource>> sample = NextInShard();
-      if (!sample.ok() || sample->has_value()) return sample;
+      absl::StatusOr<std::optional<GroupedSample>> grouped = reader_->Next();
+      if (!grouped.ok()) return grouped.status();
+      if (grouped->has_value()) return ToSource(**std::move(grouped));
       reader_.reset();
     }
   }
@@ -397,64 +388,41 @@ class TarInput : public SampleInput {
   absl::Status Open(const std::string& url) {
     absl::StatusOr<std::unique_ptr<ByteStream>> stream = OpenUrl(url);
     if (!stream.ok()) return stream.status();
-    absl::StatusOr<std::unique_ptr<TarReader>> reader = TarReader::Open(*std::move(stream));
+    ShardSampleReaderOptions options;
+    options.on_skipped = [this](const TarMember&) {
+      ++skipped_;
+      return true;
+    };
+    absl::StatusOr<std::unique_ptr<ShardSampleReader>> reader =
+        ShardSampleReader::Open(*std::move(stream), std::move(options));
     if (!reader.ok()) return reader.status();
     reader_ = *std::move(reader);
     url_ = url;
-    pending_.reset();
     return absl::OkStatus();
   }
 
-  // NextMember returns the next member that forms a field, nullopt at the
-  // end of the shard.
-  absl::StatusOr<std::optional<TarMember>> NextMember() {
-    if (pending_.has_value()) {
-      std::optional<TarMember> m = std::move(pending_);
-      pending_.reset();
-      return m;
-    }
-    while (true) {
-      absl::StatusOr<std::optional<TarMember>> member = reader_->Next();
-      if (!member.ok() || !member->has_value()) return member;
-      if (!IsMetadataName((*member)->name) && SplitMemberName((*member)->name).has_value()) {
-        return member;
-      }
-      ++skipped_;
-    }
-  }
-
-  absl::StatusOr<std::optional<SampleSource>> NextInShard() {
-    std::optional<SampleSource> sample;
-    while (true) {
-      absl::StatusOr<std::optional<TarMember>> member = NextMember();
-      if (!member.ok()) return member.status();
-      if (!member->has_value()) return sample;
-      TarMember& m = **member;
-      const KeyField split = *SplitMemberName(m.name);
-      if (sample.has_value() && split.key != sample->key) {
-        pending_ = std::move(m);
-        return sample;
-      }
-      if (!sample.has_value()) sample = SampleSource{std::string(split.key), {}};
-      const std::string where =
-          Str(url_, ": member ", m.name, " at offset ", std::to_string(m.offset));
-      if (absl::Status s = CheckField(split.field, where); !s.ok()) return s;
-      FieldSource field{std::string(split.field), "", std::move(m.data), 0,
-                        "member " + m.name + " at offset " + std::to_string(m.offset)};
+  absl::StatusOr<SampleSource> ToSource(GroupedSample grouped) {
+    SampleSource sample{std::move(grouped.key), {}};
+    for (SampleMember& m : grouped.members) {
+      const std::string where = Cat(url_, ": member ", m.member.name, " at offset ",
+                                    std::to_string(m.member.offset));
+      if (absl::Status s = CheckField(m.field, where); !s.ok()) return s;
+      FieldSource field{m.field, "", std::move(m.member.data), 0,
+                        Cat("member ", m.member.name, " at offset ", m.member.offset)};
       field.size = static_cast<int64_t>(field.data.size());
-      absl::Status added = AddField(sample->fields, std::move(field), sample->key);
+      absl::Status added = AddField(sample.fields, std::move(field), sample.key);
       if (!added.ok()) {
-        return absl::InvalidArgumentError(Str(where, ": ", std::string(added.message())));
+        return absl::InvalidArgumentError(Cat(where, ": ", std::string(added.message())));
       }
-      SortFields(sample->fields);
     }
+    SortFields(sample.fields);
+    return sample;
   }
 
   std::vector<std::string> urls_;
   size_t next_url_ = 0;
-  std::unique_ptr<TarReader> reader_;
+  std::unique_ptr<ShardSampleReader> reader_;
   std::string url_;
-  std::optional<TarMember> pending_;
   int64_t skipped_ = 0;
 };
 
@@ -517,12 +485,12 @@ absl::StatusOr<InputFormat> ParseInputFormat(std::string_view name) {
     if (n == name) return f;
   }
   return absl::InvalidArgumentError(
-      Str("unknown input format '", name, "' (auto, tree, imagefolder, tsv, jsonl or tar)"));
+      Cat("unknown input format '", name, "' (auto, tree, imagefolder, tsv, jsonl or tar)"));
 }
 
 int64_t SampleSource::Footprint() const {
   int64_t bytes = 0;
-  for (const FieldSource& f : fields) bytes += MemberFootprint(Str(key, ".", f.field), f.size);
+  for (const FieldSource& f : fields) bytes += MemberFootprint(Cat(key, ".", f.field), f.size);
   return bytes;
 }
 
@@ -549,7 +517,7 @@ absl::StatusOr<Input> OpenInput(InputFormat format, const std::vector<std::strin
                                      ? OpenImageFolder(*input)
                                      : OpenListing(*input, format == InputFormat::kJsonl);
   if (opened.ok() && opened->samples->total() == 0) {
-    return absl::InvalidArgumentError(Str(*input, ": no samples found"));
+    return absl::InvalidArgumentError(Cat(*input, ": no samples found"));
   }
   return opened;
 }
@@ -563,7 +531,7 @@ absl::StatusOr<Sample> LoadSample(const SampleSource& source) {
       continue;
     }
     const int fd = open(f.path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return absl::ErrnoToStatus(errno, Str(f.path, ": cannot read"));
+    if (fd < 0) return absl::ErrnoToStatus(errno, Cat(f.path, ": cannot read"));
     Buffer data = Buffer::Allocate(static_cast<size_t>(f.size));
     size_t filled = 0;
     while (true) {
@@ -576,12 +544,12 @@ absl::StatusOr<Sample> LoadSample(const SampleSource& source) {
       if (n < 0) {
         const int error = errno;
         close(fd);
-        return absl::ErrnoToStatus(error, Str(f.path, ": cannot read"));
+        return absl::ErrnoToStatus(error, Cat(f.path, ": cannot read"));
       }
       if (n == 0 || at_end) {
         close(fd);
         if (filled != data.size() || n != 0) {
-          return absl::DataLossError(Str(f.path, ": the file changed size while being packed"));
+          return absl::DataLossError(Cat(f.path, ": the file changed size while being packed"));
         }
         break;
       }

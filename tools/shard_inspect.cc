@@ -30,6 +30,7 @@
 
 #include "shard_commands.h"
 #include "shard_common.h"
+#include "wds/internal/strings.h"
 #include "wds/shard_index.h"
 #include "wds/shard_list.h"
 
@@ -61,7 +62,7 @@ bool WriteAll(int fd, const Buffer& data) {
 // ---- cat ----
 
 absl::Status CatMember(const std::string& url, const std::string& key, const std::string& field) {
-  const std::string wanted = LowerAscii(field);
+  const std::string wanted = AsciiLower(field);
   absl::Status result = absl::NotFoundError(url + ": no sample with key '" + key + "'");
   ShardVisitor visitor;
   visitor.on_sample = [&](RawSample& sample) {
@@ -215,7 +216,7 @@ absl::StatusOr<Tally> StatShard(const std::string& url) {
   for (const IndexSample& sample : index->samples) {
     int64_t bytes = 0;
     for (const IndexMember& m : sample.members) {
-      t.field_sizes[LowerAscii(m.field)].push_back(m.size);
+      t.field_sizes[AsciiLower(m.field)].push_back(m.size);
       bytes += m.size;
       ++t.members;
     }

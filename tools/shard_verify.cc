@@ -20,6 +20,7 @@
 #include "shard_common.h"
 #include "wds/decode.h"
 #include "wds/image.h"
+#include "wds/internal/tar_grouping.h"
 #include "wds/shard_index.h"
 #include "wds/shard_list.h"
 

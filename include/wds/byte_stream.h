@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -29,6 +30,14 @@ class ByteStream {
   virtual ~ByteStream() = default;
   // Read fills up to `size` bytes of `buffer`; returns 0 only at end of data.
   [[nodiscard]] virtual absl::StatusOr<size_t> Read(void* buffer, size_t size) = 0;
+  // Skip moves past up to `size` bytes without reading them and returns how
+  // many it moved past: fewer than `size` only at the end of the data, and 0
+  // when the stream cannot skip (the caller then reads instead). Streams that
+  // can seek (local files) skip in O(1); the default cannot skip.
+  [[nodiscard]] virtual absl::StatusOr<int64_t> Skip(int64_t size) {
+    (void)size;
+    return 0;
+  }
   // Finish ends the stream after its data was consumed and reports what the
   // data alone cannot show (a pipe command's exit status). REQUIRES: called at
   // most once.

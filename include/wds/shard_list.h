@@ -38,12 +38,9 @@ using ShardSplitter =
 std::vector<std::string> SplitByNode(std::vector<std::string> shards, const WorkerContext& ctx);
 std::vector<std::string> SplitByWorker(std::vector<std::string> shards, const WorkerContext& ctx);
 
-// PermuteShards returns `shards` shuffled by DeriveSeed(seed, {kShardPermutation,
-// epoch, pass}); the same on every rank.
-std::vector<std::string> PermuteShards(std::vector<std::string> shards, uint64_t seed,
-                                       int64_t epoch, int64_t pass);
-
 struct ShardListOptions {
+  // shuffle permutes the list by DeriveSeed(seed, {kShardPermutation, epoch,
+  // pass}) before any split: the same permutation on every rank.
   bool shuffle = false;
   ShardSplitter nodesplitter = SplitByNode;
   ShardSplitter workersplitter = SplitByWorker;
@@ -58,17 +55,5 @@ struct ShardListOptions {
 [[nodiscard]] absl::StatusOr<std::vector<std::string>> ShardsForWorker(
     const std::vector<std::string>& shards, const ShardListOptions& options,
     const WorkerContext& ctx);
-
-// UrlStream yields shard URLs.
-using UrlStream = Stage<std::string>;
-
-// ShardStream yields ShardsForWorker(...) in order (or its error).
-std::unique_ptr<UrlStream> ShardStream(const std::vector<std::string>& shards,
-                                       const ShardListOptions& options, const WorkerContext& ctx);
-// ResampledShardStream draws shards uniformly with replacement, seeded by
-// (seed, epoch, pass, rank, worker): `count` of them, or forever when nullopt.
-std::unique_ptr<UrlStream> ResampledShardStream(std::vector<std::string> shards,
-                                                std::optional<int64_t> count,
-                                                const WorkerContext& ctx);
 
 }  // namespace wds

@@ -1,16 +1,27 @@
-// Tar reading (libarchive) and WebDataset grouping.
+// TarReader: the members of one tar stream, read with libarchive.
 //
-// TarReader streams the regular-file members of one tar (ustar, GNU long
-// names, pax; gzip, bzip2, xz or zstd compressed, detected from content). It
-// never seeks and reads each member once into its own Buffer.
+//   absl::StatusOr<std::unique_ptr<wds::TarReader>> r = wds::TarReader::Open(*wds::OpenUrl(path));
+//   while (true) {
+//     absl::StatusOr<std::optional<wds::TarMember>> m = (*r)->Next();
+//     if (!m.ok()) { /* DataLoss naming the URL, the member and its offset */ }
+//     if (!m->has_value()) break;
+//     Use((*m)->name, (*m)->data);
+//   }
 //
-// Grouping (TarSamples): member "dir/a.seg.png" has key "dir/a" and field
-// "seg.png" (split at the FIRST dot of the basename; fields lower-cased, keys
-// keep their case). Names without a dot in the basename and metadata names
-// (top-level "__x__" or "__x__/...") are skipped. Consecutive members with the
-// same key form one sample; a sample never spans shards; a repeated field in
-// one sample is an error (to the handler). Each sample has "__key__" and
-// "__url__".
+// It streams the regular-file members of ustar, GNU (long names, base-256
+// sizes) and pax tars, gzip, bzip2, xz, lzma, lz4 or zstd compressed, the
+// compression detected from the content. gzip is inflated by the project's own
+// zlib stream, which checks every gzip member's CRC-32 and length (libarchive's
+// gzip filter checks neither); the others by libarchive. Truncation anywhere,
+// including between two members, is DataLoss, never a silent end.
+//
+// Members are read once, each into its own Buffer; with read_data = false
+// their data is skipped instead (seeked over in local uncompressed tars), for
+// header-only scans.
+//
+// Grouping members into WebDataset samples (key and field, consecutive
+// members with one key) happens above this reader: WebDataset() in
+// pipeline.h, ScanShard() in shard_index.h.
 #pragma once
 
 #include <cstdint>
@@ -21,18 +32,26 @@
 
 #include "absl/status/statusor.h"
 #include "wds/buffer.h"
-#include "wds/error.h"
 #include "wds/byte_stream.h"
-#include "wds/shard_list.h"
-#include "wds/stage.h"
 
 namespace wds {
 
 struct TarMember {
   std::string name;
+  // data holds the member's bytes (empty when read without data).
   Buffer data;
-  // offset is the byte offset of the member's header in the uncompressed tar.
+  // offset is the byte offset of the member's first header (a pax or GNU
+  // long-name header where there is one) in the uncompressed tar;
+  // data_offset is where its data starts (a multiple of 512).
   int64_t offset = 0;
+  int64_t data_offset = 0;
+  // size is the data's length from the header.
+  int64_t size = 0;
+};
+
+struct TarReaderOptions {
+  // read_data = false skips every member's data (TarMember::data is empty).
+  bool read_data = true;
 };
 
 // TarReader reads one tar stream. Not thread-safe.
@@ -41,13 +60,14 @@ class TarReader {
   // Open takes ownership of `stream`. Fails only on setup errors; format
   // errors surface from Next().
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<TarReader>> Open(
-      std::unique_ptr<ByteStream> stream);
+      std::unique_ptr<ByteStream> stream, TarReaderOptions options = {});
   ~TarReader();
 
   // Next returns the next regular-file member, nullopt at the end of the
   // archive (after the stream was drained and Finish()ed), or an error naming
   // the URL and, where known, the member and its offset: DataLoss for a
   // truncated or corrupt archive, InvalidArgument for data that is not a tar.
+  // End and errors are sticky.
   [[nodiscard]] absl::StatusOr<std::optional<TarMember>> Next();
 
   const std::string& url() const;
@@ -60,21 +80,5 @@ class TarReader {
   explicit TarReader(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
 };
-
-// KeyField is a member name split for grouping.
-struct KeyField {
-  std::string_view key;
-  std::string_view field;  // not lower-cased
-};
-// SplitMemberName returns nullopt for names without a dot in the basename.
-std::optional<KeyField> SplitMemberName(std::string_view name);
-// IsMetadataName is true for "__x__" at the top level and "__x__/...".
-bool IsMetadataName(std::string_view name);
-
-// TarSamples reads every shard `urls` yields and groups members into samples.
-// Errors (opening, reading, grouping) go to `handler`; "continue" drops the
-// broken sample (or the rest of a broken shard) and goes on with the next.
-std::unique_ptr<SampleStream> TarSamples(std::unique_ptr<UrlStream> urls, Opener opener,
-                                         Handler handler, const WorkerContext& ctx);
 
 }  // namespace wds

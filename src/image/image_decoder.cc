@@ -12,9 +12,6 @@ namespace {
 
 constexpr std::string_view kImageExtensions[] = {"jpg", "jpeg", "png", "webp"};
 
-bool StartsWith(std::string_view data, std::string_view prefix) {
-  return data.substr(0, prefix.size()) == prefix;
-}
 
 // HexPrefix shows the first bytes of `data` for a message: "3c 68 74 6d".
 std::string HexPrefix(std::string_view data) {

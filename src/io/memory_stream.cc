@@ -19,6 +19,13 @@ class MemoryStreamImpl : public ByteStream {
     return n;
   }
 
+  absl::StatusOr<int64_t> Skip(int64_t size) override {
+    const size_t n = std::min(static_cast<size_t>(std::max<int64_t>(size, 0)),
+                              data_.size() - position_);
+    position_ += n;
+    return static_cast<int64_t>(n);
+  }
+
   absl::Status Finish() override { return finish_status_; }
   const std::string& url() const override { return url_; }
 

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cassert>
 #include <cctype>
@@ -85,12 +86,25 @@ absl::StatusOr<size_t> ReadFd(int fd, void* buffer, size_t size, const std::stri
 }
 
 // FileStream reads a local file (or anything open(2) can open, such as a FIFO).
+// A regular file of known size skips by seeking, never past its end.
 class FileStream : public ByteStream {
  public:
-  FileStream(std::string url, UniqueFd fd) : url_(std::move(url)), fd_(std::move(fd)) {}
+  // size is the file's size for a regular file, else -1 (no skipping).
+  FileStream(std::string url, UniqueFd fd, int64_t size)
+      : url_(std::move(url)), fd_(std::move(fd)), size_(size) {}
 
   absl::StatusOr<size_t> Read(void* buffer, size_t size) override {
     return ReadFd(fd_.get(), buffer, size, url_);
+  }
+  absl::StatusOr<int64_t> Skip(int64_t size) override {
+    if (size_ < 0 || size <= 0) return 0;
+    const off_t position = lseek(fd_.get(), 0, SEEK_CUR);
+    if (position < 0) return ErrnoError(errno, Cat(url_, ": lseek failed"));
+    const int64_t skipped = std::min<int64_t>(size, std::max<int64_t>(0, size_ - position));
+    if (lseek(fd_.get(), static_cast<off_t>(skipped), SEEK_CUR) < 0) {
+      return ErrnoError(errno, Cat(url_, ": lseek failed"));
+    }
+    return skipped;
   }
   absl::Status Finish() override { return absl::OkStatus(); }
   const std::string& url() const override { return url_; }
@@ -98,6 +112,7 @@ class FileStream : public ByteStream {
  private:
   std::string url_;
   UniqueFd fd_;
+  int64_t size_;
 };
 
 absl::StatusOr<std::unique_ptr<ByteStream>> OpenFile(std::string url, const std::string& path) {
@@ -112,7 +127,8 @@ absl::StatusOr<std::unique_ptr<ByteStream>> OpenFile(std::string url, const std:
   if (S_ISDIR(st.st_mode)) return absl::InvalidArgumentError(Cat(path, " is a directory"));
   // Only a hint: it fails harmlessly on FIFOs.
   posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-  return std::make_unique<FileStream>(std::move(url), std::move(file));
+  const int64_t size = S_ISREG(st.st_mode) ? static_cast<int64_t>(st.st_size) : -1;
+  return std::make_unique<FileStream>(std::move(url), std::move(file), size);
 }
 
 // StdinStream reads standard input, which belongs to the process: it is
@@ -351,9 +367,6 @@ bool HasScheme(std::string_view url) {
   return true;
 }
 
-bool StartsWith(std::string_view s, std::string_view prefix) {
-  return s.substr(0, prefix.size()) == prefix;
-}
 
 }  // namespace
 

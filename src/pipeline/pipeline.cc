@@ -2,10 +2,10 @@
 
 #include <utility>
 
-#include "wds/internal/strings.h"
+#include "shards/shard_streams.h"
 #include "stages/passes.h"
+#include "tar/tar_samples.h"
 #include "wds/internal/status_macros.h"
-#include "wds/tar_reader.h"
 
 namespace wds {
 

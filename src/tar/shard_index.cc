@@ -1,9 +1,6 @@
 // Shard indexes: header-only tar scans, DALI's text index, wids' JSON index.
 #include "wds/shard_index.h"
 
-#include <archive.h>
-#include <archive_entry.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -17,21 +14,16 @@
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"
 #include "wds/byte_stream.h"
-#include "wds/tar_reader.h"
+#include "wds/internal/tar_grouping.h"
 
 namespace wds {
 namespace {
 
 constexpr std::string_view kDaliVersion = "v1.2";
 constexpr std::string_view kWidsKind = "wids-shard-index-v1";
-constexpr size_t kReadBlock = size_t{1} << 20;
-
-bool StartsWith(std::string_view s, std::string_view prefix) {
-  return s.substr(0, prefix.size()) == prefix;
-}
 
 // LocalPath returns the file a URL names, or nullopt for standard input,
-// commands and remote URLs (which can only be streamed).
+// commands and remote URLs, which have no sidecar to look for.
 std::optional<std::string> LocalPath(std::string_view url) {
   if (url == "-" || StartsWith(url, "pipe:") || url.find("://") != std::string_view::npos) {
     return std::nullopt;
@@ -40,148 +32,14 @@ std::optional<std::string> LocalPath(std::string_view url) {
   return std::string(url);
 }
 
-// StreamSource feeds a ByteStream to libarchive.
-struct StreamSource {
-  std::unique_ptr<ByteStream> stream;
-  std::unique_ptr<char[]> buffer{new char[kReadBlock]};
-  absl::Status error;
-
-  static la_ssize_t Read(archive* ar, void* client, const void** out) {
-    auto* self = static_cast<StreamSource*>(client);
-    *out = self->buffer.get();
-    absl::StatusOr<size_t> n = self->stream->Read(self->buffer.get(), kReadBlock);
-    if (!n.ok()) {
-      self->error = n.status();
-      archive_set_error(ar, EIO, "%s", std::string(ToStd(n.status().message())).c_str());
-      return -1;
-    }
-    return static_cast<la_ssize_t>(*n);
+// ToIndexSample keeps what an index records of a grouped sample.
+IndexSample ToIndexSample(const GroupedSample& grouped) {
+  IndexSample sample;
+  sample.members.reserve(grouped.members.size());
+  for (const SampleMember& m : grouped.members) {
+    sample.members.push_back({m.field, m.member.data_offset, m.member.size, m.member.name});
   }
-};
-
-// HeaderScanner walks the regular-file members of one tar without reading
-// their data.
-class HeaderScanner {
- public:
-  explicit HeaderScanner(std::string url) : url_(std::move(url)) {}
-  ~HeaderScanner() {
-    if (ar_ != nullptr) archive_read_free(ar_);
-  }
-  HeaderScanner(const HeaderScanner&) = delete;
-  HeaderScanner& operator=(const HeaderScanner&) = delete;
-
-  absl::StatusOr<ShardIndex> Scan();
-
- private:
-  absl::Status Open();
-  absl::Status Fail(std::string_view what);
-  absl::Status Add(ShardIndex& index, std::string name, int64_t offset, int64_t size);
-  absl::Status Finish();
-
-  std::string url_;
-  archive* ar_ = nullptr;
-  StreamSource source_;
-  // file_size is known for a local file; offsets beyond it mean truncation.
-  int64_t file_size_ = -1;
-  int64_t position_ = 0;
-  std::string key_;
-};
-
-absl::Status HeaderScanner::Open() {
-  ar_ = archive_read_new();
-  if (ar_ == nullptr) return absl::ResourceExhaustedError("archive_read_new failed");
-  // The compressors a shard may use, by name (support_filter_all would run
-  // external programs), and members after zero blocks, as TarReader reads.
-  archive_read_support_filter_gzip(ar_);
-  archive_read_support_filter_bzip2(ar_);
-  archive_read_support_filter_xz(ar_);
-  archive_read_support_filter_lzma(ar_);
-  archive_read_support_filter_zstd(ar_);
-  archive_read_support_filter_lz4(ar_);
-  archive_read_support_format_tar(ar_);
-  archive_read_set_format_option(ar_, "tar", "read_concatenated_archives", "1");
-  std::optional<std::string> path = LocalPath(url_);
-  int rc;
-  if (path.has_value()) {
-    struct stat st;
-    if (stat(path->c_str(), &st) != 0) {
-      return absl::ErrnoToStatus(errno, Cat(url_, ": cannot open"));
-    }
-    file_size_ = st.st_size;
-    // A file handle lets libarchive seek over member data.
-    rc = archive_read_open_filename(ar_, path->c_str(), kReadBlock);
-  } else {
-    WDS_ASSIGN_OR_RETURN(source_.stream, OpenUrl(url_));
-    rc = archive_read_open(ar_, &source_, nullptr, &StreamSource::Read, nullptr);
-  }
-  if (rc != ARCHIVE_OK) return Fail("not a readable tar archive");
-  return absl::OkStatus();
-}
-
-absl::Status HeaderScanner::Fail(std::string_view what) {
-  if (!source_.error.ok()) return source_.error;
-  const char* message = archive_error_string(ar_);
-  // libarchive's private ARCHIVE_ERRNO_FILE_FORMAT is EILSEQ on Linux.
-  if (archive_errno(ar_) == EILSEQ) {
-    return absl::InvalidArgumentError(
-        Cat(url_, ": not a tar archive (", message != nullptr ? message : "unknown format", ")"));
-  }
-  return absl::DataLossError(Cat(url_, ": ", what, " at offset ", position_, ": ",
-                                 message != nullptr ? message : "unexpected end of data"));
-}
-
-absl::Status HeaderScanner::Add(ShardIndex& index, std::string name, int64_t offset, int64_t size) {
-  if (file_size_ >= 0 && archive_filter_code(ar_, 0) == ARCHIVE_FILTER_NONE &&
-      offset + size > file_size_) {
-    return absl::DataLossError(Cat(url_, ": member ", name, " at offset ", position_,
-                                   " is truncated: its data ends at ", offset + size,
-                                   ", past the end of the file at ", file_size_));
-  }
-  if (IsMetadataName(name)) return absl::OkStatus();
-  const std::optional<KeyField> split = SplitMemberName(name);
-  if (!split.has_value()) return absl::OkStatus();
-  if (index.samples.empty() || split->key != key_) {
-    key_.assign(split->key);
-    index.samples.emplace_back();
-  }
-  index.samples.back().members.push_back({std::string(split->field), offset, size, name});
-  return absl::OkStatus();
-}
-
-absl::Status HeaderScanner::Finish() {
-  if (source_.stream == nullptr) return absl::OkStatus();
-  // Drain what follows the archive so that a pipe's exit status is judged on
-  // a consumed stream.
-  std::unique_ptr<char[]> rest(new char[kReadBlock]);
-  while (true) {
-    WDS_ASSIGN_OR_RETURN(size_t n, source_.stream->Read(rest.get(), kReadBlock));
-    if (n == 0) break;
-  }
-  return source_.stream->Finish();
-}
-
-absl::StatusOr<ShardIndex> HeaderScanner::Scan() {
-  WDS_RETURN_IF_ERROR(Open());
-  ShardIndex index;
-  while (true) {
-    archive_entry* entry = nullptr;
-    const int rc = archive_read_next_header(ar_, &entry);
-    if (rc == ARCHIVE_EOF) break;
-    if (rc != ARCHIVE_OK && rc != ARCHIVE_WARN) return Fail("truncated or corrupt tar");
-    position_ = archive_read_header_position(ar_);
-    const bool regular =
-        archive_entry_filetype(entry) == AE_IFREG && archive_entry_hardlink(entry) == nullptr;
-    const char* name = archive_entry_pathname(entry);
-    if (name == nullptr) name = archive_entry_pathname_utf8(entry);
-    if (regular && name != nullptr) {
-      // After the header the reader stands at the member's data.
-      WDS_RETURN_IF_ERROR(
-          Add(index, name, archive_filter_bytes(ar_, 0), archive_entry_size(entry)));
-    }
-    if (archive_read_data_skip(ar_) != ARCHIVE_OK) return Fail("truncated or corrupt tar");
-  }
-  WDS_RETURN_IF_ERROR(Finish());
-  return index;
+  return sample;
 }
 
 absl::Status ParseError(std::string_view source, int64_t line, std::string_view what) {
@@ -344,7 +202,17 @@ absl::Status ShardIndex::Save(const std::string& path) const {
 std::string IndexPath(std::string_view shard) { return Cat(shard, ".idx"); }
 
 absl::StatusOr<ShardIndex> ScanShard(std::string_view url) {
-  return HeaderScanner(std::string(url)).Scan();
+  WDS_ASSIGN_OR_RETURN(std::unique_ptr<ByteStream> stream, OpenUrl(url));
+  ShardSampleReaderOptions options;
+  options.tar.read_data = false;
+  WDS_ASSIGN_OR_RETURN(std::unique_ptr<ShardSampleReader> reader,
+                       ShardSampleReader::Open(std::move(stream), std::move(options)));
+  ShardIndex index;
+  while (true) {
+    WDS_ASSIGN_OR_RETURN(std::optional<GroupedSample> sample, reader->Next());
+    if (!sample.has_value()) return index;
+    index.samples.push_back(ToIndexSample(*sample));
+  }
 }
 
 absl::StatusOr<int64_t> CountSamples(std::string_view url) {

@@ -9,7 +9,7 @@
 
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"
-#include "wds/tar_reader.h"
+#include "wds/internal/tar_grouping.h"
 
 namespace wds {
 namespace {
@@ -72,7 +72,7 @@ absl::Status CheckKey(const Sample& sample, std::string_view pattern) {
 IndexSample ToIndexSample(const std::vector<WrittenMember>& written) {
   IndexSample sample;
   for (const WrittenMember& m : written) {
-    const std::optional<KeyField> split = SplitMemberName(m.name);
+    const std::optional<MemberName> split = SplitMemberName(m.name);
     // CheckKey guarantees that every name splits at the key.
     sample.members.push_back(
         {std::string(split.has_value() ? split->field : ""), m.data_offset, m.size, m.name});

@@ -13,6 +13,8 @@
 //    neither, and corrupt bytes in a stored block would pass unnoticed.
 // Members after a zero block (tars concatenated with cat) are read too, as
 // `tar --ignore-zeros` does.
+#include "wds/tar_reader.h"
+
 #include <archive.h>
 #include <archive_entry.h>
 #include <zlib.h>
@@ -24,7 +26,6 @@
 
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"
-#include "wds/tar_reader.h"
 
 namespace wds {
 namespace {
@@ -141,8 +142,8 @@ class GzipDecoder {
 }  // namespace
 
 struct TarReader::State {
-  explicit State(std::unique_ptr<ByteStream> s)
-      : stream(std::move(s)), buffer(new char[kReadBufferSize]) {}
+  State(std::unique_ptr<ByteStream> s, TarReaderOptions o)
+      : stream(std::move(s)), options(o), buffer(new char[kReadBufferSize]) {}
   ~State() {
     if (ar != nullptr) archive_read_free(ar);
   }
@@ -154,11 +155,14 @@ struct TarReader::State {
   absl::StatusOr<Buffer> ReadData(const char* name, int64_t offset, int64_t size);
   absl::Status FinishArchive();
   absl::Status HeaderError(int64_t position);
+  absl::Status EntryError(std::string_view detail);
   std::string AfterPrevious() const;
 
   static la_ssize_t ReadCallback(archive* ar, void* client, const void** out);
+  static la_int64_t SkipCallback(archive* ar, void* client, la_int64_t request);
 
   std::unique_ptr<ByteStream> stream;
+  TarReaderOptions options;
   std::unique_ptr<char[]> buffer;
   // gzip inflates the stream when it starts like gzip data.
   std::unique_ptr<GzipDecoder> gzip;
@@ -170,6 +174,12 @@ struct TarReader::State {
   // report of it.
   absl::Status stream_error;
   bool in_entry = false;
+  // entry is the regular member whose unread data is still to be skipped,
+  // for messages; its name is empty otherwise (a failure in the padding
+  // after data that was read is reported after the member, as one between
+  // members).
+  std::string entry_name;
+  int64_t entry_offset = 0;
   // entry_end is the position just past the previous entry and its padding.
   int64_t entry_end = 0;
   std::string previous_name;
@@ -191,6 +201,21 @@ la_ssize_t TarReader::State::ReadCallback(archive* ar, void* client, const void*
     return -1;
   }
   return static_cast<la_ssize_t>(*n);
+}
+
+// SkipCallback lets libarchive seek over member data it does not want, which
+// it asks for only while no libarchive decompressor sits in between. A gzip
+// stream is inflated here and cannot be skipped: 0 makes libarchive read.
+la_int64_t TarReader::State::SkipCallback(archive* ar, void* client, la_int64_t request) {
+  auto* state = static_cast<State*>(client);
+  if (state->gzip != nullptr) return 0;
+  absl::StatusOr<int64_t> n = state->stream->Skip(request);
+  if (!n.ok()) {
+    state->stream_error = n.status();
+    archive_set_error(ar, EIO, "%s", std::string(ToStd(n.status().message())).c_str());
+    return ARCHIVE_FATAL;
+  }
+  return *n;
 }
 
 absl::Status TarReader::State::StartSource() {
@@ -224,9 +249,10 @@ absl::Status TarReader::State::OpenArchive() {
   archive_read_support_filter_lz4(ar);
   archive_read_support_format_tar(ar);
   archive_read_set_format_option(ar, "tar", "read_concatenated_archives", "1");
-  if (archive_read_open(ar, this, nullptr, &ReadCallback, nullptr) == ARCHIVE_OK) {
-    return absl::OkStatus();
-  }
+  archive_read_set_read_callback(ar, &ReadCallback);
+  archive_read_set_skip_callback(ar, &SkipCallback);
+  archive_read_set_callback_data(ar, this);
+  if (archive_read_open1(ar) == ARCHIVE_OK) return absl::OkStatus();
   if (!stream_error.ok()) return stream_error;
   // libarchive's private ARCHIVE_ERRNO_FILE_FORMAT is EILSEQ on Linux: no
   // format (after any decompression) recognised the data.
@@ -251,11 +277,20 @@ absl::Status TarReader::State::HeaderError(int64_t position) {
                                  AfterPrevious(), ": ", ArchiveMessage(ar)));
 }
 
+// EntryError names the member whose data or padding could not be read.
+absl::Status TarReader::State::EntryError(std::string_view detail) {
+  failed_name = entry_name;
+  const std::string where = Cat("member ", entry_name, " at offset ", entry_offset);
+  if (!stream_error.ok()) return Annotate(stream_error, where);
+  return absl::DataLossError(Cat(stream->url(), ": ", where, ": truncated or corrupt: ", detail));
+}
+
 absl::Status TarReader::State::SkipRestOfEntry() {
   if (in_entry) {
     in_entry = false;
     // Consumes the padding of a member that was read, or a skipped entry.
     if (archive_read_data_skip(ar) != ARCHIVE_OK) {
+      if (!entry_name.empty()) return EntryError(ArchiveMessage(ar));
       return HeaderError(archive_filter_bytes(ar, 0));
     }
   }
@@ -319,21 +354,31 @@ absl::StatusOr<std::optional<TarMember>> TarReader::State::ReadNext() {
     // are still there. RETRY (a damaged header) and FATAL end the archive.
     if (rc != ARCHIVE_OK && rc != ARCHIVE_WARN) return HeaderError(entry_end);
     in_entry = true;
+    entry_name.clear();
     if (!IsRegularFile(entry)) continue;
     TarMember member;
     member.offset = archive_read_header_position(ar);
+    // After the header the reader stands at the member's data.
+    member.data_offset = archive_filter_bytes(ar, 0);
+    member.size = archive_entry_size(entry);
     const char* name = EntryName(entry);
     if (name == nullptr) {
       return absl::DataLossError(Cat(stream->url(), ": member at offset ", member.offset,
                                      " has no readable name: ", ArchiveMessage(ar)));
     }
-    absl::StatusOr<Buffer> data = ReadData(name, member.offset, archive_entry_size(entry));
-    if (!data.ok()) {
-      failed_name = name;
-      return data.status();
+    if (options.read_data) {
+      absl::StatusOr<Buffer> data = ReadData(name, member.offset, member.size);
+      if (!data.ok()) {
+        failed_name = name;
+        return data.status();
+      }
+      member.data = *std::move(data);
     }
-    member.data = *std::move(data);
     member.name = name;
+    if (!options.read_data) {
+      entry_name = member.name;
+      entry_offset = member.offset;
+    }
     previous_name.assign(member.name);
     return member;
   }
@@ -342,9 +387,11 @@ absl::StatusOr<std::optional<TarMember>> TarReader::State::ReadNext() {
 TarReader::TarReader(std::unique_ptr<State> state) : state_(std::move(state)) {}
 TarReader::~TarReader() = default;
 
-absl::StatusOr<std::unique_ptr<TarReader>> TarReader::Open(std::unique_ptr<ByteStream> stream) {
+absl::StatusOr<std::unique_ptr<TarReader>> TarReader::Open(std::unique_ptr<ByteStream> stream,
+                                                          TarReaderOptions options) {
   if (stream == nullptr) return absl::InvalidArgumentError("TarReader::Open: null stream");
-  return std::unique_ptr<TarReader>(new TarReader(std::make_unique<State>(std::move(stream))));
+  return std::unique_ptr<TarReader>(
+      new TarReader(std::make_unique<State>(std::move(stream), options)));
 }
 
 absl::StatusOr<std::optional<TarMember>> TarReader::Next() {

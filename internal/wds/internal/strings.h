@@ -1,9 +1,11 @@
 // Internal string helpers.
 //
 // Debian's Abseil is built with its own absl::string_view (not std::string_view),
-// so absl::StrCat does not take std::string_view. Cat concatenates anything
-// string-like or numeric instead:
+// so its string functions do not take the std::string_view this project uses.
+// These adapt them once: Cat concatenates anything string-like or numeric
+// (absl::StrCat's job),
 //   absl::DataLossError(Cat(url, ": member ", name, " at offset ", offset, " is truncated"))
+// and StartsWith, EndsWith and AsciiLower forward to Abseil's.
 #pragma once
 
 #include <charconv>
@@ -11,6 +13,8 @@
 #include <string_view>
 #include <type_traits>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
 
 namespace wds {
@@ -49,5 +53,21 @@ std::string Cat(const Args&... args) {
 
 // ToStd views an absl::string_view (e.g. Status::message()) as std::string_view.
 inline std::string_view ToStd(absl::string_view s) { return {s.data(), s.size()}; }
+// ToAbsl views a std::string_view as an absl::string_view.
+inline absl::string_view ToAbsl(std::string_view s) { return {s.data(), s.size()}; }
+
+inline bool StartsWith(std::string_view s, std::string_view prefix) {
+  return absl::StartsWith(ToAbsl(s), ToAbsl(prefix));
+}
+inline bool EndsWith(std::string_view s, std::string_view suffix) {
+  return absl::EndsWith(ToAbsl(s), ToAbsl(suffix));
+}
+// AsciiLower returns `s` with ASCII letters lower-cased; other bytes are kept.
+inline std::string AsciiLower(std::string_view s) { return absl::AsciiStrToLower(ToAbsl(s)); }
+// AsciiLowerInto sets `out` to AsciiLower(s), reusing its storage.
+inline void AsciiLowerInto(std::string_view s, std::string& out) {
+  out.assign(s.data(), s.size());
+  absl::AsciiStrToLower(&out);
+}
 
 }  // namespace wds

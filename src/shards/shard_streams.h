@@ -1,0 +1,33 @@
+// The shard URLs one worker reads, as a stream: the source of the pipeline's
+// tar reader.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "wds/shard_list.h"
+#include "wds/stage.h"
+
+namespace wds {
+
+// UrlStream yields shard URLs.
+using UrlStream = Stage<std::string>;
+
+// PermuteShards returns `shards` shuffled by DeriveSeed(seed, {kShardPermutation,
+// epoch, pass}); the same on every rank.
+std::vector<std::string> PermuteShards(std::vector<std::string> shards, uint64_t seed,
+                                       int64_t epoch, int64_t pass);
+
+// ShardStream yields ShardsForWorker(...) in order (or its error).
+std::unique_ptr<UrlStream> ShardStream(const std::vector<std::string>& shards,
+                                       const ShardListOptions& options, const WorkerContext& ctx);
+// ResampledShardStream draws shards uniformly with replacement, seeded by
+// (seed, epoch, pass, rank, worker): `count` of them, or forever when nullopt.
+std::unique_ptr<UrlStream> ResampledShardStream(std::vector<std::string> shards,
+                                                std::optional<int64_t> count,
+                                                const WorkerContext& ctx);
+
+}  // namespace wds
