@@ -7,6 +7,8 @@
 #include "wds/error.h"
 #include "wds/random.h"
 #include "wds/sample.h"
+#include "base/handlers.h"
+#include "base/split_mix64.h"
 
 namespace wds {
 namespace {

@@ -8,6 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
+#include "wds/internal/atomic_file.h"
 #include "wds/wds.h"
 
 namespace wds {

@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
+#include "wds/internal/shard_roller.h"
 #include "wds/shard_index.h"
 #include "wds/wds.h"
 

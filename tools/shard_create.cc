@@ -30,6 +30,8 @@
 #include "shard_commands.h"
 #include "shard_common.h"
 #include "shard_inputs.h"
+#include "wds/internal/atomic_file.h"
+#include "wds/internal/shard_roller.h"
 #include "wds/random.h"
 #include "wds/shard_index.h"
 #include "wds/shard_writer.h"

@@ -17,10 +17,11 @@
 
 #include "shard_common.h"
 #include "wds/byte_stream.h"
-#include "wds/shard_writer.h"
-#include "wds/shard_list.h"
+#include "wds/internal/shard_roller.h"
 #include "wds/internal/strings.h"
 #include "wds/internal/tar_grouping.h"
+#include "wds/shard_list.h"
+#include "wds/shard_writer.h"
 
 namespace wds::tools {
 namespace {

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "wds/equalize.h"
+#include "wds/internal/atomic_file.h"
 #include "wds/loader.h"
 #include "wds/pipeline.h"
 #include "wds/shard_index.h"

@@ -57,30 +57,12 @@ struct Array {
   }
   // REQUIRES: the storage is not shared yet (see Buffer::mutable_data).
   template <typename T>
-  T* mutable_data() const {
+  T* mutable_data() {
     return reinterpret_cast<T*>(data.mutable_data());
   }
 };
 
 // ShapeString renders a shape as "[375, 500, 3]" (for messages).
 std::string ShapeString(const std::vector<int64_t>& shape);
-
-// OutputSlots lets the stage that will consume a decoded array offer the
-// memory it is written to, so that it is produced in place instead of copied
-// later: Batched offers each sample its slot in the batch's pooled (possibly
-// pinned) block, and an image is decoded straight into it.
-//
-// Thread safety: none needed; one stream's decoders call one OutputSlots.
-class OutputSlots {
- public:
-  virtual ~OutputSlots() = default;
-  // Offer returns storage of exactly the byte size of a `dtype` array of
-  // `shape`, for the field `field` of the sample being decoded, or an empty
-  // Buffer to decline (the caller then allocates its own, as it does when
-  // given storage of another size). The caller may write to the storage
-  // until it hands the finished array on, and never after. Its bytes are
-  // uninitialised.
-  virtual Buffer Offer(std::string_view field, DType dtype, const std::vector<int64_t>& shape) = 0;
-};
 
 }  // namespace wds

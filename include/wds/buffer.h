@@ -41,7 +41,7 @@ class Buffer {
 
   // mutable_data is for filling a freshly allocated buffer.
   // REQUIRES: no other Buffer shares this storage yet.
-  uint8_t* mutable_data() const { return const_cast<uint8_t*>(data_); }
+  uint8_t* mutable_data() { return const_cast<uint8_t*>(data_); }
 
   // Slice shares this buffer's storage. REQUIRES: offset + size <= this->size().
   Buffer Slice(size_t offset, size_t size) const;

@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "wds/buffer.h"
 #include "wds/error.h"
+#include "wds/output_slots.h"
 #include "wds/random.h"
 #include "wds/sample.h"
 #include "wds/stage.h"

@@ -45,9 +45,9 @@ std::string_view HandlerName(Handler handler);
 // ErrorAction is what a stage does after its handler saw an error.
 enum class ErrorAction { kRaise, kContinue, kStop };
 
-// WarningSink receives one line per warning. The default writes to stderr.
+// WarningSink receives one line per warning. Where none is given, warnings
+// go to stderr.
 using WarningSink = std::function<void(std::string_view message)>;
-void WriteWarningToStderr(std::string_view message);
 
 // ErrorCounters counts handled errors per stage and cause (the status code).
 // Thread-safe.
@@ -73,10 +73,5 @@ class ErrorCounters {
   std::map<std::pair<std::string, absl::StatusCode>, int64_t> counts_;  // guarded by mu_
 };
 
-// ApplyHandler records `error` in `counters` (if not null), warns through
-// `warn` when the handler says so, and returns what the stage must do.
-// REQUIRES: !error.ok().
-ErrorAction ApplyHandler(Handler handler, std::string_view stage, const absl::Status& error,
-                         ErrorCounters* counters, const WarningSink& warn);
 
 }  // namespace wds

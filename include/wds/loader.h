@@ -37,6 +37,7 @@
 #include "wds/error.h"
 #include "wds/buffer_pool.h"
 #include "wds/pipeline.h"
+#include "wds/pull_iterator.h"
 #include "wds/sample.h"
 
 namespace wds {
@@ -101,7 +102,7 @@ class Loader {
   // whether pin_memory took effect). Never null.
   const std::shared_ptr<BufferPool>& pool() const;
 
-  class Iterator;
+  using Iterator = PullIterator<Sample>;
   // begin starts an epoch; the iterator throws LoaderError on an error.
   Iterator begin();
   Iterator end();
@@ -109,27 +110,6 @@ class Loader {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
-};
-
-class Loader::Iterator {
- public:
-  using value_type = Sample;
-  using reference = const Sample&;
-  using pointer = const Sample*;
-  using difference_type = std::ptrdiff_t;
-  using iterator_category = std::input_iterator_tag;
-
-  reference operator*() const { return *current_; }
-  pointer operator->() const { return &*current_; }
-  Iterator& operator++();
-  bool operator==(const Iterator& other) const { return loader_ == other.loader_; }
-  bool operator!=(const Iterator& other) const { return !(*this == other); }
-
- private:
-  friend class Loader;
-  explicit Iterator(Loader* loader);
-  Loader* loader_ = nullptr;  // null at end
-  std::optional<Sample> current_;
 };
 
 }  // namespace wds

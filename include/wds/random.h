@@ -29,9 +29,6 @@ enum SeedDomain : uint64_t {
   kDecode = 5,
 };
 
-// SplitMix64 is the finaliser of Steele, Lea and Flood's SplitMix64 generator.
-uint64_t SplitMix64(uint64_t x);
-
 // DeriveSeed mixes `seed` with `parts`, in order.
 uint64_t DeriveSeed(uint64_t seed, std::initializer_list<uint64_t> parts);
 

@@ -116,11 +116,4 @@ struct DatasetIndex {
   [[nodiscard]] absl::Status Save(const std::string& path) const;
 };
 
-// TemporaryPath is the name a file is written under before it is renamed to
-// `path`: "<path>.<pid>.tmp" (ShardWriter uses it too).
-std::string TemporaryPath(std::string_view path);
-// WriteFileAtomically writes `data` to `path` through TemporaryPath(path),
-// renamed into place; on error the temporary file is removed.
-[[nodiscard]] absl::Status WriteFileAtomically(const std::string& path, std::string_view data);
-
 }  // namespace wds

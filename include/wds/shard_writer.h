@@ -19,11 +19,10 @@
 //
 // Rolling: a shard ends before the sample that would make it hold more than
 // `maxcount` samples, or more than `maxsize` bytes of uncompressed tar. The
-// size rule uses TarFootprint, an upper bound of a sample's tar bytes that
-// depends only on member names and sizes, so shard boundaries are a pure
-// function of the samples (ShardRoller applies the same rule to samples not
-// yet read, which lets shards be planned and written in parallel). A sample
-// larger than `maxsize` gets a shard of its own.
+// size rule uses an upper bound of a sample's tar bytes that depends only on
+// member names and sizes, so shard boundaries are a pure function of the
+// samples (which lets wds-shard plan shards and write them in parallel). A
+// sample larger than `maxsize` gets a shard of its own.
 //
 // Thread safety: one thread at a time; distinct writers are independent.
 #pragma once
@@ -38,7 +37,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "wds/sample.h"
-#include "wds/shard_index.h"
 #include "wds/tar_writer.h"
 
 namespace wds {
@@ -80,28 +78,6 @@ struct ShardWriterOptions {
 // Other patterns are InvalidArgument.
 [[nodiscard]] absl::StatusOr<std::string> FormatShardName(std::string_view pattern, int64_t number);
 
-// MemberFootprint is an upper bound on the uncompressed tar bytes a member
-// named `name` holding `size` bytes takes, headers and padding included.
-int64_t MemberFootprint(std::string_view name, int64_t size);
-// TarFootprint sums MemberFootprint over the members TarWriter::Write would
-// write for `sample`.
-int64_t TarFootprint(const Sample& sample);
-
-// ShardRoller applies the rolling rule to a sequence of sample footprints.
-class ShardRoller {
- public:
-  ShardRoller(int64_t maxcount, int64_t maxsize) : maxcount_(maxcount), maxsize_(maxsize) {}
-  // Add accounts a sample of `footprint` bytes and returns whether it starts
-  // a new shard (true for the first sample).
-  bool Add(int64_t footprint);
-
- private:
-  int64_t maxcount_;
-  int64_t maxsize_;
-  int64_t count_ = 0;
-  int64_t bytes_ = 0;
-};
-
 class ShardWriter {
  public:
   // Create checks `pattern` and the options; no file is created before the
@@ -124,28 +100,13 @@ class ShardWriter {
   // Abort removes the current shard's temporary files without finishing it.
   void Abort();
 
-  int64_t shards_written() const { return shards_written_; }
-  int64_t samples_written() const { return samples_written_; }
+  int64_t shards_written() const;
+  int64_t samples_written() const;
 
  private:
-  ShardWriter(std::string pattern, ShardWriterOptions options);
-  absl::Status StartShard();
-  absl::Status FinishShard();
-  absl::Status Fail(absl::Status status);
-
-  std::string pattern_;
-  ShardWriterOptions options_;
-  ShardRoller roller_;
-  std::unique_ptr<TarWriter> tar_;
-  ShardInfo current_;
-  std::string temp_path_;
-  std::string temp_index_path_;
-  ShardIndex index_;
-  absl::Status error_;
-  bool closed_ = false;
-  int64_t next_number_;
-  int64_t shards_written_ = 0;
-  int64_t samples_written_ = 0;
+  struct State;
+  explicit ShardWriter(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
 };
 
 }  // namespace wds

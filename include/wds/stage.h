@@ -19,12 +19,12 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "wds/buffer_pool.h"
 #include "wds/error.h"
+#include "wds/output_slots.h"
 #include "wds/sample.h"
 
 namespace wds {
-
-class BufferPool;
 
 template <typename T>
 class Stage {
@@ -55,8 +55,9 @@ struct WorkerContext {
   std::shared_ptr<ErrorCounters> errors;
   // warn receives handler warnings; null means stderr.
   WarningSink warn;
-  // pool supplies batch storage (the Loader's, pinned when asked for); null
-  // means each Batched stream uses a pool of its own.
+  // pool is the worker's memory for the arrays stages make (the Loader's,
+  // pinned when asked for); null means each stage that needs one makes its
+  // own.
   std::shared_ptr<BufferPool> pool;
   // output_slots is set by a Batched stage for the stages it pulls from, so
   // that their decoders write arrays straight into the batch; null elsewhere.

@@ -23,8 +23,6 @@
 #include "absl/status/statusor.h"
 #include "wds/sample.h"
 
-struct archive;  // libarchive's handle
-
 namespace wds {
 
 enum class TarCompression { kNone, kGzip, kZstd };
@@ -68,21 +66,17 @@ class TarWriter {
   [[nodiscard]] absl::Status Close();
 
   // bytes_written counts member data bytes (not headers).
-  int64_t bytes_written() const { return bytes_written_; }
+  int64_t bytes_written() const;
   // tar_bytes is the length of the uncompressed tar so far (the last
   // member's padding and the end-of-archive blocks come later); after Close
   // it is the whole uncompressed length.
-  int64_t tar_bytes() const { return tar_bytes_; }
-  const std::string& path() const { return path_; }
+  int64_t tar_bytes() const;
+  const std::string& path() const;
 
  private:
-  TarWriter(std::string path, TarWriterOptions options, ::archive* archive);
-
-  std::string path_;
-  TarWriterOptions options_;
-  ::archive* archive_;
-  int64_t bytes_written_ = 0;
-  int64_t tar_bytes_ = 0;
+  struct State;
+  explicit TarWriter(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
 };
 
 }  // namespace wds

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <string>
 
+#include "base/handlers.h"
 #include "wds/internal/strings.h"
 
 namespace wds {

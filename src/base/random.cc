@@ -1,5 +1,7 @@
 #include "wds/random.h"
 
+#include "base/split_mix64.h"
+
 namespace wds {
 
 uint64_t SplitMix64(uint64_t x) {

@@ -1,5 +1,7 @@
 #include "wds/stage.h"
 
+#include "base/handlers.h"
+
 namespace wds {
 namespace {
 

@@ -256,7 +256,7 @@ OutputWriter::OutputWriter(const DecodePlan& plan, OutputSlots* slots, std::stri
   if (array_.data.size() != array_.nbytes()) array_ = Array::Allocate(array_.dtype, array_.shape);
 }
 
-uint8_t* OutputWriter::direct_rows() const {
+uint8_t* OutputWriter::direct_rows() {
   return to_float_ || channels_first_ || flip_ ? nullptr : array_.mutable_data<uint8_t>();
 }
 

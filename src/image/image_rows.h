@@ -96,7 +96,7 @@ class OutputWriter {
   // direct_rows is the output's storage when rows of uint8 samples in HWC order
   // (out_width * channels per row) can be decoded straight into it (uint8,
   // HWC or gray, not flipped); otherwise null.
-  uint8_t* direct_rows() const;
+  uint8_t* direct_rows();
   // WriteRow stores output row `y` from `row` (out_width pixels of `channels`
   // samples, HWC order). uint16 rows are only for float outputs.
   template <typename T>

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/handlers.h"
 #include "wds/internal/bounded_queue.h"
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"
@@ -319,29 +320,13 @@ const std::shared_ptr<BufferPool>& Loader::pool() const { return impl_->pool; }
 
 Loader::Iterator Loader::begin() {
   if (impl_->setup.ok()) impl_->StartEpoch();
-  return Iterator(this);
+  return Iterator([this]() -> std::optional<Sample> {
+    absl::StatusOr<std::optional<Sample>> result = Next();
+    if (!result.ok()) throw LoaderError(result.status());
+    return *std::move(result);
+  });
 }
 
-Loader::Iterator Loader::end() { return Iterator(nullptr); }
-
-Loader::Iterator::Iterator(Loader* loader) : loader_(loader) {
-  if (loader_ != nullptr) ++*this;
-}
-
-Loader::Iterator& Loader::Iterator::operator++() {
-  absl::StatusOr<std::optional<Sample>> result = loader_->Next();
-  if (!result.ok()) {
-    loader_ = nullptr;
-    current_.reset();
-    throw LoaderError(result.status());
-  }
-  if (!result->has_value()) {
-    loader_ = nullptr;
-    current_.reset();
-    return *this;
-  }
-  current_ = std::move(**result);
-  return *this;
-}
+Loader::Iterator Loader::end() { return Iterator(); }
 
 }  // namespace wds

@@ -1,8 +1,6 @@
 // Shard indexes: header-only tar scans, DALI's text index, wids' JSON index.
 #include "wds/shard_index.h"
 
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstdio>
 #include <fstream>
@@ -11,6 +9,7 @@
 #include <optional>
 #include <sstream>
 
+#include "wds/internal/atomic_file.h"
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"
 #include "wds/byte_stream.h"
@@ -121,28 +120,6 @@ absl::StatusOr<DatasetShard> ParseShard(const nlohmann::json& item, std::string_
 }
 
 }  // namespace
-
-std::string TemporaryPath(std::string_view path) {
-  return Cat(path, ".", static_cast<int64_t>(getpid()), ".tmp");
-}
-
-absl::Status WriteFileAtomically(const std::string& path, std::string_view data) {
-  const std::string temp = TemporaryPath(path);
-  FILE* f = std::fopen(temp.c_str(), "wb");
-  if (f == nullptr) return absl::ErrnoToStatus(errno, Cat(path, ": cannot create"));
-  const bool written = std::fwrite(data.data(), 1, data.size(), f) == data.size();
-  const int saved_errno = errno;
-  if (std::fclose(f) != 0 || !written) {
-    std::remove(temp.c_str());
-    return absl::ErrnoToStatus(written ? errno : saved_errno, Cat(path, ": cannot write"));
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
-    const int rename_errno = errno;
-    std::remove(temp.c_str());
-    return absl::ErrnoToStatus(rename_errno, Cat(path, ": cannot rename ", temp, " into place"));
-  }
-  return absl::OkStatus();
-}
 
 absl::StatusOr<std::string> ShardIndex::ToText() const {
   std::string out = Cat(kDaliVersion, " ", static_cast<int64_t>(samples.size()), "\n");

@@ -7,43 +7,17 @@
 #include <optional>
 #include <utility>
 
+#include "wds/internal/atomic_file.h"
+#include "wds/internal/shard_roller.h"
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"
 #include "wds/internal/tar_grouping.h"
+#include "wds/shard_index.h"
 
 namespace wds {
 namespace {
 
-constexpr int64_t kBlock = 512;
-// The end-of-archive marker TarWriter writes: two zero blocks.
-constexpr int64_t kEndOfArchive = 2 * kBlock;
-// The largest size a ustar header's 11 octal digits hold.
-constexpr int64_t kMaxUstarSize = (int64_t{1} << 33) - 1;
 constexpr int kMaxWidth = 32;
-
-int64_t RoundUp(int64_t n) { return (n + kBlock - 1) / kBlock * kBlock; }
-
-bool NeedsPax(std::string_view name, int64_t size) {
-  if (name.size() >= 100 || size > kMaxUstarSize) return true;
-  for (char c : name) {
-    if (static_cast<unsigned char>(c) >= 0x80) return true;
-  }
-  return false;
-}
-
-// ValueSize is the length of the text TarWriter writes for `value`; nullopt
-// for values it refuses.
-std::optional<int64_t> ValueSize(const Value& value) {
-  if (const Buffer* b = std::get_if<Buffer>(&value)) return static_cast<int64_t>(b->size());
-  if (const std::string* s = std::get_if<std::string>(&value)) {
-    return static_cast<int64_t>(s->size());
-  }
-  if (const int64_t* i = std::get_if<int64_t>(&value)) {
-    return static_cast<int64_t>(Cat(*i).size());
-  }
-  if (const double* d = std::get_if<double>(&value)) return static_cast<int64_t>(Cat(*d).size());
-  return std::nullopt;
-}
 
 absl::Status CheckKey(const Sample& sample, std::string_view pattern) {
   const std::string* key = sample.GetString(kKeyField);
@@ -122,38 +96,94 @@ absl::StatusOr<std::string> FormatShardName(std::string_view pattern, int64_t nu
   return out;
 }
 
-int64_t MemberFootprint(std::string_view name, int64_t size) {
-  int64_t bytes = kBlock + RoundUp(size);
-  if (NeedsPax(name, size)) {
-    // A pax extended header: its own header block plus records that hold the
-    // name (at most 3 bytes of escaping per byte is more than enough) and a
-    // size; the bound need not be tight, only never below the real size.
-    bytes += kBlock + RoundUp(3 * static_cast<int64_t>(name.size()) + 256);
-  }
-  return bytes;
+// State is a ShardWriter's data and its shard-level steps.
+struct ShardWriter::State {
+  State(std::string p, ShardWriterOptions o)
+      : pattern(std::move(p)),
+        options(std::move(o)),
+        roller(options.maxcount, options.maxsize),
+        next_number(options.first_shard) {}
+
+  absl::Status StartShard();
+  absl::Status FinishShard();
+  absl::Status Fail(absl::Status status);
+  void Abort();
+
+  std::string pattern;
+  ShardWriterOptions options;
+  ShardRoller roller;
+  std::unique_ptr<TarWriter> tar;
+  ShardInfo current;
+  std::string temp_path;
+  ShardIndex index;
+  absl::Status error;
+  bool closed = false;
+  int64_t next_number;
+  int64_t shards_written = 0;
+  int64_t samples_written = 0;
+};
+
+void ShardWriter::State::Abort() {
+  tar.reset();
+  if (!temp_path.empty()) std::remove(temp_path.c_str());
+  temp_path.clear();
 }
 
-int64_t TarFootprint(const Sample& sample) {
-  const std::string_view key = sample.key();
-  int64_t bytes = 0;
-  for (const Sample::Field& f : sample) {
-    if (f.first.empty() || f.first[0] == '_') continue;
-    const std::optional<int64_t> size = ValueSize(f.second);
-    if (!size.has_value()) continue;
-    bytes += MemberFootprint(Cat(key, ".", f.first), *size);
-  }
-  return bytes;
+absl::Status ShardWriter::State::Fail(absl::Status status) {
+  Abort();
+  error = status;
+  return status;
 }
 
-bool ShardRoller::Add(int64_t footprint) {
-  if (count_ > 0 && count_ < maxcount_ && bytes_ + footprint + kEndOfArchive <= maxsize_) {
-    ++count_;
-    bytes_ += footprint;
-    return false;
+absl::Status ShardWriter::State::StartShard() {
+  absl::StatusOr<std::string> path = FormatShardName(pattern, next_number);
+  if (!path.ok()) return path.status();
+  current = ShardInfo();
+  current.path = *std::move(path);
+  current.number = next_number++;
+  index.samples.clear();
+  temp_path = TemporaryPath(current.path);
+  absl::StatusOr<std::unique_ptr<TarWriter>> created = TarWriter::Create(temp_path, options.tar);
+  if (!created.ok()) {
+    temp_path.clear();
+    return created.status();
   }
-  count_ = 1;
-  bytes_ = footprint;
-  return true;
+  tar = *std::move(created);
+  return absl::OkStatus();
+}
+
+absl::Status ShardWriter::State::FinishShard() {
+  WDS_RETURN_IF_ERROR(tar->Close());
+  current.tar_bytes = tar->tar_bytes();
+  current.data_bytes = tar->bytes_written();
+  tar.reset();
+  struct stat st;
+  if (stat(temp_path.c_str(), &st) != 0) {
+    return absl::ErrnoToStatus(errno, Cat(temp_path, ": cannot stat the finished shard"));
+  }
+  current.file_bytes = st.st_size;
+  std::string index_text;
+  if (options.write_index) {
+    absl::StatusOr<std::string> text = index.ToText();
+    if (!text.ok()) {
+      return absl::InvalidArgumentError(
+          Cat(current.path, ": cannot index: ", ToStd(text.status().message())));
+    }
+    index_text = *std::move(text);
+    // A stale sidecar must never sit beside the new shard.
+    std::remove(IndexPath(current.path).c_str());
+  }
+  if (std::rename(temp_path.c_str(), current.path.c_str()) != 0) {
+    return absl::ErrnoToStatus(errno,
+                               Cat(current.path, ": cannot rename ", temp_path, " into place"));
+  }
+  temp_path.clear();
+  ++shards_written;
+  if (options.write_index) {
+    WDS_RETURN_IF_ERROR(WriteFileAtomically(IndexPath(current.path), index_text));
+  }
+  if (options.on_close) WDS_RETURN_IF_ERROR(options.on_close(current));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<ShardWriter>> ShardWriter::Create(std::string pattern,
@@ -163,111 +193,52 @@ absl::StatusOr<std::unique_ptr<ShardWriter>> ShardWriter::Create(std::string pat
     return absl::InvalidArgumentError(Cat(pattern, ": maxcount and maxsize must be positive (got ",
                                           options.maxcount, " and ", options.maxsize, ")"));
   }
-  return std::unique_ptr<ShardWriter>(new ShardWriter(std::move(pattern), std::move(options)));
+  return std::unique_ptr<ShardWriter>(
+      new ShardWriter(std::make_unique<State>(std::move(pattern), std::move(options))));
 }
 
-ShardWriter::ShardWriter(std::string pattern, ShardWriterOptions options)
-    : pattern_(std::move(pattern)),
-      options_(std::move(options)),
-      roller_(options_.maxcount, options_.maxsize),
-      next_number_(options_.first_shard) {}
+ShardWriter::ShardWriter(std::unique_ptr<State> state) : state_(std::move(state)) {}
 
 ShardWriter::~ShardWriter() { Abort(); }
 
-void ShardWriter::Abort() {
-  tar_.reset();
-  if (!temp_path_.empty()) std::remove(temp_path_.c_str());
-  temp_path_.clear();
-}
-
-absl::Status ShardWriter::Fail(absl::Status status) {
-  Abort();
-  error_ = status;
-  return status;
-}
-
-absl::Status ShardWriter::StartShard() {
-  absl::StatusOr<std::string> path = FormatShardName(pattern_, next_number_);
-  if (!path.ok()) return path.status();
-  current_ = ShardInfo();
-  current_.path = *std::move(path);
-  current_.number = next_number_++;
-  index_.samples.clear();
-  temp_path_ = TemporaryPath(current_.path);
-  absl::StatusOr<std::unique_ptr<TarWriter>> tar = TarWriter::Create(temp_path_, options_.tar);
-  if (!tar.ok()) {
-    temp_path_.clear();
-    return tar.status();
-  }
-  tar_ = *std::move(tar);
-  return absl::OkStatus();
-}
-
-absl::Status ShardWriter::FinishShard() {
-  WDS_RETURN_IF_ERROR(tar_->Close());
-  current_.tar_bytes = tar_->tar_bytes();
-  current_.data_bytes = tar_->bytes_written();
-  tar_.reset();
-  struct stat st;
-  if (stat(temp_path_.c_str(), &st) != 0) {
-    return absl::ErrnoToStatus(errno, Cat(temp_path_, ": cannot stat the finished shard"));
-  }
-  current_.file_bytes = st.st_size;
-  std::string index_text;
-  if (options_.write_index) {
-    absl::StatusOr<std::string> text = index_.ToText();
-    if (!text.ok()) {
-      return absl::InvalidArgumentError(
-          Cat(current_.path, ": cannot index: ", ToStd(text.status().message())));
-    }
-    index_text = *std::move(text);
-    // A stale sidecar must never sit beside the new shard.
-    std::remove(IndexPath(current_.path).c_str());
-  }
-  if (std::rename(temp_path_.c_str(), current_.path.c_str()) != 0) {
-    return absl::ErrnoToStatus(errno,
-                               Cat(current_.path, ": cannot rename ", temp_path_, " into place"));
-  }
-  temp_path_.clear();
-  ++shards_written_;
-  if (options_.write_index) {
-    WDS_RETURN_IF_ERROR(WriteFileAtomically(IndexPath(current_.path), index_text));
-  }
-  if (options_.on_close) WDS_RETURN_IF_ERROR(options_.on_close(current_));
-  return absl::OkStatus();
-}
+void ShardWriter::Abort() { state_->Abort(); }
 
 absl::Status ShardWriter::Write(const Sample& sample) {
-  if (!error_.ok()) return error_;
-  if (closed_) return absl::FailedPreconditionError(Cat(pattern_, ": writer is closed"));
-  absl::Status valid = CheckKey(sample, pattern_);
-  if (!valid.ok()) return Fail(valid);
-  const bool new_shard = roller_.Add(TarFootprint(sample));
-  if (new_shard && tar_ != nullptr) {
-    absl::Status finished = FinishShard();
-    if (!finished.ok()) return Fail(finished);
+  State& s = *state_;
+  if (!s.error.ok()) return s.error;
+  if (s.closed) return absl::FailedPreconditionError(Cat(s.pattern, ": writer is closed"));
+  absl::Status valid = CheckKey(sample, s.pattern);
+  if (!valid.ok()) return s.Fail(valid);
+  const bool new_shard = s.roller.Add(TarFootprint(sample));
+  if (new_shard && s.tar != nullptr) {
+    absl::Status finished = s.FinishShard();
+    if (!finished.ok()) return s.Fail(finished);
   }
-  if (tar_ == nullptr) {
-    absl::Status started = StartShard();
-    if (!started.ok()) return Fail(started);
+  if (s.tar == nullptr) {
+    absl::Status started = s.StartShard();
+    if (!started.ok()) return s.Fail(started);
   }
   std::vector<WrittenMember> written;
-  absl::Status status = tar_->Write(sample, options_.write_index ? &written : nullptr);
-  if (!status.ok()) return Fail(status);
-  if (options_.write_index) index_.samples.push_back(ToIndexSample(written));
-  ++current_.samples;
-  ++samples_written_;
+  absl::Status status = s.tar->Write(sample, s.options.write_index ? &written : nullptr);
+  if (!status.ok()) return s.Fail(status);
+  if (s.options.write_index) s.index.samples.push_back(ToIndexSample(written));
+  ++s.current.samples;
+  ++s.samples_written;
   return absl::OkStatus();
 }
 
 absl::Status ShardWriter::Close() {
-  if (!error_.ok()) return error_;
-  if (closed_) return absl::OkStatus();
-  closed_ = true;
-  if (tar_ == nullptr) return absl::OkStatus();
-  absl::Status finished = FinishShard();
-  if (!finished.ok()) return Fail(finished);
+  State& s = *state_;
+  if (!s.error.ok()) return s.error;
+  if (s.closed) return absl::OkStatus();
+  s.closed = true;
+  if (s.tar == nullptr) return absl::OkStatus();
+  absl::Status finished = s.FinishShard();
+  if (!finished.ok()) return s.Fail(finished);
   return absl::OkStatus();
 }
+
+int64_t ShardWriter::shards_written() const { return state_->shards_written; }
+int64_t ShardWriter::samples_written() const { return state_->samples_written; }
 
 }  // namespace wds

@@ -60,18 +60,32 @@ int WriteHeader(struct archive* a, struct archive_entry* entry) {
 
 const char* FilterName(TarCompression c) { return c == TarCompression::kGzip ? "gzip" : "zstd"; }
 
-// FieldBytes renders a field value the way the reference writer encodes
-// bytes, text and numbers; arrays and lists need an encoder chosen by the
-// caller (e.g. npy), so they are refused.
-std::optional<std::string> FieldBytes(const Value& value) {
-  if (const Buffer* b = std::get_if<Buffer>(&value)) return std::string(b->view());
-  if (const std::string* s = std::get_if<std::string>(&value)) return *s;
-  if (const int64_t* i = std::get_if<int64_t>(&value)) return Cat(*i);
-  if (const double* d = std::get_if<double>(&value)) return Cat(*d);
+// FieldBytes is what the reference writer stores for bytes, text and numbers
+// (numbers rendered into `scratch`); arrays and lists need an encoder chosen
+// by the caller (e.g. npy), so they are refused.
+std::optional<std::string_view> FieldBytes(const Value& value, std::string& scratch) {
+  if (const Buffer* b = std::get_if<Buffer>(&value)) return b->view();
+  if (const std::string* s = std::get_if<std::string>(&value)) return std::string_view(*s);
+  if (const int64_t* i = std::get_if<int64_t>(&value)) return std::string_view(scratch = Cat(*i));
+  if (const double* d = std::get_if<double>(&value)) return std::string_view(scratch = Cat(*d));
   return std::nullopt;
 }
 
 }  // namespace
+
+struct TarWriter::State {
+  State(std::string p, TarWriterOptions o, struct archive* a)
+      : path(std::move(p)), options(o), archive(a) {}
+  ~State() {
+    if (archive != nullptr) archive_write_free(archive);
+  }
+
+  std::string path;
+  TarWriterOptions options;
+  struct archive* archive;  // null once closed
+  int64_t bytes_written = 0;
+  int64_t tar_bytes = 0;
+};
 
 absl::StatusOr<std::unique_ptr<TarWriter>> TarWriter::Create(const std::string& path,
                                                              TarWriterOptions options) {
@@ -101,43 +115,45 @@ absl::StatusOr<std::unique_ptr<TarWriter>> TarWriter::Create(const std::string& 
     archive_write_free(a);
     return s;
   }
-  return std::unique_ptr<TarWriter>(new TarWriter(path, options, a));
+  return std::unique_ptr<TarWriter>(new TarWriter(std::make_unique<State>(path, options, a)));
 }
 
-TarWriter::TarWriter(std::string path, TarWriterOptions options, ::archive* archive)
-    : path_(std::move(path)), options_(options), archive_(archive) {}
+TarWriter::TarWriter(std::unique_ptr<State> state) : state_(std::move(state)) {}
 
-TarWriter::~TarWriter() {
-  if (archive_ != nullptr) archive_write_free(archive_);
-}
+TarWriter::~TarWriter() = default;
+
+int64_t TarWriter::bytes_written() const { return state_->bytes_written; }
+int64_t TarWriter::tar_bytes() const { return state_->tar_bytes; }
+const std::string& TarWriter::path() const { return state_->path; }
 
 absl::Status TarWriter::WriteMember(std::string_view name, std::string_view data,
                                     std::vector<WrittenMember>* written) {
-  if (archive_ == nullptr) return absl::FailedPreconditionError(Cat(path_, ": writer is closed"));
+  State& s = *state_;
+  if (s.archive == nullptr) return absl::FailedPreconditionError(Cat(s.path, ": writer is closed"));
   std::string name_text(name);
   struct archive_entry* entry = archive_entry_new();
   archive_entry_set_pathname(entry, name_text.c_str());
   archive_entry_set_filetype(entry, AE_IFREG);
   archive_entry_set_perm(entry, 0444);
   archive_entry_set_size(entry, static_cast<la_int64_t>(data.size()));
-  archive_entry_set_mtime(entry, options_.mtime, 0);
+  archive_entry_set_mtime(entry, s.options.mtime, 0);
   archive_entry_set_uid(entry, 0);
   archive_entry_set_gid(entry, 0);
   archive_entry_set_uname(entry, "bigdata");
   archive_entry_set_gname(entry, "bigdata");
-  int rc = WriteHeader(archive_, entry);
+  int rc = WriteHeader(s.archive, entry);
   archive_entry_free(entry);
-  if (rc != ARCHIVE_OK) return ArchiveError(path_, archive_, Cat("writing header of ", name));
+  if (rc != ARCHIVE_OK) return ArchiveError(s.path, s.archive, Cat("writing header of ", name));
   // Filter 0 is the one the tar format writes into: it counts uncompressed bytes.
-  const int64_t data_offset = archive_filter_bytes(archive_, 0);
+  const int64_t data_offset = archive_filter_bytes(s.archive, 0);
   size_t done = 0;
   while (done < data.size()) {
-    la_ssize_t n = archive_write_data(archive_, data.data() + done, data.size() - done);
-    if (n <= 0) return ArchiveError(path_, archive_, Cat("writing ", name));
+    la_ssize_t n = archive_write_data(s.archive, data.data() + done, data.size() - done);
+    if (n <= 0) return ArchiveError(s.path, s.archive, Cat("writing ", name));
     done += static_cast<size_t>(n);
   }
-  bytes_written_ += static_cast<int64_t>(data.size());
-  tar_bytes_ = archive_filter_bytes(archive_, 0);
+  s.bytes_written += static_cast<int64_t>(data.size());
+  s.tar_bytes = archive_filter_bytes(s.archive, 0);
   if (written != nullptr) {
     written->push_back({std::string(name), data_offset, static_cast<int64_t>(data.size())});
   }
@@ -147,7 +163,7 @@ absl::Status TarWriter::WriteMember(std::string_view name, std::string_view data
 absl::Status TarWriter::Write(const Sample& sample, std::vector<WrittenMember>* written) {
   const std::string* key = sample.GetString(kKeyField);
   if (key == nullptr || key->empty()) {
-    return absl::InvalidArgumentError(Cat(path_, ": sample has no __key__"));
+    return absl::InvalidArgumentError(Cat(state_->path, ": sample has no __key__"));
   }
   std::vector<const Sample::Field*> fields;
   for (const Sample::Field& f : sample) {
@@ -155,10 +171,11 @@ absl::Status TarWriter::Write(const Sample& sample, std::vector<WrittenMember>* 
   }
   std::sort(fields.begin(), fields.end(),
             [](const Sample::Field* a, const Sample::Field* b) { return a->first < b->first; });
+  std::string scratch;
   for (const Sample::Field* f : fields) {
-    std::optional<std::string> bytes = FieldBytes(f->second);
+    std::optional<std::string_view> bytes = FieldBytes(f->second, scratch);
     if (!bytes.has_value()) {
-      return absl::InvalidArgumentError(Cat(path_, ": sample ", *key, ": field ", f->first,
+      return absl::InvalidArgumentError(Cat(state_->path, ": sample ", *key, ": field ", f->first,
                                             " is an array or a list; encode it to bytes first"));
     }
     absl::Status s = WriteMember(Cat(*key, ".", f->first), *bytes, written);
@@ -168,13 +185,15 @@ absl::Status TarWriter::Write(const Sample& sample, std::vector<WrittenMember>* 
 }
 
 absl::Status TarWriter::Close() {
-  if (archive_ == nullptr) return absl::OkStatus();
-  int rc = archive_write_close(archive_);
-  tar_bytes_ = archive_filter_bytes(archive_, 0);
-  absl::Status s = rc == ARCHIVE_OK ? absl::OkStatus() : ArchiveError(path_, archive_, "closing");
-  archive_write_free(archive_);
-  archive_ = nullptr;
-  return s;
+  State& s = *state_;
+  if (s.archive == nullptr) return absl::OkStatus();
+  int rc = archive_write_close(s.archive);
+  s.tar_bytes = archive_filter_bytes(s.archive, 0);
+  absl::Status status =
+      rc == ARCHIVE_OK ? absl::OkStatus() : ArchiveError(s.path, s.archive, "closing");
+  archive_write_free(s.archive);
+  s.archive = nullptr;
+  return status;
 }
 
 }  // namespace wds

@@ -184,19 +184,9 @@ std::optional<TensorBatch> DevicePrefetcher::Next() { return impl_->Next(); }
 const torch::Device& DevicePrefetcher::device() const { return impl_->options.device; }
 
 DevicePrefetcher::Iterator DevicePrefetcher::begin() {
-  Iterator it(this);
-  ++it;
-  return it;
+  return Iterator([this] { return Next(); });
 }
 
-DevicePrefetcher::Iterator DevicePrefetcher::end() { return Iterator(nullptr); }
-
-DevicePrefetcher::Iterator::Iterator(DevicePrefetcher* owner) : owner_(owner) {}
-
-DevicePrefetcher::Iterator& DevicePrefetcher::Iterator::operator++() {
-  current_ = owner_->Next();
-  if (!current_) owner_ = nullptr;
-  return *this;
-}
+DevicePrefetcher::Iterator DevicePrefetcher::end() { return Iterator(); }
 
 }  // namespace wds

@@ -161,8 +161,8 @@ std::optional<torch::Tensor> ValueToTensor(const Value& value, const ToTensorOpt
   return std::nullopt;
 }
 
-// BatchOptions applies kNCHW to image batches (4-D arrays) only.
-ToTensorOptions BatchOptions(const Value& value, const ToTensorOptions& options) {
+// OptionsForBatchField applies kNCHW to image batches (4-D arrays) only.
+ToTensorOptions OptionsForBatchField(const Value& value, const ToTensorOptions& options) {
   ToTensorOptions out = options;
   const auto* array = std::get_if<Array>(&value);
   if (array == nullptr || array->shape.size() != 4) out.layout = TensorLayout::kAsStored;
@@ -212,7 +212,7 @@ TensorBatch ToTensorBatch(const Sample& batch, const std::vector<std::string>& f
     for (const auto& [name, value] : batch) {
       std::optional<torch::Tensor> tensor;
       if (!IsMetadataField(name)) {
-        tensor = ValueToTensor(value, BatchOptions(value, options), FieldRef{&batch, name});
+        tensor = ValueToTensor(value, OptionsForBatchField(value, options), FieldRef{&batch, name});
       }
       if (tensor) {
         out.names.push_back(name);
@@ -225,7 +225,7 @@ TensorBatch ToTensorBatch(const Sample& batch, const std::vector<std::string>& f
   }
   for (const std::string& name : fields) {
     const Value* value = batch.Find(name);
-    ToTensorOptions field_options = value ? BatchOptions(*value, options) : options;
+    ToTensorOptions field_options = value ? OptionsForBatchField(*value, options) : options;
     out.tensors.push_back(RequiredFieldTensor(batch, name, field_options));
     out.names.push_back(name);
   }

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "wds/loader.h"
+#include "wds/pull_iterator.h"
 #include "wds/sample.h"
 #include "wds/torch/tensor.h"
 
@@ -81,7 +82,7 @@ class DevicePrefetcher {
   // device is the resolved device (with its index for CUDA).
   const torch::Device& device() const;
 
-  class Iterator;
+  using Iterator = PullIterator<TensorBatch>;
   // begin draws the first batch of an epoch; iterating ends with the epoch.
   Iterator begin();
   Iterator end();
@@ -89,27 +90,6 @@ class DevicePrefetcher {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
-};
-
-class DevicePrefetcher::Iterator {
- public:
-  using value_type = TensorBatch;
-  using reference = const TensorBatch&;
-  using pointer = const TensorBatch*;
-  using difference_type = std::ptrdiff_t;
-  using iterator_category = std::input_iterator_tag;
-
-  reference operator*() const { return *current_; }
-  pointer operator->() const { return &*current_; }
-  Iterator& operator++();
-  bool operator==(const Iterator& other) const { return owner_ == other.owner_; }
-  bool operator!=(const Iterator& other) const { return !(*this == other); }
-
- private:
-  friend class DevicePrefetcher;
-  explicit Iterator(DevicePrefetcher* owner);
-  DevicePrefetcher* owner_ = nullptr;  // null at end
-  std::optional<TensorBatch> current_;
 };
 
 }  // namespace wds
