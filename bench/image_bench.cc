@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "image/image_rows.h"
+#include "image/resample.h"
 #include "wds/image.h"
 
 namespace wds {

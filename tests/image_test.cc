@@ -9,7 +9,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "image/image_rows.h"
+#include "image/resample.h"
 #include "image_test_util.h"
 
 namespace wds {

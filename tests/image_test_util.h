@@ -14,7 +14,7 @@
 #include <string_view>
 
 #include "gtest/gtest.h"
-#include "image/image_rows.h"
+#include "image/resample.h"
 #include "test_util.h"
 #include "wds/image.h"
 

@@ -16,9 +16,7 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cstdio>
-#include <deque>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -31,6 +29,7 @@
 #include "shard_common.h"
 #include "shard_inputs.h"
 #include "wds/internal/atomic_file.h"
+#include "wds/internal/bounded_queue.h"
 #include "wds/internal/shard_roller.h"
 #include "wds/random.h"
 #include "wds/shard_index.h"
@@ -194,39 +193,7 @@ struct Job {
 
 // JobQueue hands planned shards to the worker threads; bounded, so that a
 // tar input is held in memory a few shards at a time.
-class JobQueue {
- public:
-  explicit JobQueue(size_t capacity) : capacity_(capacity) {}
-  void Push(Job job) {
-    std::unique_lock<std::mutex> lock(mu_);
-    not_full_.wait(lock, [&] { return jobs_.size() < capacity_ || closed_; });
-    if (!closed_) jobs_.push_back(std::move(job));
-    not_empty_.notify_one();
-  }
-  std::optional<Job> Pop() {
-    std::unique_lock<std::mutex> lock(mu_);
-    not_empty_.wait(lock, [&] { return !jobs_.empty() || closed_; });
-    if (jobs_.empty()) return std::nullopt;
-    Job job = std::move(jobs_.front());
-    jobs_.pop_front();
-    not_full_.notify_one();
-    return job;
-  }
-  void Close() {
-    std::lock_guard<std::mutex> lock(mu_);
-    closed_ = true;
-    not_full_.notify_all();
-    not_empty_.notify_all();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable not_full_;
-  std::condition_variable not_empty_;
-  std::deque<Job> jobs_;
-  const size_t capacity_;
-  bool closed_ = false;
-};
+using JobQueue = BoundedQueue<Job>;
 
 // FirstError keeps the first error any thread reports.
 class FirstError {
@@ -339,7 +306,7 @@ class Creator {
     for (int64_t i = 0; i < options_.workers; ++i) threads.emplace_back([&] { Work(queue); });
     absl::Status planned = Plan(input, queue);
     if (!planned.ok()) error_.Set(planned);
-    queue.Close();
+    queue.CloseInput();
     for (std::thread& t : threads) t.join();
     return error_.Get();
   }

@@ -2,7 +2,7 @@
 #include <memory>
 #include <utility>
 
-#include "image/image_rows.h"
+#include "image/codecs.h"
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"
 #include "wds/image.h"

@@ -13,7 +13,11 @@
 #include <jerror.h>
 // clang-format on
 
-#include "image/image_rows.h"
+#include "image/codecs.h"
+#include "image/output_writer.h"
+#include "image/pixels.h"
+#include "image/resample.h"
+#include "image/scratch.h"
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"
 

@@ -4,7 +4,11 @@
 
 #include <memory>
 
-#include "image/image_rows.h"
+#include "image/codecs.h"
+#include "image/output_writer.h"
+#include "image/pixels.h"
+#include "image/resample.h"
+#include "image/scratch.h"
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"
 

@@ -1,7 +1,11 @@
 // WebP decoding through libwebp, which crops and scales while it decodes.
 #include <webp/decode.h>
 
-#include "image/image_rows.h"
+#include "image/codecs.h"
+#include "image/output_writer.h"
+#include "image/pixels.h"
+#include "image/resample.h"
+#include "image/scratch.h"
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"
 

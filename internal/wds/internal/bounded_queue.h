@@ -1,5 +1,6 @@
 // BoundedQueue: a blocking FIFO of at most `capacity` items between producer
-// threads and one consumer, with a Close() that releases every waiter.
+// and consumer threads, with a Close() that releases every waiter and a
+// CloseInput() that lets consumers drain what is queued.
 //
 //   BoundedQueue<int> q(2);
 //   std::thread producer([&] { for (int i = 0; q.Push(i); ++i) {} });
@@ -28,12 +29,14 @@ class BoundedQueue {
   BoundedQueue& operator=(const BoundedQueue&) = delete;
 
   // Push waits for room, then appends `item`. Returns false, dropping `item`,
-  // once the queue is closed (also when it closes while waiting).
+  // once the queue or its input is closed (also when that happens while
+  // waiting).
   bool Push(T item) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      not_full_.wait(lock, [this] { return closed_ || items_.size() < capacity_; });
-      if (closed_) return false;
+      not_full_.wait(lock,
+                     [this] { return closed_ || input_closed_ || items_.size() < capacity_; });
+      if (closed_ || input_closed_) return false;
       items_.push_back(std::move(item));
     }
     not_empty_.notify_one();
@@ -41,13 +44,14 @@ class BoundedQueue {
   }
 
   // Pop waits for an item and removes it. Returns nullopt once the queue is
-  // closed; items still queued then are discarded with the queue.
+  // closed (items still queued are discarded with the queue), or once its
+  // input is closed and every queued item was taken.
   std::optional<T> Pop() {
     std::optional<T> item;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      not_empty_.wait(lock, [this] { return closed_ || !items_.empty(); });
-      if (closed_) return std::nullopt;
+      not_empty_.wait(lock, [this] { return closed_ || input_closed_ || !items_.empty(); });
+      if (closed_ || items_.empty()) return std::nullopt;
       item.emplace(std::move(items_.front()));
       items_.pop_front();
     }
@@ -65,6 +69,17 @@ class BoundedQueue {
     not_empty_.notify_all();
   }
 
+  // CloseInput ends the input: later Pushes return false; Pops return the
+  // queued items, then nullopt.
+  void CloseInput() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      input_closed_ = true;
+    }
+    not_full_.notify_all();
+    not_empty_.notify_all();
+  }
+
   bool closed() const {
     std::lock_guard<std::mutex> lock(mu_);
     return closed_;
@@ -77,6 +92,7 @@ class BoundedQueue {
   std::condition_variable not_empty_;
   std::deque<T> items_;
   bool closed_ = false;
+  bool input_closed_ = false;
 };
 
 }  // namespace wds

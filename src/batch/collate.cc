@@ -1,27 +1,25 @@
-// Collation (the reference's default_collation_fn, typed) and the Batched
-// stage with count and budget limits.
-#include "wds/batch.h"
+// Collation (the reference's default_collation_fn, typed): numbers to arrays,
+// texts and bytes to lists, arrays stacked (or padded) into pooled blocks.
+#include "batch/collate.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <variant>
 #include <vector>
 
+#include "stages/transform_stream.h"
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"
-#include "stages/transform_stream.h"
 
 namespace wds {
 namespace {
 
-constexpr std::string_view kStage = "batched";
 
 // Where names a sample of the batch for messages: "<url>: key <key>" or, for
 // samples without a key (tuples), its position in the batch.
@@ -34,7 +32,7 @@ std::string Where(const Sample& sample, size_t index) {
 absl::Status CollateError(const std::vector<Sample>& samples, size_t index, std::string_view field,
                           std::string_view detail) {
   return absl::InvalidArgumentError(
-      Cat(Where(samples[index], index), ": ", kStage, ": field ", field, ": ", detail));
+      Cat(Where(samples[index], index), ": ", kBatchedStage, ": field ", field, ": ", detail));
 }
 
 // Column gathers one field's values across the batch.
@@ -50,12 +48,12 @@ absl::Status CheckSameFields(const std::vector<Sample>& samples) {
   for (size_t i = 1; i < samples.size(); ++i) {
     const Sample& s = samples[i];
     if (s.is_tuple() != first.is_tuple()) {
-      return absl::InvalidArgumentError(Cat(Where(s, i), ": ", kStage, ": a ",
+      return absl::InvalidArgumentError(Cat(Where(s, i), ": ", kBatchedStage, ": a ",
                                             s.is_tuple() ? "tuple" : "dict", " in a batch of ",
                                             first.is_tuple() ? "tuples" : "dicts"));
     }
     if (first.is_tuple() && s.size() != first.size()) {
-      return absl::InvalidArgumentError(Cat(Where(s, i), ": ", kStage, ": a tuple of ", s.size(),
+      return absl::InvalidArgumentError(Cat(Where(s, i), ": ", kBatchedStage, ": a tuple of ", s.size(),
                                             " values in a batch of ", first.size(), "-tuples"));
     }
     if (first.is_tuple()) continue;
@@ -130,111 +128,6 @@ absl::StatusOr<Value> CollateList(const std::vector<Sample>& samples, const Colu
   }
   return Value(std::move(out));
 }
-
-// ----------------------------------------------------------------- slots
-
-// BatchSlots offers the decoders upstream of one Batched stream the slots of
-// the batch being gathered: sample i's array of a field is written straight
-// into slot i of a pooled block, and a column whose arrays all sit in their
-// own slots becomes the block itself, without a copy (InPlace).
-//
-// Each slot is handed out through an owner of its own, so a slot is offered
-// again only after everything made in it is gone (a sample dropped after
-// decoding). A slot still in use when it would be offered again, or after its
-// batch, means a stage between the decoder and Batched holds samples back (a
-// shuffle buffer, say); a block that collation could not use means a stage
-// replaces the decoded arrays (a map that crops, say). Either way offers stop
-// for good, so that no held sample pins a whole block and no batch takes a
-// block it will not use.
-class BatchSlots final : public OutputSlots {
- public:
-  BatchSlots(size_t batch_size, std::shared_ptr<BufferPool> pool)
-      : batch_size_(batch_size), pool_(std::move(pool)) {}
-
-  // set_index names the batch position of the sample about to be pulled.
-  void set_index(size_t index) { index_ = index; }
-
-  Buffer Offer(std::string_view field, DType dtype, const std::vector<int64_t>& shape) override {
-    if (!enabled_ || index_ >= batch_size_) return Buffer();
-    Block* block = Find(field);
-    if (block == nullptr) block = Open(field, dtype, shape);
-    if (block == nullptr || block->dtype != dtype || block->shape != shape) return Buffer();
-    std::weak_ptr<const void>& given = block->given[index_];
-    if (!given.expired()) {
-      enabled_ = false;
-      return Buffer();
-    }
-    auto owner = std::make_shared<const Buffer>(block->storage);
-    given = owner;
-    return Buffer::View(std::move(owner), block->storage.data() + index_ * block->slot_bytes,
-                        block->slot_bytes);
-  }
-
-  // InPlace is the collated array of `column` when sample i's array is slot i
-  // of one block for every i: a view of the block's first slots.
-  std::optional<Buffer> InPlace(const Column& column) {
-    const Array& first = std::get<Array>(*column.values[0]);
-    for (Block& block : blocks_) {
-      if (first.data.data() != block.storage.data()) continue;
-      for (size_t i = 0; i < column.values.size(); ++i) {
-        const Array& a = std::get<Array>(*column.values[i]);
-        if (a.data.data() != block.storage.data() + i * block.slot_bytes ||
-            a.data.size() != block.slot_bytes) {
-          return std::nullopt;
-        }
-      }
-      block.used = true;
-      return block.storage.Slice(0, column.values.size() * block.slot_bytes);
-    }
-    return std::nullopt;
-  }
-
-  // Reset starts the next batch; REQUIRES: the last batch's samples are gone.
-  void Reset() {
-    for (const Block& block : blocks_) {
-      if (!block.used) enabled_ = false;
-      for (const std::weak_ptr<const void>& given : block.given) {
-        if (!given.expired()) enabled_ = false;
-      }
-    }
-    blocks_.clear();
-  }
-
- private:
-  struct Block {
-    std::string field;
-    DType dtype;
-    std::vector<int64_t> shape;
-    size_t slot_bytes;
-    Buffer storage;
-    std::vector<std::weak_ptr<const void>> given;  // per slot
-    bool used = false;                             // collated in place
-  };
-
-  Block* Find(std::string_view field) {
-    for (Block& block : blocks_) {
-      if (block.field == field) return &block;
-    }
-    return nullptr;
-  }
-
-  Block* Open(std::string_view field, DType dtype, const std::vector<int64_t>& shape) {
-    Array probe{dtype, shape, {}};
-    const size_t slot_bytes = probe.nbytes();
-    if (slot_bytes == 0) return nullptr;
-    absl::StatusOr<Buffer> storage = pool_->Acquire(slot_bytes * batch_size_);
-    if (!storage.ok()) return nullptr;
-    blocks_.push_back({std::string(field), dtype, shape, slot_bytes, *std::move(storage),
-                       std::vector<std::weak_ptr<const void>>(batch_size_), false});
-    return &blocks_.back();
-  }
-
-  const size_t batch_size_;
-  std::shared_ptr<BufferPool> pool_;
-  std::vector<Block> blocks_;
-  size_t index_ = 0;
-  bool enabled_ = true;
-};
 
 // ---------------------------------------------------------------- arrays
 
@@ -412,7 +305,7 @@ absl::StatusOr<Array> CollateArrays(const std::vector<Sample>& samples, const Co
   out.shape.push_back(static_cast<int64_t>(column.values.size()));
   out.shape.insert(out.shape.end(), shape.begin(), shape.end());
   if (slots != nullptr && AllShaped(column, shape)) {
-    if (std::optional<Buffer> block = slots->InPlace(column)) {
+    if (std::optional<Buffer> block = slots->InPlace(column.values)) {
       out.data = *std::move(block);
       return out;
     }
@@ -478,7 +371,8 @@ Column GetColumn(const std::vector<Sample>& samples, size_t position) {
   return column;
 }
 
-// CollateBatch is Collate, taking arrays that sit in their slots in place.
+}  // namespace
+
 absl::StatusOr<Batch> CollateBatch(const std::vector<Sample>& samples, const BatchOptions& options,
                                    BufferPool& pool, BatchSlots* slots) {
   WDS_RETURN_IF_ERROR(CheckSameFields(samples));
@@ -505,217 +399,9 @@ absl::StatusOr<Batch> CollateBatch(const std::vector<Sample>& samples, const Bat
   return batch;
 }
 
-// --------------------------------------------------------------- budgets
-
-// Budget tracks what the batch being gathered would cost once collated.
-class Budget {
- public:
-  explicit Budget(const BatchOptions& options) : options_(options) {}
-
-  bool enabled() const {
-    return options_.max_elements.has_value() || options_.max_bytes.has_value();
-  }
-
-  // Exceeded is whether adding `sample` would take the batch over a budget.
-  bool Exceeded(const Sample& sample) const {
-    const Cost cost = With(sample).Total(count_ + 1);
-    return (options_.max_elements && cost.elements > *options_.max_elements) ||
-           (options_.max_bytes && cost.bytes > *options_.max_bytes);
-  }
-
-  void Add(const Sample& sample) {
-    state_ = With(sample);
-    ++count_;
-  }
-
-  void Reset() {
-    state_ = {};
-    count_ = 0;
-  }
-
- private:
-  struct Cost {
-    int64_t elements = 0;
-    int64_t bytes = 0;
-  };
-  // ArrayField is the largest shape seen so far of one array field.
-  struct ArrayField {
-    std::string name;
-    std::vector<int64_t> shape;
-    size_t item;
-  };
-  struct State {
-    std::vector<ArrayField> arrays;
-    int64_t other_bytes = 0;  // numbers, texts and bytes: they add up per sample
-
-    Cost Total(int64_t count) const {
-      Cost cost;
-      for (const ArrayField& f : arrays) {
-        int64_t n = count;
-        for (int64_t d : f.shape) n *= d;
-        cost.elements += n;
-        cost.bytes += n * static_cast<int64_t>(f.item);
-      }
-      cost.bytes += other_bytes;
-      return cost;
-    }
-  };
-
-  State With(const Sample& sample) const {
-    State next = state_;
-    for (const Sample::Field& field : sample) {
-      const Value& v = field.second;
-      if (const Array* a = std::get_if<Array>(&v)) {
-        Grow(next.arrays, field.first, *a);
-      } else if (const std::string* s = std::get_if<std::string>(&v)) {
-        next.other_bytes += static_cast<int64_t>(s->size());
-      } else if (const Buffer* b = std::get_if<Buffer>(&v)) {
-        next.other_bytes += static_cast<int64_t>(b->size());
-      } else {
-        next.other_bytes += 8;
-      }
-    }
-    return next;
-  }
-
-  static void Grow(std::vector<ArrayField>& arrays, const std::string& name, const Array& a) {
-    for (ArrayField& f : arrays) {
-      if (f.name != name) continue;
-      if (f.shape.size() == a.shape.size()) {
-        for (size_t k = 0; k < a.shape.size(); ++k) f.shape[k] = std::max(f.shape[k], a.shape[k]);
-      }
-      return;
-    }
-    arrays.push_back({name, a.shape, DTypeSize(a.dtype)});
-  }
-
-  const BatchOptions& options_;
-  State state_;
-  int64_t count_ = 0;
-};
-
-// ---------------------------------------------------------------- stage
-
-class BatchStream final : public SampleStream {
- public:
-  // The upstream is opened here, with a context that offers its decoders
-  // this stream's slots.
-  BatchStream(const StreamFactory& upstream, const WorkerContext& ctx, size_t batch_size,
-              std::shared_ptr<const BatchOptions> options)
-      : ctx_(ctx),
-        batch_size_(batch_size),
-        options_(std::move(options)),
-        pool_(ctx.pool != nullptr ? ctx.pool : std::make_shared<BufferPool>()),
-        budget_(*options_) {
-    // A batch of unknown size (budgets) has no slots; padded arrays are
-    // copied into place anyway.
-    if (batch_size_ > 0 && !budget_.enabled() && !options_->pad) {
-      slots_ = std::make_shared<BatchSlots>(batch_size_, pool_);
-    }
-    WorkerContext upstream_ctx = ctx;
-    upstream_ctx.output_slots = slots_;
-    upstream_ = upstream(upstream_ctx);
-  }
-
-  SampleResult Next() override {
-    if (!error_.ok()) return error_;
-    while (!done_) {
-      if (slots_ != nullptr) slots_->Reset();
-      absl::StatusOr<bool> complete = Gather();
-      if (!complete.ok()) return complete.status();
-      std::vector<Sample> samples = std::exchange(batch_, {});
-      budget_.Reset();
-      if (samples.empty() || (!*complete && !options_->partial)) break;
-      absl::StatusOr<Batch> batch = CollateBatch(samples, *options_, *pool_, slots_.get());
-      if (batch.ok()) return std::optional<Sample>(*std::move(batch));
-      switch (ctx_.Handle(options_->handler, kStage, batch.status())) {
-        case ErrorAction::kRaise:
-          error_ = batch.status();
-          return error_;
-        case ErrorAction::kContinue:
-          break;
-        case ErrorAction::kStop:
-          done_ = true;
-          break;
-      }
-    }
-    done_ = true;
-    return std::nullopt;
-  }
-
- private:
-  // Gather fills batch_ and returns whether the batch is complete (closed by
-  // the count or a budget rather than by the end of the stream). Upstream
-  // errors are returned as they are.
-  absl::StatusOr<bool> Gather() {
-    while (true) {
-      if (!pending_.has_value()) {
-        if (upstream_done_) return false;
-        if (slots_ != nullptr) slots_->set_index(batch_.size());
-        SampleResult item = upstream_->Next();
-        if (!item.ok()) return item.status();
-        if (!item->has_value()) {
-          upstream_done_ = true;
-          return false;
-        }
-        pending_ = std::move(**item);
-      }
-      if (budget_.enabled()) {
-        if (!batch_.empty() && budget_.Exceeded(*pending_)) return true;
-        budget_.Add(*pending_);
-      }
-      batch_.push_back(*std::move(pending_));
-      pending_.reset();
-      if (batch_size_ > 0 && batch_.size() >= batch_size_) return true;
-    }
-  }
-
-  std::unique_ptr<SampleStream> upstream_;
-  WorkerContext ctx_;
-  const size_t batch_size_;
-  std::shared_ptr<const BatchOptions> options_;
-  std::shared_ptr<BufferPool> pool_;
-  Budget budget_;
-  std::shared_ptr<BatchSlots> slots_;  // null when batches are not decoded in place
-  std::vector<Sample> batch_;
-  // pending_ is a sample that did not fit the previous batch's budget.
-  std::optional<Sample> pending_;
-  bool upstream_done_ = false;
-  bool done_ = false;
-  absl::Status error_;
-};
-
-absl::Status ValidateBatchOptions(size_t batch_size, const BatchOptions& options) {
-  if (options.max_elements.has_value() && *options.max_elements < 1) {
-    return absl::InvalidArgumentError(
-        Cat("batched: max_elements must be >= 1, got ", *options.max_elements));
-  }
-  if (options.max_bytes.has_value() && *options.max_bytes < 1) {
-    return absl::InvalidArgumentError(
-        Cat("batched: max_bytes must be >= 1, got ", *options.max_bytes));
-  }
-  if (batch_size == 0 && !options.max_elements.has_value() && !options.max_bytes.has_value()) {
-    return absl::InvalidArgumentError(
-        "batched: batch_size must be >= 1 unless max_elements or max_bytes is set");
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 absl::StatusOr<Batch> Collate(const std::vector<Sample>& samples, const BatchOptions& options,
                               BufferPool& pool) {
   return CollateBatch(samples, options, pool, nullptr);
-}
-
-StageFactory BatchedStage(size_t batch_size, BatchOptions options) {
-  if (absl::Status error = ValidateBatchOptions(batch_size, options); !error.ok()) {
-    return FailingStage(std::move(error));
-  }
-  auto shared = std::make_shared<const BatchOptions>(std::move(options));
-  return [batch_size, shared](const StreamFactory& upstream, const WorkerContext& ctx) {
-    return std::make_unique<BatchStream>(upstream, ctx, batch_size, shared);
-  };
 }
 
 }  // namespace wds
