@@ -7,9 +7,19 @@ source_dir=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cmake --install "$build_dir" --prefix "$work/prefix" >/dev/null
-test -x "$work/prefix/bin/wds-shard"
+for tool in wds-shard wds-bench wds-demo wds-fashion-mnist; do
+  test -x "$work/prefix/bin/$tool" || { echo "not installed: $tool" >&2; exit 1; }
+done
+if [[ -f "$build_dir/tools/wds-train" ]]; then
+  test -x "$work/prefix/bin/wds-train" || { echo "not installed: wds-train" >&2; exit 1; }
+  "$work/prefix/bin/wds-train" --help >/dev/null
+fi
 cmake -S "$source_dir/tests/downstream" -B "$work/build" -G Ninja \
   -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$work/build" >/dev/null
 mkdir "$work/data"
 "$work/build/app" "$work/data"
+# The installed tools work on what the installed library wrote.
+"$work/prefix/bin/wds-shard" index "$work/data/shard-000000.tar" >/dev/null
+"$work/prefix/bin/wds-shard" verify "$work/data/shard-000000.tar"
+grep -q "^v1.2 10$" "$work/data/shard-000000.tar.idx"
