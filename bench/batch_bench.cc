@@ -14,8 +14,8 @@
 
 #include "benchmark/benchmark.h"
 #include "wds/batch.h"
-#include "wds/decode.h"
 #include "wds/buffer_pool.h"
+#include "wds/decode.h"
 #include "wds/npy.h"
 
 namespace wds {

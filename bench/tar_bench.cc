@@ -28,8 +28,8 @@
 
 #include "allocation_count.h"
 #include "benchmark/benchmark.h"
-#include "wds/internal/strings.h"
 #include "wds/byte_stream.h"
+#include "wds/internal/strings.h"
 #include "wds/loader.h"
 #include "wds/pipeline.h"
 #include "wds/tar_reader.h"

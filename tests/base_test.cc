@@ -1,14 +1,14 @@
 // Tests for the base layer: Buffer, Sample, error handlers, seeding.
 #include <set>
 
+#include "base/handlers.h"
+#include "base/split_mix64.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "wds/buffer.h"
 #include "wds/error.h"
 #include "wds/random.h"
 #include "wds/sample.h"
-#include "base/handlers.h"
-#include "base/split_mix64.h"
 
 namespace wds {
 namespace {
@@ -104,9 +104,9 @@ TEST(HandlerTest, ActionsCountersAndWarnings) {
             ErrorAction::kContinue);
   EXPECT_EQ(ApplyHandler(Handler::kWarnAndStop, "decode", err, &counters, sink),
             ErrorAction::kStop);
-  EXPECT_EQ(ApplyHandler(Handler::kIgnoreAndStop, "decode", absl::NotFoundError("x"), &counters,
-                         sink),
-            ErrorAction::kStop);
+  EXPECT_EQ(
+      ApplyHandler(Handler::kIgnoreAndStop, "decode", absl::NotFoundError("x"), &counters, sink),
+      ErrorAction::kStop);
   EXPECT_EQ(counters.Count("tar", absl::StatusCode::kDataLoss), 3);
   EXPECT_EQ(counters.Count("decode", absl::StatusCode::kDataLoss), 1);
   EXPECT_EQ(counters.Count("decode", absl::StatusCode::kNotFound), 1);

@@ -25,8 +25,7 @@ ShardSampleCounts UnevenCounts() {
 RankEpochPlan Plan(int rank, int world, int workers, int64_t batch, bool partial) {
   ShardSampleCounts counts = UnevenCounts();
   WorkerContext ctx{.rank = rank, .world_size = world, .num_workers = workers};
-  return PlanRankEpoch(kShards, {}, ctx, {.batch_size = batch, .partial = partial}, counts)
-      .value();
+  return PlanRankEpoch(kShards, {}, ctx, {.batch_size = batch, .partial = partial}, counts).value();
 }
 
 TEST(ParseEqualizePolicyTest, NamesRoundTrip) {

@@ -1,7 +1,5 @@
 // Tests for the io layer: OpenUrl on files, standard input and pipe: commands,
 // and MemoryStream.
-#include "wds/byte_stream.h"
-
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -19,8 +17,9 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "wds/internal/strings.h"
 #include "test_util.h"
+#include "wds/byte_stream.h"
+#include "wds/internal/strings.h"
 
 namespace wds {
 namespace {

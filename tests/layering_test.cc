@@ -21,8 +21,8 @@ using ::testing::IsEmpty;
 
 // kLayers lists the layers from the bottom up; each src/ folder is one, and
 // image/ belongs to decode.
-const std::vector<std::string> kLayers = {"base",  "shards",   "io",     "tar",   "stages",
-                                          "decode", "batch",   "pipeline", "loader", "torch"};
+const std::vector<std::string> kLayers = {"base",   "shards", "io",       "tar",    "stages",
+                                          "decode", "batch",  "pipeline", "loader", "torch"};
 
 // kHeaderLayers places every public and internal header. A header missing
 // here fails the test, so a new one gets a layer when it is added.

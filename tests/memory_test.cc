@@ -1,7 +1,5 @@
 // Tests for host allocators, the pinned-memory fallback, BufferPool recycling
 // (also under ThreadSanitizer) and the Loader's pool.
-#include "wds/buffer_pool.h"
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
+#include "wds/buffer_pool.h"
 #include "wds/loader.h"
 #include "wds/pipeline.h"
 

@@ -14,11 +14,11 @@
 namespace wds {
 namespace {
 
-using testing::ReadFile;
 using testing::Compression;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using testing::MakeTar;
+using testing::ReadFile;
 using testing::RunShell;
 using testing::TarEntry;
 using testing::TarFormat;

@@ -1,8 +1,6 @@
 // Tests for shard lists: brace expansion (expected lists checked against the
 // Python braceexpand package), "::" lists, node/worker splitting, per-epoch
 // permutation and resampling.
-#include "wds/shard_list.h"
-
 #include <algorithm>
 #include <map>
 #include <set>
@@ -11,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "shards/shard_streams.h"
 #include "wds/internal/strings.h"
+#include "wds/shard_list.h"
 
 namespace wds {
 namespace {

@@ -1,8 +1,6 @@
 // Tests for the tar layer: TarReader (libarchive), member-name splitting and
 // TarSamples grouping, on tars from libarchive's writer, GNU tar and Python's
 // tarfile, and on every kind of broken input under each error handler.
-#include "wds/tar_reader.h"
-
 #include <archive.h>
 #include <archive_entry.h>
 #include <unistd.h>
@@ -24,9 +22,10 @@
 #include "gtest/gtest.h"
 #include "shards/shard_streams.h"
 #include "tar/tar_samples.h"
+#include "test_util.h"
 #include "wds/internal/strings.h"
 #include "wds/internal/tar_grouping.h"
-#include "test_util.h"
+#include "wds/tar_reader.h"
 
 namespace wds {
 namespace {
@@ -435,7 +434,8 @@ class CountingStream : public ByteStream {
 };
 
 TEST(TarReaderTest, WithoutDataMembersCarrySizesAndDataOffsets) {
-  Members r = ReadMembers(MemoryStream("mem://shard", UstarTar(ThreeMembers())), {.read_data = false});
+  Members r =
+      ReadMembers(MemoryStream("mem://shard", UstarTar(ThreeMembers())), {.read_data = false});
   ASSERT_TRUE(r.status.ok()) << r.status;
   ASSERT_EQ(r.members.size(), 3u);
   const std::vector<std::tuple<std::string, int64_t, int64_t, int64_t>> expected = {
@@ -472,8 +472,8 @@ TEST(TarReaderTest, WithoutDataSkipsMemberDataInsteadOfReadingIt) {
 
 TEST(TarReaderTest, WithoutDataATruncatedMemberIsDataLossNamingIt) {
   const std::string tar = UstarTar(ThreeMembers());
-  Members r = ReadMembers(MemoryStream("mem://shard", tar.substr(0, 3072 + 300)),
-                          {.read_data = false});
+  Members r =
+      ReadMembers(MemoryStream("mem://shard", tar.substr(0, 3072 + 300)), {.read_data = false});
   EXPECT_THAT(Names(r.members), ElementsAre("a.bin", "a.cls", "b.bin"));
   EXPECT_EQ(r.status.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(Message(r.status), HasSubstr("mem://shard: member b.bin at offset 2560: truncated"));
@@ -718,8 +718,8 @@ Grouped ReadGrouped(const std::string& tar, std::function<bool(const TarMember&)
 }
 
 TEST(ShardSampleReaderTest, GroupsConsecutiveKeysKeepingFieldCaseAndRepeats) {
-  Grouped g = ReadGrouped(MakeTar(
-      {{"a.JPG", "1"}, {"a.cls", "2"}, {"a.cls", "3"}, {"d/b.x.y", "4"}, {"a.txt", "5"}}));
+  Grouped g = ReadGrouped(
+      MakeTar({{"a.JPG", "1"}, {"a.cls", "2"}, {"a.cls", "3"}, {"d/b.x.y", "4"}, {"a.txt", "5"}}));
   ASSERT_TRUE(g.status.ok()) << g.status;
   EXPECT_THAT(g.keys, ElementsAre("a", "d/b", "a"));
   EXPECT_THAT(g.fields, ElementsAre(ElementsAre("JPG", "cls", "cls"), ElementsAre("x.y"),
@@ -727,8 +727,8 @@ TEST(ShardSampleReaderTest, GroupsConsecutiveKeysKeepingFieldCaseAndRepeats) {
 }
 
 TEST(ShardSampleReaderTest, SkippedMembersAreReportedAndMayEndTheShard) {
-  const std::string tar = MakeTar(
-      {{"a.cls", "1"}, {"__meta__", "m"}, {"README", "r"}, {"b.cls", "2"}, {"c.cls", "3"}});
+  const std::string tar =
+      MakeTar({{"a.cls", "1"}, {"__meta__", "m"}, {"README", "r"}, {"b.cls", "2"}, {"c.cls", "3"}});
   Grouped all = ReadGrouped(tar);
   ASSERT_TRUE(all.status.ok()) << all.status;
   EXPECT_THAT(all.keys, ElementsAre("a", "b", "c"));
@@ -1052,7 +1052,8 @@ TEST(IndependentWriterTest, GnuTarPosixFormatGzipped) {
 
 TEST(IndependentWriterTest, PythonTarfile) {
   const std::string python = "/usr/bin/python3";
-  ASSERT_EQ(access(python.c_str(), X_OK), 0) << python << " is missing: scripts/deps.sh installs it";
+  ASSERT_EQ(access(python.c_str(), X_OK), 0)
+      << python << " is missing: scripts/deps.sh installs it";
   TempDir dir;
   const std::string files = WriteSourceTree(dir);
   const std::string script = dir.Write("write.py",

@@ -97,8 +97,8 @@ TEST(TarWriterTest, GzipAndZstdOutputIsCompressedAndReadable) {
     TarCompression compression;
     std::string magic;
   };
-  for (const Case& c : {Case{TarCompression::kGzip, "\x1f\x8b"},
-                        Case{TarCompression::kZstd, "\x28\xb5\x2f\xfd"}}) {
+  for (const Case& c :
+       {Case{TarCompression::kGzip, "\x1f\x8b"}, Case{TarCompression::kZstd, "\x28\xb5\x2f\xfd"}}) {
     std::string path = dir.path() + "/c.tar";
     auto w = TarWriter::Create(path, {.compression = c.compression, .level = 3});
     ASSERT_TRUE(w.ok()) << w.status();

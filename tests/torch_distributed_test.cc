@@ -19,9 +19,8 @@
 #include <sstream>
 #include <string>
 #include <thread>
-#include <vector>
-
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -405,8 +405,8 @@ class TarInput : public SampleInput {
   absl::StatusOr<SampleSource> ToSource(GroupedSample grouped) {
     SampleSource sample{std::move(grouped.key), {}};
     for (SampleMember& m : grouped.members) {
-      const std::string where = Cat(url_, ": member ", m.member.name, " at offset ",
-                                    std::to_string(m.member.offset));
+      const std::string where =
+          Cat(url_, ": member ", m.member.name, " at offset ", std::to_string(m.member.offset));
       if (absl::Status s = CheckField(m.field, where); !s.ok()) return s;
       FieldSource field{m.field, "", std::move(m.member.data), 0,
                         Cat("member ", m.member.name, " at offset ", m.member.offset)};

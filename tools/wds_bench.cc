@@ -24,8 +24,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "json_text.h"
-#include "wds/internal/strings.h"
 #include "wds/image.h"
+#include "wds/internal/strings.h"
 #include "wds/loader.h"
 #include "wds/pipeline.h"
 

@@ -52,17 +52,28 @@ Options Parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i];
-    if (a == "--make-shards" && i + 1 < argc) o.make_dir = argv[++i];
-    else if (a == "--shards") o.shards = IntArg(argc, argv, &i);
-    else if (a == "--samples-per-shard") o.samples_per_shard = IntArg(argc, argv, &i);
-    else if (a == "--bytes") o.bytes = IntArg(argc, argv, &i);
-    else if (a == "--workers") o.workers = IntArg(argc, argv, &i);
-    else if (a == "--epochs") o.epochs = IntArg(argc, argv, &i);
-    else if (a == "--shuffle") o.shuffle = IntArg(argc, argv, &i);
-    else if (a == "--raw") o.raw = true;
-    else if (a == "--seed") o.seed = static_cast<uint64_t>(IntArg(argc, argv, &i));
-    else if (!a.empty() && a[0] != '-') o.pattern = std::string(a);
-    else Die("unknown option " + std::string(a));
+    if (a == "--make-shards" && i + 1 < argc)
+      o.make_dir = argv[++i];
+    else if (a == "--shards")
+      o.shards = IntArg(argc, argv, &i);
+    else if (a == "--samples-per-shard")
+      o.samples_per_shard = IntArg(argc, argv, &i);
+    else if (a == "--bytes")
+      o.bytes = IntArg(argc, argv, &i);
+    else if (a == "--workers")
+      o.workers = IntArg(argc, argv, &i);
+    else if (a == "--epochs")
+      o.epochs = IntArg(argc, argv, &i);
+    else if (a == "--shuffle")
+      o.shuffle = IntArg(argc, argv, &i);
+    else if (a == "--raw")
+      o.raw = true;
+    else if (a == "--seed")
+      o.seed = static_cast<uint64_t>(IntArg(argc, argv, &i));
+    else if (!a.empty() && a[0] != '-')
+      o.pattern = std::string(a);
+    else
+      Die("unknown option " + std::string(a));
   }
   if (o.make_dir.empty() && o.pattern.empty()) Die("give --make-shards DIR or a shard PATTERN");
   return o;
@@ -119,7 +130,10 @@ int Stream(const Options& o) {
         "epoch %d: %lld samples, %.1f MB in %.3f s = %.0f samples/s, %.0f MB/s; first sample "
         "after %.1f ms; every sample exactly once: %s\n",
         epoch, static_cast<long long>(samples), bytes / 1e6, secs, samples / secs,
-        bytes / 1e6 / secs, first_s * 1e3, o.raw ? "not checked (--raw)" : once ? "yes" : "NO");
+        bytes / 1e6 / secs, first_s * 1e3,
+        o.raw  ? "not checked (--raw)"
+        : once ? "yes"
+               : "NO");
     if (!once) return 1;
   }
   return 0;

@@ -36,8 +36,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "wds/error.h"
 #include "wds/buffer_pool.h"
+#include "wds/error.h"
 #include "wds/sample.h"
 #include "wds/stage.h"
 

@@ -35,9 +35,7 @@ class Buffer {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
-  std::string_view view() const {
-    return {reinterpret_cast<const char*>(data_), size_};
-  }
+  std::string_view view() const { return {reinterpret_cast<const char*>(data_), size_}; }
 
   // mutable_data is for filling a freshly allocated buffer.
   // REQUIRES: no other Buffer shares this storage yet.

@@ -73,5 +73,4 @@ class ErrorCounters {
   std::map<std::pair<std::string, absl::StatusCode>, int64_t> counts_;  // guarded by mu_
 };
 
-
 }  // namespace wds

@@ -34,8 +34,8 @@
 #include <stdexcept>
 
 #include "absl/status/statusor.h"
-#include "wds/error.h"
 #include "wds/buffer_pool.h"
+#include "wds/error.h"
 #include "wds/pipeline.h"
 #include "wds/pull_iterator.h"
 #include "wds/sample.h"
@@ -43,15 +43,15 @@
 namespace wds {
 
 struct LoaderOptions {
-  int workers = 1;                  // >= 1
-  int prefetch = 2;                 // items queued per worker, >= 1
+  int workers = 1;   // >= 1
+  int prefetch = 2;  // items queued per worker, >= 1
   bool ordered = true;
   // Distributed placement; nullopt reads RANK/WORLD_SIZE, then
   // SLURM_PROCID/SLURM_NTASKS (each pair together: one set without the other
   // is an error), else 0/1.
   std::optional<int> rank;
   std::optional<int> world_size;
-  WarningSink warn;                 // null: stderr
+  WarningSink warn;  // null: stderr
   // pin_memory asks for batch storage in CUDA page-locked memory on `device`.
   // When that is unavailable (built without CUDA, no device at run time) the
   // loader uses aligned host memory and warns once through `warn`.

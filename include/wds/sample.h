@@ -60,7 +60,9 @@ class Sample {
   void Set(std::string name, Value value);
   // Append adds a field without checking for an existing one.
   // REQUIRES: !Has(name).
-  void Append(std::string name, Value value) { fields_.emplace_back(std::move(name), std::move(value)); }
+  void Append(std::string name, Value value) {
+    fields_.emplace_back(std::move(name), std::move(value));
+  }
   // Erase removes `name`; returns whether it was present.
   bool Erase(std::string_view name);
 

@@ -49,8 +49,8 @@ StageFactory SelectStage(std::function<bool(const Sample&)> predicate);
 // is removed, as in the reference (metadata fields are copied, never removed);
 // with keep = false every field not named is dropped (metadata kept). A
 // sample with none of the alternatives goes to `handler` (NotFound).
-StageFactory RenameStage(std::vector<std::pair<std::string, std::string>> renames,
-                         bool keep = true, Handler handler = Handler::kReraise);
+StageFactory RenameStage(std::vector<std::pair<std::string, std::string>> renames, bool keep = true,
+                         Handler handler = Handler::kReraise);
 
 // MissingField says what ToTupleStage does with a sample that lacks a field.
 enum class MissingField { kError, kSkip, kEmpty };

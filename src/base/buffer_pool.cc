@@ -1,5 +1,7 @@
 // BufferPool: size-classed free lists over a HostAllocator, shared with the
 // deleters of the Buffers it hands out.
+#include "wds/buffer_pool.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <deque>
@@ -10,7 +12,6 @@
 #include <vector>
 
 #include "wds/internal/strings.h"
-#include "wds/buffer_pool.h"
 
 namespace wds {
 namespace {

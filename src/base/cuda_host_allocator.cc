@@ -3,8 +3,8 @@
 #include <memory>
 #include <string>
 
-#include "wds/internal/strings.h"
 #include "wds/buffer_pool.h"
+#include "wds/internal/strings.h"
 
 #if WDS_WITH_CUDA
 #include <cuda_runtime_api.h>

@@ -26,19 +26,24 @@ absl::StatusOr<Handler> ParseHandler(std::string_view name) {
   for (const Entry& e : kEntries) {
     if (base == e.name || base == Cat(e.name, kSuffix)) return e.handler;
   }
-  return absl::InvalidArgumentError(Cat(
-      "unknown error handler \"", name,
-      "\" (expected reraise, warn_and_continue, ignore_and_continue, warn_and_stop or "
-      "ignore_and_stop)"));
+  return absl::InvalidArgumentError(
+      Cat("unknown error handler \"", name,
+          "\" (expected reraise, warn_and_continue, ignore_and_continue, warn_and_stop or "
+          "ignore_and_stop)"));
 }
 
 std::string_view HandlerName(Handler handler) {
   switch (handler) {
-    case Handler::kReraise: return "reraise";
-    case Handler::kWarnAndContinue: return "warn_and_continue";
-    case Handler::kIgnoreAndContinue: return "ignore_and_continue";
-    case Handler::kWarnAndStop: return "warn_and_stop";
-    case Handler::kIgnoreAndStop: return "ignore_and_stop";
+    case Handler::kReraise:
+      return "reraise";
+    case Handler::kWarnAndContinue:
+      return "warn_and_continue";
+    case Handler::kIgnoreAndContinue:
+      return "ignore_and_continue";
+    case Handler::kWarnAndStop:
+      return "warn_and_stop";
+    case Handler::kIgnoreAndStop:
+      return "ignore_and_stop";
   }
   return "unknown";
 }
@@ -91,11 +96,14 @@ ErrorAction ApplyHandler(Handler handler, std::string_view stage, const absl::St
     }
   }
   switch (handler) {
-    case Handler::kReraise: return ErrorAction::kRaise;
+    case Handler::kReraise:
+      return ErrorAction::kRaise;
     case Handler::kWarnAndContinue:
-    case Handler::kIgnoreAndContinue: return ErrorAction::kContinue;
+    case Handler::kIgnoreAndContinue:
+      return ErrorAction::kContinue;
     case Handler::kWarnAndStop:
-    case Handler::kIgnoreAndStop: return ErrorAction::kStop;
+    case Handler::kIgnoreAndStop:
+      return ErrorAction::kStop;
   }
   return ErrorAction::kRaise;
 }

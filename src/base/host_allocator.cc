@@ -3,8 +3,8 @@
 #include <memory>
 #include <string>
 
-#include "wds/internal/strings.h"
 #include "wds/buffer_pool.h"
+#include "wds/internal/strings.h"
 
 namespace wds {
 namespace {

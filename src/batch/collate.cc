@@ -20,7 +20,6 @@
 namespace wds {
 namespace {
 
-
 // Where names a sample of the batch for messages: "<url>: key <key>" or, for
 // samples without a key (tuples), its position in the batch.
 std::string Where(const Sample& sample, size_t index) {
@@ -53,8 +52,9 @@ absl::Status CheckSameFields(const std::vector<Sample>& samples) {
                                             first.is_tuple() ? "tuples" : "dicts"));
     }
     if (first.is_tuple() && s.size() != first.size()) {
-      return absl::InvalidArgumentError(Cat(Where(s, i), ": ", kBatchedStage, ": a tuple of ", s.size(),
-                                            " values in a batch of ", first.size(), "-tuples"));
+      return absl::InvalidArgumentError(Cat(Where(s, i), ": ", kBatchedStage, ": a tuple of ",
+                                            s.size(), " values in a batch of ", first.size(),
+                                            "-tuples"));
     }
     if (first.is_tuple()) continue;
     for (const Sample::Field& field : first) {

@@ -13,9 +13,9 @@
 #include <memory>
 #include <utility>
 
+#include "stages/transform_stream.h"
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"
-#include "stages/transform_stream.h"
 #include "wds/npy.h"
 
 namespace wds {
@@ -449,10 +449,10 @@ StageFactory DecodeStage(std::vector<FieldDecoder> decoders, DecodeOptions optio
   }
   auto shared_decoders = std::make_shared<const std::vector<FieldDecoder>>(std::move(decoders));
   auto shared_options = std::make_shared<const DecodeOptions>(std::move(options));
-  return [shared_decoders, shared_options](const StreamFactory& upstream,
-                                           const WorkerContext& ctx) {
-    return std::make_unique<DecodeStream>(upstream(ctx), ctx, shared_decoders, shared_options);
-  };
+  return
+      [shared_decoders, shared_options](const StreamFactory& upstream, const WorkerContext& ctx) {
+        return std::make_unique<DecodeStream>(upstream(ctx), ctx, shared_decoders, shared_options);
+      };
 }
 
 }  // namespace wds

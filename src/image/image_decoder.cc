@@ -3,15 +3,14 @@
 #include <utility>
 
 #include "image/codecs.h"
+#include "wds/image.h"
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"
-#include "wds/image.h"
 
 namespace wds {
 namespace {
 
 constexpr std::string_view kImageExtensions[] = {"jpg", "jpeg", "png", "webp"};
-
 
 // HexPrefix shows the first bytes of `data` for a message: "3c 68 74 6d".
 std::string HexPrefix(std::string_view data) {

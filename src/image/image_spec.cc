@@ -3,8 +3,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "wds/internal/strings.h"
 #include "wds/image.h"
+#include "wds/internal/strings.h"
 
 namespace wds {
 namespace {

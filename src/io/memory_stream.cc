@@ -20,8 +20,8 @@ class MemoryStreamImpl : public ByteStream {
   }
 
   absl::StatusOr<int64_t> Skip(int64_t size) override {
-    const size_t n = std::min(static_cast<size_t>(std::max<int64_t>(size, 0)),
-                              data_.size() - position_);
+    const size_t n =
+        std::min(static_cast<size_t>(std::max<int64_t>(size, 0)), data_.size() - position_);
     position_ += n;
     return static_cast<int64_t>(n);
   }

@@ -3,8 +3,6 @@
 // Every descriptor is opened close-on-exec, because loaders start pipe:
 // commands from several threads at once: a child that inherited another
 // stream's pipe would keep that stream from ever seeing end of data.
-#include "wds/byte_stream.h"
-
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -22,6 +20,7 @@
 #include <thread>
 #include <utility>
 
+#include "wds/byte_stream.h"
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"
 
@@ -366,7 +365,6 @@ bool HasScheme(std::string_view url) {
   }
   return true;
 }
-
 
 }  // namespace
 

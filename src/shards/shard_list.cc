@@ -1,13 +1,13 @@
 // Shard lists: per-epoch permutation, node/worker splits and the URL streams
 // of one worker.
-#include "shards/shard_streams.h"
+#include "wds/shard_list.h"
 
 #include <cassert>
 #include <utility>
 
+#include "shards/shard_streams.h"
 #include "wds/internal/strings.h"
 #include "wds/random.h"
-#include "wds/shard_list.h"
 
 namespace wds {
 namespace {

@@ -1,6 +1,4 @@
 // Brace expansion and "::" lists of shard URLs (the reference's rules).
-#include "wds/shard_list.h"
-
 #include <cassert>
 #include <charconv>
 #include <cstdio>
@@ -8,6 +6,7 @@
 
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"
+#include "wds/shard_list.h"
 
 namespace wds {
 namespace {

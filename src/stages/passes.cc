@@ -33,7 +33,7 @@ class PassesStreamImpl : public SampleStream {
         if (!empty_pass_is_error_) return std::nullopt;
         return absl::FailedPreconditionError(
             Cat("pass ", ctx_.pass, " of rank ", ctx_.rank, " worker ", ctx_.worker,
-                         " yielded no items, so its stream cannot be continued"));
+                " yielded no items, so its stream cannot be continued"));
       }
       current_.reset();
       ++ctx_.pass;

@@ -15,8 +15,7 @@ namespace wds {
 // nothing, the stream ends if `empty_pass_is_error` is false, else fails with
 // FailedPrecondition (an endless stream over no data would spin forever).
 std::unique_ptr<SampleStream> PassesStream(StreamFactory upstream, WorkerContext ctx,
-                                           std::optional<int64_t> passes,
-                                           bool empty_pass_is_error);
+                                           std::optional<int64_t> passes, bool empty_pass_is_error);
 
 // LimitStream yields at most `n` items of `upstream`.
 std::unique_ptr<SampleStream> LimitStream(std::unique_ptr<SampleStream> upstream, int64_t n);

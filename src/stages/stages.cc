@@ -1,5 +1,7 @@
 // The per-sample stages: map, select, rename, to_tuple, slice and repeat
 // (shuffle lives in shuffle.cc).
+#include "wds/stages.h"
+
 #include <algorithm>
 #include <functional>
 #include <memory>
@@ -10,9 +12,8 @@
 #include <vector>
 
 #include "stages/passes.h"
-#include "wds/internal/strings.h"
 #include "stages/transform_stream.h"
-#include "wds/stages.h"
+#include "wds/internal/strings.h"
 
 namespace wds {
 namespace {
@@ -332,8 +333,7 @@ StageFactory RenameStage(std::vector<std::pair<std::string, std::string>> rename
   });
 }
 
-StageFactory ToTupleStage(std::vector<std::string> fields, MissingField missing,
-                          Handler handler) {
+StageFactory ToTupleStage(std::vector<std::string> fields, MissingField missing, Handler handler) {
   absl::StatusOr<std::vector<FieldSpec>> specs = MakeTupleSpecs(fields);
   if (!specs.ok()) return FailingStage(specs.status());
   auto shared = std::make_shared<const std::vector<FieldSpec>>(*std::move(specs));

@@ -388,7 +388,7 @@ TarReader::TarReader(std::unique_ptr<State> state) : state_(std::move(state)) {}
 TarReader::~TarReader() = default;
 
 absl::StatusOr<std::unique_ptr<TarReader>> TarReader::Open(std::unique_ptr<ByteStream> stream,
-                                                          TarReaderOptions options) {
+                                                           TarReaderOptions options) {
   if (stream == nullptr) return absl::InvalidArgumentError("TarReader::Open: null stream");
   return std::unique_ptr<TarReader>(
       new TarReader(std::make_unique<State>(std::move(stream), options)));

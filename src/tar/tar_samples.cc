@@ -113,8 +113,8 @@ absl::StatusOr<Sample> TarSampleStream::ToSample(GroupedSample grouped) {
     AsciiLowerInto(m.field, field_);
     if (sample.Has(field_)) {
       return absl::InvalidArgumentError(Cat(url_, ": duplicate field '", field_, "' in sample ",
-                                            sample.key(), " (member ", m.member.name,
-                                            " at offset ", m.member.offset, ")"));
+                                            sample.key(), " (member ", m.member.name, " at offset ",
+                                            m.member.offset, ")"));
     }
     sample.Append(field_, std::move(m.member.data));
   }

@@ -20,9 +20,9 @@
 #include <utility>
 #include <vector>
 
-#include "wds/internal/strings.h"
 #include "torch/distributed_impl.h"
 #include "torch/torch_errors.h"
+#include "wds/internal/strings.h"
 
 #if defined(WDS_WITH_NCCL)
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>

@@ -15,9 +15,9 @@
 #include <utility>
 #include <vector>
 
-#include "wds/internal/strings.h"
 #include "torch/distributed_impl.h"
 #include "torch/torch_errors.h"
+#include "wds/internal/strings.h"
 #include "wds/torch/distributed.h"
 
 namespace wds {

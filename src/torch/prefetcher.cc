@@ -13,8 +13,8 @@
 #include <exception>
 #include <utility>
 
-#include "wds/internal/strings.h"
 #include "torch/torch_errors.h"
+#include "wds/internal/strings.h"
 
 namespace wds {
 namespace {

@@ -6,8 +6,8 @@
 #include <utility>
 #include <variant>
 
-#include "wds/internal/strings.h"
 #include "torch/torch_errors.h"
+#include "wds/internal/strings.h"
 
 namespace wds {
 namespace {

@@ -8,10 +8,10 @@
 #define WDS_CONCAT_(a, b) WDS_CONCAT_INNER_(a, b)
 
 // WDS_RETURN_IF_ERROR(expr) returns the Status of `expr` if it is not ok.
-#define WDS_RETURN_IF_ERROR(expr)                  \
-  do {                                             \
-    ::absl::Status wds_status_ = (expr);           \
-    if (!wds_status_.ok()) return wds_status_;     \
+#define WDS_RETURN_IF_ERROR(expr)              \
+  do {                                         \
+    ::absl::Status wds_status_ = (expr);       \
+    if (!wds_status_.ok()) return wds_status_; \
   } while (0)
 
 // WDS_ASSIGN_OR_RETURN(lhs, expr) evaluates a StatusOr `expr`; returns its
