@@ -1,5 +1,6 @@
 // Tests for host allocators, the pinned-memory fallback, BufferPool recycling
 // (also under ThreadSanitizer) and the Loader's pool.
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -90,6 +91,43 @@ TEST(AlignedHostAllocatorTest, IsPageAlignedAndNotPinned) {
   }
 }
 
+// IsMapped tells whether the page holding `p` is mapped in this process.
+bool IsMapped(const void* p) {
+  void* page = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t{4095});
+  return msync(page, 4096, MS_ASYNC) == 0;
+}
+
+TEST(AlignedHostAllocatorTest, LargeBlocksAreHugePageAligned) {
+  std::shared_ptr<HostAllocator> a = AlignedHostAllocator();
+  const size_t bytes = size_t{36} << 20;
+  void* p = *a->Allocate(bytes);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % (size_t{2} << 20), 0u);
+  std::memset(p, 1, bytes);
+  a->Deallocate(p, bytes);
+  EXPECT_FALSE(IsMapped(p));  // given straight back to the kernel
+}
+
+TEST(AlignedHostAllocatorTest, SmallBlocksShareSlabsThatAreReturnedWhenFree) {
+  std::shared_ptr<HostAllocator> a = AlignedHostAllocator();
+  const size_t bytes = 80 << 10;  // 25 fit in a 2 MiB slab
+  std::vector<void*> blocks;
+  for (int i = 0; i < 30; ++i) blocks.push_back(*a->Allocate(bytes));
+  for (int i = 1; i < 25; ++i) {  // carved one after another from the first slab
+    EXPECT_EQ(static_cast<char*>(blocks[i]) - static_cast<char*>(blocks[i - 1]),
+              static_cast<ptrdiff_t>(bytes));
+  }
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(blocks[0]) % (size_t{2} << 20), 0u);
+  std::set<void*> distinct(blocks.begin(), blocks.end());
+  EXPECT_EQ(distinct.size(), blocks.size());
+  for (void* p : blocks) std::memset(p, 0xcd, bytes);
+  // The first slab is full: freeing its 25 blocks returns it; the second
+  // stays while blocks are carved from it.
+  for (int i = 0; i < 25; ++i) a->Deallocate(blocks[i], bytes);
+  EXPECT_FALSE(IsMapped(blocks[0]));
+  for (int i = 25; i < 30; ++i) a->Deallocate(blocks[i], bytes);
+  EXPECT_TRUE(IsMapped(blocks[25]));
+}
+
 TEST(PinnedHostAllocatorTest, WithoutADeviceIsFailedPrecondition) {
   if (HasCudaDevice()) GTEST_SKIP() << "this machine has a CUDA device";
   absl::StatusOr<std::shared_ptr<HostAllocator>> a = PinnedHostAllocator(0);
@@ -137,6 +175,16 @@ TEST(BufferPoolTest, SizeClasses) {
   EXPECT_EQ(BufferPool::SizeClass(100000), 106496u);                // granule 8 KiB
   EXPECT_EQ(BufferPool::SizeClass(64 * 224 * 224 * 3), 10485760u);  // granule 1 MiB
   EXPECT_EQ(BufferPool::SizeClass(10485760), 10485760u);
+}
+
+TEST(BufferPoolTest, FinerSizeClassesStopAtPages) {
+  EXPECT_EQ(BufferPool::SizeClass(100000, 32), 102400u);    // granule 2 KiB -> 4 KiB
+  EXPECT_EQ(BufferPool::SizeClass(100000, 1024), 102400u);  // never finer than a page
+  EXPECT_EQ(BufferPool::SizeClass(5000000, 32), 5111808u);  // granule 128 KiB
+  EXPECT_EQ(BufferPool::SizeClass(5000000, 1), 8388608u);   // one class per doubling
+  BufferPool pool(AlignedHostAllocator(), {.classes_per_doubling = 1024});
+  ASSERT_TRUE(pool.Acquire(100000).ok());
+  EXPECT_EQ(pool.stats().peak_bytes, 102400u);
 }
 
 TEST(BufferPoolTest, AcquireGivesExactSizeAndAlignment) {
@@ -404,6 +452,33 @@ TEST(LoaderPoolTest, BatchesOutliveTheLoader) {
   const Array* img = batches[1].GetArray("img");
   ASSERT_NE(img, nullptr);
   EXPECT_EQ(img->data_as<uint8_t>()[16], 3);
+}
+
+TEST(LoaderPoolTest, MemberBuffersAreRecycledThroughTheReadPool) {
+  testing::TempDir dir;
+  std::vector<testing::TarEntry> entries;
+  for (int i = 0; i < 40; ++i) {
+    entries.push_back({"s" + std::to_string(1000 + i) + ".bin", std::string(20000 + 100 * i, 'x')});
+    entries.push_back({"s" + std::to_string(1000 + i) + ".cls", "1"});  // small: not pooled
+  }
+  std::string path = dir.Write("a.tar", testing::MakeTar(entries));
+  absl::StatusOr<Pipeline> p = WebDataset(std::vector<std::string>{path}, {});
+  ASSERT_TRUE(p.ok());
+  Loader loader(*p, {.workers = 1, .prefetch = 1});
+  int64_t samples = 0;
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    for (const Sample& s : loader) {
+      EXPECT_EQ(s.GetBytes("bin")->view().substr(0, 3), "xxx");
+      ++samples;
+    }
+  }
+  EXPECT_EQ(samples, 80);
+  const BufferPoolStats stats = loader.read_pool()->stats();
+  // Only the 80 .bin members come from the pool, and the few alive at once
+  // (queued, held by the consumer, being read) are all it ever allocates.
+  EXPECT_EQ(stats.allocations + stats.reuses, 80);
+  EXPECT_LE(stats.allocations, 8);
+  EXPECT_EQ(stats.live_bytes, 0u);
 }
 
 // ScopedEnv sets an environment variable for one test.

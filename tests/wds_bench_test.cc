@@ -95,6 +95,11 @@ TEST_F(WdsBenchTest, JsonHasEveryKey) {
                   "d['peak_rss_mb'] > 0 and d['seconds'] > 0 and "
                   "0 < d['first_batch_s'] <= d['seconds']"),
             "True");
+  // getrusage over the run: the loader faults pages in and spends CPU time.
+  EXPECT_EQ(Query(run.out,
+                  "type(d['minor_faults']) is int and d['minor_faults'] > 0 and "
+                  "d['user_s'] + d['sys_s'] > 0"),
+            "True");
 }
 
 TEST_F(WdsBenchTest, OneWorkerHasOnePartialBatch) {

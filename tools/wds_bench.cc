@@ -302,7 +302,16 @@ struct Result {
   double collate_share = 0;
   double waiting_share = 0;
   double worker_seconds = 0;
+  // Over the run, from getrusage: minor page faults, user and system CPU time.
+  int64_t minor_faults = 0;
+  double user_s = 0;
+  double sys_s = 0;
+  // The loader's batch and member memory pools at the end of the run.
+  wds::BufferPoolStats pool;
+  wds::BufferPoolStats read_pool;
 };
+
+double TimevalSeconds(const timeval& t) { return t.tv_sec + t.tv_usec * 1e-6; }
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -312,6 +321,8 @@ absl::StatusOr<Result> RunOnce(const Config& config, int workers) {
   if (!pipeline.ok()) return pipeline.status();
   Result result;
   result.workers = workers;
+  rusage before{};
+  getrusage(RUSAGE_SELF, &before);
   Clock::duration waiting{};
   Clock::time_point start = Clock::now();
   {
@@ -329,6 +340,8 @@ absl::StatusOr<Result> RunOnce(const Config& config, int workers) {
         result.samples += BatchSize(**batch);
       }
     }
+    result.pool = loader.pool()->stats();
+    result.read_pool = loader.read_pool()->stats();
   }
   result.seconds = Seconds(Clock::now() - start);
   result.bytes = probes.read->bytes.load();
@@ -345,6 +358,9 @@ absl::StatusOr<Result> RunOnce(const Config& config, int workers) {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   result.peak_rss_mb = static_cast<double>(usage.ru_maxrss) / 1024.0;
+  result.minor_faults = usage.ru_minflt - before.ru_minflt;
+  result.user_s = TimevalSeconds(usage.ru_utime) - TimevalSeconds(before.ru_utime);
+  result.sys_s = TimevalSeconds(usage.ru_stime) - TimevalSeconds(before.ru_stime);
   return result;
 }
 
@@ -370,7 +386,13 @@ std::string ToJson(const Config& config, const Result& r) {
       ", \"mb_per_s\": ", Fixed(PerSecond(r.bytes / 1e6, r.seconds), 3),
       ", \"first_batch_s\": ", Fixed(r.first_batch_s, 6),
       ", \"peak_rss_mb\": ", Fixed(r.peak_rss_mb, 1),
-      ", \"worker_seconds\": ", Fixed(r.worker_seconds, 6),
+      ", \"worker_seconds\": ", Fixed(r.worker_seconds, 6), ", \"minor_faults\": ", r.minor_faults,
+      ", \"user_s\": ", Fixed(r.user_s, 3), ", \"sys_s\": ", Fixed(r.sys_s, 3),
+      ", \"pool\": {\"allocations\": ", r.pool.allocations, ", \"reuses\": ", r.pool.reuses,
+      ", \"frees\": ", r.pool.frees, ", \"peak_mb\": ", Fixed(r.pool.peak_bytes / 1e6, 1), "}",
+      ", \"read_pool\": {\"allocations\": ", r.read_pool.allocations,
+      ", \"reuses\": ", r.read_pool.reuses, ", \"frees\": ", r.read_pool.frees,
+      ", \"peak_mb\": ", Fixed(r.read_pool.peak_bytes / 1e6, 1), "}",
       ", \"shares\": {\"read\": ", Fixed(r.read_share, 4),
       ", \"decode\": ", Fixed(r.decode_share, 4), ", \"collate\": ", Fixed(r.collate_share, 4),
       ", \"waiting\": ", Fixed(r.waiting_share, 4), "}}");

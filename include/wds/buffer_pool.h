@@ -46,7 +46,11 @@ class HostAllocator {
 };
 
 // AlignedHostAllocator returns an allocator of page-aligned (4096-byte)
-// ordinary host memory.
+// ordinary host memory, taken from the kernel in 2 MiB-aligned mappings
+// advised for transparent huge pages: blocks of 1 MiB and more get a mapping
+// of their own, smaller ones share 2 MiB slabs of blocks of their size (a
+// slab is returned when its last block is). Meant to sit under a BufferPool,
+// which recycles blocks by size class.
 std::shared_ptr<HostAllocator> AlignedHostAllocator();
 
 // PinnedHostAllocator returns an allocator of CUDA page-locked memory
@@ -76,6 +80,12 @@ struct BufferPoolOptions {
   // max_cached_bytes bounds the idle storage the pool keeps for reuse (by
   // size class). Storage released beyond it is freed, oldest first.
   size_t max_cached_bytes = size_t{1} << 30;
+  // classes_per_doubling (a power of two, >= 1) sets how finely sizes are
+  // classed: between 2^k and 2^(k+1) bytes there are this many classes (but
+  // none finer than 4 KiB), so a block is at most 1/classes_per_doubling
+  // above its request. Few classes share storage between sizes that vary a
+  // little (batches); many waste less on sizes that vary a lot (members).
+  size_t classes_per_doubling = 8;
 };
 
 // BufferPoolStats counts storage allocations (new blocks from the allocator)
@@ -86,12 +96,13 @@ struct BufferPoolStats {
   int64_t frees = 0;        // blocks given back to the allocator
   size_t cached_bytes = 0;  // idle storage held for reuse
   size_t live_bytes = 0;    // storage held by Buffers still alive
+  size_t peak_bytes = 0;    // the most live + cached storage held at once
 };
 
 // BufferPool recycles equal-sized batch buffers. Thread-safe.
 //
-// Sizes are rounded up to a size class (a multiple of 4 KiB, and at most 1/8
-// above the request for large sizes), so batches whose size varies a little
+// Sizes are rounded up to a size class (a multiple of 4 KiB, and by default
+// at most 1/8 above the request for large sizes), so batches whose size varies a little
 // still share storage. A Buffer from Acquire keeps the pool's shared state
 // alive: Buffers may outlive the BufferPool object, and their storage is freed
 // when they drop after the pool is gone.
@@ -118,8 +129,9 @@ class BufferPool {
   bool pinned() const;
   const HostAllocator& allocator() const;
 
-  // SizeClass is the storage size Acquire(bytes) uses.
-  static size_t SizeClass(size_t bytes);
+  // SizeClass is the storage size Acquire(bytes) uses under
+  // BufferPoolOptions::classes_per_doubling.
+  static size_t SizeClass(size_t bytes, size_t classes_per_doubling = 8);
 
  private:
   struct State;

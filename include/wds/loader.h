@@ -101,6 +101,9 @@ class Loader {
   // pool is the batch buffer pool shared by every worker (its pinned() says
   // whether pin_memory took effect). Never null.
   const std::shared_ptr<BufferPool>& pool() const;
+  // read_pool is the pool of tar member buffers shared by every worker (host
+  // memory, never pinned). Never null.
+  const std::shared_ptr<BufferPool>& read_pool() const;
 
   using Iterator = PullIterator<Sample>;
   // begin starts an epoch; the iterator throws LoaderError on an error.

@@ -59,6 +59,10 @@ struct WorkerContext {
   // pinned when asked for); null means each stage that needs one makes its
   // own.
   std::shared_ptr<BufferPool> pool;
+  // read_pool is host memory for the bytes readers fill (tar members), shared
+  // by the workers so that member buffers are recycled instead of allocated
+  // per member; null means each reader makes its own.
+  std::shared_ptr<BufferPool> read_pool;
   // output_slots is set by a Batched stage for the stages it pulls from, so
   // that their decoders write arrays straight into the batch; null elsewhere.
   std::shared_ptr<OutputSlots> output_slots;

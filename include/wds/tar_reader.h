@@ -32,6 +32,7 @@
 
 #include "absl/status/statusor.h"
 #include "wds/buffer.h"
+#include "wds/buffer_pool.h"
 #include "wds/byte_stream.h"
 
 namespace wds {
@@ -52,6 +53,10 @@ struct TarMember {
 struct TarReaderOptions {
   // read_data = false skips every member's data (TarMember::data is empty).
   bool read_data = true;
+  // pool, if set, supplies the buffers of members of 4 KiB and more
+  // (recycled when their last reference drops); smaller members, and all of
+  // them without a pool, are allocated on their own.
+  std::shared_ptr<BufferPool> pool;
 };
 
 // TarReader reads one tar stream. Not thread-safe.

@@ -62,6 +62,7 @@ struct BufferPool::State {
     std::lock_guard<std::mutex> lock(mu);
     ++stats.allocations;
     stats.live_bytes += size_class;
+    stats.peak_bytes = std::max(stats.peak_bytes, stats.live_bytes + stats.cached_bytes);
   }
 
   // Release takes a block back from a dropped Buffer: it is cached, or freed
@@ -133,18 +134,18 @@ void BufferPool::Trim() {
   }
 }
 
-size_t BufferPool::SizeClass(size_t bytes) {
+size_t BufferPool::SizeClass(size_t bytes, size_t classes_per_doubling) {
   if (bytes <= kMinGranule) return kMinGranule;
-  // A granule of 1/8 of the request's power of two keeps the waste under
-  // 12.5% with only eight classes per doubling.
+  // A granule of 1/N of the request's power of two keeps the waste under 1/N
+  // with N classes per doubling.
   size_t top = size_t{1} << (63 - __builtin_clzll(static_cast<unsigned long long>(bytes)));
-  const size_t granule = std::max(kMinGranule, top / 8);
+  const size_t granule = std::max(kMinGranule, top / std::max<size_t>(classes_per_doubling, 1));
   if (bytes > SIZE_MAX - granule) return bytes;
   return (bytes + granule - 1) / granule * granule;
 }
 
 absl::StatusOr<Buffer> BufferPool::Acquire(size_t bytes) {
-  const size_t size_class = SizeClass(bytes);
+  const size_t size_class = SizeClass(bytes, state_->options.classes_per_doubling);
   void* data = state_->TakeIdle(size_class);
   if (data == nullptr) {
     absl::StatusOr<void*> fresh = state_->allocator->Allocate(size_class);

@@ -186,9 +186,14 @@ struct Loader::Impl {
   absl::Status setup;
   Placement placement{0, 1};
   std::shared_ptr<ErrorCounters> errors = std::make_shared<ErrorCounters>();
-  // The pool outlives the workers (declared before `group`); batches still
-  // held by the consumer keep its state alive after the Loader is gone.
+  // The pools outlive the workers (declared before `group`); batches and
+  // samples still held by the consumer keep their state alive after the
+  // Loader is gone. `pool` holds batches (pinned when asked for), `read_pool`
+  // the tar members' bytes (never pinned: most are decoded and dropped).
   std::shared_ptr<BufferPool> pool;
+  // Member sizes vary widely: page-granular classes waste least on them.
+  std::shared_ptr<BufferPool> read_pool = std::make_shared<BufferPool>(
+      AlignedHostAllocator(), BufferPoolOptions{.classes_per_doubling = 1024});
   int64_t next_epoch = 0;
   bool running = false;
   int64_t running_epoch = 0;
@@ -254,6 +259,7 @@ struct Loader::Impl {
     ctx.errors = errors;
     ctx.warn = options.warn;
     ctx.pool = pool;
+    ctx.read_pool = read_pool;
     try {
       group = std::make_unique<WorkerGroup>(pipeline, ctx, options,
                                             /*endless=*/mode() != EpochMode::kNatural);
@@ -317,6 +323,7 @@ int Loader::world_size() const { return impl_->placement.world_size; }
 const ErrorCounters& Loader::errors() const { return *impl_->errors; }
 
 const std::shared_ptr<BufferPool>& Loader::pool() const { return impl_->pool; }
+const std::shared_ptr<BufferPool>& Loader::read_pool() const { return impl_->read_pool; }
 
 Loader::Iterator Loader::begin() {
   if (impl_->setup.ok()) impl_->StartEpoch();

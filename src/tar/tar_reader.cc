@@ -40,6 +40,9 @@ constexpr unsigned char kGzipMagic[] = {0x1f, 0x8b};
 // read that reaches the damage, so a small chunk keeps the members before it
 // and names the member that meets it.
 constexpr size_t kGzipChunkSize = size_t{64} << 10;
+// Members below kPooledMemberSize are allocated on their own: a pool block is
+// at least a page, and malloc keeps small blocks without trimming them away.
+constexpr int64_t kPooledMemberSize = 4096;
 
 std::string_view ArchiveMessage(archive* ar) {
   const char* message = archive_error_string(ar);
@@ -304,11 +307,20 @@ absl::StatusOr<Buffer> TarReader::State::ReadData(const char* name, int64_t offs
                                    ": implausible size ", size, " in its header"));
   }
   Buffer data;
-  try {
-    data = Buffer::Allocate(static_cast<size_t>(size));
-  } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError(Cat(stream->url(), ": member ", name, " at offset ", offset,
-                                            ": cannot allocate ", size, " bytes"));
+  if (options.pool != nullptr && size >= kPooledMemberSize) {
+    absl::StatusOr<Buffer> pooled = options.pool->Acquire(static_cast<size_t>(size));
+    if (!pooled.ok()) {
+      return absl::ResourceExhaustedError(Cat(stream->url(), ": member ", name, " at offset ",
+                                              offset, ": ", ToStd(pooled.status().message())));
+    }
+    data = *std::move(pooled);
+  } else {
+    try {
+      data = Buffer::Allocate(static_cast<size_t>(size));
+    } catch (const std::bad_alloc&) {
+      return absl::ResourceExhaustedError(Cat(stream->url(), ": member ", name, " at offset ",
+                                              offset, ": cannot allocate ", size, " bytes"));
+    }
   }
   size_t filled = 0;
   while (filled < data.size()) {

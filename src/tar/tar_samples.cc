@@ -19,7 +19,11 @@ class TarSampleStream : public SampleStream {
       : urls_(std::move(urls)),
         opener_(std::move(opener)),
         handler_(handler),
-        ctx_(std::move(ctx)) {}
+        ctx_(std::move(ctx)),
+        pool_(ctx_.read_pool != nullptr
+                  ? ctx_.read_pool
+                  : std::make_shared<BufferPool>(
+                        AlignedHostAllocator(), BufferPoolOptions{.classes_per_doubling = 1024})) {}
 
   SampleResult Next() override {
     if (done_.has_value()) {
@@ -52,6 +56,8 @@ class TarSampleStream : public SampleStream {
   Handler handler_;
   WorkerContext ctx_;
   std::optional<absl::Status> done_;
+  // pool_ recycles member buffers: the Loader's, or one of this stream's.
+  std::shared_ptr<BufferPool> pool_;
   std::unique_ptr<ShardSampleReader> reader_;
   std::string url_;
   std::string field_;  // reused for lower-casing
@@ -97,8 +103,10 @@ SampleResult TarSampleStream::Advance() {
 absl::Status TarSampleStream::OpenShard(const std::string& url) {
   absl::StatusOr<std::unique_ptr<ByteStream>> stream = opener_(url);
   if (!stream.ok()) return stream.status();
+  ShardSampleReaderOptions options;
+  options.tar.pool = pool_;
   absl::StatusOr<std::unique_ptr<ShardSampleReader>> reader =
-      ShardSampleReader::Open(*std::move(stream));
+      ShardSampleReader::Open(*std::move(stream), std::move(options));
   if (!reader.ok()) return reader.status();
   reader_ = *std::move(reader);
   url_ = url;
