@@ -63,6 +63,8 @@ class Sample {
   void Append(std::string name, Value value) {
     fields_.emplace_back(std::move(name), std::move(value));
   }
+  // Reserve makes room for `n` fields without reallocating.
+  void Reserve(size_t n) { fields_.reserve(n); }
   // Erase removes `name`; returns whether it was present.
   bool Erase(std::string_view name);
 

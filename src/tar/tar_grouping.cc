@@ -9,6 +9,10 @@
 namespace wds {
 namespace {
 
+// kMembersReserved is room for a typical sample's members (an image, a label,
+// some metadata), so that gathering one allocates once.
+constexpr size_t kMembersReserved = 4;
+
 // PreviousPrefixEnd is the largest position below `end` that starts a path
 // segment (0, or just after a '/').
 size_t PreviousPrefixEnd(std::string_view name, size_t end) {
@@ -103,7 +107,10 @@ absl::StatusOr<std::optional<GroupedSample>> ShardSampleReader::Next() {
     if (!current_.members.empty() && split->key != current_.key) {
       completed = std::exchange(current_, {});
     }
-    if (current_.members.empty()) current_.key.assign(split->key);
+    if (current_.members.empty()) {
+      current_.key.assign(split->key);
+      current_.members.reserve(kMembersReserved);
+    }
     current_.members.push_back({std::string(split->field), std::move(m)});
     if (completed.has_value()) return completed;
   }

@@ -115,6 +115,7 @@ absl::Status TarSampleStream::OpenShard(const std::string& url) {
 
 absl::StatusOr<Sample> TarSampleStream::ToSample(GroupedSample grouped) {
   Sample sample;
+  sample.Reserve(2 + grouped.members.size());
   sample.Append(std::string(kKeyField), std::move(grouped.key));
   sample.Append(std::string(kUrlField), url_);
   for (SampleMember& m : grouped.members) {
