@@ -574,14 +574,29 @@ TEST(TarReaderTest, GarbageAfterTheEndOfArchiveIsDataLoss) {
   EXPECT_THAT(Message(r.status), HasSubstr("mem://shard: truncated or corrupt tar at offset"));
 }
 
-TEST(TarReaderTest, ImplausibleMemberSizeIsDataLoss) {
-  Members r = ReadMembers(UstarTar({{"a.txt", "A"}}).substr(0, 1024) +
-                          RawHeader("huge.bin", uint64_t{1} << 40) + std::string(4096, 'h'));
-  EXPECT_THAT(Names(r.members), ElementsAre("a.txt"));
-  EXPECT_EQ(r.status.code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(
-      Message(r.status),
-      HasSubstr("mem://shard: member huge.bin at offset 1024: implausible size 1099511627776"));
+TEST(TarReaderTest, MemberAboveMaxMemberSizeIsResourceExhaustedBeforeAllocating) {
+  // A header claiming 1 TiB (GNU base-256 size), with 4 KiB of data behind it.
+  const std::string tar = UstarTar({{"a.txt", "A"}}).substr(0, 1024) +
+                          RawHeader("huge.bin", uint64_t{1} << 40) + std::string(4096, 'h');
+  for (bool read_data : {true, false}) {
+    Members r = ReadMembers(MemoryStream("mem://shard", tar), {.read_data = read_data});
+    EXPECT_THAT(Names(r.members), ElementsAre("a.txt"));
+    EXPECT_EQ(r.status.code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(Message(r.status),
+                HasSubstr("mem://shard: member huge.bin at offset 1024 is 1099511627776 bytes, "
+                          "more than max_member_size 1073741824"));
+  }
+}
+
+TEST(TarReaderTest, MaxMemberSizeIsAnOption) {
+  const std::string tar = UstarTar({{"a.txt", "A"}, {"b.bin", std::string(5000, 'b')}});
+  Members small = ReadMembers(MemoryStream("mem://shard", tar), {.max_member_size = 4999});
+  EXPECT_THAT(Names(small.members), ElementsAre("a.txt"));
+  EXPECT_THAT(Message(small.status), HasSubstr("b.bin at offset 1024 is 5000 bytes, more than "
+                                               "max_member_size 4999"));
+  Members enough = ReadMembers(MemoryStream("mem://shard", tar), {.max_member_size = 5000});
+  EXPECT_TRUE(enough.status.ok()) << enough.status;
+  EXPECT_THAT(Names(enough.members), ElementsAre("a.txt", "b.bin"));
 }
 
 TEST(TarReaderTest, EndAndErrorsAreSticky) {

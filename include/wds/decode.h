@@ -65,8 +65,11 @@ struct DecodeOptions {
   // accepts stays bytes.
   bool partial = false;
   // max_decompressed_bytes bounds what one compressed field may expand to, so
-  // that a hostile file cannot exhaust memory.
-  size_t max_decompressed_bytes = size_t{1} << 30;
+  // that a hostile file cannot exhaust memory (256 MiB: a field of 1 GiB of
+  // zeros, 1 MB as gzip, fails at 256 MiB). The output grows as it is
+  // produced; memory never runs ahead of the decompressed bytes by more than
+  // one doubling.
+  size_t max_decompressed_bytes = size_t{256} << 20;
   Handler handler = Handler::kReraise;
 };
 

@@ -31,6 +31,7 @@
 #include "wds/shard_list.h"
 #include "wds/stage.h"
 #include "wds/stages.h"
+#include "wds/tar_reader.h"
 
 namespace wds {
 
@@ -55,6 +56,9 @@ struct WebDatasetOptions {
   bool allow_empty = false;
   // handler applies to opening shards, reading tars and grouping members.
   Handler handler = Handler::kReraise;
+  // max_member_size is the largest tar member accepted (see tar_reader.h);
+  // a larger one is a ResourceExhausted error for `handler`.
+  int64_t max_member_size = kDefaultMaxMemberSize;
   // opener turns a URL into a byte stream; tests substitute in-memory streams.
   Opener opener = OpenUrl;
 };

@@ -50,9 +50,18 @@ struct TarMember {
   int64_t size = 0;
 };
 
+// kDefaultMaxMemberSize is 1 GiB: more than any image, clip or array a
+// training sample usually holds, little enough to survive a lying header.
+inline constexpr int64_t kDefaultMaxMemberSize = int64_t{1} << 30;
+
 struct TarReaderOptions {
   // read_data = false skips every member's data (TarMember::data is empty).
   bool read_data = true;
+  // max_member_size is the largest member accepted: a header announcing more
+  // is a ResourceExhausted error naming the member, before anything is
+  // allocated for it. Below it, a member's memory is touched only as its
+  // bytes arrive, so a header that lies costs no more than the data sent.
+  int64_t max_member_size = kDefaultMaxMemberSize;
   // pool, if set, supplies the buffers of members of 4 KiB and more
   // (recycled when their last reference drops); smaller members, and all of
   // them without a pool, are allocated on their own.

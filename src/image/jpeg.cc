@@ -58,6 +58,11 @@ void OnError(j_common_ptr cinfo) {
   if (IsUnsupportedVariant(cinfo->err->msg_code)) {
     Fail(cinfo, absl::StatusCode::kInvalidArgument, "unsupported JPEG");
   }
+  // A header beyond libjpeg's 65500-pixel sides is refused before anything
+  // is allocated, like one beyond max_pixels.
+  if (cinfo->err->msg_code == JERR_IMAGE_TOO_BIG) {
+    Fail(cinfo, absl::StatusCode::kResourceExhausted, "JPEG image too large");
+  }
   Fail(cinfo, absl::StatusCode::kDataLoss, "corrupt JPEG");
 }
 

@@ -111,7 +111,8 @@ absl::StatusOr<Pipeline> WebDataset(std::vector<std::string> urls, WebDatasetOpt
                             options.allow_empty};
       url_stream = ShardStream(*shards, list, ctx);
     }
-    return TarSamples(std::move(url_stream), options.opener, options.handler, ctx);
+    return TarSamples(std::move(url_stream), options.opener, options.handler, ctx,
+                      options.max_member_size);
   };
   return Pipeline(std::move(source), options.seed);
 }

@@ -31,9 +31,6 @@ namespace wds {
 namespace {
 
 constexpr size_t kReadBufferSize = size_t{1} << 20;
-// A header can claim any size; a claim beyond this is taken as corruption
-// instead of an allocation to attempt.
-constexpr int64_t kMaxMemberSize = int64_t{1} << 36;
 constexpr int64_t kBlockSize = 512;
 constexpr unsigned char kGzipMagic[] = {0x1f, 0x8b};
 // kGzipChunkSize bounds what one read inflates: a damaged stream fails the
@@ -302,7 +299,7 @@ absl::Status TarReader::State::SkipRestOfEntry() {
 }
 
 absl::StatusOr<Buffer> TarReader::State::ReadData(const char* name, int64_t offset, int64_t size) {
-  if (size < 0 || size > kMaxMemberSize) {
+  if (size < 0) {
     return absl::DataLossError(Cat(stream->url(), ": member ", name, " at offset ", offset,
                                    ": implausible size ", size, " in its header"));
   }
@@ -377,6 +374,12 @@ absl::StatusOr<std::optional<TarMember>> TarReader::State::ReadNext() {
     if (name == nullptr) {
       return absl::DataLossError(Cat(stream->url(), ": member at offset ", member.offset,
                                      " has no readable name: ", ArchiveMessage(ar)));
+    }
+    if (member.size > options.max_member_size) {
+      failed_name = name;
+      return absl::ResourceExhaustedError(
+          Cat(stream->url(), ": member ", name, " at offset ", member.offset, " is ", member.size,
+              " bytes, more than max_member_size ", options.max_member_size));
     }
     if (options.read_data) {
       absl::StatusOr<Buffer> data = ReadData(name, member.offset, member.size);

@@ -15,8 +15,9 @@ constexpr std::string_view kStageName = "tar";
 class TarSampleStream : public SampleStream {
  public:
   TarSampleStream(std::unique_ptr<UrlStream> urls, Opener opener, Handler handler,
-                  WorkerContext ctx)
-      : urls_(std::move(urls)),
+                  WorkerContext ctx, int64_t max_member_size)
+      : max_member_size_(max_member_size),
+        urls_(std::move(urls)),
         opener_(std::move(opener)),
         handler_(handler),
         ctx_(std::move(ctx)),
@@ -51,6 +52,7 @@ class TarSampleStream : public SampleStream {
   absl::StatusOr<Sample> ToSample(GroupedSample grouped);
   Flow Handle(const absl::Status& error, SampleResult& result);
 
+  const int64_t max_member_size_;
   std::unique_ptr<UrlStream> urls_;
   Opener opener_;
   Handler handler_;
@@ -105,6 +107,7 @@ absl::Status TarSampleStream::OpenShard(const std::string& url) {
   if (!stream.ok()) return stream.status();
   ShardSampleReaderOptions options;
   options.tar.pool = pool_;
+  options.tar.max_member_size = max_member_size_;
   absl::StatusOr<std::unique_ptr<ShardSampleReader>> reader =
       ShardSampleReader::Open(*std::move(stream), std::move(options));
   if (!reader.ok()) return reader.status();
@@ -133,8 +136,10 @@ absl::StatusOr<Sample> TarSampleStream::ToSample(GroupedSample grouped) {
 }  // namespace
 
 std::unique_ptr<SampleStream> TarSamples(std::unique_ptr<UrlStream> urls, Opener opener,
-                                         Handler handler, const WorkerContext& ctx) {
-  return std::make_unique<TarSampleStream>(std::move(urls), std::move(opener), handler, ctx);
+                                         Handler handler, const WorkerContext& ctx,
+                                         int64_t max_member_size) {
+  return std::make_unique<TarSampleStream>(std::move(urls), std::move(opener), handler, ctx,
+                                           max_member_size);
 }
 
 }  // namespace wds

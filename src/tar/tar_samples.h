@@ -7,6 +7,7 @@
 #include "wds/byte_stream.h"
 #include "wds/error.h"
 #include "wds/stage.h"
+#include "wds/tar_reader.h"
 
 namespace wds {
 
@@ -16,7 +17,9 @@ namespace wds {
 // naming the sample and the member. Errors (opening, reading, grouping) go to
 // `handler` (stage "tar"); "continue" drops the broken sample (or the rest of
 // a broken shard) and goes on with the next.
+// `max_member_size` bounds each member (TarReaderOptions::max_member_size).
 std::unique_ptr<SampleStream> TarSamples(std::unique_ptr<UrlStream> urls, Opener opener,
-                                         Handler handler, const WorkerContext& ctx);
+                                         Handler handler, const WorkerContext& ctx,
+                                         int64_t max_member_size = kDefaultMaxMemberSize);
 
 }  // namespace wds
