@@ -255,45 +255,6 @@ TEST_P(TarReaderCompressionTest, TruncatedCompressedStreamIsDataLossAtEveryCut) 
   }
 }
 
-// Compress compresses `data` alone (libarchive's raw format: no tar around it).
-std::string Compress(const std::string& data, Compression compression) {
-  archive* a = archive_write_new();
-  archive_write_set_format_raw(a);
-  switch (compression) {
-    case Compression::kGzip:
-      archive_write_add_filter_gzip(a);
-      break;
-    case Compression::kBzip2:
-      archive_write_add_filter_bzip2(a);
-      break;
-    case Compression::kXz:
-      archive_write_add_filter_xz(a);
-      break;
-    case Compression::kZstd:
-      archive_write_add_filter_zstd(a);
-      break;
-    case Compression::kNone:
-      break;
-  }
-  archive_write_set_bytes_in_last_block(a, 1);
-  std::string out;
-  auto write = [](archive*, void* client, const void* buf, size_t n) -> la_ssize_t {
-    static_cast<std::string*>(client)->append(static_cast<const char*>(buf), n);
-    return static_cast<la_ssize_t>(n);
-  };
-  EXPECT_EQ(archive_write_open(a, &out, nullptr, write, nullptr), ARCHIVE_OK);
-  archive_entry* entry = archive_entry_new();
-  archive_entry_set_pathname(entry, "data");
-  archive_entry_set_filetype(entry, AE_IFREG);
-  archive_entry_set_size(entry, static_cast<la_int64_t>(data.size()));
-  EXPECT_EQ(archive_write_header(a, entry), ARCHIVE_OK);
-  EXPECT_EQ(archive_write_data(a, data.data(), data.size()), static_cast<la_ssize_t>(data.size()));
-  archive_entry_free(entry);
-  EXPECT_EQ(archive_write_close(a), ARCHIVE_OK);
-  archive_write_free(a);
-  return out;
-}
-
 TEST_P(TarReaderCompressionTest, CutAfterALongZeroTailIsDataLoss) {
   // Large records (tar -b 2048) leave up to 1 MiB of zeros after the
   // end-of-archive blocks; the stream is still checked to its very end.

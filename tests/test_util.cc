@@ -50,6 +50,31 @@ int SetFilter(archive* a, Compression compression) {
 
 }  // namespace
 
+std::string Compress(const std::string& data, Compression compression) {
+  archive* a = archive_write_new();
+  Check(archive_write_set_format_raw(a), a, "raw format");
+  Check(SetFilter(a, compression), a, "filter");
+  archive_write_set_bytes_in_last_block(a, 1);
+  std::string out;
+  auto write = [](archive*, void* client, const void* buf, size_t n) -> la_ssize_t {
+    static_cast<std::string*>(client)->append(static_cast<const char*>(buf), n);
+    return static_cast<la_ssize_t>(n);
+  };
+  Check(archive_write_open(a, &out, nullptr, write, nullptr), a, "open");
+  archive_entry* entry = archive_entry_new();
+  archive_entry_set_pathname(entry, "data");
+  archive_entry_set_filetype(entry, AE_IFREG);
+  archive_entry_set_size(entry, static_cast<la_int64_t>(data.size()));
+  Check(archive_write_header(a, entry), a, "header");
+  if (archive_write_data(a, data.data(), data.size()) != static_cast<la_ssize_t>(data.size())) {
+    throw std::runtime_error("short write");
+  }
+  archive_entry_free(entry);
+  Check(archive_write_close(a), a, "close");
+  archive_write_free(a);
+  return out;
+}
+
 std::string MakeTar(const std::vector<TarEntry>& entries, TarFormat format,
                     Compression compression) {
   archive* a = archive_write_new();

@@ -26,6 +26,9 @@ enum class Compression { kNone, kGzip, kBzip2, kXz, kZstd };
 std::string MakeTar(const std::vector<TarEntry>& entries, TarFormat format = TarFormat::kPax,
                     Compression compression = Compression::kNone);
 
+// Compress compresses `data` alone (libarchive's raw format: no tar around it).
+std::string Compress(const std::string& data, Compression compression);
+
 // TempDir is a fresh directory removed (recursively) on destruction.
 class TempDir {
  public:
