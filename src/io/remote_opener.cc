@@ -55,7 +55,7 @@ class RemoteSession {
         pool_(std::make_shared<TransferPool>()),
         credentials_(options_) {
     if (!options_.cache_dir.empty()) {
-      cache_ = std::make_unique<ShardCache>(options_.cache_dir, options_.cache_size);
+      cache_ = std::make_shared<ShardCache>(options_.cache_dir, options_.cache_size);
     }
   }
 
@@ -80,7 +80,7 @@ class RemoteSession {
   const RemoteOptions options_;
   std::shared_ptr<TransferPool> pool_;
   AwsCredentialSource credentials_;
-  std::unique_ptr<ShardCache> cache_;
+  std::shared_ptr<ShardCache> cache_;
 };
 
 // ApplyEnvironment sets what the environment says; a malformed variable is

@@ -119,12 +119,12 @@ class CachedFileStream : public ByteStream {
 class CachingStream : public ByteStream {
  public:
   CachingStream(std::unique_ptr<RemoteStream> remote, int fd, std::string part, std::string path,
-                ShardCache& cache)
+                std::shared_ptr<ShardCache> cache)
       : remote_(std::move(remote)),
         fd_(fd),
         part_(std::move(part)),
         path_(std::move(path)),
-        cache_(cache) {}
+        cache_(std::move(cache)) {}
   ~CachingStream() override { Abandon(); }
 
   absl::StatusOr<size_t> Read(void* buffer, size_t size) override {
@@ -176,7 +176,7 @@ class CachingStream : public ByteStream {
     }
     close(fd_);
     fd_ = -1;
-    cache_.Evict(std::filesystem::path(path_).filename().string());
+    cache_->Evict(std::filesystem::path(path_).filename().string());
   }
 
   void Abandon() {
@@ -191,7 +191,7 @@ class CachingStream : public ByteStream {
   int fd_;
   std::string part_;
   std::string path_;
-  ShardCache& cache_;
+  std::shared_ptr<ShardCache> cache_;
   int64_t written_ = 0;
 };
 
@@ -268,7 +268,8 @@ absl::StatusOr<std::unique_ptr<ByteStream>> ShardCache::Open(const std::string& 
       close(part_fd);
       return remote.status();
     }
-    return std::make_unique<CachingStream>(*std::move(remote), part_fd, part, path, *this);
+    return std::make_unique<CachingStream>(*std::move(remote), part_fd, part, path,
+                                           shared_from_this());
   }
   // Raced three times: read it from the server.
   absl::StatusOr<std::unique_ptr<RemoteStream>> remote = open_remote();

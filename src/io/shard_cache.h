@@ -23,7 +23,8 @@
 
 namespace wds {
 
-class ShardCache {
+// Streams it returns keep the cache alive (it must be owned by a shared_ptr).
+class ShardCache : public std::enable_shared_from_this<ShardCache> {
  public:
   using OpenRemote = std::function<absl::StatusOr<std::unique_ptr<RemoteStream>>()>;
   // Revalidate returns the object's current ETag (and size); null means
