@@ -81,6 +81,10 @@ int RunIndex(int argc, char** argv) {
     absl::StatusOr<ShardIndex> index = ScanStream(*std::move(stream), &size);
     if (!index.ok()) return Fail("index: " + std::string(index.status().message()));
     const std::string path = remote ? LocalIndexPath(dir, shard) : IndexPath(shard);
+    if (remote && !dir.empty()) {
+      std::error_code ec;
+      fs::create_directories(dir, ec);
+    }
     if (absl::Status s = index->Save(path); !s.ok()) {
       return Fail("index: " + std::string(s.message()));
     }
