@@ -149,6 +149,15 @@ TEST_F(NginxTest, HttpsWithHttp2AndHttp11IsByteExact) {
         ReadPipeline(nginx_->HttpsUrl("/shards/shard-{0..3}.tar"), open);
     ASSERT_TRUE(got.ok()) << got.status();
     ExpectSameSamples(*got, local_);
+    // The default negotiates HTTP/2 (ALPN); the other asks for 1.1.
+    const std::string protocol =
+        version == HttpVersion::kDefault ? "HTTP/2.0 200\n" : "HTTP/1.1 200\n";
+    size_t count = 0;
+    const std::string log = nginx_->access_log();
+    for (size_t at = log.find(protocol); at != std::string::npos; at = log.find(protocol, at + 1)) {
+      ++count;
+    }
+    EXPECT_EQ(count, 2u * kShards) << log;
   }
 }
 

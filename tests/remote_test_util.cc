@@ -353,7 +353,8 @@ absl::StatusOr<std::unique_ptr<NginxServer>> NginxServer::Start(const std::strin
     std::ofstream(Cat(d, "/nginx.conf"))
         << "daemon off;\nmaster_process off;\nworker_processes 1;\npid " << d << "/nginx.pid;\n"
         << "error_log " << d << "/logs/error.log warn;\nevents { worker_connections 64; }\n"
-        << "http {\n  access_log off;\n  client_body_temp_path " << d << "/tmp/body;\n"
+        << "http {\n  log_format proto '$server_protocol $status';\n  access_log " << d
+        << "/logs/access.log proto;\n  client_body_temp_path " << d << "/tmp/body;\n"
         << "  proxy_temp_path " << d << "/tmp/proxy;\n  fastcgi_temp_path " << d << "/tmp/fcgi;\n"
         << "  uwsgi_temp_path " << d << "/tmp/uwsgi;\n  scgi_temp_path " << d << "/tmp/scgi;\n"
         << "  default_type application/octet-stream;\n  sendfile on;\n  etag on;\n"
@@ -385,6 +386,8 @@ NginxServer::~NginxServer() {
   }
   if (!dir_.empty()) RunShell(Cat("rm -rf '", dir_, "'"));
 }
+
+std::string NginxServer::access_log() const { return ReadFile(Cat(dir_, "/logs/access.log")); }
 
 std::string NginxServer::HttpUrl(const std::string& path) const {
   return Cat("http://127.0.0.1:", http_port_, path);

@@ -131,6 +131,8 @@ class NginxServer {
   const std::string& cert_path() const { return cert_; }
   std::string HttpUrl(const std::string& path) const;
   std::string HttpsUrl(const std::string& path) const;
+  // access_log has one line per request: "<protocol> <status>" ("HTTP/2.0 200").
+  std::string access_log() const;
 
  private:
   NginxServer() = default;
