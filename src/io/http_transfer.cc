@@ -171,6 +171,10 @@ absl::Status HttpTransfer::Begin(const HttpRequest& request, const RemoteOptions
   attached_ = true;
   last_progress_ = std::chrono::steady_clock::now();
   while (!headers_done_ && !done_) Pump(/*for_headers=*/true);
+  // A redirect libcurl did not follow (no Location) ends as it is.
+  if (!headers_done_ && done_ && result_ == CURLE_OK && response_.status >= 200) {
+    headers_done_ = true;
+  }
   if (!headers_done_) {
     if (result_ != CURLE_OK || stalled_) return TransferError();
     return absl::UnavailableError("the connection closed before a response");
