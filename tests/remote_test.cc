@@ -18,6 +18,7 @@
 #include "remote_test_util.h"
 #include "test_util.h"
 #include "wds/internal/strings.h"
+#include "wds/loader.h"
 #include "wds/pipeline.h"
 
 namespace wds {
@@ -467,6 +468,22 @@ TEST(RemotePipelineTest, FaultyShardsGiveTheSameSamplesAsLocalFiles) {
     EXPECT_THAT(testing::FieldText((*remote)[i], "__url__"), StartsWith("http://127.0.0.1:"));
   }
   EXPECT_EQ(server.requests(), 6);
+}
+
+TEST(RemotePipelineTest, EachLoaderWorkerKeepsOneConnection) {
+  FaultServer server;
+  for (int shard = 0; shard < 6; ++shard) {
+    server.Put(Cat("/shard-", shard, ".tar"), testing::MakeTar(ShardEntries(shard, 10)));
+  }
+  absl::StatusOr<Pipeline> p =
+      WebDataset(Cat("http://127.0.0.1:", server.port(), "/shard-{0..5}.tar"), {});
+  ASSERT_TRUE(p.ok());
+  Loader loader(*p, {.workers = 2, .rank = 0, .world_size = 1});
+  int samples = 0;
+  for (const Sample& s : loader) samples += s.Has("bin") ? 1 : 0;
+  EXPECT_EQ(samples, 60);
+  EXPECT_EQ(server.requests(), 6);
+  EXPECT_LE(server.connections(), 2);
 }
 
 TEST(RemotePipelineTest, ARemoteShardErrorGoesToTheHandler) {
