@@ -347,6 +347,14 @@ TEST_F(RemoteStreamTest, NothingListeningIsRetriedThenUnavailable) {
                                          "in a row; last error: Couldn't connect to server")));
 }
 
+TEST_F(RemoteStreamTest, MalformedUrlsAreInvalidArgument) {
+  absl::Status s = Fetch("http://[::1/x.tar", Fast()).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_THAT(Message(s), StartsWith("http://[::1/x.tar: URL using bad/illegal format"));
+  EXPECT_EQ(Fetch("s3://bucket-only", Fast()).status().message(),
+            "s3://bucket-only: no object key (expected scheme://bucket/key)");
+}
+
 TEST_F(RemoteStreamTest, StreamsAreIndependentOfEachOther) {
   // Two streams of one opener read interleaved: each keeps its own transfer.
   server_.Put("/b", RandomBytes(300'000, 3));

@@ -230,6 +230,14 @@ TEST_F(ShardCacheTest, AFileInUseIsNeverEvicted) {
   EXPECT_TRUE(fs::exists(cached(2)));
 }
 
+TEST_F(ShardCacheTest, ACacheDirectoryThatCannotBeMadeIsAnError) {
+  options_.cache_dir = cache_.Write("file", "not a directory") + "/cache";
+  absl::Status s = Fetch(0, MakeOpener(options_)).status();
+  EXPECT_EQ(Message(s), Cat(url(0), ": cannot create ", options_.cache_dir, "/", Hash(url(0)),
+                            ".part in the cache: Not a directory"));
+  EXPECT_EQ(server_.requests(), 0);
+}
+
 TEST_F(ShardCacheTest, StaleFilesAreCleanedUp) {
   fs::create_directories(options_.cache_dir);
   // A .part no process holds (its writer died) and a .meta without data.

@@ -64,7 +64,9 @@
 // is larger), and `.part` files no live process holds are removed (a killed
 // download). Cache entries are trusted: a cached URL is not checked against
 // the server again unless cache_revalidate is set. Failing to write the cache
-// (a full disk) never fails the read: the stream goes on uncached.
+// (a full disk) never fails the read: the stream goes on uncached; a cache
+// directory in which no file can be created at all is a misconfiguration,
+// and the open fails naming it.
 //
 // Thread safety: RemoteOptions is a value. An Opener from MakeOpener may be
 // called from any thread; each stream it returns is used by one thread.
