@@ -68,6 +68,15 @@
 // directory in which no file can be created at all is a misconfiguration,
 // and the open fails naming it.
 //
+// Costs: a stream buffers at most read_ahead plus one libcurl chunk (512 KiB)
+// ahead of its reader, and copies each byte once more than a file read
+// (libcurl's receive buffer into the reader's). It does not Skip: skipping
+// a member would cost a new request, a round trip, per member, so header-
+// only scans (CountSamples, wds-shard stats/index) read remote shards
+// whole. A thread in a retry sleeps up to backoff_cap (or the server's
+// Retry-After, within max_retry_time), which also bounds how long stopping
+// a Loader can wait for it.
+//
 // Thread safety: RemoteOptions is a value. An Opener from MakeOpener may be
 // called from any thread; each stream it returns is used by one thread.
 #pragma once
