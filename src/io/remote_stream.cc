@@ -176,9 +176,8 @@ absl::Status RemoteStream::Connect() {
     } else if (!last_modified_.empty()) {
       headers.emplace_back("If-Unmodified-Since", last_modified_);
     } else {
-      return absl::UnavailableError(Cat(
-          url_, ": cannot resume at offset ", position_,
-          " safely: the server sent no strong ETag and no Last-Modified to check the object by"));
+      // Failed() ends the stream before a retry could come here.
+      return absl::InternalError(Cat(url_, ": resuming without a validator"));
     }
     headers.emplace_back("Range", Cat("bytes=", position_, "-"));
   }
@@ -247,6 +246,11 @@ absl::Status RemoteStream::Failed(const absl::Status& error, const std::string& 
         url_, ": giving up at offset ", position_, size_ >= 0 ? Cat(" of ", size_) : std::string(),
         " after ", failures_, " failed attempt(s) in a row", why, "; last error: ", last));
   };
+  if (position_ > 0 && !IsStrongEtag(etag_) && last_modified_.empty()) {
+    return absl::UnavailableError(
+        Cat(url_, ": cannot resume at offset ", position_, " safely: the server sent no strong ",
+            "ETag and no Last-Modified to check the object by; the failure: ", last));
+  }
   if (failures_ >= options_.max_attempts) return give_up("");
   const int shift = std::min(failures_ - 1, 30);
   const auto ceiling =
