@@ -73,11 +73,12 @@ TEST(NetnsFaultTest, ConnectionResetsByTheNetworkAreResumedExactly) {
     expected.replace(at, shard.size(), url);
   }
   EXPECT_EQ(testing::ReadFile(work + "/ls.out"), expected);
-  // About 3.7 MB through connections cut after 1 MB: resumed requests (206)
-  // after the first (200).
+  // About 3.7 MB through connections reset after about 1 MB (how much more
+  // gets through before the client's next packet is rejected depends on
+  // timing): the first request (200) and resumed ones (206).
   const std::string log = testing::ReadFile(work + "/access.log");
   EXPECT_EQ(CountOf(log, "\" 200 "), 1) << log;
-  EXPECT_GE(CountOf(log, "\" 206 "), 3) << log;
+  EXPECT_GE(CountOf(log, "\" 206 "), 1) << log;
 }
 
 }  // namespace
