@@ -9,10 +9,15 @@ packages=(
   # wds::core
   libabsl-dev libarchive-dev zlib1g-dev libzstd-dev nlohmann-json3-dev
   libturbojpeg0-dev libjpeg62-turbo-dev libspng-dev libwebp-dev
+  # remote shards: libcurl (OpenSSL flavour) and libcrypto for S3 signatures
+  libcurl4-openssl-dev libssl-dev
   # wds::torch and the DDP demo
   libtorch-dev libgloo-dev dataset-fashion-mnist python3-torch
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
+  # remote-shard tests: a real web server, the S3 mock (node), TLS certificates,
+  # and a network namespace whose nftables rules reset connections
+  nginx-light nodejs openssl ca-certificates nftables iproute2 util-linux
   # independent tar writers and compressors used by the tests
   tar gzip bzip2 xz-utils zstd python3
   # independent image encoders/decoders for pixel-exact fixtures, plots

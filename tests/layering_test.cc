@@ -38,6 +38,7 @@ const std::map<std::string, std::string> kHeaderLayers = {
     {"wds/stage.h", "base"},
     {"wds/shard_list.h", "shards"},
     {"wds/byte_stream.h", "io"},
+    {"wds/remote.h", "io"},
     {"wds/shard_index.h", "tar"},
     {"wds/shard_writer.h", "tar"},
     {"wds/tar_reader.h", "tar"},

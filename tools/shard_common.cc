@@ -11,6 +11,7 @@
 #include "wds/byte_stream.h"
 #include "wds/internal/strings.h"
 #include "wds/internal/tar_grouping.h"
+#include "wds/remote.h"
 
 namespace wds::tools {
 namespace {
@@ -154,8 +155,14 @@ double Progress::seconds() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
 
+absl::StatusOr<std::unique_ptr<ByteStream>> OpenShard(const std::string& url) {
+  // A tool runs one command: one opener for its lifetime is its state.
+  static const Opener opener = MakeOpener();
+  return opener(url);
+}
+
 absl::Status WalkShard(const std::string& url, const ShardVisitor& visitor) {
-  absl::StatusOr<std::unique_ptr<ByteStream>> stream = OpenUrl(url);
+  absl::StatusOr<std::unique_ptr<ByteStream>> stream = OpenShard(url);
   if (!stream.ok()) return stream.status();
   ShardSampleReaderOptions options;
   options.on_skipped = visitor.on_skipped;

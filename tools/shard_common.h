@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "wds/byte_stream.h"
 #include "wds/tar_reader.h"
 
 namespace wds::tools {
@@ -105,6 +106,11 @@ struct ShardVisitor {
   std::function<bool(const TarMember& member)> on_skipped;
   std::function<bool(RawSample& sample)> on_sample;
 };
+
+// OpenShard opens a shard URL (a path, "-", "pipe:", or a remote URL read with
+// wds/remote.h's options from the environment). Remote shards share one
+// connection pool for the whole run.
+[[nodiscard]] absl::StatusOr<std::unique_ptr<ByteStream>> OpenShard(const std::string& url);
 
 // WalkShard reads the shard at `url` grouped by ShardSampleReader
 // (wds/internal/tar_grouping.h), without merging repeated fields. The error of

@@ -1,12 +1,15 @@
 // wds-shard index: write DALI index sidecars and, with --json, the dataset's
 // wids shard index.
 //
-//   wds-shard index [--json FILE] SHARD...
+//   wds-shard index [--json FILE] [--dir DIR] SHARD...
 //
 // Each SHARD gets SHARD.idx (see wds/shard_index.h), built from its tar
-// headers alone. FILE lists every shard with its sample count and file size;
-// shard URLs under FILE's directory are written relative to it (as wids
-// resolves them), others as absolute paths.
+// headers alone. A remote shard (http(s)://, s3://, gs://) cannot get a file
+// beside it: its index is written locally, as DIR/<name of the shard>.idx
+// (DIR defaults to the current directory). FILE lists every shard with its
+// sample count and size; local shard URLs under FILE's directory are written
+// relative to it (as wids resolves them), other local ones as absolute paths,
+// remote ones as given.
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -15,6 +18,7 @@
 
 #include "shard_commands.h"
 #include "shard_common.h"
+#include "wds/remote.h"
 #include "wds/shard_index.h"
 #include "wds/shard_list.h"
 
@@ -34,11 +38,20 @@ std::string UrlFrom(const std::string& json_path, const std::string& shard) {
   return relative.string();
 }
 
+// LocalIndexPath is where a remote shard's index goes: DIR/<last path
+// segment of the URL, without any query>.idx.
+std::string LocalIndexPath(const std::string& dir, const std::string& url) {
+  std::string name = url.substr(0, url.find_first_of("?#"));
+  name = name.substr(name.rfind('/') + 1);
+  return (fs::path(dir.empty() ? "." : dir) / IndexPath(name)).string();
+}
+
 }  // namespace
 
 int RunIndex(int argc, char** argv) {
   Args args(argc, argv);
   std::string json;
+  std::string dir;
   std::vector<std::string> shards;
   while (!args.done()) {
     const std::string_view arg = args.Take();
@@ -46,6 +59,10 @@ int RunIndex(int argc, char** argv) {
       absl::StatusOr<std::string> v = args.Value(arg);
       if (!v.ok()) return Fail(v.status());
       json = *v;
+    } else if (arg == "--dir") {
+      absl::StatusOr<std::string> v = args.Value(arg);
+      if (!v.ok()) return Fail(v.status());
+      dir = *v;
     } else if (IsOption(arg)) {
       return Fail("index: unknown option " + std::string(arg));
     } else {
@@ -54,17 +71,24 @@ int RunIndex(int argc, char** argv) {
       shards.insert(shards.end(), expanded->begin(), expanded->end());
     }
   }
-  if (shards.empty()) return Fail("usage: wds-shard index [--json FILE] SHARD...");
+  if (shards.empty()) return Fail("usage: wds-shard index [--json FILE] [--dir DIR] SHARD...");
   DatasetIndex dataset;
   for (const std::string& shard : shards) {
-    absl::StatusOr<ShardIndex> index = ScanShard(shard);
+    const bool remote = IsRemoteUrl(shard);
+    absl::StatusOr<std::unique_ptr<ByteStream>> stream = OpenShard(shard);
+    if (!stream.ok()) return Fail("index: " + std::string(stream.status().message()));
+    int64_t size = 0;
+    absl::StatusOr<ShardIndex> index = ScanStream(*std::move(stream), &size);
     if (!index.ok()) return Fail("index: " + std::string(index.status().message()));
-    if (absl::Status s = index->Save(IndexPath(shard)); !s.ok()) {
+    const std::string path = remote ? LocalIndexPath(dir, shard) : IndexPath(shard);
+    if (remote && !dir.empty()) {
+      std::error_code ec;
+      fs::create_directories(dir, ec);
+    }
+    if (absl::Status s = index->Save(path); !s.ok()) {
       return Fail("index: " + std::string(s.message()));
     }
-    struct stat st;
-    const int64_t size = stat(shard.c_str(), &st) == 0 ? st.st_size : 0;
-    dataset.shards.push_back({json.empty() ? shard : UrlFrom(json, shard),
+    dataset.shards.push_back({json.empty() || remote ? shard : UrlFrom(json, shard),
                               static_cast<int64_t>(index->samples.size()), size});
   }
   if (!json.empty()) {

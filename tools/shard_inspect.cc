@@ -210,9 +210,11 @@ struct Tally {
 };
 
 absl::StatusOr<Tally> StatShard(const std::string& url) {
-  absl::StatusOr<ShardIndex> index = ScanShard(url);
-  if (!index.ok()) return index.status();
+  absl::StatusOr<std::unique_ptr<ByteStream>> stream = OpenShard(url);
+  if (!stream.ok()) return stream.status();
   Tally t;
+  absl::StatusOr<ShardIndex> index = ScanStream(*std::move(stream), &t.file_bytes);
+  if (!index.ok()) return index.status();
   for (const IndexSample& sample : index->samples) {
     int64_t bytes = 0;
     for (const IndexMember& m : sample.members) {
@@ -224,8 +226,6 @@ absl::StatusOr<Tally> StatShard(const std::string& url) {
     t.sample_sizes.push_back(bytes);
     ++t.samples;
   }
-  struct stat st;
-  if (stat(url.c_str(), &st) == 0) t.file_bytes = st.st_size;
   return t;
 }
 

@@ -20,7 +20,10 @@ constexpr char kUsage[] =
     "  extract --output DIR [--force] SHARD...      write the members of shards out as files\n"
     "  stats [--json] SHARD...                      samples, bytes, fields, size distribution\n"
     "  verify [--decode] SHARD...                   check structure, grouping, images, index\n"
-    "  index [--json FILE] SHARD...                 write DALI index sidecars (SHARD.idx)\n"
+    "  index [--json FILE] [--dir DIR] SHARD...     write DALI index sidecars (SHARD.idx;\n"
+    "                                             for remote shards DIR/NAME.idx)\n"
+    "SHARD and URL may be paths, '-', pipe:CMD, or http(s)://, s3:// and gs:// URLs\n"
+    "(environment: WDS_CACHE, WDS_CACHE_SIZE, AWS_*, CURL_CA_BUNDLE; see the README)\n"
     "run 'wds-shard create --help' for the options of create\n";
 
 }  // namespace

@@ -4,6 +4,8 @@
 //   path/to/shard.tar, file:path   a local file
 //   -                              standard input
 //   pipe:CMD                       CMD's standard output, run by /bin/sh -c
+//   http(s)://, s3://, gs://       a remote object, streamed with libcurl and
+//                                  resumed after faults (wds/remote.h)
 //
 // For pipe: the command's exit status is checked when the stream is finished:
 // a non-zero status is an error naming the command, the status and the tail
@@ -49,9 +51,11 @@ class ByteStream {
 // Opener opens a URL. OpenUrl is the default.
 using Opener = std::function<absl::StatusOr<std::unique_ptr<ByteStream>>(std::string_view url)>;
 
-// OpenUrl opens a local path, "file:", "-" or "pipe:". Errors: NotFound /
-// PermissionDenied (naming the path) for files, Unimplemented for other
-// schemes.
+// OpenUrl opens a local path, "file:", "-", "pipe:" or a remote URL (with
+// RemoteOptions::FromEnvironment(), and no connection reuse between calls:
+// MakeOpener in wds/remote.h gives both). Errors: NotFound /
+// PermissionDenied (naming the path) for files, those of wds/remote.h for
+// remote URLs, Unimplemented for other schemes.
 [[nodiscard]] absl::StatusOr<std::unique_ptr<ByteStream>> OpenUrl(std::string_view url);
 
 // MemoryStream serves `data` (tests, and data already in memory). If

@@ -27,6 +27,7 @@
 #include "wds/decode.h"
 #include "wds/error.h"
 #include "wds/image.h"
+#include "wds/remote.h"
 #include "wds/sample.h"
 #include "wds/shard_list.h"
 #include "wds/stage.h"
@@ -60,7 +61,9 @@ struct WebDatasetOptions {
   // a larger one is a ResourceExhausted error for `handler`.
   int64_t max_member_size = kDefaultMaxMemberSize;
   // opener turns a URL into a byte stream; tests substitute in-memory streams.
-  Opener opener = OpenUrl;
+  // The default reads remote URLs with RemoteOptions::FromEnvironment() (read
+  // when these options are made) and one connection pool for the pipeline.
+  Opener opener = MakeOpener();
 };
 
 class Pipeline {

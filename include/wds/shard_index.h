@@ -34,12 +34,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "wds/byte_stream.h"
 
 namespace wds {
 
@@ -82,6 +84,12 @@ std::string IndexPath(std::string_view shard);
 // headers alone: member data is skipped (seeked over in a local uncompressed
 // file), never read into memory. Errors name the URL and offset.
 [[nodiscard]] absl::StatusOr<ShardIndex> ScanShard(std::string_view url);
+
+// ScanStream is ScanShard over an open stream (taking ownership of it);
+// `stream_bytes`, when not null, receives how many bytes the stream
+// delivered or skipped: the shard's size, also for a remote one.
+[[nodiscard]] absl::StatusOr<ShardIndex> ScanStream(std::unique_ptr<ByteStream> stream,
+                                                    int64_t* stream_bytes = nullptr);
 
 // CountSamples returns the number of samples of the shard at `url`: from its
 // sidecar IndexPath(url) when that exists (only the first line is read),

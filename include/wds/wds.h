@@ -17,6 +17,7 @@
 #include "wds/placement.h"
 #include "wds/pull_iterator.h"
 #include "wds/random.h"
+#include "wds/remote.h"
 #include "wds/sample.h"
 #include "wds/shard_index.h"
 #include "wds/shard_list.h"

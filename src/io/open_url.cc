@@ -23,6 +23,7 @@
 #include "wds/byte_stream.h"
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"
+#include "wds/remote.h"
 
 extern char** environ;
 
@@ -374,6 +375,8 @@ absl::StatusOr<std::unique_ptr<ByteStream>> OpenUrl(std::string_view url) {
   if (StartsWith(url, "pipe:")) return OpenPipe(std::string(url), std::string(url.substr(5)));
   if (StartsWith(url, "file://")) return OpenFile(std::string(url), std::string(url.substr(7)));
   if (StartsWith(url, "file:")) return OpenFile(std::string(url), std::string(url.substr(5)));
+  // A one-off session: no connection pool to share (MakeOpener has one).
+  if (IsRemoteUrl(url)) return MakeOpener()(url);
   if (HasScheme(url)) return absl::UnimplementedError(Cat("unsupported URL scheme: ", url));
   return OpenFile(std::string(url), std::string(url));
 }

@@ -31,6 +31,29 @@ std::optional<std::string> LocalPath(std::string_view url) {
   return std::string(url);
 }
 
+// CountingStream adds up the bytes its stream delivers or skips.
+class CountingStream : public ByteStream {
+ public:
+  CountingStream(std::unique_ptr<ByteStream> stream, int64_t* bytes)
+      : stream_(std::move(stream)), bytes_(bytes) {}
+  absl::StatusOr<size_t> Read(void* buffer, size_t size) override {
+    absl::StatusOr<size_t> n = stream_->Read(buffer, size);
+    if (n.ok()) *bytes_ += static_cast<int64_t>(*n);
+    return n;
+  }
+  absl::StatusOr<int64_t> Skip(int64_t size) override {
+    absl::StatusOr<int64_t> n = stream_->Skip(size);
+    if (n.ok()) *bytes_ += *n;
+    return n;
+  }
+  absl::Status Finish() override { return stream_->Finish(); }
+  const std::string& url() const override { return stream_->url(); }
+
+ private:
+  std::unique_ptr<ByteStream> stream_;
+  int64_t* bytes_;
+};
+
 // ToIndexSample keeps what an index records of a grouped sample.
 IndexSample ToIndexSample(const GroupedSample& grouped) {
   IndexSample sample;
@@ -180,6 +203,14 @@ std::string IndexPath(std::string_view shard) { return Cat(shard, ".idx"); }
 
 absl::StatusOr<ShardIndex> ScanShard(std::string_view url) {
   WDS_ASSIGN_OR_RETURN(std::unique_ptr<ByteStream> stream, OpenUrl(url));
+  return ScanStream(std::move(stream));
+}
+
+absl::StatusOr<ShardIndex> ScanStream(std::unique_ptr<ByteStream> stream, int64_t* stream_bytes) {
+  if (stream_bytes != nullptr) {
+    *stream_bytes = 0;
+    stream = std::make_unique<CountingStream>(std::move(stream), stream_bytes);
+  }
   ShardSampleReaderOptions options;
   options.tar.read_data = false;
   WDS_ASSIGN_OR_RETURN(std::unique_ptr<ShardSampleReader> reader,

@@ -1,0 +1,205 @@
+// Remote shards: http://, https://, s3:// and gs:// URLs streamed in-process
+// with libcurl, resumed byte-exactly after transient faults, optionally
+// through a local cache shared by processes.
+//
+//   wds::RemoteOptions options = wds::RemoteOptions::FromEnvironment();
+//   options.cache_dir = "/scratch/shards";       // or WDS_CACHE=/scratch/shards
+//   auto pipe = wds::WebDataset("s3://bucket/train-{000000..000099}.tar",
+//                               {.opener = wds::MakeOpener(options)});
+//
+// Plain OpenUrl(url) and the default WebDatasetOptions::opener read remote
+// URLs with RemoteOptions::FromEnvironment().
+//
+// What a reader gets is the object's bytes exactly once, in order, or an
+// error naming the URL; never a mix of two versions:
+// - A transient failure (connection refused, reset or closed early, no data
+//   for `stall_timeout`, HTTP 408, 429, 500, 502, 503, 504) is retried after
+//   an exponential backoff with full jitter (at least the server's
+//   Retry-After). A retry after the first byte asks for `Range: bytes=<n>-`
+//   with `If-Match: <ETag>` (or `If-Unmodified-Since: <Last-Modified>` when
+//   the server sent no strong ETag) and accepts only a 206 whose
+//   Content-Range starts at n and has the same total length. A 412 (the
+//   object changed) is Aborted; a 200 to a Range request or a wrong
+//   Content-Range is DataLoss. A server that gives neither validator cannot
+//   be resumed: the failure is then final (Unavailable).
+// - max_attempts failed requests in a row, or max_retry_time spent failing
+//   since the last byte arrived, end the stream with Unavailable naming the
+//   URL, the offset, the attempts and the last failure.
+// - A non-transient answer fails at once with the URL, the status and the
+//   server's message (S3's <Code> and <Message>): 404 NotFound, 401/403
+//   PermissionDenied, 400 InvalidArgument, 416 OutOfRange, other statuses
+//   Unknown; a certificate that fails verification is FailedPrecondition.
+// All of these surface from ByteStream::Read, so they reach the pipeline's
+// handlers like any other shard error.
+//
+// URLs:
+// - http(s)://host/path: GET, redirects followed (at most 5).
+// - s3://bucket/key: signed with AWS Signature Version 4 when credentials
+//   are found (explicit, else AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY /
+//   AWS_SESSION_TOKEN, else the profile AWS_PROFILE (default "default") of
+//   AWS_SHARED_CREDENTIALS_FILE (default ~/.aws/credentials)); anonymous
+//   otherwise (public buckets). The key is percent-encoded as S3 wants.
+// - gs://bucket/object: Google Cloud Storage's XML API, anonymous (public
+//   objects), with a bearer token, or signed with GCS HMAC keys through its
+//   S3-compatible interface (region "auto").
+//
+// Connections: an Opener made by MakeOpener keeps idle libcurl handles (and
+// so their open connections and TLS sessions) in a pool it owns, shared by
+// its copies: a Loader worker reading its shards one after another reuses
+// one connection. Streams opened through OpenUrl get no pool.
+//
+// Cache (cache_dir): `<cache_dir>/<sha256 of the URL>` is the complete copy
+// of a URL, with its ETag, size and URL in `<...>.meta`. A miss streams from
+// the server to the reader and into `<hash>.part` at the same time (one
+// download), renamed into place (after fdatasync) only when the object's
+// announced length arrived intact. Processes coordinate with flock(2): the
+// writer of a `.part` holds an exclusive lock on it, so a second reader of
+// the same URL (another worker, rank or process) streams it from the server
+// without caching instead of waiting (waiting could deadlock a loader whose
+// consumer is waiting for that second worker); readers of a complete file
+// hold a shared lock, and eviction takes an exclusive one, so a file in use
+// is never evicted. After each completed download, least recently used
+// complete files (a hit refreshes the file's mtime) are evicted until the
+// total is under cache_size (the file just written is kept even if it alone
+// is larger), and `.part` files no live process holds are removed (a killed
+// download). Cache entries are trusted: a cached URL is not checked against
+// the server again unless cache_revalidate is set. Failing to write the cache
+// (a full disk) never fails the read: the stream goes on uncached; a cache
+// directory in which no file can be created at all is a misconfiguration,
+// and the open fails naming it.
+//
+// Costs: a stream buffers at most read_ahead plus one libcurl chunk (512 KiB)
+// ahead of its reader, and copies each byte once more than a file read
+// (libcurl's receive buffer into the reader's). It does not Skip: skipping
+// a member would cost a new request, a round trip, per member, so header-
+// only scans (CountSamples, wds-shard stats/index) read remote shards
+// whole. A thread in a retry sleeps up to backoff_cap (or the server's
+// Retry-After, within max_retry_time), which also bounds how long stopping
+// a Loader can wait for it.
+//
+// Thread safety: RemoteOptions is a value. An Opener from MakeOpener may be
+// called from any thread; each stream it returns is used by one thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "wds/byte_stream.h"
+
+namespace wds {
+
+// HttpVersion is the HTTP version libcurl asks for.
+enum class HttpVersion {
+  // HTTP/2 over TLS when the server offers it (ALPN), else HTTP/1.1.
+  kDefault,
+  kHttp1_1,
+  // HTTP/2 without TLS too, assuming the server speaks it ("prior knowledge").
+  kHttp2PriorKnowledge,
+};
+
+// S3Addressing is how a bucket appears in an S3 URL.
+enum class S3Addressing {
+  // Virtual-hosted (https://bucket.s3.REGION.amazonaws.com/key) on AWS for
+  // bucket names without dots; path-style otherwise and for custom endpoints.
+  kAuto,
+  kPathStyle,      // ENDPOINT/bucket/key
+  kVirtualHosted,  // bucket.ENDPOINT-HOST/key
+};
+
+struct AwsCredentials {
+  std::string access_key_id;
+  std::string secret_access_key;
+  std::string session_token;  // optional
+};
+
+// RemoteOptions hold every limit of remote reading. The environment names in
+// brackets are what FromEnvironment reads.
+struct RemoteOptions {
+  // --- connections
+  // connect_timeout bounds TCP connect plus the TLS handshake.
+  std::chrono::milliseconds connect_timeout{10'000};
+  // stall_timeout: a request that delivers no byte (headers or body) for
+  // this long while the reader waits for data is abandoned as transient.
+  // A reader that is slow to consume never counts as a stall.
+  std::chrono::milliseconds stall_timeout{30'000};
+  // low_speed_limit (bytes/s, 0 = off) and low_speed_time: libcurl abandons
+  // a transfer averaging less than the limit over that time (transient).
+  int64_t low_speed_limit = 0;
+  std::chrono::seconds low_speed_time{60};
+  // read_ahead bounds the body bytes buffered ahead of the reader.
+  size_t read_ahead = size_t{4} << 20;
+  // --- retries
+  // max_attempts: failed requests in a row (without a byte of progress)
+  // before giving up; 1 means no retry.
+  int max_attempts = 10;
+  // max_retry_time: time spent failing since the last progress before
+  // giving up (a Retry-After beyond it gives up at once).
+  std::chrono::milliseconds max_retry_time{300'000};
+  // The n-th retry in a row waits uniform(0, min(backoff_cap, backoff_base * 2^(n-1))).
+  std::chrono::milliseconds backoff_base{250};
+  std::chrono::milliseconds backoff_cap{20'000};
+  // --- TLS and HTTP
+  // ca_file is a PEM bundle used instead of the system's [CURL_CA_BUNDLE].
+  std::string ca_file;
+  // verify_tls checks the server's certificate and host name; turn it off
+  // only for tests [WDS_TLS_VERIFY=0].
+  bool verify_tls = true;
+  HttpVersion http_version = HttpVersion::kDefault;
+  // user_agent is sent with every request.
+  std::string user_agent = "webdataset-cpp";
+  // --- S3
+  // s3_endpoint: e.g. "http://127.0.0.1:9000" for an S3-compatible store
+  // [AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL]; empty means AWS.
+  std::string s3_endpoint;
+  // s3_region [AWS_REGION, else AWS_DEFAULT_REGION]; empty means us-east-1.
+  std::string s3_region;
+  S3Addressing s3_addressing = S3Addressing::kAuto;
+  // aws_credentials: explicit keys [AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+  // AWS_SESSION_TOKEN]; when absent, the profile below is read at the first
+  // s3:// open.
+  std::optional<AwsCredentials> aws_credentials;
+  // aws_profile [AWS_PROFILE]; empty means "default".
+  std::string aws_profile;
+  // aws_credentials_file [AWS_SHARED_CREDENTIALS_FILE]; empty means
+  // $HOME/.aws/credentials.
+  std::string aws_credentials_file;
+  // --- Google Cloud Storage
+  // gcs_endpoint [STORAGE_EMULATOR_HOST]; empty means https://storage.googleapis.com.
+  std::string gcs_endpoint;
+  // gcs_token: an OAuth2 access token sent as "Authorization: Bearer"
+  // [GOOGLE_OAUTH_ACCESS_TOKEN].
+  std::string gcs_token;
+  // gcs_hmac: GCS HMAC keys, used through the S3-compatible interface
+  // (SigV4, region "auto") [WDS_GCS_HMAC_ACCESS_ID, WDS_GCS_HMAC_SECRET].
+  std::optional<AwsCredentials> gcs_hmac;
+  // --- cache
+  // cache_dir: empty means no cache [WDS_CACHE]; created when missing.
+  std::string cache_dir;
+  // cache_size: the byte limit of complete cached files, 0 = no limit
+  // [WDS_CACHE_SIZE: bytes, "1e9", or a K/M/G/T suffix].
+  int64_t cache_size = 0;
+  // cache_revalidate: check a cached copy's ETag with a HEAD request on each
+  // open, re-downloading a changed object [WDS_CACHE_REVALIDATE=1].
+  bool cache_revalidate = false;
+
+  // FromEnvironment returns the defaults above overridden by the environment
+  // variables named in brackets. Malformed values (a WDS_CACHE_SIZE that is
+  // not a size) are ignored; use ParseFromEnvironment to see them.
+  static RemoteOptions FromEnvironment();
+  // ParseFromEnvironment is FromEnvironment that reports a malformed value
+  // as InvalidArgument naming the variable.
+  [[nodiscard]] static absl::StatusOr<RemoteOptions> ParseFromEnvironment();
+};
+
+// IsRemoteUrl is true for http://, https://, s3:// and gs:// URLs.
+bool IsRemoteUrl(std::string_view url);
+
+// MakeOpener returns an Opener that reads remote URLs with `options` and
+// everything else as OpenUrl does. Its copies share one connection pool and
+// one cache.
+Opener MakeOpener(RemoteOptions options = RemoteOptions::FromEnvironment());
+
+}  // namespace wds

@@ -1,0 +1,120 @@
+// HttpTransfer: one HTTP request at a time on a reusable libcurl handle,
+// its body pulled by the caller's thread (libcurl's multi interface, paused
+// when the reader falls behind; no thread of its own).
+//
+//   HttpTransfer transfer;                       // keeps its connection between requests
+//   absl::Status s = transfer.Begin(request, limits);   // waits for the response headers
+//   if (s.ok() && transfer.response().status == 200)
+//     while ((n = *transfer.Read(buffer, size)) > 0) ...
+//
+// Errors: a failure the same request may overcome when sent again
+// (connection refused or reset, closed early, timeouts, no data for
+// limits.stall_timeout, HTTP/2 stream errors) is Unavailable; a permanent one
+// (a malformed URL, a certificate that fails verification, a missing CA file)
+// is InvalidArgument or FailedPrecondition. Messages do not name the URL: the
+// caller adds what the reader knows it by. HTTP error statuses are not errors
+// here: Begin succeeds and response() tells them.
+//
+// Thread safety: none; one thread at a time.
+#pragma once
+
+#include <curl/curl.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "wds/remote.h"
+
+namespace wds {
+
+struct HttpRequest {
+  std::string url;
+  // head sends HEAD instead of GET.
+  bool head = false;
+  // headers are sent as "Name: value" lines.
+  std::vector<std::pair<std::string, std::string>> headers;
+  bool follow_redirects = false;
+};
+
+// HttpResponse is what the final response's headers said (after redirects).
+struct HttpResponse {
+  long status = 0;
+  std::string reason;
+  int64_t content_length = -1;
+  std::string etag;
+  std::string last_modified;
+  std::string retry_after;
+  // content_range as sent, and parsed ("bytes first-last/total"; total -1
+  // for "*"); first is -1 when absent or malformed.
+  std::string content_range;
+  int64_t range_first = -1;
+  int64_t range_last = -1;
+  int64_t range_total = -1;
+  // body holds the first bytes of an error response's body (status >= 300).
+  std::string body;
+};
+
+class HttpTransfer {
+ public:
+  HttpTransfer();
+  ~HttpTransfer();
+  HttpTransfer(const HttpTransfer&) = delete;
+  HttpTransfer& operator=(const HttpTransfer&) = delete;
+
+  // Begin abandons any unfinished request, sends `request` and waits for the
+  // final response's headers. For a status of 300 or more it also reads (the
+  // first 16 KiB of) the body into response().body.
+  [[nodiscard]] absl::Status Begin(const HttpRequest& request, const RemoteOptions& limits);
+  const HttpResponse& response() const { return response_; }
+  // Read copies up to `size` body bytes into `buffer`; 0 at the end of a
+  // body received whole (per libcurl: Content-Length or chunked framing).
+  [[nodiscard]] absl::StatusOr<size_t> Read(void* buffer, size_t size);
+  // connects is how many new connections the last request opened (0 when it
+  // reused one).
+  long connects() const;
+  // finished is true when the last request ended cleanly, so its handle keeps
+  // its connection for the next.
+  bool finished() const { return done_ && result_ == CURLE_OK; }
+
+ private:
+  static size_t OnWrite(char* data, size_t one, size_t size, void* self);
+  static size_t OnHeader(char* data, size_t one, size_t size, void* self);
+  void Reset();
+  void Configure(const HttpRequest& request, const RemoteOptions& limits);
+  // Pump runs libcurl once and, when that produced nothing for the waiter
+  // (the headers, or body bytes), waits (bounded) for the socket; it abandons
+  // a request that made no progress for stall_timeout.
+  void Pump(bool for_headers);
+  void Unpause();
+  absl::Status TransferError() const;
+
+  CURLM* multi_ = nullptr;
+  CURL* easy_ = nullptr;
+  curl_slist* headers_ = nullptr;
+  std::chrono::milliseconds stall_timeout_{0};
+  size_t read_ahead_ = 0;
+  bool follow_redirects_ = false;
+  bool attached_ = false;
+  bool headers_done_ = false;
+  bool done_ = false;
+  bool paused_ = false;
+  bool stalled_ = false;
+  CURLcode result_ = CURLE_OK;  // once done_
+  char error_text_[256] = {};
+  HttpResponse response_;
+  // Body bytes arrive first into the reader's buffer when a Read waits for
+  // them (dest_), the rest into pending_ (read from pending_pos_).
+  char* dest_ = nullptr;
+  size_t dest_size_ = 0;
+  size_t dest_filled_ = 0;
+  std::string pending_;
+  size_t pending_pos_ = 0;
+  std::chrono::steady_clock::time_point last_progress_;
+};
+
+}  // namespace wds

@@ -1,0 +1,162 @@
+// MakeOpener and RemoteOptions::FromEnvironment.
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <utility>
+
+#include "io/remote_stream.h"
+#include "io/remote_target.h"
+#include "io/shard_cache.h"
+#include "wds/internal/strings.h"
+#include "wds/remote.h"
+
+namespace wds {
+namespace {
+
+std::string Env(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr ? std::string() : std::string(value);
+}
+
+// ParseByteCount reads "1000000", "1e9", "512M", "3G", "2TiB".
+absl::StatusOr<int64_t> ParseByteCount(const std::string& text, const char* variable) {
+  const auto bad = [&] {
+    return absl::InvalidArgumentError(
+        Cat(variable, "='", text, "' is not a byte count (e.g. 50000000000, 5e10, 50G)"));
+  };
+  char* end = nullptr;
+  errno = 0;
+  const double value = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || errno != 0 || !(value >= 0) || !std::isfinite(value)) return bad();
+  std::string unit = AsciiLower(end);
+  double scale = 1;
+  if (!unit.empty() && std::string_view("kmgt").find(unit[0]) != std::string_view::npos) {
+    scale = std::pow(1024.0, 1 + static_cast<int>(std::string_view("kmgt").find(unit[0])));
+    unit.erase(0, 1);
+  }
+  if (unit != "" && unit != "b" && unit != "ib") return bad();
+  const double bytes = value * scale;
+  if (bytes > 9.2e18) return bad();
+  return static_cast<int64_t>(bytes);
+}
+
+absl::StatusOr<bool> ParseFlag(const std::string& text, const char* variable) {
+  const std::string v = AsciiLower(text);
+  if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
+  if (v == "0" || v == "false" || v == "no" || v == "off") return false;
+  return absl::InvalidArgumentError(Cat(variable, "='", text, "' is not a boolean (1 or 0)"));
+}
+
+// RemoteSession is what every copy of one opener shares.
+class RemoteSession {
+ public:
+  explicit RemoteSession(RemoteOptions options)
+      : options_(std::move(options)),
+        pool_(std::make_shared<TransferPool>()),
+        credentials_(options_) {
+    if (!options_.cache_dir.empty()) {
+      cache_ = std::make_shared<ShardCache>(options_.cache_dir, options_.cache_size);
+    }
+  }
+
+  absl::StatusOr<std::unique_ptr<ByteStream>> Open(std::string_view url_view) {
+    std::string url(url_view);
+    absl::StatusOr<RemoteTarget> target = RemoteTarget::Resolve(url, options_, credentials_);
+    if (!target.ok()) return target.status();
+    auto open = [&]() { return RemoteStream::Open(url, *target, options_, pool_); };
+    if (cache_ == nullptr) {
+      absl::StatusOr<std::unique_ptr<RemoteStream>> stream = open();
+      if (!stream.ok()) return stream.status();
+      return std::unique_ptr<ByteStream>(*std::move(stream));
+    }
+    ShardCache::Revalidate revalidate;
+    if (options_.cache_revalidate) {
+      revalidate = [&]() { return RemoteStream::Head(url, *target, options_, *pool_); };
+    }
+    return cache_->Open(url, open, revalidate);
+  }
+
+ private:
+  const RemoteOptions options_;
+  std::shared_ptr<TransferPool> pool_;
+  AwsCredentialSource credentials_;
+  std::shared_ptr<ShardCache> cache_;
+};
+
+// ApplyEnvironment sets what the environment says; a malformed variable is
+// left out and its error kept in `first_error` (the first one only).
+void ApplyEnvironment(RemoteOptions& o, absl::Status& first_error) {
+  auto fail = [&](absl::Status s) {
+    if (first_error.ok()) first_error = std::move(s);
+  };
+  auto flag = [&](const char* variable, bool& out) {
+    if (std::string v = Env(variable); !v.empty()) {
+      absl::StatusOr<bool> parsed = ParseFlag(v, variable);
+      parsed.ok() ? void(out = *parsed) : fail(parsed.status());
+    }
+  };
+  o.ca_file = Env("CURL_CA_BUNDLE");
+  flag("WDS_TLS_VERIFY", o.verify_tls);
+  o.s3_endpoint = Env("AWS_ENDPOINT_URL_S3");
+  if (o.s3_endpoint.empty()) o.s3_endpoint = Env("AWS_ENDPOINT_URL");
+  o.s3_region = Env("AWS_REGION");
+  if (o.s3_region.empty()) o.s3_region = Env("AWS_DEFAULT_REGION");
+  const std::string key = Env("AWS_ACCESS_KEY_ID"), secret = Env("AWS_SECRET_ACCESS_KEY");
+  if (!key.empty() && !secret.empty()) {
+    o.aws_credentials = AwsCredentials{key, secret, Env("AWS_SESSION_TOKEN")};
+  } else if (!key.empty() || !secret.empty()) {
+    fail(absl::InvalidArgumentError(
+        "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set together"));
+  }
+  o.aws_profile = Env("AWS_PROFILE");
+  o.aws_credentials_file = Env("AWS_SHARED_CREDENTIALS_FILE");
+  o.gcs_endpoint = Env("STORAGE_EMULATOR_HOST");
+  o.gcs_token = Env("GOOGLE_OAUTH_ACCESS_TOKEN");
+  const std::string hmac_id = Env("WDS_GCS_HMAC_ACCESS_ID"), hmac = Env("WDS_GCS_HMAC_SECRET");
+  if (!hmac_id.empty() && !hmac.empty()) {
+    o.gcs_hmac = AwsCredentials{hmac_id, hmac, ""};
+  } else if (!hmac_id.empty() || !hmac.empty()) {
+    fail(absl::InvalidArgumentError(
+        "WDS_GCS_HMAC_ACCESS_ID and WDS_GCS_HMAC_SECRET must be set together"));
+  }
+  o.cache_dir = Env("WDS_CACHE");
+  if (std::string v = Env("WDS_CACHE_SIZE"); !v.empty()) {
+    absl::StatusOr<int64_t> size = ParseByteCount(v, "WDS_CACHE_SIZE");
+    size.ok() ? void(o.cache_size = *size) : fail(size.status());
+  }
+  flag("WDS_CACHE_REVALIDATE", o.cache_revalidate);
+}
+
+}  // namespace
+
+bool IsRemoteUrl(std::string_view url) {
+  const size_t end = url.find("://");
+  if (end == std::string_view::npos) return false;
+  const std::string scheme = AsciiLower(url.substr(0, end));
+  return scheme == "http" || scheme == "https" || scheme == "s3" || scheme == "gs";
+}
+
+absl::StatusOr<RemoteOptions> RemoteOptions::ParseFromEnvironment() {
+  RemoteOptions o;
+  absl::Status error;
+  ApplyEnvironment(o, error);
+  if (!error.ok()) return error;
+  return o;
+}
+
+RemoteOptions RemoteOptions::FromEnvironment() {
+  RemoteOptions o;
+  absl::Status ignored;
+  ApplyEnvironment(o, ignored);
+  return o;
+}
+
+Opener MakeOpener(RemoteOptions options) {
+  auto session = std::make_shared<RemoteSession>(std::move(options));
+  return [session](std::string_view url) -> absl::StatusOr<std::unique_ptr<ByteStream>> {
+    if (!IsRemoteUrl(url)) return OpenUrl(url);
+    return session->Open(url);
+  };
+}
+
+}  // namespace wds

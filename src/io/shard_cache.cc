@@ -1,0 +1,331 @@
+// ShardCache: the cache directory's protocol (see shard_cache.h).
+#include "io/shard_cache.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "io/sigv4.h"
+#include "wds/internal/atomic_file.h"
+#include "wds/internal/strings.h"
+
+namespace wds {
+namespace {
+
+constexpr std::string_view kPartSuffix = ".part";
+constexpr std::string_view kMetaSuffix = ".meta";
+
+int OpenFd(const std::string& path, int flags, mode_t mode = 0) {
+  int fd;
+  do {
+    fd = open(path.c_str(), flags | O_CLOEXEC, mode);
+  } while (fd < 0 && errno == EINTR);
+  return fd;
+}
+
+bool Lock(int fd, int operation) {
+  while (flock(fd, operation) != 0) {
+    if (errno != EINTR) return false;
+  }
+  return true;
+}
+
+// Linked is true when `fd` is still the file at `path` (not unlinked or
+// replaced since it was opened): a lock on it then guards that path.
+bool Linked(int fd, const std::string& path) {
+  struct stat a, b;
+  return fstat(fd, &a) == 0 && stat(path.c_str(), &b) == 0 && a.st_ino == b.st_ino &&
+         a.st_dev == b.st_dev;
+}
+
+bool IsHexName(std::string_view name) {
+  return name.size() == 64 && std::all_of(name.begin(), name.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
+
+// ReadMetaEtag returns the "etag" line of a .meta file ("" if absent).
+std::string ReadMetaEtag(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (StartsWith(line, "etag ")) return line.substr(5);
+  }
+  return "";
+}
+
+// TryRemoveUnused unlinks `path` (and `also`) when no one holds a lock on it.
+bool TryRemoveUnused(const std::string& path, const std::string& also) {
+  const int fd = OpenFd(path, O_RDONLY);
+  if (fd < 0) return false;
+  bool removed = false;
+  if (flock(fd, LOCK_EX | LOCK_NB) == 0 && Linked(fd, path)) {
+    removed = unlink(path.c_str()) == 0;
+    if (removed && !also.empty()) unlink(also.c_str());
+  }
+  close(fd);
+  return removed;
+}
+
+// CachedFileStream reads a complete cached copy under a shared lock, which
+// keeps eviction away while it is open.
+class CachedFileStream : public ByteStream {
+ public:
+  CachedFileStream(std::string url, int fd, int64_t size)
+      : url_(std::move(url)), fd_(fd), size_(size) {}
+  ~CachedFileStream() override { close(fd_); }
+
+  absl::StatusOr<size_t> Read(void* buffer, size_t size) override {
+    while (true) {
+      const ssize_t n = read(fd_, buffer, size);
+      if (n >= 0) return static_cast<size_t>(n);
+      if (errno != EINTR) {
+        return absl::ErrnoToStatus(errno, Cat(url_, ": reading its cached copy failed"));
+      }
+    }
+  }
+  absl::StatusOr<int64_t> Skip(int64_t size) override {
+    if (size <= 0) return 0;
+    const off_t at = lseek(fd_, 0, SEEK_CUR);
+    if (at < 0) return absl::ErrnoToStatus(errno, Cat(url_, ": lseek in its cached copy"));
+    const int64_t skipped = std::min<int64_t>(size, std::max<int64_t>(0, size_ - at));
+    if (lseek(fd_, static_cast<off_t>(skipped), SEEK_CUR) < 0) {
+      return absl::ErrnoToStatus(errno, Cat(url_, ": lseek in its cached copy"));
+    }
+    return skipped;
+  }
+  absl::Status Finish() override { return absl::OkStatus(); }
+  const std::string& url() const override { return url_; }
+
+ private:
+  std::string url_;
+  int fd_;
+  int64_t size_;
+};
+
+// CachingStream passes a remote stream through while writing it to a locked
+// .part file, renamed into place when the object's announced length arrived.
+// Any failure to write drops the .part and leaves the stream uncached.
+class CachingStream : public ByteStream {
+ public:
+  CachingStream(std::unique_ptr<RemoteStream> remote, int fd, std::string part, std::string path,
+                std::shared_ptr<ShardCache> cache)
+      : remote_(std::move(remote)),
+        fd_(fd),
+        part_(std::move(part)),
+        path_(std::move(path)),
+        cache_(std::move(cache)) {}
+  ~CachingStream() override { Abandon(); }
+
+  absl::StatusOr<size_t> Read(void* buffer, size_t size) override {
+    absl::StatusOr<size_t> n = remote_->Read(buffer, size);
+    if (!n.ok()) {
+      Abandon();
+      return n;
+    }
+    if (*n == 0) {
+      Commit();
+    } else if (fd_ >= 0) {
+      Write(static_cast<const char*>(buffer), *n);
+    }
+    return n;
+  }
+  absl::Status Finish() override { return remote_->Finish(); }
+  const std::string& url() const override { return remote_->url(); }
+
+ private:
+  void Write(const char* data, size_t size) {
+    while (size > 0) {
+      const ssize_t w = write(fd_, data, size);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        Abandon();
+        return;
+      }
+      data += w;
+      size -= static_cast<size_t>(w);
+      written_ += w;
+    }
+  }
+
+  void Commit() {
+    if (fd_ < 0) return;
+    // Only an object of known length that arrived whole is kept; it is on
+    // disk before its name says it is complete.
+    if (remote_->size() < 0 || written_ != remote_->size() || fdatasync(fd_) != 0) {
+      Abandon();
+      return;
+    }
+    const std::string meta = Cat(path_, kMetaSuffix);
+    const absl::Status saved = WriteFileAtomically(
+        meta, Cat("url ", remote_->url(), "\netag ", remote_->etag(), "\nsize ", written_, "\n"));
+    if (!saved.ok() || rename(part_.c_str(), path_.c_str()) != 0) {
+      unlink(meta.c_str());
+      Abandon();
+      return;
+    }
+    close(fd_);
+    fd_ = -1;
+    cache_->Evict(std::filesystem::path(path_).filename().string());
+  }
+
+  void Abandon() {
+    if (fd_ < 0) return;
+    // Still locked by us, so the name is still ours to remove.
+    unlink(part_.c_str());
+    close(fd_);
+    fd_ = -1;
+  }
+
+  std::unique_ptr<RemoteStream> remote_;
+  int fd_;
+  std::string part_;
+  std::string path_;
+  std::shared_ptr<ShardCache> cache_;
+  int64_t written_ = 0;
+};
+
+}  // namespace
+
+ShardCache::ShardCache(std::string dir, int64_t size_limit)
+    : dir_(std::move(dir)), size_limit_(size_limit) {}
+
+std::string ShardCache::PathFor(const std::string& url) const {
+  return Cat(dir_, "/", sigv4::Sha256Hex(url));
+}
+
+absl::StatusOr<std::unique_ptr<ByteStream>> ShardCache::Open(const std::string& url,
+                                                             const OpenRemote& open_remote,
+                                                             const Revalidate& revalidate) {
+  const std::string path = PathFor(url);
+  const std::string part = Cat(path, kPartSuffix);
+  std::optional<ObjectInfo> current;
+  // A few rounds at most: each ends in a hit, a download, or a stream
+  // around a download someone else is making.
+  for (int round = 0; round < 3; ++round) {
+    const int fd = OpenFd(path, O_RDONLY);
+    if (fd >= 0) {
+      struct stat st;
+      if (Lock(fd, LOCK_SH) && Linked(fd, path) && fstat(fd, &st) == 0) {
+        bool fresh = true;
+        if (revalidate) {
+          if (!current.has_value()) {
+            absl::StatusOr<ObjectInfo> info = revalidate();
+            if (!info.ok()) {
+              close(fd);
+              return info.status();
+            }
+            current = *info;
+          }
+          const std::string etag = ReadMetaEtag(Cat(path, kMetaSuffix));
+          fresh = !etag.empty() && etag == current->etag &&
+                  (current->size < 0 || current->size == st.st_size);
+        }
+        if (fresh) {
+          futimens(fd, nullptr);  // most recently used
+          return std::make_unique<CachedFileStream>(url, fd, st.st_size);
+        }
+      }
+      close(fd);
+    }
+    std::error_code ec;
+    std::filesystem::create_directories(dir_, ec);
+    const int part_fd = OpenFd(part, O_RDWR | O_CREAT, 0644);
+    if (part_fd < 0) {
+      return absl::ErrnoToStatus(errno, Cat(url, ": cannot create ", part, " in the cache"));
+    }
+    if (flock(part_fd, LOCK_EX | LOCK_NB) != 0 || !Linked(part_fd, part)) {
+      // Someone else is downloading it: read it from the server too.
+      close(part_fd);
+      absl::StatusOr<std::unique_ptr<RemoteStream>> remote = open_remote();
+      if (!remote.ok()) return remote.status();
+      return std::unique_ptr<ByteStream>(*std::move(remote));
+    }
+    // Completed by another process between our look and our lock?
+    if (!revalidate && access(path.c_str(), F_OK) == 0) {
+      unlink(part.c_str());
+      close(part_fd);
+      continue;
+    }
+    if (ftruncate(part_fd, 0) != 0) {
+      unlink(part.c_str());
+      close(part_fd);
+      return absl::ErrnoToStatus(errno, Cat(url, ": cannot truncate ", part));
+    }
+    absl::StatusOr<std::unique_ptr<RemoteStream>> remote = open_remote();
+    if (!remote.ok()) {
+      unlink(part.c_str());
+      close(part_fd);
+      return remote.status();
+    }
+    return std::make_unique<CachingStream>(*std::move(remote), part_fd, part, path,
+                                           shared_from_this());
+  }
+  // Raced three times: read it from the server.
+  absl::StatusOr<std::unique_ptr<RemoteStream>> remote = open_remote();
+  if (!remote.ok()) return remote.status();
+  return std::unique_ptr<ByteStream>(*std::move(remote));
+}
+
+void ShardCache::Evict(const std::string& keep) {
+  struct Entry {
+    std::string name;
+    int64_t size;
+    struct timespec mtime;
+  };
+  std::vector<Entry> complete;
+  std::vector<std::string> metas;
+  DIR* d = opendir(dir_.c_str());
+  if (d == nullptr) return;
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    const std::string path = Cat(dir_, "/", name);
+    if (EndsWith(name, kPartSuffix) &&
+        IsHexName(name.substr(0, name.size() - kPartSuffix.size()))) {
+      TryRemoveUnused(path, "");  // a download no live process is writing
+    } else if (EndsWith(name, kMetaSuffix)) {
+      metas.push_back(name.substr(0, name.size() - kMetaSuffix.size()));
+    } else if (IsHexName(name)) {
+      struct stat st;
+      if (stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+        complete.push_back({name, static_cast<int64_t>(st.st_size), st.st_mtim});
+      }
+    }
+  }
+  closedir(d);
+  // A .meta whose data is gone and whose download is not running is left
+  // from a process that died between the two.
+  for (const std::string& base : metas) {
+    const std::string data = Cat(dir_, "/", base);
+    if (access(data.c_str(), F_OK) == 0) continue;
+    const std::string part = Cat(data, kPartSuffix);
+    if (access(part.c_str(), F_OK) != 0 || TryRemoveUnused(part, "")) {
+      unlink(Cat(data, kMetaSuffix).c_str());
+    }
+  }
+  if (size_limit_ <= 0) return;
+  int64_t total = 0;
+  for (const Entry& e : complete) total += e.size;
+  std::sort(complete.begin(), complete.end(), [](const Entry& a, const Entry& b) {
+    return std::make_pair(a.mtime.tv_sec, a.mtime.tv_nsec) <
+           std::make_pair(b.mtime.tv_sec, b.mtime.tv_nsec);
+  });
+  for (const Entry& e : complete) {
+    if (total <= size_limit_) break;
+    if (e.name == keep) continue;
+    const std::string path = Cat(dir_, "/", e.name);
+    if (TryRemoveUnused(path, Cat(path, kMetaSuffix))) total -= e.size;
+  }
+}
+
+}  // namespace wds
