@@ -3,14 +3,20 @@
 // streams whose items are named after the WorkerContext that produced them.
 #include "wds/loader.h"
 
+#include <dirent.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -19,6 +25,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "test_util.h"
 #include "wds/decode.h"
 #include "wds/pipeline.h"
 #include "wds/stage.h"
@@ -730,6 +737,97 @@ TEST(LoaderTest, BatchesDecodedInPlaceReachTheConsumerIntact) {
   }
   EXPECT_EQ(samples, 20);
   EXPECT_EQ(accepted->load(), 20);
+}
+
+// ProcessResources counts what a leak would leave behind: open descriptors,
+// threads and child processes of this process.
+struct ProcessResources {
+  int fds = 0;
+  int threads = 0;
+  int children = 0;
+  bool operator==(const ProcessResources& o) const {
+    return fds == o.fds && threads == o.threads && children == o.children;
+  }
+};
+
+int CountEntries(const char* dir) {
+  int n = 0;
+  if (DIR* d = opendir(dir)) {
+    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+    closedir(d);
+  }
+  return n - (std::string(dir) == "/proc/self/fd");  // opendir's own descriptor
+}
+
+int CountChildren() {
+  int n = 0;
+  const std::string me = std::to_string(getpid());
+  DIR* d = opendir("/proc");
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::ifstream stat(std::string("/proc/") + e->d_name + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    // pid (comm) state ppid ...: comm may hold spaces, so parse after ')'.
+    std::istringstream rest(line.substr(line.rfind(')') + 1));
+    std::string state, ppid;
+    rest >> state >> ppid;
+    n += ppid == me;
+  }
+  closedir(d);
+  return n;
+}
+
+ProcessResources Resources() {
+  return {CountEntries("/proc/self/fd"), CountEntries("/proc/self/task"), CountChildren()};
+}
+
+TEST(LoaderStressTest, StoppedAndRestartedTwoThousandTimesLeaksNothing) {
+  testing::TempDir dir;
+  std::vector<std::string> files, piped;
+  for (int shard = 0; shard < 6; ++shard) {
+    std::vector<testing::TarEntry> entries;
+    for (int i = 0; i < 20; ++i) {
+      const std::string key = "s" + std::to_string(shard * 100 + i);
+      entries.push_back({key + ".bin", std::string(100 + i, 'x')});
+      entries.push_back({key + ".cls", std::to_string(i)});
+    }
+    const std::string path =
+        dir.Write("s" + std::to_string(shard) + ".tar", testing::MakeTar(entries));
+    files.push_back(path);
+    // A third of these shards come through child processes, to be reaped.
+    piped.push_back(shard % 3 == 0 ? "pipe:cat " + path : path);
+  }
+  auto make = [](const std::vector<std::string>& urls) {
+    absl::StatusOr<Pipeline> source = WebDataset(urls, {.seed = 1, .shardshuffle = true});
+    EXPECT_TRUE(source.ok());
+    return source->Shuffle(10).Decode().ToTuple({"bin", "cls"}).Batched(4);
+  };
+  // Starting a command costs milliseconds here: one round in eight has them.
+  const Pipeline from_files = make(files);
+  const Pipeline with_commands = make(piped);
+  const ProcessResources before = Resources();
+  std::mt19937 rng(42);
+  for (int round = 0; round < 2000; ++round) {
+    const int workers = 1 + static_cast<int>(rng() % 4);
+    const int prefetch = 1 + static_cast<int>(rng() % 3);
+    const int stop_after = static_cast<int>(rng() % 32);  // 30 batches in a full epoch
+    Loader loader(round % 8 == 0 ? with_commands : from_files,
+                  {.workers = workers, .prefetch = prefetch});
+    int taken = 0;
+    while (taken < stop_after) {
+      absl::StatusOr<std::optional<Sample>> batch = loader.Next();
+      ASSERT_TRUE(batch.ok()) << batch.status();
+      if (!batch->has_value()) break;
+      ++taken;
+    }
+  }
+  // Child processes are reaped by the stream that started them, before the
+  // Loader's destructor returns.
+  EXPECT_EQ(Resources(), before) << "fds " << Resources().fds << " vs " << before.fds
+                                 << ", threads " << Resources().threads << " vs " << before.threads
+                                 << ", children " << Resources().children << " vs "
+                                 << before.children;
 }
 
 }  // namespace

@@ -1,13 +1,16 @@
 // Tests for `wds-shard create` and wds-fashion-mnist, run as separate
 // processes as users run them.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -514,6 +517,113 @@ TEST(WdsShardCreateTest, InterruptedRunLeavesNoPartialShard) {
     EXPECT_EQ(left[i], expected);
     EXPECT_EQ(Names(dir.path() + "/out/" + left[i]).size(), 3u) << left[i];
   }
+}
+
+// MakeRandomTree writes `n` samples of incompressible bytes, 1-40 KB each.
+void MakeRandomTree(const TempDir& dir, int n) {
+  uint32_t x = 12345;
+  for (int i = 0; i < n; ++i) {
+    std::string data(1000 + (x = x * 1664525u + 1013904223u) % 40000, '\0');
+    for (char& c : data) c = static_cast<char>((x = x * 1664525u + 1013904223u) >> 24);
+    char name[32];
+    std::snprintf(name, sizeof(name), "in/k%04d.bin", i);
+    dir.Write(name, data);
+  }
+}
+
+// SpawnTool starts `wds-shard ARGS...` in `dir` with stdout and stderr to
+// /dev/null; returns its pid.
+pid_t SpawnTool(const std::string& dir, const std::vector<std::string>& args) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (chdir(dir.c_str()) != 0) _exit(127);
+    const int null = open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    dup2(null, 2);
+    std::vector<char*> argv = {const_cast<char*>(kTool.c_str())};
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(kTool.c_str(), argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+TEST(WdsShardCreateTest, KilledAtRandomPointsNeverLeavesAPartialShardUnderAFinalName) {
+  TempDir dir;
+  MakeRandomTree(dir, 300);
+  const std::vector<std::string> args = {"create", "--workers", "2",        "--maxcount",
+                                         "15",     "--index",   "--output", "out/s-%04d.tar",
+                                         "in"};
+  ToolRun reference = RunWdsShard(dir,
+                                  "create --workers 2 --maxcount 15 --index "
+                                  "--output ref/s-%04d.tar in");
+  ASSERT_EQ(reference.status, 0) << reference.err;
+  const std::vector<std::string> finished = ListDir(dir.path() + "/ref");
+  ASSERT_EQ(finished.size(), 2u * 20 + 1);  // 20 shards, their .idx, the dataset JSON
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_EQ(testing::RunShell("cd " + dir.path() + " && " + kTool +
+                              " create --workers 2 --maxcount 15 --output timing/s-%04d.tar in "
+                              "2>/dev/null"),
+            0);
+  const auto run_time = std::chrono::steady_clock::now() - start;
+  std::mt19937 rng(7);
+  for (int kill_number = 0; kill_number < 20; ++kill_number) {
+    const pid_t pid = SpawnTool(dir.path(), args);
+    const auto delay = std::chrono::duration_cast<std::chrono::microseconds>(run_time) *
+                       std::uniform_real_distribution<double>(0.0, 1.2)(rng);
+    std::this_thread::sleep_for(delay);
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    // Whatever bears a final name is whole: byte for byte the reference's.
+    for (const std::string& name : ListDir(dir.path() + "/out")) {
+      if (name.find(".tmp") != std::string::npos) continue;
+      EXPECT_EQ(ReadFile(dir.path() + "/out/" + name), ReadFile(dir.path() + "/ref/" + name))
+          << "kill " << kill_number << " after " << delay.count() << " us: " << name;
+    }
+  }
+  // A rerun removes what the killed runs left and completes identically.
+  ToolRun rerun = RunWdsShard(dir,
+                              "create --workers 2 --maxcount 15 --index "
+                              "--output out/s-%04d.tar in");
+  ASSERT_EQ(rerun.status, 0) << rerun.err;
+  EXPECT_EQ(ListDir(dir.path() + "/out"), finished);
+  for (const std::string& name : finished) {
+    EXPECT_EQ(ReadFile(dir.path() + "/out/" + name), ReadFile(dir.path() + "/ref/" + name)) << name;
+  }
+}
+
+TEST(WdsShardCreateTest, FileSizeLimitIsAnErrorNamingTheFileAndLeavesNothingPartial) {
+  if (access("/usr/bin/prlimit", X_OK) != 0) GTEST_SKIP() << "prlimit(1) is needed";
+  TempDir dir;
+  MakeRandomTree(dir, 100);
+  // Shards of ~200 KB against a 100 KB limit on any file written: the first
+  // write past it fails (EFBIG), as on a full disk.
+  ToolRun run = Shell(dir, "/usr/bin/prlimit --fsize=100000 " + kTool +
+                               " create --maxcount 10 --output out/s-%04d.tar in");
+  EXPECT_EQ(run.status, 1) << run.err;
+  EXPECT_THAT(run.err, HasSubstr("out/s-0000.tar"));
+  EXPECT_THAT(run.err, HasSubstr("File too large"));
+  EXPECT_THAT(ListDir(dir.path() + "/out"), ::testing::IsEmpty());
+}
+
+TEST(WdsShardCreateTest, FullDiskIsAnErrorNamingTheFileAndLeavesNothingPartial) {
+  TempDir dir;
+  MakeRandomTree(dir, 100);
+  std::filesystem::create_directories(dir.path() + "/out");
+  if (testing::RunShell("mount -t tmpfs -o size=300k tmpfs " + dir.path() + "/out 2>/dev/null") !=
+      0) {
+    GTEST_SKIP() << "mounting a small tmpfs needs root";
+  }
+  ToolRun run = Shell(dir, kTool + " create --maxcount 10 --output out/s-%04d.tar in");
+  std::vector<std::string> left = ListDir(dir.path() + "/out");
+  testing::RunShell("umount " + dir.path() + "/out");
+  EXPECT_EQ(run.status, 1) << run.err;
+  EXPECT_THAT(run.err, HasSubstr("No space left on device"));
+  EXPECT_THAT(run.err, HasSubstr("out/s-0001.tar"));
+  // The first shard (about 200 KB) was finished and kept; nothing else.
+  EXPECT_THAT(left, ::testing::ElementsAre("s-0000.tar"));
 }
 
 TEST(WdsShardCreateTest, NoProgressLineWhenStderrIsNotATerminal) {

@@ -12,10 +12,13 @@
 // dataset index) and a DALI sidecar per shard; for an ImageFolder,
 // "<prefix>-classes.txt": one class name per line, line N (from 0) naming
 // class index N.
+#include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -31,6 +34,7 @@
 #include "wds/internal/atomic_file.h"
 #include "wds/internal/bounded_queue.h"
 #include "wds/internal/shard_roller.h"
+#include "wds/internal/strings.h"
 #include "wds/random.h"
 #include "wds/shard_index.h"
 #include "wds/shard_writer.h"
@@ -383,6 +387,34 @@ absl::Status CreateOutputDirectory(const std::string& pattern) {
   return absl::OkStatus();
 }
 
+// RemoveStaleTemporaries removes the temporary shards ("<final>.<pid>.tmp",
+// see TemporaryPath) that a run killed outright (SIGKILL, a crash, a power
+// cut) left beside the output, judged stale because their process is gone.
+// Temporaries of a run still going are left alone.
+void RemoveStaleTemporaries(const std::string& pattern) {
+  const std::filesystem::path path(pattern);
+  const std::filesystem::path dir = path.parent_path().empty() ? "." : path.parent_path();
+  const std::string base = path.filename().string();
+  const std::string prefix = base.substr(0, base.find('%'));
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!StartsWith(name, prefix) || !EndsWith(name, ".tmp")) continue;
+    const std::string_view rest = std::string_view(name).substr(0, name.size() - 4);
+    const size_t dot = rest.rfind('.');
+    if (dot == std::string_view::npos) continue;
+    const std::string pid_text(rest.substr(dot + 1));
+    if (pid_text.empty() || pid_text.find_first_not_of("0123456789") != std::string::npos) {
+      continue;
+    }
+    const pid_t pid = static_cast<pid_t>(std::stol(pid_text));
+    if (pid == getpid() || (kill(pid, 0) != 0 && errno == ESRCH)) {
+      std::filesystem::remove(entry.path(), ec);
+      if (!ec) Warn("create: removed " + entry.path().string() + ", left by a run that was killed");
+    }
+  }
+}
+
 // ExitStatus reports `status` and returns the exit status: 128 + the signal
 // after an interruption, else 1.
 int ExitStatus(const std::string& message) {
@@ -428,6 +460,9 @@ int RunCreate(int argc, char** argv) {
     return Fail(s);
   }
   InstallInterruptHandlers();
+  // Beyond a file size limit (ulimit -f) a write should fail with EFBIG and be
+  // reported, naming the file, rather than kill the process mid-shard.
+  signal(SIGXFSZ, SIG_IGN);
   absl::StatusOr<Input> input = OpenInput(options.format, options.inputs);
   if (!input.ok()) return ExitStatus("create: " + std::string(input.status().message()));
   if (options.shuffle) {
@@ -436,6 +471,7 @@ int RunCreate(int argc, char** argv) {
     }
   }
   if (absl::Status s = CreateOutputDirectory(options.pattern); !s.ok()) return Fail(s);
+  RemoveStaleTemporaries(options.pattern);
   Progress progress(input->samples->total());
   Creator creator(options, progress);
   absl::Status status = creator.Run(*input->samples);

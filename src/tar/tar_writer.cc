@@ -5,6 +5,8 @@
 #include <locale.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <optional>
 #include <vector>
 
@@ -13,9 +15,19 @@
 namespace wds {
 namespace {
 
+// ArchiveError reports a failed libarchive call, with the system's reason
+// when there is one ("Write error (No space left on device)"): a full disk is
+// the usual cause, and the one the user can act on.
 absl::Status ArchiveError(const std::string& path, struct archive* a, std::string_view what) {
   const char* message = archive_error_string(a);
-  return absl::InternalError(Cat(path, ": ", what, ": ", message ? message : "unknown error"));
+  const int error_number = archive_errno(a);
+  const std::string reason = error_number > 0 ? Cat(" (", std::strerror(error_number), ")") : "";
+  const absl::StatusCode code =
+      error_number == ENOSPC || error_number == EFBIG || error_number == EDQUOT
+          ? absl::StatusCode::kResourceExhausted
+          : absl::StatusCode::kInternal;
+  return absl::Status(code,
+                      Cat(path, ": ", what, ": ", message ? message : "unknown error", reason));
 }
 
 int AddFilter(struct archive* a, const TarWriterOptions& options) {
