@@ -197,6 +197,7 @@ void RegisterChainClass(py::module_& m) {
           [](const Chain& chain, int rank, int world_size, int worker, int num_workers,
              int64_t epoch, int64_t pass, std::optional<int64_t> length, py::object kinds,
              py::object kind_names) {
+            CheckPlacement(rank, world_size, worker, num_workers);
             wds::WorkerContext ctx;
             ctx.rank = rank;
             ctx.world_size = world_size;
@@ -237,6 +238,17 @@ std::vector<std::string> Chain::PythonSteps() const {
     if (!stage.native) steps.push_back(stage.name);
   }
   return steps;
+}
+
+void CheckPlacement(int rank, int world_size, int worker, int num_workers) {
+  if (world_size < 1 || rank < 0 || rank >= world_size) {
+    throw py::value_error(
+        wds::Cat("rank ", rank, " of world size ", world_size, ": needs 0 <= rank < world_size"));
+  }
+  if (num_workers < 1 || worker < 0 || worker >= num_workers) {
+    throw py::value_error(wds::Cat("worker ", worker, " of ", num_workers,
+                                   " workers: needs 0 <= worker < num_workers"));
+  }
 }
 
 void RegisterChain(py::module_& m) {

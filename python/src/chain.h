@@ -57,6 +57,10 @@ class Chain {
   std::shared_ptr<std::atomic<int64_t>> count_ = std::make_shared<std::atomic<int64_t>>(0);
 };
 
+// CheckPlacement raises ValueError unless 0 <= rank < world_size and
+// 0 <= worker < num_workers.
+void CheckPlacement(int rank, int world_size, int worker, int num_workers);
+
 void RegisterChain(py::module_& m);
 
 }  // namespace wdspy

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "chain.h"
 #include "errors.h"
 #include "opener.h"
 #include "wds/equalize.h"
@@ -37,6 +38,7 @@ wds::ShardListOptions ListOptions(bool shuffle, bool split_nodes, bool split_wor
 
 wds::WorkerContext Context(int rank, int world_size, int worker, int num_workers, int64_t epoch,
                            int64_t pass, uint64_t seed) {
+  CheckPlacement(rank, world_size, worker, num_workers);
   wds::WorkerContext ctx;
   ctx.rank = rank;
   ctx.world_size = world_size;

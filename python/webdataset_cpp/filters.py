@@ -40,16 +40,17 @@ def _sample_name(sample):
 class PythonFilter(Stage):
     """A stage that runs a Python generator function f(src, *args, **kw)."""
 
-    def __init__(self, f, *args, **kw):
+    def __init__(self, f, *args, _name=None, **kw):
         self.f = f
         self.args = args
         self.kw = kw
+        self.name = _name or f.__name__
 
     def python(self, src, ctx):
         return self.f(src, *self.args, **self.kw)
 
     def __repr__(self):
-        return f"{self.f.__name__}{self.args!r}"
+        return self.name
 
 
 def pipelinefilter(f):
@@ -64,10 +65,12 @@ def pipelinefilter(f):
     [2, 4]
     """
 
-    def curried(*args, **kw):
-        return PythonFilter(f, *args, **kw)
+    name = f.__name__.lstrip("_")
 
-    curried.__name__ = f.__name__
+    def curried(*args, **kw):
+        return PythonFilter(f, *args, _name=name, **kw)
+
+    curried.__name__ = name
     curried.__doc__ = f.__doc__
     curried.__wrapped__ = f
     return curried

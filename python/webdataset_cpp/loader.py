@@ -28,6 +28,12 @@ from . import _core, _plan
 from .utils import node_info
 
 
+def _describe(step):
+    if isinstance(step, _plan.Stage):
+        return repr(step)
+    return getattr(step, "__qualname__", None) or repr(step)
+
+
 class Loader:
     """The native threaded loader (see the module doc).
 
@@ -38,6 +44,10 @@ class Loader:
 
     def __init__(self, dataset, workers=1, prefetch=2, pin_memory=False, ordered=True,
                  to_torch=False, device=None, group=None):
+        if not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers!r}")
+        if not isinstance(prefetch, int) or prefetch < 1:
+            raise ValueError(f"prefetch must be >= 1, got {prefetch!r}")
         self.dataset = dataset
         rank, world_size = node_info(group)
         ctx = _plan.Context(rank, world_size, 0, workers, dataset.epoch, 0, dataset.seed)
@@ -47,8 +57,8 @@ class Loader:
                      if not isinstance(s, _plan.NativeSegment)]
             raise ValueError(
                 "webdataset_cpp.Loader runs only native pipelines; these stages run Python: "
-                f"{', '.join(repr(s) for s in steps)} (iterate the dataset itself, or through a "
-                "torch DataLoader)")
+                f"{', '.join(_describe(s) for s in steps)} (iterate the dataset itself, or "
+                "through a torch DataLoader)")
         if segment.source.empty_check and not segment.source.resampled:
             for w in range(workers):
                 segment.source.check_shards(_plan.Context(rank, world_size, w, workers, 0, 0,

@@ -22,6 +22,7 @@ bytes of tar (the reference counts payload only and can exceed it), and checks
 keys (a dot in a key's basename would not read back as the same key).
 """
 
+import errno
 import gzip
 import io
 import json
@@ -174,6 +175,16 @@ def _compression(compress, path):
     raise ValueError(f"compress must be None, False, True, 'gz' or 'zst', got {compress!r}")
 
 
+def _check_directory(path):
+    """A FileNotFoundError for an output path in a missing directory (the
+    native writer reports every failure to create a file alike)."""
+    if path == "-":
+        return
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+
+
 def _members(obj, keep_meta):
     """The (member name, bytes) of an encoded sample, sorted by field."""
     if "__key__" not in obj:
@@ -212,6 +223,7 @@ class TarWriter:
         self.stream = None
         if isinstance(fileobj, (str, os.PathLike)):
             path = os.fspath(fileobj)
+            _check_directory(path)
         else:
             self.stream = fileobj
             handle, path = tempfile.mkstemp(suffix=".tar")
@@ -270,6 +282,7 @@ class ShardWriter:
             pattern % 0
         except TypeError:
             raise ValueError(f"ShardWriter: {pattern!r} is not a %-format pattern") from None
+        _check_directory(pattern)
         self.encoder = make_encoder(encoder)
         self.post = post
         self.verbose = verbose
