@@ -622,6 +622,11 @@ class Batched(Stage):
     def python(self, src, ctx):
         return _batched(src, self.batchsize, self.collation_fn, self.partial)
 
+    def __repr__(self):
+        collation = getattr(self.collation_fn, "__name__", repr(self.collation_fn))
+        return (f"Batched(batchsize={self.batchsize}, collation_fn={collation}, "
+                f"partial={self.partial!r})")
+
 
 def batched(batchsize=20, collation_fn=default_collation_fn, partial=True):
     """Collates groups of `batchsize` samples (the last, shorter one too when
