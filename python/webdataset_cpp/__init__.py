@@ -2,7 +2,7 @@
 ``webdataset`` package's API.
 
 >>> import webdataset_cpp as wds
->>> dataset = (wds.WebDataset("train-{000000..000099}.tar", shardshuffle=True,
+>>> dataset = (wds.WebDataset("train-{000000..000099}.tar", shardshuffle=100,
 ...                           nodesplitter=wds.split_by_node)
 ...            .shuffle(1000).decode("rgb8").to_tuple("jpg", "cls").batched(64))
 
@@ -18,7 +18,7 @@ import os as _os
 
 from . import _core
 from . import autodecode, cache, compat, extradatasets, filters, gopen as _gopen_module
-from . import handlers, mix, pipeline, shardlists, tariterators, utils, writer
+from . import handlers, mix, pipeline, pytorch, shardlists, tariterators, utils, writer
 from .autodecode import (Continue, Decoder, gzfilter, handle_extension, imagehandler,
                          pytorch_weights_only, torch_audio, torch_loads, torch_video)
 from .cache import LRUCleanup, pipe_cleaner

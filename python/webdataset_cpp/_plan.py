@@ -144,7 +144,9 @@ class NativeSegment:
             source = self.source.core_source(ctx)
             kinds = FieldKinds()
         elif self.kind == "urls":
-            source = _core.url_source(upstream, self.source.core_handler())
+            from .shardlists import secure_urls
+
+            source = _core.url_source(secure_urls(upstream), self.source.core_handler())
             kinds = FieldKinds()
         else:
             source = _core.sample_source(upstream)

@@ -151,12 +151,13 @@ def basichandlers(key, data):
     transcript -> str, cls/cls2/class/count/index/inx/id -> int, json/jsn ->
     json.loads, pkl/pickle/pyd -> pickle, pth -> torch.load, npy/npz -> numpy,
     mp/msg -> msgpack, cbor -> cbor. Unlike the reference, class and count
-    fields (which its writer encodes) are decoded too.
+    fields (which its writer encodes) are decoded too, and the extension's case
+    does not matter (as in the native decoders).
 
     >>> basichandlers(".cls", b" 7\\n"), basichandlers(".jpg", b"")
     (7, None)
     """
-    f = _BASIC.get(_extension(key))
+    f = _BASIC.get(_extension(key).lower())
     return None if f is None else f(data)
 
 

@@ -1,7 +1,7 @@
 """WebDataset, the fluent interface, and WebLoader.
 
 >>> import webdataset_cpp as wds
->>> dataset = (wds.WebDataset("train-{000000..000099}.tar", shardshuffle=True,
+>>> dataset = (wds.WebDataset("train-{000000..000099}.tar", shardshuffle=100,
 ...                           nodesplitter=wds.split_by_node)
 ...            .shuffle(1000).decode("rgb8").to_tuple("jpg", "cls").batched(64))
 """
@@ -179,6 +179,7 @@ class WebLoader(DataPipeline, FluidInterface):
     """A torch DataLoader with the fluent methods (which run in the main
     process, on the loader's output).
 
+    >>> dataset = wds.WebDataset("train-{000000..000099}.tar", shardshuffle=100).batched(16)
     >>> loader = wds.WebLoader(dataset, batch_size=None, num_workers=2)
     >>> loader = loader.unbatched().shuffle(1000).batched(64)   # rebatch across workers
 

@@ -8,17 +8,22 @@ counts from the ``.idx`` sidecars (``wds-shard index`` or
 batch sequence per DataLoader worker taken round-robin. An all-reduce then
 agrees on the number of steps, which ``with_epoch`` enforces.
 
->>> import torch.distributed as dist
+>>> import torch
 >>> import webdataset_cpp as wds
->>> dataset = (wds.WebDataset(urls, shardshuffle=True, nodesplitter=wds.split_by_node)
-...            .decode("rgb8").to_tuple("jpg", "cls").batched(64, partial=False))
->>> for epoch in range(epochs):
+>>> with wds.ShardWriter("train-%06d.tar", maxcount=7, verbose=0, index=True) as sink:
+...     for i in range(30):                # shards of 7, 7, 7, 7 and 2 samples
+...         sink.write({"__key__": f"{i:06d}", "cls": i % 10})
+>>> dataset = (wds.WebDataset("train-{000000..000004}.tar", shardshuffle=100,
+...                           nodesplitter=wds.split_by_node)
+...            .decode().to_tuple("cls").batched(4, partial=False))
+>>> for epoch in range(2):
 ...     dataset.set_epoch(epoch)
-...     steps = wds.agreed_steps(dataset, num_workers=2)           # same on every rank
+...     steps = wds.agreed_steps(dataset, num_workers=2)   # the same on every rank
 ...     loader = torch.utils.data.DataLoader(dataset.with_epoch(steps), batch_size=None,
 ...                                          num_workers=2)
-...     for images, labels in loader:       # exactly `steps` batches on every rank
-...         ...
+...     print(epoch, steps, sum(1 for _ in loader))    # exactly `steps` batches per rank
+0 7 7
+1 7 7
 
 Policies: "drop" (the smallest rank's batches that repeat no sample: some
 samples of the larger ranks are left out this epoch) and "wrap" (the largest

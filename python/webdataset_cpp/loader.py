@@ -8,14 +8,20 @@ round-robin (the same order for the same seed). Nothing is pickled and
 nothing crosses processes; batches arrive as NumPy arrays (or torch tensors,
 to_torch=True) that share the native batch memory.
 
+>>> import numpy as np
 >>> import webdataset_cpp as wds
->>> dataset = (wds.WebDataset("train-{000000..000099}.tar", shardshuffle=True)
-...            .decode("rgb8").to_tuple("jpg", "cls").batched(64))
->>> loader = wds.Loader(dataset, workers=4)
->>> for epoch in range(10):
+>>> with wds.ShardWriter("train-%06d.tar", maxcount=100, verbose=0) as sink:
+...     for i in range(400):
+...         sink.write({"__key__": f"{i:06d}", "cls": i % 10, "npy": np.full(3, i)})
+>>> dataset = (wds.WebDataset("train-{000000..000003}.tar", shardshuffle=100)
+...            .decode().to_tuple("npy", "cls").batched(64))
+>>> loader = wds.Loader(dataset, workers=2)
+>>> for epoch in range(2):
 ...     loader.set_epoch(epoch)
-...     for images, labels in loader:      # uint8 [64, H, W, 3], int64 [64]
-...         ...
+...     for arrays, labels in loader:      # int64 [64, 3], int64 [64]
+...         pass
+>>> arrays.shape, labels.shape             # the last batch of each worker is partial
+((8, 3), (8,))
 
 Threads exist only while an epoch is being iterated: they start with its
 first batch and are joined at its end, when the loop is left early (break,

@@ -46,6 +46,22 @@ def expand_urls(urls):
     return _core.expand_urls(_ENV_VARIABLE.sub(env, urls))
 
 
+def check_secure(urls):
+    """Under WDS_SECURE=1 no shard list may run commands (pipe: URLs)."""
+    if os.environ.get("WDS_SECURE", "0") != "1":
+        return
+    for url in urls:
+        if url.startswith("pipe:"):
+            raise ValueError(f"{url}: pipe: URLs are refused under WDS_SECURE=1")
+
+
+def secure_urls(items):
+    """Passes URLs (or {"url": ...} dicts) through, checked by check_secure."""
+    for item in items:
+        check_secure([item["url"] if isinstance(item, dict) else item])
+        yield item
+
+
 class SimpleShardList(PipelineStage):
     """A list of shard URLs, iterated as ``{"url": url}`` dicts.
 
@@ -230,6 +246,7 @@ class ShardSource:
                     split_workers=self.split_workers)
 
     def core_source(self, ctx):
+        check_secure(self.urls)
         if self.nodesplitter is single_node_only and ctx.world_size > 1:
             list(single_node_only([]))  # raises the reference's error
         if self.empty_check and not self.resampled:

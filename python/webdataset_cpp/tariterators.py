@@ -52,8 +52,11 @@ def _url_of(item):
 def tar_file_expander(data, handler=reraise_exception, select_files=None, rename_files=None):
     """Yields {"fname", "data", "__url__"} for every member of every shard,
     and an empty dict after each shard (so that grouping never spans shards)."""
+    from .shardlists import check_secure
+
     for source in data:
         url = _url_of(source)
+        check_secure([url])
         members = None
         try:
             members = _core.TarMembers(url)

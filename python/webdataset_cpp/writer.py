@@ -8,9 +8,9 @@ jpg/jpeg/img/image, png, pbm/pgm/ppm, tiff/tif -> PIL (ndarrays in uint8 or
 float in [0, 1]). A ``.gz`` suffix gzips the encoded value.
 
 >>> import webdataset_cpp as wds
->>> with wds.TarWriter("/tmp/doc-example.tar") as sink:
+>>> with wds.TarWriter("example.tar") as sink:
 ...     sink.write({"__key__": "s0", "txt": "hello", "cls": 3})
-8
+6
 
 Differences from the reference: the output is reproducible (members carry
 mtime 0 unless mtime= is given, owner bigdata, mode 0444, fields sorted);
@@ -190,6 +190,10 @@ def _members(obj, keep_meta):
     if "__key__" not in obj:
         raise ValueError("object must contain a __key__")
     key = obj["__key__"]
+    basename = key.rsplit("/", 1)[-1]
+    if not basename or "." in basename:
+        raise ValueError(f"key {key!r} cannot be written: its basename is empty or holds a dot, "
+                         f"so a reader would split its member names differently")
     members = []
     for k in sorted(obj):
         if k == "__key__" or (k.startswith("_") and not keep_meta):
