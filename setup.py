@@ -41,5 +41,7 @@ class CMakeBuild(build_ext):
         shutil.copyfile(os.path.join(built, names[0]), target)
 
 
+# setuptools' own build directory stays out of the CMake build's (build/).
 setup(ext_modules=[Extension("webdataset_cpp._core", sources=[])],
-      cmdclass={"build_ext": CMakeBuild})
+      cmdclass={"build_ext": CMakeBuild},
+      options={"build": {"build_base": "build/setuptools"}})

@@ -203,3 +203,18 @@ def test_environment_variables_in_urls(monkeypatch):
     monkeypatch.delenv("WDS_ROOT")
     with pytest.raises(ValueError, match="WDS_ROOT is not set"):
         wds.shardlists.expand_urls("${ROOT}/a.tar")
+
+
+def test_cache_dir_keeps_local_files_and_caches_remote_ones(shards, tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    urls = [shards[0], f"pipe:cat {shards[1]}"]
+    ds = wds.WebDataset(urls, shardshuffle=False, cache_dir=str(cache))
+    got = [s["__url__"] for s in ds]
+    cached = str(cache / wds.cache.url_to_cache_name(urls[1]))
+    assert got == [shards[0]] * 10 + [cached] * 10
+    assert sorted(os.listdir(cache)) == [os.path.basename(cached)]
+    with open(cached, "rb") as a, open(shards[1], "rb") as b:
+        assert a.read() == b.read()
+    with pytest.raises(ValueError, match="^cache directory .*/nowhere does not exist$"):
+        wds.WebDataset(urls, shardshuffle=False, cache_dir=str(tmp_path / "nowhere"))

@@ -54,6 +54,9 @@ class Loader:
             raise ValueError(f"workers must be >= 1, got {workers!r}")
         if not isinstance(prefetch, int) or prefetch < 1:
             raise ValueError(f"prefetch must be >= 1, got {prefetch!r}")
+        if dataset.epoch_length is None and (dataset.repetitions != 1 or dataset.nsamples > 0):
+            raise ValueError("webdataset_cpp.Loader: use .with_epoch(n) for epochs of n items; "
+                             ".repeat() is not supported")
         self.dataset = dataset
         rank, world_size = node_info(group)
         ctx = _plan.Context(rank, world_size, 0, workers, dataset.epoch, 0, dataset.seed)
