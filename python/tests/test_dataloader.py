@@ -2,10 +2,8 @@
 the shards are split between them, and epochs move on."""
 
 import multiprocessing
-import os
 import pickle
 
-import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader
@@ -98,3 +96,35 @@ def test_the_dataset_pickles_as_its_recipe(shards):
     assert keys_of(clone) == keys_of(dataset(shards, shardshuffle=False))
     with pytest.raises((pickle.PicklingError, AttributeError, TypeError)):
         pickle.dumps(ds.map(lambda s: s))  # like any lambda
+
+
+class Boom(Exception):
+    pass
+
+
+def explode_after_three(src):
+    for i, sample in enumerate(src):
+        if i == 3:
+            raise Boom("in a Python stage")
+        yield sample
+
+
+def test_an_exception_in_a_worker_stops_every_worker(shards):
+    import gc
+
+    before = set(multiprocessing.active_children())
+    ds = wds.WebDataset(shards, shardshuffle=False).compose(explode_after_three).batched(2)
+    loader = DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="fork")
+    raised = None
+    try:
+        list(loader)
+    except Boom as e:
+        raised = str(e)
+    # torch re-raises the worker's exception type with the worker's traceback.
+    assert raised.startswith("Caught Boom in DataLoader worker process 0.\n")
+    assert raised.endswith("Boom: in a Python stage\n")
+    gc.collect()
+    workers = set(multiprocessing.active_children()) - before
+    for proc in workers:
+        proc.join(10)
+    assert [p for p in workers if p.is_alive()] == []

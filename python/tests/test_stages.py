@@ -1,7 +1,6 @@
 """The stages and fluent methods, epochs and handlers."""
 
 import pickle
-import warnings
 
 import numpy as np
 import pytest

@@ -6,12 +6,9 @@
 ...            .shuffle(1000).decode("rgb8").to_tuple("jpg", "cls").batched(64))
 """
 
-import os
-import sys
 import warnings
 
 from . import filters
-from .autodecode import ImageHandler
 from .handlers import reraise_exception
 from .pipeline import DataPipeline
 from .shardlists import (ResampledShards, SimpleShardList, check_empty, epoch_shuffle,

@@ -15,10 +15,8 @@ array([0, 1])
 """
 
 import fnmatch
-import itertools
 import random
 import sys
-import warnings
 
 from . import _core
 from . import handlers as _handlers

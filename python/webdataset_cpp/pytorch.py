@@ -14,3 +14,5 @@ except ImportError:
 
     class TorchTensor:
         """Stands in for torch.Tensor when torch is missing."""
+
+__all__ = ["DataLoader", "IterableDataset", "TorchTensor"]

@@ -23,7 +23,7 @@ import re
 import sys
 
 from . import _core
-from ._plan import Context, Stage
+from ._plan import Stage
 from .utils import PipelineStage, node_info, pytorch_worker_seed, worker_info
 
 _ENV_VARIABLE = re.compile(r"\$\{(\w+)\}")
