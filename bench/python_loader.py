@@ -11,6 +11,8 @@ reference webdataset package, on the same shards and pipeline:
   raw, reference-raw   iteration of undecoded sample dicts in one process
   rss-N                peak RSS of webdataset_cpp.Loader (2 workers, shuffle 1000, no
                        decode) over N shards (links cycling over the data's shards)
+  transfer             what torch's DataLoader alone costs per batch: 30 ready-made
+                       uint8 [64, 375, 500, 3] batches from 1 worker process
 
 Every measurement runs in a fresh process; rounds alternate the modes. Usage:
 
@@ -80,6 +82,8 @@ def run_mode(mode, args):
         ds = wds.WebDataset(urls, shardshuffle=False)
         result = timed(ds, lambda sample: 1)
         result["bytes"] = None
+    elif mode == "transfer":
+        result = measure_transfer()
     elif mode.startswith("rss-"):
         links = make_links(args, int(mode[4:]))
         ds = (wds.WebDataset(links, shardshuffle=100, seed=0).shuffle(1000)
@@ -89,6 +93,20 @@ def run_mode(mode, args):
         raise ValueError(mode)
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return result
+
+
+def measure_transfer():
+    import numpy as np
+    import torch.utils.data
+
+    class Batches(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            batch = np.ones((64, 375, 500, 3), np.uint8)
+            for _ in range(30):
+                yield batch, np.arange(64)
+
+    loader = torch.utils.data.DataLoader(Batches(), batch_size=None, num_workers=1)
+    return timed(loader, lambda batch: len(batch[1]))
 
 
 def make_links(args, n):
@@ -149,7 +167,7 @@ def main():
     modes = ["wds-bench", "native-loader", "dataloader", "raw"]
     if args.reference:
         modes += ["reference-loader", "reference-raw"]
-    modes += [f"rss-{n}" for n in args.rss.split(",") if n]
+    modes += [f"rss-{n}" for n in args.rss.split(",") if n] + ["transfer"]
     if args.modes:
         modes = args.modes.split(",")
     # Warm the page cache so that no mode pays for the first read.
@@ -172,6 +190,9 @@ def main():
     for m, v in median.items():
         rss = statistics.median(x["peak_rss_mb"] for x in results[m])
         print(f"  {m:18s} {v:8.1f}   peak RSS {rss:.0f} MB")
+    if "transfer" in median:
+        print(f"  torch DataLoader transfer: {64 / median['transfer'] * 1000:.0f} ms per "
+              "uint8 [64, 375, 500, 3] batch")
 
     def ratio(a, b):
         if a in median and b in median:

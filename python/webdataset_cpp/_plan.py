@@ -139,7 +139,7 @@ class NativeSegment:
         self.stages = stages
 
     def build(self, upstream, ctx, kinds_extra=0):
-        """(chain, FieldKinds) for one iteration."""
+        """(chain, kind function, the NameSets it reads) for one iteration."""
         if self.kind == "shards":
             source = self.source.core_source(ctx)
             kinds = FieldKinds()
@@ -203,10 +203,10 @@ def plan(stages, ctx):
             steps.append(stage)
             continue
         last = steps[-1] if steps else None
-        if isinstance(last, NativeSegment):
-            last.stages.append(stage)
-        elif getattr(stage, "reads_urls", False):
+        if getattr(stage, "reads_urls", False):
             steps.append(NativeSegment("urls", stage, []))
+        elif isinstance(last, NativeSegment):
+            last.stages.append(stage)
         else:
             steps.append(NativeSegment("samples", None, [stage]))
     return steps
