@@ -22,7 +22,8 @@ namespace wdspy {
 
 namespace py = pybind11;
 
-// NativeArray owns native array storage for Python.
+// NativeArray owns native array storage for Python. Immutable; the storage
+// is shared by reference counts that any thread may drop.
 struct NativeArray {
   wds::Array array;
 };

@@ -37,6 +37,8 @@ struct Stage {
   bool native = true;
 };
 
+// Chain is an immutable recipe: it may be opened any number of times (under
+// the GIL); each opened copy belongs to one thread.
 class Chain {
  public:
   Chain(Source source, std::vector<Stage> stages, uint64_t seed);

@@ -51,6 +51,7 @@ class NameSet {
 
 // FieldKinds asks a Python function name -> FieldKind bitmask once per name
 // (again when one of `names` grew, since the function may consult them).
+// Not thread-safe: one per iterator, used under the GIL.
 class FieldKinds {
  public:
   FieldKinds(py::object fn, std::vector<std::shared_ptr<NameSet>> names);
