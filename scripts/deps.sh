@@ -22,6 +22,8 @@ packages=(
   tar gzip bzip2 xz-utils zstd python3
   # independent image encoders/decoders for pixel-exact fixtures, plots
   libjpeg-turbo-progs webp python3-numpy python3-pil gnuplot-nox
+  # the Python package (python/): headers, pybind11, DLPack, its tests and pip
+  python3-dev pybind11-dev libdlpack-dev python3-pytest python3-pip python3-setuptools
 )
 
 missing=()

@@ -171,5 +171,19 @@ TEST(LayeringTest, ToolsUseOnlyPublicAndInternalHeaders) {
   EXPECT_THAT(violations, IsEmpty());
 }
 
+TEST(LayeringTest, PythonBindingsUseOnlyPublicAndInternalHeaders) {
+  // python/ sits above the library: public headers, the internal helpers, and
+  // no LibTorch (torch interop goes through DLPack).
+  std::vector<std::string> violations;
+  for (const fs::path& file : SourceFiles(kRoot / "python")) {
+    for (const std::string& include : QuotedIncludes(file)) {
+      if (FolderLayer(include).has_value() || include.rfind("wds/torch/", 0) == 0) {
+        violations.push_back(fs::relative(file, kRoot).string() + " includes " + include);
+      }
+    }
+  }
+  EXPECT_THAT(violations, IsEmpty());
+}
+
 }  // namespace
 }  // namespace wds

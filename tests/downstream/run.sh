@@ -23,3 +23,16 @@ mkdir "$work/data"
 "$work/prefix/bin/wds-shard" index "$work/data/shard-000000.tar" >/dev/null
 "$work/prefix/bin/wds-shard" verify "$work/data/shard-000000.tar"
 grep -q "^v1.2 10$" "$work/data/shard-000000.tar.idx"
+# The installed Python package (when built) imports from the prefix and reads
+# the same shard.
+if [[ -d "$build_dir/python/webdataset_cpp" ]]; then
+  site=$(find "$work/prefix/lib" -maxdepth 2 -type d -name dist-packages | head -n 1)
+  test -n "$site" || { echo "webdataset_cpp was not installed" >&2; exit 1; }
+  PYTHONPATH="$site" /usr/bin/python3 - "$site" "$work/data/shard-000000.tar" <<'PY'
+import sys
+import webdataset_cpp as wds
+assert wds.__file__.startswith(sys.argv[1]), wds.__file__
+n = sum(1 for _ in wds.WebDataset(sys.argv[2], shardshuffle=False))
+assert n == 10, n
+PY
+fi

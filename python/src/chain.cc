@@ -1,0 +1,260 @@
+#include "chain.h"
+
+#include <pybind11/stl.h>
+
+#include <utility>
+
+#include "decoders.h"
+#include "errors.h"
+#include "handlers.h"
+#include "opener.h"
+#include "sources.h"
+#include "wds/batch.h"
+#include "wds/internal/strings.h"
+#include "wds/stages.h"
+
+namespace wdspy {
+namespace {
+
+// ChainIterator runs one opened chain in the calling thread. Each step
+// releases the GIL while native stages read, decode and batch.
+class ChainIterator {
+ public:
+  ChainIterator(std::unique_ptr<wds::SampleStream> stream, std::unique_ptr<FieldKinds> kinds,
+                std::shared_ptr<std::atomic<int64_t>> count,
+                std::shared_ptr<wds::ErrorCounters> errors)
+      : stream_(std::move(stream)),
+        kinds_(std::move(kinds)),
+        count_(std::move(count)),
+        errors_(std::move(errors)) {}
+
+  py::object Next() {
+    if (stream_.inherited()) {
+      throw py::value_error(
+          "this iterator was started before the process forked; start a new one in this process");
+    }
+    wds::SampleStream* stream = stream_.get();
+    if (stream == nullptr) throw py::stop_iteration();
+    wds::SampleResult item;
+    {
+      py::gil_scoped_release release;
+      item = stream->Next();
+    }
+    if (!item.ok()) {
+      Close();
+      RaiseStatus(item.status(), Phase::kData);
+    }
+    if (!item->has_value()) {
+      Close();
+      throw py::stop_iteration();
+    }
+    return SampleToPython(**std::move(item), kinds_.get());
+  }
+
+  // Close ends the chain now: open shards are closed, pipe: commands stopped.
+  void Close() { stream_.reset(); }
+
+  int64_t count() const { return count_->load(); }
+  const wds::ErrorCounters& errors() const { return *errors_; }
+
+ private:
+  ProcessLocal<wds::SampleStream> stream_;
+  std::unique_ptr<FieldKinds> kinds_;
+  std::shared_ptr<std::atomic<int64_t>> count_;
+  std::shared_ptr<wds::ErrorCounters> errors_;
+};
+
+std::vector<std::shared_ptr<NameSet>> NameSets(py::handle list) {
+  std::vector<std::shared_ptr<NameSet>> out;
+  if (list.is_none()) return out;
+  for (py::handle h : list) out.push_back(h.cast<std::shared_ptr<NameSet>>());
+  return out;
+}
+
+wds::MissingField ParseMissing(const std::string& name) {
+  absl::StatusOr<wds::MissingField> missing = wds::ParseMissingField(name);
+  ThrowIfError(missing.status());
+  return *missing;
+}
+
+Stage MakeStage(wds::StageFactory factory, std::string name, bool native = true) {
+  return Stage{std::move(factory), std::move(name), native};
+}
+
+void RegisterSources(py::module_& m) {
+  py::class_<Source>(m, "Source", "The first step of a native chain.")
+      .def_readonly("native", &Source::native)
+      .def_readonly("tensor_names", &Source::tensor_names);
+  m.def(
+      "shard_source",
+      [](std::vector<std::string> urls, bool shuffle, bool resampled,
+         std::optional<int64_t> nshards, bool split_nodes, bool split_workers, bool allow_empty,
+         uint64_t seed, py::handle handler) {
+        ShardSourceOptions options{shuffle,       resampled,   nshards, split_nodes,
+                                   split_workers, allow_empty, seed};
+        StageHandler h = StageHandler::FromPython(handler);
+        return Source{ShardSource(std::move(urls), options, h), h.is_native(), nullptr};
+      },
+      py::arg("urls"), py::kw_only(), py::arg("shuffle") = false, py::arg("resampled") = false,
+      py::arg("nshards") = py::none(), py::arg("split_nodes") = true,
+      py::arg("split_workers") = true, py::arg("allow_empty") = false, py::arg("seed") = 0,
+      py::arg("handler") = "reraise",
+      "Shards read as the core's WebDataset() reads them (permuted per epoch, split by node "
+      "and worker).");
+  m.def(
+      "url_source",
+      [](py::handle iterator, py::handle handler) {
+        return Source{UrlSource(iterator, StageHandler::FromPython(handler)), false, nullptr};
+      },
+      py::arg("iterator"), py::arg("handler") = "reraise",
+      "The shards a Python iterator of URLs (or {'url': ...} dicts) names.");
+  m.def(
+      "sample_source",
+      [](py::handle iterator) {
+        auto names = std::make_shared<NameSet>();
+        return Source{SampleSource(iterator, names), false, names};
+      },
+      py::arg("iterator"), "Samples (dicts or tuples) from a Python iterator.");
+}
+
+void RegisterStages(py::module_& m) {
+  py::class_<Stage>(m, "Stage", "One native stage of a chain.")
+      .def_readonly("name", &Stage::name)
+      .def_readonly("native", &Stage::native);
+  m.def(
+      "shuffle",
+      [](size_t bufsize, size_t initial, std::optional<uint64_t> seed) {
+        return MakeStage(SeededShuffle(bufsize, initial, seed), "shuffle");
+      },
+      py::arg("bufsize"), py::arg("initial"), py::arg("seed") = py::none());
+  m.def(
+      "decode",
+      [](py::list items, std::vector<std::string> only, bool partial, py::handle handler,
+         py::handle continue_type, std::shared_ptr<NameSet> tensor_names, bool native) {
+        wds::DecodeOptions options;
+        options.only = std::move(only);
+        options.partial = partial;
+        StageHandler h = StageHandler::FromPython(handler);
+        auto decoders = MakeDecoders(items, continue_type, partial, std::move(tensor_names));
+        return MakeStage(DecodeStage(std::move(decoders), std::move(options), h), "decode",
+                         native && h.is_native());
+      },
+      py::arg("items"), py::arg("only"), py::arg("partial"), py::arg("handler"),
+      py::arg("continue_type"), py::arg("tensor_names"), py::arg("native"));
+  m.def(
+      "to_tuple",
+      [](std::vector<std::string> fields, const std::string& missing, const std::string& handler) {
+        absl::StatusOr<wds::Handler> h = wds::ParseHandler(handler);
+        ThrowIfError(h.status());
+        return MakeStage(wds::ToTupleStage(std::move(fields), ParseMissing(missing), *h),
+                         "to_tuple");
+      },
+      py::arg("fields"), py::arg("missing") = "error", py::arg("handler") = "reraise");
+  m.def(
+      "rename",
+      [](std::vector<std::pair<std::string, std::string>> renames, bool keep,
+         const std::string& handler) {
+        absl::StatusOr<wds::Handler> h = wds::ParseHandler(handler);
+        ThrowIfError(h.status());
+        return MakeStage(wds::RenameStage(std::move(renames), keep, *h), "rename");
+      },
+      py::arg("renames"), py::arg("keep") = true, py::arg("handler") = "reraise");
+  m.def(
+      "batched",
+      [](size_t batch_size, bool partial) {
+        wds::BatchOptions options;
+        options.partial = partial;
+        return MakeStage(wds::BatchedStage(batch_size, options), "batched");
+      },
+      py::arg("batch_size"), py::arg("partial") = true);
+  m.def(
+      "slice",
+      [](int64_t start, std::optional<int64_t> stop, int64_t step) {
+        return MakeStage(wds::SliceStage(start, stop, step), "slice");
+      },
+      py::arg("start"), py::arg("stop"), py::arg("step") = 1);
+}
+
+void RegisterChainClass(py::module_& m) {
+  py::class_<ChainIterator>(m, "ChainIterator", "One running copy of a chain.")
+      .def("__iter__", [](py::object self) { return self; })
+      .def("__next__", &ChainIterator::Next)
+      .def("close", &ChainIterator::Close)
+      .def_property_readonly("count", &ChainIterator::count, "Samples the source yielded so far.")
+      .def_property_readonly("errors", [](const ChainIterator& self) {
+        py::list out;
+        for (const auto& e : self.errors().Snapshot()) {
+          out.append(py::make_tuple(e.stage, absl::StatusCodeToString(e.cause), e.count));
+        }
+        return out;
+      });
+  py::class_<Chain>(m, "Chain", "A source and native stages, run as one native pipeline.")
+      .def(py::init<Source, std::vector<Stage>, uint64_t>(), py::arg("source"), py::arg("stages"),
+           py::arg("seed") = 0)
+      .def_property_readonly("python_steps", &Chain::PythonSteps)
+      .def(
+          "open",
+          [](const Chain& chain, int rank, int world_size, int worker, int num_workers,
+             int64_t epoch, int64_t pass, std::optional<int64_t> length, py::object kinds,
+             py::object kind_names) {
+            CheckPlacement(rank, world_size, worker, num_workers);
+            wds::WorkerContext ctx;
+            ctx.rank = rank;
+            ctx.world_size = world_size;
+            ctx.worker = worker;
+            ctx.num_workers = num_workers;
+            ctx.epoch = epoch;
+            ctx.pass = pass;
+            ctx.errors = std::make_shared<wds::ErrorCounters>();
+            ctx.warn = PythonWarnings();
+            if (length.has_value() && *length < 0) throw py::value_error("length must be >= 0");
+            std::unique_ptr<wds::SampleStream> stream = chain.Recipe(length).Open(ctx);
+            return ChainIterator(std::move(stream),
+                                 std::make_unique<FieldKinds>(kinds, NameSets(kind_names)),
+                                 chain.count(), ctx.errors);
+          },
+          py::kw_only(), py::arg("rank") = 0, py::arg("world_size") = 1, py::arg("worker") = 0,
+          py::arg("num_workers") = 1, py::arg("epoch") = 0, py::arg("pass_") = 0,
+          py::arg("length") = py::none(), py::arg("kinds") = py::none(),
+          py::arg("kind_names") = py::none());
+}
+
+}  // namespace
+
+Chain::Chain(Source source, std::vector<Stage> stages, uint64_t seed)
+    : source_(std::move(source)), stages_(std::move(stages)), seed_(seed) {}
+
+wds::Pipeline Chain::Recipe(std::optional<int64_t> length) const {
+  wds::Pipeline pipeline = wds::Pipeline(source_.factory, seed_).Then(CountingStage(count_));
+  for (const Stage& stage : stages_) pipeline = pipeline.Then(stage.factory);
+  if (length.has_value()) pipeline = pipeline.WithLength(*length);
+  return pipeline;
+}
+
+std::vector<std::string> Chain::PythonSteps() const {
+  std::vector<std::string> steps;
+  if (!source_.native) steps.push_back("source");
+  for (const Stage& stage : stages_) {
+    if (!stage.native) steps.push_back(stage.name);
+  }
+  return steps;
+}
+
+void CheckPlacement(int rank, int world_size, int worker, int num_workers) {
+  if (world_size < 1 || rank < 0 || rank >= world_size) {
+    throw py::value_error(
+        wds::Cat("rank ", rank, " of world size ", world_size, ": needs 0 <= rank < world_size"));
+  }
+  if (num_workers < 1 || worker < 0 || worker >= num_workers) {
+    throw py::value_error(wds::Cat("worker ", worker, " of ", num_workers,
+                                   " workers: needs 0 <= worker < num_workers"));
+  }
+}
+
+void RegisterChain(py::module_& m) {
+  RegisterSources(m);
+  RegisterStages(m);
+  RegisterChainClass(m);
+}
+
+}  // namespace wdspy

@@ -1,0 +1,133 @@
+#include "errors.h"
+
+#include <cstring>
+#include <optional>
+#include <string>
+
+#include "absl/strings/cord.h"
+#include "py_ref.h"
+#include "wds/internal/strings.h"
+
+namespace wdspy {
+namespace {
+
+constexpr char kErrnoPayload[] = "webdataset_cpp/errno";
+constexpr char kPathPayload[] = "webdataset_cpp/path";
+
+// PendingError is a Python exception on its way through native stages.
+struct PendingError {
+  PyRef exception;
+  std::string field;  // set for a decoder's exception
+  std::string url;
+  std::string key;
+};
+
+thread_local std::optional<PendingError> pending;
+
+// ProjectException returns webdataset_cpp.errors.<name> (DataError or
+// DecodingError), imported once and kept for the process's lifetime.
+py::handle ProjectException(const char* name) {
+  static PyObject* data_error = nullptr;
+  static PyObject* decoding_error = nullptr;
+  PyObject*& slot = std::strcmp(name, "DataError") == 0 ? data_error : decoding_error;
+  if (slot == nullptr) {
+    slot = py::object(py::module_::import("webdataset_cpp.errors").attr(name)).release().ptr();
+  }
+  return slot;
+}
+
+std::string Message(const absl::Status& status) {
+  return std::string(wds::ToStd(status.message()));
+}
+
+py::object Make(py::handle type, const std::string& message) { return type(py::str(message)); }
+
+// ErrnoException is OSError(err, strerror, path), which Python turns into the
+// subclass for err (FileNotFoundError for ENOENT).
+py::object ErrnoException(int err, const std::string& path) {
+  py::object exception = py::reinterpret_steal<py::object>(
+      PyObject_CallFunction(PyExc_OSError, "isO", err, std::strerror(err), py::str(path).ptr()));
+  if (!exception) throw py::error_already_set();
+  return exception;
+}
+
+py::object PendingException(const absl::Status& status) {
+  PendingError error = std::move(*pending);
+  pending.reset();
+  py::object original = py::reinterpret_borrow<py::object>(error.exception.get());
+  if (error.field.empty()) return original;
+  py::dict kwargs;
+  kwargs["url"] = error.url.empty() ? py::none() : py::object(py::str(error.url));
+  kwargs["key"] = py::str(error.key);
+  kwargs["k"] = py::str(error.field);
+  kwargs["message"] = py::str(Message(status));
+  py::object wrapped = ProjectException("DecodingError")(**kwargs);
+  PyException_SetCause(wrapped.ptr(), original.inc_ref().ptr());
+  return wrapped;
+}
+
+py::handle TypeFor(absl::StatusCode code, Phase phase) {
+  switch (code) {
+    case absl::StatusCode::kInvalidArgument:
+      return phase == Phase::kSetup ? PyExc_ValueError : ProjectException("DataError");
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kUnimplemented:
+    case absl::StatusCode::kOutOfRange:
+      return PyExc_ValueError;
+    case absl::StatusCode::kDataLoss:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kResourceExhausted:
+      return phase == Phase::kSetup && code != absl::StatusCode::kDataLoss
+                 ? PyExc_ValueError
+                 : ProjectException("DataError");
+    case absl::StatusCode::kPermissionDenied:
+      return PyExc_PermissionError;
+    default:
+      return PyExc_RuntimeError;
+  }
+}
+
+}  // namespace
+
+absl::Status ErrnoStatus(int err, std::string_view path, std::string_view what) {
+  absl::Status status = absl::ErrnoToStatus(err, wds::ToAbsl(what));
+  status.SetPayload(kErrnoPayload, absl::Cord(std::to_string(err)));
+  status.SetPayload(kPathPayload, absl::Cord(wds::ToAbsl(path)));
+  return status;
+}
+
+absl::Status StorePythonError(py::error_already_set& e, std::string_view field) {
+  std::string text = py::repr(e.value());
+  pending.emplace();
+  pending->exception = PyRef(e.value());
+  pending->field = std::string(field);
+  if (e.trace()) PyException_SetTraceback(e.value().ptr(), e.trace().ptr());
+  return absl::AbortedError(wds::ToAbsl(text));
+}
+
+void ClearPythonError() { pending.reset(); }
+
+void NoteSample(std::string_view url, std::string_view key) {
+  if (!pending.has_value() || pending->field.empty() || !pending->url.empty()) return;
+  pending->url = std::string(url);
+  pending->key = std::string(key);
+}
+
+py::object ExceptionFromStatus(const absl::Status& status, Phase phase) {
+  if (status.code() == absl::StatusCode::kAborted && pending.has_value()) {
+    return PendingException(status);
+  }
+  if (auto err = status.GetPayload(kErrnoPayload)) {
+    auto path = status.GetPayload(kPathPayload);
+    return ErrnoException(std::stoi(std::string(*err)), path ? std::string(*path) : "");
+  }
+  return Make(TypeFor(status.code(), phase), Message(status));
+}
+
+void RaiseStatus(const absl::Status& status, Phase phase) {
+  py::object exception = ExceptionFromStatus(status, phase);
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exception.ptr())), exception.ptr());
+  throw py::error_already_set();
+}
+
+}  // namespace wdspy

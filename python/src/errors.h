@@ -1,0 +1,63 @@
+// Errors between the native core and Python, in both directions.
+//
+// Native errors (absl::Status) become Python exceptions of the conventional
+// type, their message naming the shard URL and member:
+//
+//   errno of a shard that cannot be opened  OSError subclass (FileNotFoundError, ...)
+//   DataLoss, and data errors while iterating   webdataset_cpp.DataError (a ValueError)
+//   InvalidArgument / FailedPrecondition at setup ValueError
+//   anything else                               RuntimeError
+//
+// A Python exception raised by Python code that a native stage called (a
+// Python stage feeding a native one, a Python decoder or handler) travels
+// through the native stages as an Aborted Status, while the exception object
+// itself waits in a per-thread slot; RaiseStatus raises that very object (a
+// decoder's wrapped in webdataset_cpp.DecodingError), traceback included.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+
+namespace wdspy {
+
+namespace py = pybind11;
+
+// Phase says whether an error met setting up (bad arguments: ValueError) or
+// while reading data (bad data: DataError).
+enum class Phase { kSetup, kData };
+
+// ErrnoStatus is the error of a failed system call on `path`; it converts to
+// OSError(err, strerror(err), path), so a missing shard is FileNotFoundError.
+absl::Status ErrnoStatus(int err, std::string_view path, std::string_view what);
+
+// StorePythonError keeps the Python exception being handled (e) in this
+// thread's slot and returns the Status that stands for it. `field`, when not
+// empty, names the field a decoder was decoding (the exception is then
+// raised as a DecodingError). REQUIRES: the GIL is held.
+absl::Status StorePythonError(py::error_already_set& e, std::string_view field = {});
+
+// ClearPythonError drops the slot's exception (a handler chose to go on).
+void ClearPythonError();
+
+// NoteSample records, for a decoder's exception in the slot, the sample it
+// concerned (for DecodingError's url and key).
+void NoteSample(std::string_view url, std::string_view key);
+
+// ExceptionFromStatus returns the Python exception that `status` stands for,
+// without raising it (handlers receive it). Consumes the slot's exception.
+// REQUIRES: the GIL is held and !status.ok().
+py::object ExceptionFromStatus(const absl::Status& status, Phase phase);
+
+// RaiseStatus raises ExceptionFromStatus(status, phase).
+[[noreturn]] void RaiseStatus(const absl::Status& status, Phase phase);
+
+// ThrowIfError raises for a non-ok status (setup phase).
+inline void ThrowIfError(const absl::Status& status) {
+  if (!status.ok()) RaiseStatus(status, Phase::kSetup);
+}
+
+}  // namespace wdspy

@@ -1,0 +1,146 @@
+// webdataset_cpp._core.Loader: the core's threaded Loader for chains that
+// are entirely native. Threads exist only while an epoch is being iterated:
+// they start at its first item and are joined at its end, when it is
+// abandoned (close) and when the Loader goes.
+#include "wds/loader.h"
+
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "chain.h"
+#include "errors.h"
+#include "handlers.h"
+#include "opener.h"
+#include "wds/internal/strings.h"
+
+namespace wdspy {
+namespace {
+
+class Loader {
+ public:
+  Loader(const Chain& chain, std::optional<int64_t> length, wds::LoaderOptions options,
+         py::object kinds, std::vector<std::shared_ptr<NameSet>> kind_names)
+      : recipe_(chain.Recipe(length)),
+        options_(std::move(options)),
+        kinds_(std::move(kinds), std::move(kind_names)) {
+    const std::vector<std::string> python = chain.PythonSteps();
+    if (!python.empty()) {
+      std::string names;
+      for (const std::string& n : python) names += (names.empty() ? "" : ", ") + n;
+      throw py::value_error(
+          "webdataset_cpp.Loader runs only native pipelines; these steps call "
+          "Python: " +
+          names + " (iterate the dataset itself, or through a torch DataLoader)");
+    }
+    options_.warn = PythonWarnings();
+  }
+
+  ~Loader() { Stop(); }
+
+  // Next returns the next item of the running epoch (starting it if needed),
+  // or None at its end.
+  py::object Next() {
+    if (loader_.inherited()) {
+      throw py::value_error("this Loader was iterated before the process forked");
+    }
+    if (!loader_)
+      loader_ = ProcessLocal<wds::Loader>(std::make_unique<wds::Loader>(recipe_, options_));
+    if (!running_) {
+      loader_->SetEpoch(epoch_);
+      running_ = true;
+    }
+    absl::StatusOr<std::optional<wds::Sample>> item;
+    {
+      py::gil_scoped_release release;
+      item = loader_->Next();
+    }
+    if (!item.ok()) {
+      EndEpoch();
+      RaiseStatus(item.status(), Phase::kData);
+    }
+    if (!item->has_value()) {
+      EndEpoch();
+      return py::none();
+    }
+    return SampleToPython(**std::move(item), &kinds_);
+  }
+
+  // Stop abandons the running epoch: its threads are stopped and joined now.
+  void Stop() {
+    std::unique_ptr<wds::Loader> loader = loader_.take();
+    if (running_) EndEpoch();
+    if (loader == nullptr) return;
+    if (!PythonIsUsable()) {
+      loader.reset();
+      return;
+    }
+    py::gil_scoped_release release;  // workers may need the GIL to warn
+    loader.reset();
+  }
+
+  void SetEpoch(int64_t epoch) {
+    if (running_) Stop();
+    epoch_ = epoch;
+  }
+  int64_t epoch() const { return epoch_; }
+  bool running() const { return running_; }
+  std::optional<int64_t> size() const { return recipe_.length(); }
+  bool pinned() const { return loader_ ? loader_->pool()->pinned() : false; }
+
+ private:
+  void EndEpoch() {
+    running_ = false;
+    ++epoch_;
+  }
+
+  wds::Pipeline recipe_;
+  wds::LoaderOptions options_;
+  FieldKinds kinds_;
+  ProcessLocal<wds::Loader> loader_;
+  int64_t epoch_ = 0;
+  bool running_ = false;
+};
+
+}  // namespace
+
+void RegisterLoader(py::module_& m) {
+  py::class_<Loader>(m, "Loader", "The core's threaded Loader over a native chain.")
+      .def(py::init([](const Chain& chain, std::optional<int64_t> length, int workers, int prefetch,
+                       bool ordered, bool pin_memory, int rank, int world_size,
+                       std::optional<int> device, py::object kinds, py::object kind_names) {
+             wds::LoaderOptions options;
+             options.workers = workers;
+             options.prefetch = prefetch;
+             options.ordered = ordered;
+             options.pin_memory = pin_memory;
+             options.rank = rank;
+             options.world_size = world_size;
+             options.device = device;
+             if (workers < 1)
+               throw py::value_error(wds::Cat("workers must be >= 1, got ", workers));
+             if (prefetch < 1) {
+               throw py::value_error(wds::Cat("prefetch must be >= 1, got ", prefetch));
+             }
+             std::vector<std::shared_ptr<NameSet>> names;
+             if (!kind_names.is_none()) {
+               for (py::handle h : kind_names) names.push_back(h.cast<std::shared_ptr<NameSet>>());
+             }
+             return std::make_unique<Loader>(chain, length, options, kinds, names);
+           }),
+           py::arg("chain"), py::kw_only(), py::arg("length") = py::none(), py::arg("workers") = 1,
+           py::arg("prefetch") = 2, py::arg("ordered") = true, py::arg("pin_memory") = false,
+           py::arg("rank") = 0, py::arg("world_size") = 1, py::arg("device") = py::none(),
+           py::arg("kinds") = py::none(), py::arg("kind_names") = py::none())
+      .def("next", &Loader::Next)
+      .def("stop", &Loader::Stop)
+      .def("set_epoch", &Loader::SetEpoch)
+      .def_property_readonly("epoch", &Loader::epoch)
+      .def_property_readonly("running", &Loader::running)
+      .def_property_readonly("size", &Loader::size)
+      .def_property_readonly("pinned", &Loader::pinned);
+}
+
+}  // namespace wdspy

@@ -1,0 +1,27 @@
+// webdataset_cpp._core: the compiled part of webdataset_cpp. It exposes a few
+// coarse objects (sources, stages, chains, the Loader, writers) and
+// conversions; webdataset_cpp/*.py builds the reference package's API on
+// them.
+#include <pybind11/pybind11.h>
+
+#include "arrays.h"
+#include "chain.h"
+#include "convert.h"
+
+namespace wdspy {
+void RegisterLoader(py::module_& m);
+void RegisterWriters(py::module_& m);
+void RegisterShards(py::module_& m);
+void RegisterFields(py::module_& m);
+}  // namespace wdspy
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "The native core of webdataset_cpp (use the webdataset_cpp package instead).";
+  wdspy::RegisterArrays(m);
+  wdspy::RegisterConvert(m);
+  wdspy::RegisterChain(m);
+  wdspy::RegisterLoader(m);
+  wdspy::RegisterWriters(m);
+  wdspy::RegisterShards(m);
+  wdspy::RegisterFields(m);
+}

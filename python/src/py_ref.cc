@@ -1,0 +1,26 @@
+#include "py_ref.h"
+
+namespace wdspy {
+
+bool PythonIsUsable() { return Py_IsInitialized() && !_Py_IsFinalizing(); }
+
+PyRef& PyRef::operator=(PyRef&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    object_ = other.object_;
+    other.object_ = nullptr;
+  }
+  return *this;
+}
+
+void PyRef::Reset() {
+  PyObject* object = object_;
+  object_ = nullptr;
+  if (object == nullptr || !PythonIsUsable()) return;
+  py::gil_scoped_acquire gil;
+  Py_DECREF(object);
+}
+
+std::shared_ptr<const void> KeepAlive(py::handle object) { return std::make_shared<PyRef>(object); }
+
+}  // namespace wdspy

@@ -1,0 +1,48 @@
+// PyRef: a reference to a Python object that native code may hold and drop
+// on any thread, with or without the GIL.
+//
+//   wds::Buffer b = wds::Buffer::View(KeepAlive(bytes_object), data, size);
+//   // b may cross native stages and worker threads; when its last copy
+//   // goes, the object is released under the GIL.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <memory>
+
+namespace wdspy {
+
+namespace py = pybind11;
+
+// PyRef owns one reference. Destroying it takes the GIL (the destructor may
+// run on a native thread); while the interpreter is finalizing the reference
+// is leaked instead, since no Python code may run then.
+class PyRef {
+ public:
+  PyRef() = default;
+  // REQUIRES: the GIL is held.
+  explicit PyRef(py::handle object) : object_(object.inc_ref().ptr()) {}
+  ~PyRef() { Reset(); }
+  PyRef(const PyRef&) = delete;
+  PyRef& operator=(const PyRef&) = delete;
+  PyRef(PyRef&& other) noexcept : object_(other.object_) { other.object_ = nullptr; }
+  PyRef& operator=(PyRef&& other) noexcept;
+
+  // get borrows the object. REQUIRES: the GIL is held to use it.
+  py::handle get() const { return object_; }
+  explicit operator bool() const { return object_ != nullptr; }
+  void Reset();
+
+ private:
+  PyObject* object_ = nullptr;
+};
+
+// KeepAlive returns an owner for wds::Buffer::View that holds `object`.
+// REQUIRES: the GIL is held.
+std::shared_ptr<const void> KeepAlive(py::handle object);
+
+// PythonIsUsable is false while the interpreter is finalizing (or gone), when
+// no thread may take the GIL.
+bool PythonIsUsable();
+
+}  // namespace wdspy

@@ -1,0 +1,206 @@
+// Shard lists, counts, indexes and equalized epoch plans for Python, and the
+// tar members of one shard (for tarfile_to_samples' select_files and
+// rename_files, which run Python on member names).
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "chain.h"
+#include "errors.h"
+#include "opener.h"
+#include "wds/equalize.h"
+#include "wds/placement.h"
+#include "wds/shard_index.h"
+#include "wds/shard_list.h"
+#include "wds/tar_reader.h"
+
+namespace wdspy {
+namespace {
+
+template <typename T>
+T ValueOrRaise(absl::StatusOr<T> value, Phase phase = Phase::kSetup) {
+  if (!value.ok()) RaiseStatus(value.status(), phase);
+  return *std::move(value);
+}
+
+wds::ShardListOptions ListOptions(bool shuffle, bool split_nodes, bool split_workers,
+                                  bool allow_empty) {
+  wds::ShardListOptions o;
+  o.shuffle = shuffle;
+  o.nodesplitter = split_nodes ? wds::ShardSplitter(wds::SplitByNode) : nullptr;
+  o.workersplitter = split_workers ? wds::ShardSplitter(wds::SplitByWorker) : nullptr;
+  o.allow_empty = allow_empty;
+  return o;
+}
+
+wds::WorkerContext Context(int rank, int world_size, int worker, int num_workers, int64_t epoch,
+                           int64_t pass, uint64_t seed) {
+  CheckPlacement(rank, world_size, worker, num_workers);
+  wds::WorkerContext ctx;
+  ctx.rank = rank;
+  ctx.world_size = world_size;
+  ctx.worker = worker;
+  ctx.num_workers = num_workers;
+  ctx.epoch = epoch;
+  ctx.pass = pass;
+  ctx.seed = seed;
+  return ctx;
+}
+
+// TarMembers iterates (name, bytes) over one shard's regular members.
+class TarMembers {
+ public:
+  explicit TarMembers(const std::string& url) {
+    auto stream = ValueOrRaise(PythonOpener()(url), Phase::kData);
+    reader_ = ProcessLocal<wds::TarReader>(
+        ValueOrRaise(wds::TarReader::Open(std::move(stream)), Phase::kData));
+  }
+
+  py::object Next() {
+    if (!reader_) throw py::stop_iteration();
+    absl::StatusOr<std::optional<wds::TarMember>> member;
+    {
+      py::gil_scoped_release release;
+      member = reader_->Next();
+    }
+    if (!member.ok()) {
+      reader_.reset();
+      RaiseStatus(member.status(), Phase::kData);
+    }
+    if (!member->has_value()) {
+      reader_.reset();
+      throw py::stop_iteration();
+    }
+    const wds::Buffer& data = (*member)->data;
+    return py::make_tuple((*member)->name,
+                          py::bytes(reinterpret_cast<const char*>(data.data()), data.size()));
+  }
+
+  void Close() { reader_.reset(); }
+
+ private:
+  ProcessLocal<wds::TarReader> reader_;
+};
+
+void RegisterPlan(py::module_& m) {
+  py::class_<wds::WorkerPlan>(m, "WorkerPlan", "One loader worker's pass over its shards.")
+      .def_readonly("shards", &wds::WorkerPlan::shards)
+      .def_readonly("samples", &wds::WorkerPlan::samples)
+      .def_readonly("batches", &wds::WorkerPlan::batches);
+  py::class_<wds::RankEpochPlan>(m, "RankEpochPlan", "This rank's epoch, planned exactly.")
+      .def_readonly("workers", &wds::RankEpochPlan::workers)
+      .def_property_readonly("samples", &wds::RankEpochPlan::samples)
+      .def_property_readonly("batches", &wds::RankEpochPlan::batches)
+      .def("batches_without_repeats", &wds::RankEpochPlan::BatchesWithoutRepeats)
+      .def("batches_covering_pass", &wds::RankEpochPlan::BatchesCoveringPass)
+      .def("local_steps",
+           [](const wds::RankEpochPlan& plan, const std::string& policy) {
+             return plan.LocalSteps(ValueOrRaise(wds::ParseEqualizePolicy(policy)));
+           })
+      .def("samples_in_first", [](const wds::RankEpochPlan& plan, int64_t n) {
+        if (n < 0 || n > plan.BatchesWithoutRepeats()) {
+          throw py::value_error("n must lie in [0, batches_without_repeats()]");
+        }
+        return plan.SamplesInFirst(n);
+      });
+  m.def(
+      "plan_rank_epoch",
+      [](const std::vector<std::string>& urls, bool shuffle, bool split_nodes, bool split_workers,
+         int rank, int world_size, int num_workers, int64_t epoch, uint64_t seed,
+         int64_t batch_size, bool partial) {
+        wds::WorkerContext ctx = Context(rank, world_size, 0, num_workers, epoch, 0, seed);
+        wds::EpochBatching batching{batch_size, partial};
+        wds::ShardSampleCounts counts;
+        absl::StatusOr<wds::RankEpochPlan> plan;
+        {
+          py::gil_scoped_release release;
+          plan = wds::PlanRankEpoch(urls, ListOptions(shuffle, split_nodes, split_workers, false),
+                                    ctx, batching, counts);
+        }
+        return ValueOrRaise(std::move(plan));
+      },
+      py::arg("urls"), py::kw_only(), py::arg("shuffle"), py::arg("split_nodes"),
+      py::arg("split_workers"), py::arg("rank"), py::arg("world_size"), py::arg("num_workers"),
+      py::arg("epoch"), py::arg("seed"), py::arg("batch_size"), py::arg("partial"));
+}
+
+void RegisterShardLists(py::module_& m) {
+  m.def(
+      "expand_urls", [](const std::string& urls) { return ValueOrRaise(wds::ExpandUrls(urls)); },
+      py::arg("urls"), "Brace and '::' expansion, as the reference's expand_urls.");
+  m.def(
+      "shards_for_worker",
+      [](const std::vector<std::string>& urls, bool shuffle, bool split_nodes, bool split_workers,
+         bool allow_empty, int rank, int world_size, int worker, int num_workers, int64_t epoch,
+         int64_t pass, uint64_t seed) {
+        return ValueOrRaise(wds::ShardsForWorker(
+            urls, ListOptions(shuffle, split_nodes, split_workers, allow_empty),
+            Context(rank, world_size, worker, num_workers, epoch, pass, seed)));
+      },
+      py::arg("urls"), py::kw_only(), py::arg("shuffle") = false, py::arg("split_nodes") = true,
+      py::arg("split_workers") = true, py::arg("allow_empty") = false, py::arg("rank") = 0,
+      py::arg("world_size") = 1, py::arg("worker") = 0, py::arg("num_workers") = 1,
+      py::arg("epoch") = 0, py::arg("pass_") = 0, py::arg("seed") = 0);
+  m.def(
+      "count_samples",
+      [](const std::string& url) {
+        absl::StatusOr<int64_t> n;
+        {
+          py::gil_scoped_release release;
+          n = wds::CountSamples(url);
+        }
+        return ValueOrRaise(std::move(n), Phase::kData);
+      },
+      py::arg("url"), "Samples in a shard: from its .idx sidecar, else a header-only scan.");
+  m.def(
+      "write_index",
+      [](const std::string& url) {
+        absl::Status status;
+        int64_t samples = 0;
+        {
+          py::gil_scoped_release release;
+          absl::StatusOr<wds::ShardIndex> index = wds::ScanShard(url);
+          status = index.status();
+          if (index.ok()) {
+            samples = static_cast<int64_t>(index->samples.size());
+            status = index->Save(wds::IndexPath(url));
+          }
+        }
+        if (!status.ok()) RaiseStatus(status, Phase::kData);
+        return samples;
+      },
+      py::arg("url"), "Writes the DALI .idx sidecar of a local shard; returns its sample count.");
+  m.def(
+      "resolve_placement",
+      []() {
+        wds::Placement p = ValueOrRaise(wds::ResolvePlacement({}, "the environment"));
+        return py::make_tuple(p.rank, p.world_size);
+      },
+      "(rank, world_size) from RANK/WORLD_SIZE, else SLURM_PROCID/SLURM_NTASKS, else (0, 1).");
+  py::class_<TarMembers>(m, "TarMembers", "The regular members of one shard: (name, bytes).")
+      .def(py::init<const std::string&>(), py::arg("url"))
+      .def("__iter__", [](py::object self) { return self; })
+      .def("__next__", &TarMembers::Next)
+      .def("close", &TarMembers::Close);
+}
+
+void RegisterFork(py::module_& m) {
+  m.def("_before_fork", &BeforeFork);
+  m.def("_after_fork_in_parent", &AfterForkInParent);
+  m.def("_after_fork_in_child", &AfterForkInChild);
+  m.def("_open_shard_descriptors", &OpenShardDescriptors,
+        "Shard descriptors this module holds open (for tests).");
+}
+
+}  // namespace
+
+void RegisterShards(py::module_& m) {
+  RegisterShardLists(m);
+  RegisterPlan(m);
+  RegisterFork(m);
+}
+
+}  // namespace wdspy

@@ -1,0 +1,264 @@
+#include "sources.h"
+
+#include <functional>
+#include <utility>
+
+#include "errors.h"
+#include "opener.h"
+#include "wds/internal/strings.h"
+#include "wds/shard_list.h"
+#include "wds/stages.h"
+
+namespace wdspy {
+namespace {
+
+using UrlResult = absl::StatusOr<std::optional<std::string>>;
+// NextUrl yields the next shard URL, nullopt at the end, or the list's error.
+using NextUrl = std::function<UrlResult()>;
+
+bool IsStopHandler(wds::Handler h) {
+  return h == wds::Handler::kWarnAndStop || h == wds::Handler::kIgnoreAndStop;
+}
+
+// OneShard opens the core's reader over one URL, unsplit.
+std::unique_ptr<wds::SampleStream> OneShard(const std::string& url, wds::Handler handler,
+                                            const wds::WorkerContext& ctx) {
+  wds::WebDatasetOptions options;
+  options.nodesplitter = nullptr;
+  options.workersplitter = nullptr;
+  options.allow_empty = true;
+  options.handler = handler;
+  options.opener = PythonOpener();
+  absl::StatusOr<wds::Pipeline> one = wds::WebDataset(std::vector<std::string>{url}, options);
+  if (!one.ok()) return wds::ErrorStream(one.status());
+  return one->Open(ctx);
+}
+
+// ShardByShard reads the shards `next_url` names one after the other. A
+// native handler acts inside each shard's reader (a "stop" one ends every
+// shard); a Python handler is asked once per failing shard.
+class ShardByShard : public wds::SampleStream {
+ public:
+  ShardByShard(NextUrl next_url, StageHandler handler, const wds::WorkerContext& ctx)
+      : next_url_(std::move(next_url)), handler_(std::move(handler)), ctx_(ctx) {
+    shard_ctx_ = ctx;
+    // A Python handler counts the errors itself (StageHandler::Handle).
+    if (!handler_.is_native()) shard_ctx_.errors = nullptr;
+  }
+
+  wds::SampleResult Next() override {
+    if (!error_.ok()) return error_;
+    if (ended_) return std::nullopt;
+    while (true) {
+      if (shard_ == nullptr && !OpenNext()) return Finish();
+      wds::SampleResult item = shard_->Next();
+      if (item.ok() && item->has_value()) return item;
+      shard_.reset();
+      if (item.ok()) {
+        if (StoppedByHandler()) return Finish();
+        continue;
+      }
+      absl::Status raised;
+      const wds::ErrorAction action = handler_.is_native()
+                                          ? wds::ErrorAction::kRaise
+                                          : handler_.Handle(ctx_, "tar", item.status(), &raised);
+      if (action == wds::ErrorAction::kRaise) {
+        error_ = handler_.is_native() ? item.status() : raised;
+        return error_;
+      }
+      if (action == wds::ErrorAction::kStop) return Finish();
+    }
+  }
+
+ private:
+  // OpenNext opens the next shard; false at the end of the list or on its
+  // error (error_ set).
+  bool OpenNext() {
+    UrlResult url = next_url_();
+    if (!url.ok()) {
+      error_ = url.status();
+      return false;
+    }
+    if (!url->has_value()) return false;
+    errors_before_ = ctx_.errors ? ctx_.errors->Total() : 0;
+    shard_ = OneShard(**url, handler_.is_native() ? handler_.native() : wds::Handler::kReraise,
+                      shard_ctx_);
+    return true;
+  }
+
+  // StoppedByHandler: a native "stop" handler ended the shard on an error.
+  bool StoppedByHandler() const {
+    return handler_.is_native() && IsStopHandler(handler_.native()) && ctx_.errors &&
+           ctx_.errors->Total() > errors_before_;
+  }
+
+  wds::SampleResult Finish() {
+    if (!error_.ok()) return error_;
+    ended_ = true;
+    return std::nullopt;
+  }
+
+  NextUrl next_url_;
+  StageHandler handler_;
+  wds::WorkerContext ctx_;
+  wds::WorkerContext shard_ctx_;
+  std::unique_ptr<wds::SampleStream> shard_;
+  int64_t errors_before_ = 0;
+  absl::Status error_;
+  bool ended_ = false;
+};
+
+// PythonUrls takes URLs from a Python iterator under the GIL.
+NextUrl PythonUrls(std::shared_ptr<PyRef> iterator) {
+  return [iterator]() -> UrlResult {
+    py::gil_scoped_acquire gil;
+    try {
+      py::object item = py::reinterpret_steal<py::object>(PyIter_Next(iterator->get().ptr()));
+      if (!item) {
+        if (PyErr_Occurred()) throw py::error_already_set();
+        return std::nullopt;
+      }
+      if (py::isinstance<py::dict>(item)) item = item["url"];
+      if (!py::isinstance<py::str>(item)) {
+        throw py::type_error("a shard list yields str URLs or dicts with a \"url\", got " +
+                             py::repr(item).cast<std::string>());
+      }
+      return item.cast<std::string>();
+    } catch (py::error_already_set& e) {
+      return StorePythonError(e);
+    }
+  };
+}
+
+class PythonSamples : public wds::SampleStream {
+ public:
+  PythonSamples(std::shared_ptr<PyRef> iterator, std::shared_ptr<NameSet> tensor_names)
+      : iterator_(std::move(iterator)), tensor_names_(std::move(tensor_names)) {}
+
+  wds::SampleResult Next() override {
+    if (!error_.ok()) return error_;
+    if (ended_) return std::nullopt;
+    py::gil_scoped_acquire gil;
+    try {
+      py::object item = py::reinterpret_steal<py::object>(PyIter_Next(iterator_->get().ptr()));
+      if (!item) {
+        if (PyErr_Occurred()) throw py::error_already_set();
+        ended_ = true;
+        return std::nullopt;
+      }
+      absl::StatusOr<wds::Sample> sample = SampleFromPython(item, tensor_names_.get());
+      if (!sample.ok()) throw py::type_error(std::string(wds::ToStd(sample.status().message())));
+      return *std::move(sample);
+    } catch (py::error_already_set& e) {
+      error_ = StorePythonError(e);
+      return error_;
+    }
+  }
+
+ private:
+  std::shared_ptr<PyRef> iterator_;
+  std::shared_ptr<NameSet> tensor_names_;
+  absl::Status error_;
+  bool ended_ = false;
+};
+
+class Counting : public wds::SampleStream {
+ public:
+  Counting(std::unique_ptr<wds::SampleStream> upstream, std::shared_ptr<std::atomic<int64_t>> count)
+      : upstream_(std::move(upstream)), count_(std::move(count)) {}
+  wds::SampleResult Next() override {
+    wds::SampleResult item = upstream_->Next();
+    if (item.ok() && item->has_value()) count_->fetch_add(1, std::memory_order_relaxed);
+    return item;
+  }
+
+ private:
+  std::unique_ptr<wds::SampleStream> upstream_;
+  std::shared_ptr<std::atomic<int64_t>> count_;
+};
+
+wds::ShardListOptions ListOptions(const ShardSourceOptions& o) {
+  wds::ShardListOptions list;
+  list.shuffle = o.shuffle;
+  list.nodesplitter = o.split_nodes ? wds::ShardSplitter(wds::SplitByNode) : nullptr;
+  list.workersplitter = o.split_workers ? wds::ShardSplitter(wds::SplitByWorker) : nullptr;
+  list.allow_empty = o.allow_empty;
+  return list;
+}
+
+}  // namespace
+
+wds::StreamFactory ShardSource(std::vector<std::string> urls, const ShardSourceOptions& options,
+                               StageHandler handler) {
+  if (urls.empty()) throw py::value_error("the shard list is empty");
+  if (!handler.is_native()) {
+    auto shared = std::make_shared<const std::vector<std::string>>(std::move(urls));
+    const wds::ShardListOptions list = ListOptions(options);
+    return [shared, list,
+            handler](const wds::WorkerContext& ctx) -> std::unique_ptr<wds::SampleStream> {
+      absl::StatusOr<std::vector<std::string>> mine = wds::ShardsForWorker(*shared, list, ctx);
+      if (!mine.ok()) return wds::ErrorStream(mine.status());
+      auto pending = std::make_shared<std::vector<std::string>>(*std::move(mine));
+      auto next = std::make_shared<size_t>(0);
+      NextUrl next_url = [pending, next]() -> UrlResult {
+        if (*next == pending->size()) return std::nullopt;
+        return (*pending)[(*next)++];
+      };
+      return std::make_unique<ShardByShard>(std::move(next_url), handler, ctx);
+    };
+  }
+  wds::WebDatasetOptions web;
+  web.seed = options.seed;
+  web.shardshuffle = options.shuffle;
+  web.resampled = options.resampled;
+  web.nshards = options.nshards;
+  const wds::ShardListOptions list = ListOptions(options);
+  web.nodesplitter = list.nodesplitter;
+  web.workersplitter = list.workersplitter;
+  web.allow_empty = options.allow_empty;
+  web.handler = handler.native();
+  web.opener = PythonOpener();
+  absl::StatusOr<wds::Pipeline> pipeline = wds::WebDataset(std::move(urls), std::move(web));
+  ThrowIfError(pipeline.status());
+  return [pipeline = *std::move(pipeline)](const wds::WorkerContext& ctx) {
+    return pipeline.Open(ctx);
+  };
+}
+
+wds::StreamFactory UrlSource(py::handle iterator, StageHandler handler) {
+  NextUrl next_url = PythonUrls(std::make_shared<PyRef>(iterator));
+  return [next_url, handler](const wds::WorkerContext& ctx) {
+    return std::make_unique<ShardByShard>(next_url, handler, ctx);
+  };
+}
+
+wds::StreamFactory SampleSource(py::handle iterator, std::shared_ptr<NameSet> tensor_names) {
+  auto ref = std::make_shared<PyRef>(iterator);
+  return [ref, tensor_names](const wds::WorkerContext&) {
+    return std::make_unique<PythonSamples>(ref, tensor_names);
+  };
+}
+
+wds::StageFactory CountingStage(std::shared_ptr<std::atomic<int64_t>> count) {
+  return [count](const wds::StreamFactory& upstream, const wds::WorkerContext& ctx) {
+    return std::make_unique<Counting>(upstream(ctx), count);
+  };
+}
+
+wds::StageFactory SeededShuffle(size_t bufsize, size_t initial, std::optional<uint64_t> seed) {
+  wds::StageFactory shuffle = wds::ShuffleStage(bufsize, initial);
+  if (!seed.has_value()) return shuffle;
+  return [shuffle, seed](const wds::StreamFactory& upstream, const wds::WorkerContext& ctx) {
+    wds::WorkerContext mine = ctx;
+    mine.seed = *seed;
+    const uint64_t recipe_seed = ctx.seed;
+    wds::StreamFactory restored = [upstream, recipe_seed](const wds::WorkerContext& c) {
+      wds::WorkerContext u = c;
+      u.seed = recipe_seed;
+      return upstream(u);
+    };
+    return shuffle(restored, mine);
+  };
+}
+
+}  // namespace wdspy

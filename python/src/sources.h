@@ -1,0 +1,59 @@
+// The native stages and sources that only the Python layer needs, built on
+// the core's public Stage API: shard sources fed by Python iterators, the
+// reading of shards one at a time for Python error handlers, a shuffle with
+// its own seed, and a counter behind the source for empty_check.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "convert.h"
+#include "handlers.h"
+#include "wds/pipeline.h"
+#include "wds/stage.h"
+
+namespace wdspy {
+
+namespace py = pybind11;
+
+struct ShardSourceOptions {
+  bool shuffle = false;
+  bool resampled = false;
+  std::optional<int64_t> nshards;
+  bool split_nodes = true;
+  bool split_workers = true;
+  bool allow_empty = false;
+  uint64_t seed = 0;
+};
+
+// ShardSource reads `urls` as the core's WebDataset() does (per-epoch
+// permutation, node and worker splits, tar reading and grouping). A native
+// handler runs inside the reader; a Python callable handler makes the shards
+// be read one at a time, the callable deciding after each failing shard.
+// Setup errors (an empty list) raise ValueError.
+wds::StreamFactory ShardSource(std::vector<std::string> urls, const ShardSourceOptions& options,
+                               StageHandler handler);
+
+// UrlSource reads the shards a Python iterator yields (str URLs or dicts with
+// a "url"), one at a time, with `handler` deciding after a failing shard.
+// REQUIRES: the GIL is held.
+wds::StreamFactory UrlSource(py::handle iterator, StageHandler handler);
+
+// SampleSource is a Python iterator of samples (dicts or tuples) as a
+// native stream. Fields that held torch tensors are added to `tensor_names`.
+// REQUIRES: the GIL is held.
+wds::StreamFactory SampleSource(py::handle iterator, std::shared_ptr<NameSet> tensor_names);
+
+// CountingStage counts the samples that pass (the source's, for empty_check).
+wds::StageFactory CountingStage(std::shared_ptr<std::atomic<int64_t>> count);
+
+// SeededShuffle is the core's ShuffleStage drawing from `seed` (in place of
+// the recipe's seed) when given; the stages before it keep the recipe's.
+wds::StageFactory SeededShuffle(size_t bufsize, size_t initial, std::optional<uint64_t> seed);
+
+}  // namespace wdspy

@@ -1,0 +1,44 @@
+"""One rank of test_distributed's torchrun job: every rank must run the same
+number of steps on uneven shards, each step an all-reduce (a rank that ran out
+early would make the others hang until the timeout)."""
+
+import datetime
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+
+import webdataset_cpp as wds
+
+
+def main(pattern, out_dir, epochs):
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    dataset = (wds.WebDataset(pattern, shardshuffle=100, nodesplitter=wds.split_by_node,
+                              seed=11)
+               .decode().to_tuple("cls", "__key__").batched(2, partial=False))
+    report = {"rank": rank, "world_size": world, "epochs": []}
+    for epoch in range(epochs):
+        dataset.set_epoch(epoch)
+        steps = wds.agreed_steps(dataset, num_workers=2, policy="drop")
+        loader = DataLoader(dataset.with_epoch(steps), batch_size=None, num_workers=2)
+        keys, ran = [], 0
+        for labels, batch_keys in loader:
+            total = torch.tensor([len(batch_keys)])
+            dist.all_reduce(total)
+            keys += batch_keys
+            ran += 1
+        plan = wds.plan_epoch(dataset, num_workers=2, epoch=epoch)
+        report["epochs"].append({"steps": steps, "ran": ran, "keys": keys,
+                                 "natural": plan.batches, "drop": plan.local_steps("drop")})
+    dist.barrier()
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(report, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]))

@@ -1,0 +1,147 @@
+"""Batching: collation types and shapes like the reference's default, custom
+collation, unbatched, and zero copy between native memory, NumPy and torch."""
+
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import webdataset_cpp as wds
+from webdataset_cpp import _core
+
+
+def run(stage_list, samples):
+    return list(wds.DataPipeline([list(samples)], *stage_list))
+
+
+def test_native_batches_of_a_pipeline(shards, pattern):
+    ds = wds.WebDataset(pattern, shardshuffle=False).decode("rgb8").to_tuple(
+        "jpg", "cls", "txt", "json", "__key__").batched(16)
+    batches = list(ds)
+    assert [len(b[1]) for b in batches] == [16, 16, 8]
+    images, labels, texts, jsons, keys = batches[0]
+    assert type(images) is np.ndarray and images.shape == (16, 12, 16, 3)
+    assert images.dtype == np.uint8
+    assert type(labels) is np.ndarray and labels.dtype == np.int64
+    assert labels.tolist() == [i % 10 for i in range(16)]
+    assert texts == [f"text {i}" for i in range(16)]
+    assert jsons[3] == {"i": 3, "name": "s0_003"}
+    assert keys[:2] == ["s0_000", "s0_001"]
+    assert batches[2][4][-1] == "s3_009"
+
+
+def test_native_collation_matches_the_default_collation_fn():
+    samples = [{"__key__": f"k{i}", "i": i, "f": i / 2, "b": i % 2 == 0, "s": f"s{i}",
+                "raw": bytes([i]), "a": np.full((2, 3), i, np.float32), "none": None,
+                "n32": np.float32(i), "d": {"i": i}} for i in range(3)]
+    native = run([wds.batched(3)], samples)[0]
+    python = wds.filters.default_collation_fn(samples)
+    assert list(native) == list(python)
+    for k in python:
+        assert type(native[k]) is type(python[k]), k
+        if isinstance(python[k], np.ndarray):
+            assert native[k].dtype == python[k].dtype and native[k].shape == python[k].shape
+            assert np.array_equal(native[k], python[k])
+        else:
+            assert native[k] == python[k]
+    assert native["b"].dtype == np.bool_ and native["f"].dtype == np.float64
+    assert native["i"].tolist() == [0, 1, 2] and native["none"] == [None] * 3
+
+
+def test_tuples_tensors_and_partial_batches():
+    samples = [(torch.full((2,), i), i) for i in range(5)]
+    batches = run([wds.batched(2)], samples)
+    assert [type(b) for b in batches] == [tuple] * 3
+    assert isinstance(batches[0][0], torch.Tensor) and batches[0][0].tolist() == [[0, 0], [1, 1]]
+    assert batches[2][1].tolist() == [4]
+    assert len(run([wds.batched(2, partial=False)], samples)) == 2
+    assert run([wds.batched(2, collation_fn=None)], [1, 2, 3]) == [[1, 2], [3]]
+    custom = run([wds.batched(2, collation_fn=lambda b: sum(x[1] for x in b))], samples)
+    assert custom == [1, 5, 4]
+
+
+def test_collation_errors():
+    with pytest.raises(wds.DataError) as e:
+        run([wds.batched(2)], [{"__key__": "x", "a": 1}, {"__key__": "y", "b": 2}])
+    assert str(e.value) == ("key y: batched: field a: missing; the batch's first sample (key x) "
+                            "has it; fields here: __key__, b")
+    with pytest.raises(wds.DataError) as e:
+        run([wds.batched(2)], [{"a": np.zeros(2)}, {"a": np.zeros(3)}])
+    assert str(e.value) == ("sample 1 of the batch: batched: field a: shape [3] differs from [2] "
+                            "of the batch's first sample (set BatchOptions.pad to pad)")
+    with pytest.raises(wds.DataError) as e:
+        wds.filters.default_collation_fn([{"a": np.zeros(2)}, {"a": np.zeros(3)}])
+    assert str(e.value) == "all shapes must be equal in collation, got [(2,), (3,)]"
+    with pytest.raises(ValueError, match="batchsize must be an int >= 1, got 0"):
+        wds.batched(0)
+    with pytest.raises(TypeError, match="native stages take samples that are dicts or tuples, "
+                                        "got int"):
+        run([wds.batched(2)], [1, 2])
+
+
+def test_unbatched_gives_views_of_the_batch():
+    samples = [{"__key__": str(i), "a": np.full((2,), i, np.int32)} for i in range(4)]
+    batch = run([wds.batched(4)], samples)[0]
+    out = list(wds.unbatched()(iter([batch])))
+    assert [s["__key__"] for s in out] == ["0", "1", "2", "3"]
+    assert [s["a"].tolist() for s in out] == [[i, i] for i in range(4)]
+    assert np.shares_memory(out[2]["a"], batch["a"])
+    assert list(wds.unbatched()(iter([([1, 2], ["a", "b"])]))) == [(1, "a"), (2, "b")]
+
+
+def test_arrays_share_the_native_buffer(shards):
+    ds = wds.WebDataset(shards[0], shardshuffle=False).decode("rgb8").to_tuple("jpg", "cls")
+    images, labels = next(iter(ds.batched(4)))
+    owner = images.base
+    assert isinstance(owner, _core.NativeArray)
+    assert owner.shape == (4, 12, 16, 3) and owner.dtype == "uint8"
+    assert owner.data_ptr == images.__array_interface__["data"][0]
+    # The buffer protocol, __array_interface__ and DLPack all export the same memory.
+    assert np.shares_memory(np.asarray(memoryview(owner)), images)
+    assert np.shares_memory(np.asarray(owner), images)
+    tensor = torch.from_dlpack(owner)
+    assert tensor.data_ptr() == owner.data_ptr and tensor.shape == (4, 12, 16, 3)
+    tensor[0, 0, 0, 0] = 17
+    assert images[0, 0, 0, 0] == 17
+    np_view = np.from_dlpack(owner)
+    assert np.shares_memory(np_view, images)
+
+
+def test_torch_specs_give_tensors_over_the_native_batch(shards):
+    ds = wds.WebDataset(shards[0], shardshuffle=False).decode("torchrgb8").to_tuple(
+        "jpg;png", "cls").batched(5)
+    images, labels = next(iter(ds))
+    assert isinstance(images, torch.Tensor) and images.shape == (5, 3, 12, 16)
+    assert images.dtype == torch.uint8
+    assert type(labels) is np.ndarray  # labels stay NumPy, as in the reference
+    single = next(iter(wds.WebDataset(shards[0], shardshuffle=False).decode("torchrgb")))
+    assert isinstance(single["jpg"], torch.Tensor) and single["jpg"].dtype == torch.float32
+
+
+def test_native_memory_outlives_the_pipeline(shards):
+    ds = wds.WebDataset(shards[0], shardshuffle=False).decode("rgb8").to_tuple("jpg", "cls")
+    it = iter(ds.batched(10))
+    images, _ = next(it)
+    copy = images.copy()
+    tensor = torch.from_dlpack(images.base)
+    owner_refs = sys.getrefcount(images.base)
+    del it, ds, images
+    import gc
+
+    gc.collect()
+    assert torch.equal(tensor, torch.from_numpy(copy))
+    assert owner_refs >= 2
+
+
+def test_arrays_entering_native_stages_are_not_copied():
+    arrays = [np.full((3,), i, np.float32) for i in range(2)]
+    seen = []
+
+    def record(sample):
+        seen.append(sample["a"])
+        return sample
+
+    out = list(wds.DataPipeline([[{"a": a} for a in arrays]], wds.shuffle(0),
+                                wds.map(record)))
+    assert all(np.shares_memory(o["a"], a) for o, a in zip(out, arrays))

@@ -1,0 +1,242 @@
+"""Decoding: every image spec against PIL, the basic handlers, .gz fields,
+custom decoders mixed with native ones, and decode errors."""
+
+import gzip
+import io
+import json
+import pickle
+
+import numpy as np
+import PIL.Image
+import pytest
+import torch
+
+import webdataset_cpp as wds
+from conftest import encode_image, image_array, write_tar
+
+ARRAY_SPECS = [s for s in wds.autodecode.IMAGE_SPECS if not s.startswith("pil")]
+MODES = {"l8": "L", "l": "L", "torchl8": "L", "torchl": "L", "rgba8": "RGBA", "rgba": "RGBA",
+         "torchrgba8": "RGBA", "torchrgba": "RGBA"}
+RGB = image_array(1, 20, 28)
+RGBA = np.concatenate([RGB, np.full(RGB.shape[:2] + (1,), 200, np.uint8)], axis=2)
+IMAGES = {
+    "jpeg_rgb": encode_image(RGB, "JPEG", quality=90),
+    "jpeg_gray": encode_image(RGB[:, :, 1], "JPEG", quality=90),
+    "png_rgb": encode_image(RGB, "PNG"),
+    "png_rgba": encode_image(RGBA, "PNG"),
+    "png_gray": encode_image(RGB[:, :, 0], "PNG"),
+    "webp_lossless": encode_image(RGB, "WEBP", lossless=True),
+    "webp_lossy": encode_image(RGB, "WEBP", quality=80),
+}
+
+
+def pil_reference(data, spec):
+    """What the reference package gives: PIL decoding and conversion."""
+    img = PIL.Image.open(io.BytesIO(data))
+    img.load()
+    array = np.array(img.convert(MODES.get(spec, "RGB")))
+    if not spec.endswith("8"):
+        array = array.astype(np.float32) / 255.0
+    if spec.startswith("torch"):
+        if array.ndim == 3:
+            array = array.transpose(2, 0, 1)
+        return torch.from_numpy(np.ascontiguousarray(array))
+    return array
+
+
+def decoded_in_pipeline(data, spec, ext="png"):
+    sample = {"__key__": "k", "__url__": "u", ext: data}
+    return next(iter(wds.decode(spec)(iter([sample]))))[ext]
+
+
+@pytest.mark.parametrize("spec", ARRAY_SPECS)
+@pytest.mark.parametrize("image", sorted(IMAGES))
+def test_every_array_spec_matches_pil(spec, image):
+    data = IMAGES[image]
+    expected = pil_reference(data, spec)
+    for got in (decoded_in_pipeline(data, spec), wds.imagehandler(spec)(".png", data)):
+        assert type(got) is type(expected)
+        assert tuple(got.shape) == tuple(expected.shape)
+        assert got.dtype == expected.dtype
+        if image == "jpeg_rgb" and spec in ("l8", "l", "torchl8", "torchl"):
+            # Documented: a colour JPEG decoded to gray is its Y plane (as djpeg
+            # -grayscale); PIL computes luma from the RGB pixels. Off by one at most.
+            step = 1 if spec.endswith("8") else 1 / 255 + 1e-6
+            assert np.abs(np.asarray(got, np.float64) - np.asarray(expected, np.float64)).max() \
+                <= step
+        else:
+            assert np.array_equal(np.asarray(got), np.asarray(expected))
+
+
+def test_shapes_of_the_specs():
+    data = IMAGES["png_rgb"]
+    shapes = {spec: tuple(decoded_in_pipeline(data, spec).shape) for spec in ARRAY_SPECS}
+    assert shapes == {"l8": (20, 28), "rgb8": (20, 28, 3), "rgba8": (20, 28, 4), "l": (20, 28),
+                      "rgb": (20, 28, 3), "rgba": (20, 28, 4), "torchl8": (20, 28),
+                      "torchrgb8": (3, 20, 28), "torchrgba8": (4, 20, 28), "torchl": (20, 28),
+                      "torchrgb": (3, 20, 28), "torch": (3, 20, 28), "torchrgba": (4, 20, 28)}
+    assert decoded_in_pipeline(data, "rgba8")[..., 3].min() == 255  # no alpha: opaque
+
+
+@pytest.mark.parametrize("spec,mode", [("pill", "L"), ("pil", "RGB"), ("pilrgb", "RGB"),
+                                       ("pilrgba", "RGBA")])
+def test_pil_specs_give_pil_images(spec, mode):
+    got = decoded_in_pipeline(IMAGES["png_rgba"], spec)
+    assert isinstance(got, PIL.Image.Image)
+    assert got.mode == mode and got.size == (28, 20)
+    expected = PIL.Image.open(io.BytesIO(IMAGES["png_rgba"])).convert(mode)
+    assert np.array_equal(np.asarray(got), np.asarray(expected))
+
+
+def test_formats_the_core_does_not_read_go_to_pil():
+    gif = encode_image(RGB, "GIF")
+    bmp = encode_image(RGB, "BMP")
+    assert np.array_equal(decoded_in_pipeline(bmp, "rgb8", "bmp"), RGB)
+    expected = np.asarray(PIL.Image.open(io.BytesIO(gif)).convert("RGB"))
+    assert np.array_equal(decoded_in_pipeline(gif, "rgb8", "gif"), expected)
+    assert decoded_in_pipeline(gif, "torchrgb8", "gif").shape == (3, 20, 28)
+
+
+def test_unknown_spec_is_a_value_error():
+    with pytest.raises(ValueError, match="^Unknown imagespec: RGB$"):
+        wds.decode("RGB")
+    with pytest.raises(ValueError, match="^Unknown imagespec: rgb9$"):
+        wds.imagehandler("rgb9")
+    with pytest.raises(TypeError, match="image specs or callables, got 3"):
+        wds.decode(3)
+
+
+def basic_sample():
+    return {
+        "__key__": "k1", "__url__": "shard.tar",
+        "cls": b" 7\n", "class": b"3", "count": b"12", "txt": "héllo".encode(),
+        "json": json.dumps({"a": [1, 2]}).encode(), "pyd": pickle.dumps({"x": (1, 2)}),
+        "npy": _npy(np.arange(6, dtype=np.int16).reshape(2, 3)),
+        "npz": _npz(a=np.ones(2), b=np.zeros(3, np.uint8)),
+        "txt.gz": gzip.compress(b"zipped"), "cls.gz": gzip.compress(b"5"),
+        "weird.gz": gzip.compress(b"raw"), "bin": b"\x00\x01", "seg.cls": b"4",
+    }
+
+
+def _npy(array):
+    stream = io.BytesIO()
+    np.save(stream, array)
+    return stream.getvalue()
+
+
+def _npz(**arrays):
+    stream = io.BytesIO()
+    np.savez(stream, **arrays)
+    return stream.getvalue()
+
+
+def check_basic(got):
+    assert list(got) == list(basic_sample())
+    assert got["cls"] == 7 and got["class"] == 3 and got["count"] == 12
+    assert got["txt"] == "héllo" and got["json"] == {"a": [1, 2]} and got["pyd"] == {"x": (1, 2)}
+    assert got["npy"].dtype == np.int16 and got["npy"].tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert sorted(got["npz"]) == ["a", "b"] and got["npz"]["b"].dtype == np.uint8
+    assert got["txt.gz"] == "zipped" and got["cls.gz"] == 5 and got["weird.gz"] == b"raw"
+    assert got["bin"] == b"\x00\x01" and got["seg.cls"] == 4
+
+
+def test_basic_handlers_in_a_native_stage_and_in_python():
+    check_basic(next(iter(wds.decode()(iter([basic_sample()])))))
+    check_basic(wds.Decoder([])(basic_sample()))
+
+
+def test_custom_decoders_run_in_order_with_native_ones():
+    calls = []
+
+    def upper_txt(key, data):
+        calls.append(key)
+        return data.decode().upper() if key.endswith(".txt") else None
+
+    sample = {"__key__": "k", "txt": b"abc", "cls": b"1", "png": IMAGES["png_gray"]}
+    got = next(iter(wds.decode("l8", upper_txt)(iter([dict(sample)]))))
+    assert got["txt"] == "ABC" and got["cls"] == 1 and got["png"].shape == (20, 28)
+    assert calls == [".txt", ".cls"]  # the png went to the image handler first
+    got = next(iter(wds.decode(upper_txt, "l8")(iter([dict(sample)]))))
+    assert calls[2:] == [".txt", ".cls", ".png"]
+
+
+def test_continue_and_handle_extension():
+    def unwrap(key, data):
+        if key.endswith(".box"):
+            return wds.Continue(key[:-4], data[1:])
+        return None
+
+    triple = wds.handle_extension("seg.bin", lambda data: data * 3)
+    sample = {"__key__": "k", "cls.box": b"x42", "a.seg.bin": b"ab", "b.bin": b"cd"}
+    for got in (next(iter(wds.decode(unwrap, triple)(iter([dict(sample)])))),
+                wds.Decoder([unwrap, triple])(dict(sample))):
+        assert got == {"__key__": "k", "cls.box": 42, "a.seg.bin": b"ababab", "b.bin": b"cd"}
+
+
+def test_only_and_partial():
+    sample = {"__key__": "k", "cls": b"1", "txt": b"t"}
+    got = next(iter(wds.decode(only="cls")(iter([dict(sample)]))))
+    assert got == {"__key__": "k", "cls": 1, "txt": b"t"}
+    decoded_once = {"__key__": "k", "cls": 1, "txt": b"t"}
+    got = next(iter(wds.decode(partial=True)(iter([dict(decoded_once)]))))
+    assert got == {"__key__": "k", "cls": 1, "txt": "t"}
+    with pytest.raises(ValueError, match="field cls is already decoded"):
+        next(iter(wds.decode()(iter([dict(decoded_once)]))))
+
+
+def test_decoding_errors_name_the_shard_key_and_field(tmp_path):
+    path = write_tar(tmp_path / "bad.tar", [("a.cls", b"1"), ("b.cls", b"x"), ("c.cls", b"3")])
+    with pytest.raises(wds.DataError) as e:
+        list(wds.WebDataset(path, shardshuffle=False).decode())
+    assert str(e.value) == f'{path}: key b: field cls: "x" is not an integer'
+
+    def broken(key, data):
+        if key == ".cls" and data == b"x":
+            raise KeyError("boom")
+        return None
+
+    with pytest.raises(wds.DecodingError) as e:
+        list(wds.WebDataset(path, shardshuffle=False).decode(broken))
+    assert str(e.value) == f"{path}: key b: field cls: KeyError('boom')"
+    assert (e.value.url, e.value.key, e.value.k) == (path, "b", "cls")
+    assert isinstance(e.value.__cause__, KeyError)
+    kept = wds.WebDataset(path, shardshuffle=False).decode(broken,
+                                                           handler=wds.ignore_and_continue)
+    assert [s["cls"] for s in kept] == [1, 3]
+    with pytest.warns(UserWarning, match="key b: field cls"):
+        assert [s["cls"] for s in wds.WebDataset(path, shardshuffle=False).decode(
+            handler=wds.warn_and_continue)] == [1, 3]
+    seen = []
+    ended = wds.WebDataset(path, shardshuffle=False).decode(
+        handler=lambda exn: seen.append(exn) or False)
+    assert [s["cls"] for s in ended] == [1]
+    assert [type(x) for x in seen] == [wds.DataError]
+
+
+def test_corrupt_image_is_a_data_error():
+    broken = IMAGES["jpeg_rgb"][:200]
+    with pytest.raises(wds.DataError, match=r"^u: key k: field jpg: .*(truncated|corrupt)"):
+        decoded_in_pipeline(broken, "rgb8", "jpg")
+
+
+def test_scaled_and_cropped_decode():
+    data = IMAGES["jpeg_rgb"]
+    got = decoded_in_pipeline(data, wds.imagehandler("rgb8", size=(8, 10)), "jpg")
+    assert got.shape == (8, 10, 3) and got.dtype == np.uint8
+    got = next(iter(wds.decode("torchrgb", size=(16, 16), crop="center")(
+        iter([{"jpg": data}]))))["jpg"]
+    assert tuple(got.shape) == (3, 16, 16) and got.dtype == torch.float32
+
+    def random_crops(seed):
+        ds = wds.DataPipeline([[{"__key__": str(i), "jpg": data} for i in range(4)]],
+                              wds.decode("rgb8", size=(12, 12), crop="random", hflip=0.5))
+        ds.seed = seed
+        return [s["jpg"] for s in ds]
+
+    first, again, other = random_crops(1), random_crops(1), random_crops(2)
+    assert all(np.array_equal(a, b) for a, b in zip(first, again))
+    assert not all(np.array_equal(a, b) for a, b in zip(first, other))
+    with pytest.raises(ValueError, match="crop must be None, 'center' or 'random'"):
+        wds.decode("rgb8", size=8, crop="middle")
+    with pytest.raises(ValueError, match="needs a size"):
+        wds.decode("rgb8", crop="center")

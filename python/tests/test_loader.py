@@ -1,0 +1,119 @@
+"""webdataset_cpp.Loader: the native threaded loader for native pipelines."""
+
+import os
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+import webdataset_cpp as wds
+from webdataset_cpp import _core
+
+
+def threads():
+    return len(os.listdir("/proc/self/task"))
+
+
+def dataset(shards, **kw):
+    return (wds.WebDataset(shards, **kw).decode("rgb8").to_tuple("jpg", "cls", "__key__")
+            .batched(4))
+
+
+def keys(batches):
+    return [k for *_, ks in batches for k in ks]
+
+
+def test_same_batches_in_the_same_order_as_a_data_loader(shards):
+    ds = dataset(shards, shardshuffle=10, seed=2).shuffle(6)
+    for workers in (1, 2):
+        native = list(wds.Loader(ds, workers=workers))
+        torch_loader = DataLoader(ds, batch_size=None, num_workers=workers,
+                                  multiprocessing_context="fork")
+        expected = list(torch_loader)
+        assert keys(native) == keys(expected)
+        for (a, la, _), (b, lb, _) in zip(native, expected):
+            assert type(a) is np.ndarray and a.dtype == np.uint8 and a.shape[1:] == (12, 16, 3)
+            assert np.array_equal(a, b.numpy()) and np.array_equal(la, lb.numpy())
+
+
+def test_threads_exist_only_while_an_epoch_runs(shards):
+    before = threads()
+    loader = wds.Loader(dataset(shards, shardshuffle=False), workers=3)
+    assert threads() == before
+    it = iter(loader)
+    next(it)
+    assert threads() == before + 3
+    for _ in it:
+        pass
+    assert threads() == before
+    for _ in loader:
+        break
+    assert threads() == before  # leaving early joins them
+
+
+def test_epochs_length_and_set_epoch(shards):
+    ds = dataset(shards, shardshuffle=10, seed=1).with_epoch(7)
+    loader = wds.Loader(ds, workers=2)
+    assert len(loader) == 7
+    epoch0, epoch1 = keys(loader), keys(loader)
+    assert len(epoch0) == len(epoch1) == 28 and epoch0 != epoch1
+    assert loader.epoch == 2
+    loader.set_epoch(0)
+    assert keys(loader) == epoch0
+    with pytest.raises(TypeError, match=r"len\(\) of a Loader needs a dataset with "
+                                        r"\.with_epoch\(n\)"):
+        len(wds.Loader(dataset(shards, shardshuffle=False)))
+
+
+def test_torch_output_shares_the_native_batch(shards):
+    loader = wds.Loader(dataset(shards, shardshuffle=False), workers=1, to_torch=True)
+    images, labels, names = next(iter(loader))
+    assert isinstance(images, torch.Tensor) and images.shape == (4, 12, 16, 3)
+    assert isinstance(labels, torch.Tensor) and labels.dtype == torch.int64
+    assert names == ["s0_000", "s0_001", "s0_002", "s0_003"]
+    numpy_loader = wds.Loader(dataset(shards, shardshuffle=False), workers=1)
+    arrays, _, _ = next(iter(numpy_loader))
+    assert isinstance(arrays.base, _core.NativeArray)
+    assert torch.from_dlpack(arrays.base).data_ptr() == arrays.ctypes.data
+
+
+def test_pin_memory_without_cuda_warns_and_goes_on(shards):
+    loader = wds.Loader(dataset(shards, shardshuffle=False), pin_memory=True, to_torch=True)
+    if torch.cuda.is_available():
+        images, _, _ = next(iter(loader))
+        assert loader.pinned and images.is_pinned()
+    else:
+        with pytest.warns(UserWarning, match="pinned memory"):
+            assert len(list(loader)) == 10
+        assert not loader.pinned
+
+
+def test_python_stages_are_refused(shards):
+    ds = wds.WebDataset(shards, shardshuffle=False).map(lambda s: s).batched(4)
+    with pytest.raises(ValueError, match=r"^webdataset_cpp.Loader runs only native pipelines; "
+                                         r"these stages run Python: map \(iterate the dataset itself, or through a torch "
+                                         r"DataLoader\)$"):
+        wds.Loader(ds)
+    with pytest.raises(ValueError, match=r"^webdataset_cpp.Loader runs only native pipelines; "
+                                         r"these steps call Python: decode \(iterate"):
+        wds.Loader(wds.WebDataset(shards, shardshuffle=False).decode(lambda k, d: None))
+    with pytest.raises(ValueError, match="workers must be >= 1, got 0"):
+        wds.Loader(dataset(shards, shardshuffle=False), workers=0)
+
+
+def test_more_workers_than_shards_names_the_counts(shards):
+    with pytest.raises(ValueError, match=r"^4 shards cannot feed 8 workers: worker 4 has none\."):
+        wds.Loader(dataset(shards, shardshuffle=False), workers=8)
+    loader = wds.Loader(dataset(shards, shardshuffle=False, empty_check=False), workers=8)
+    assert len(keys(loader)) == 40
+
+
+def test_errors_reach_the_consumer_in_order(shards, tmp_path):
+    missing = str(tmp_path / "gone.tar")
+    loader = wds.Loader(wds.WebDataset([shards[0], missing], shardshuffle=False).batched(5))
+    it = iter(loader)
+    assert len(next(it)["__key__"]) == 5
+    assert len(next(it)["__key__"]) == 5
+    with pytest.raises(FileNotFoundError, match="gone.tar"):
+        next(it)

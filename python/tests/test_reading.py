@@ -1,0 +1,220 @@
+"""Reading shards: samples, their order and content, against Python's
+tarfile and the C++ reader (wds-shard ls)."""
+
+import json
+import os
+import subprocess
+import tarfile
+import zlib
+
+import pytest
+
+import webdataset_cpp as wds
+from conftest import tool, write_tar
+
+
+def tarfile_samples(path):
+    """The samples of a shard as Python's tarfile sees it (grouped by key)."""
+    samples = []
+    with tarfile.open(path) as tar:
+        for member in tar:
+            base = os.path.basename(member.name)
+            key = os.path.join(os.path.dirname(member.name), base.split(".", 1)[0])
+            field = base.split(".", 1)[1].lower()
+            if not samples or samples[-1]["__key__"] != key:
+                samples.append({"__key__": key, "__url__": path})
+            samples[-1][field] = tar.extractfile(member).read()
+    return samples
+
+
+def test_samples_match_python_tarfile(shards, pattern):
+    expected = [s for path in shards for s in tarfile_samples(path)]
+    got = list(wds.WebDataset(pattern, shardshuffle=False))
+    assert got == expected
+    assert [list(s) for s in got[:1]] == [["__key__", "__url__", "jpg", "cls", "txt", "json"]]
+    assert all(type(v) is bytes for s in got for k, v in s.items() if not k.startswith("__"))
+
+
+def test_samples_match_the_cpp_reader(shards, pattern):
+    listing = subprocess.run([tool("wds-shard"), "ls", "--json"] + shards, check=True,
+                             capture_output=True, text=True).stdout.splitlines()
+    expected = [json.loads(line) for line in listing]
+    got = list(wds.WebDataset(pattern, shardshuffle=False))
+    assert len(got) == len(expected) == 40
+    for sample, reference in zip(got, expected):
+        assert sample["__key__"] == reference["__key__"]
+        assert sample["__url__"] == reference["__url__"]
+        fields = {k: {"size": len(v), "crc32": zlib.crc32(v)} for k, v in sample.items()
+                  if not k.startswith("__")}
+        assert fields == {k: v for k, v in reference.items() if not k.startswith("__")}
+
+
+def test_data_pipeline_with_explicit_stages_is_the_same(shards, pattern):
+    pipeline = wds.DataPipeline(wds.SimpleShardList(pattern), wds.split_by_worker,
+                                wds.tarfile_to_samples())
+    assert list(pipeline) == list(wds.WebDataset(shards, shardshuffle=False))
+
+
+def test_python_stages_between_shard_list_and_reader(shards):
+    picked = []
+
+    def every_other(src):
+        for i, item in enumerate(src):
+            if i % 2 == 0:
+                picked.append(item["url"])
+                yield item
+
+    pipeline = wds.DataPipeline(wds.SimpleShardList(shards), every_other,
+                                wds.tarfile_to_samples(), wds.to_tuple("__url__", "cls"))
+    urls = [url for url, _ in pipeline]
+    assert picked == [shards[0], shards[2]]
+    assert urls == [shards[0]] * 10 + [shards[2]] * 10
+
+
+def test_grouping_rules(tmp_path):
+    path = write_tar(tmp_path / "g.tar", [
+        ("dir.x/a.seg.PNG", b"1"), ("dir.x/a.cls", b"2"),    # key keeps the directory
+        ("noext", b"x"), ("__meta__/info.txt", b"m"),        # no field; metadata
+        ("b.cls", b"3"), ("c.txt", b"4"), ("b.txt", b"5"),   # b is not contiguous
+    ])
+    got = [{k: v for k, v in s.items() if k != "__url__"} for s in wds.WebDataset(
+        path, shardshuffle=False)]
+    assert got == [{"__key__": "dir.x/a", "seg.png": b"1", "cls": b"2"},
+                   {"__key__": "b", "cls": b"3"}, {"__key__": "c", "txt": b"4"},
+                   {"__key__": "b", "txt": b"5"}]
+
+
+def test_compressed_shards_and_pipe_urls(tmp_path, shards):
+    gz = str(tmp_path / "a.tar.gz")
+    with open(shards[0], "rb") as src, __import__("gzip").open(gz, "wb") as dst:
+        dst.write(src.read())
+    plain = list(wds.WebDataset(shards[0], shardshuffle=False))
+    for url in (gz, f"pipe:cat {shards[0]}", f"file:{shards[0]}"):
+        got = list(wds.WebDataset(url, shardshuffle=False))
+        assert [{k: v for k, v in s.items() if k != "__url__"} for s in got] == \
+            [{k: v for k, v in s.items() if k != "__url__"} for s in plain]
+        assert got[0]["__url__"] == url
+
+
+def test_select_and_rename_files(shards):
+    pipeline = wds.DataPipeline(
+        wds.SimpleShardList(shards[:1]),
+        wds.tarfile_to_samples(select_files=lambda name: not name.endswith(".jpg"),
+                               rename_files=lambda name: name.replace(".txt", ".text")))
+    got = list(pipeline)
+    assert len(got) == 10
+    assert list(got[0]) == ["__key__", "__url__", "cls", "text", "json"]
+    assert got[3]["text"] == b"text 3"
+
+
+def test_shardshuffle_is_a_new_permutation_each_epoch_and_the_same_on_every_rank(tmp_path):
+    from conftest import write_shards
+
+    paths = write_shards(tmp_path, 12, 1, jpeg=False)
+
+    def urls(epoch, rank, world_size, workers=1):
+        out = []
+        for worker in range(workers):
+            ds = wds.WebDataset(paths, shardshuffle=100, nodesplitter=wds.split_by_node, seed=5)
+            ds.set_epoch(epoch)
+            ctx = ds.context()
+            ctx = type(ctx)(rank, world_size, worker, workers, epoch, 0, ds.seed)
+            out += [s["__url__"] for s in wds._plan.run_stages(ds.pipeline, ctx)]
+        return out
+
+    epoch0 = urls(0, 0, 1)
+    assert sorted(epoch0) == sorted(paths) and epoch0 != paths
+    assert urls(1, 0, 1) != epoch0
+    assert urls(0, 0, 1) == epoch0  # reproducible
+    ranks = [urls(0, r, 3, workers=2) for r in range(3)]
+    assert sorted(sum(ranks, [])) == sorted(paths)  # disjoint, complete
+    assert [u for u in epoch0 if u in ranks[1]] == sorted(ranks[1], key=epoch0.index)
+
+
+def test_shardshuffle_warnings():
+    with pytest.warns(UserWarning, match=r"shardshuffle=\.\.\.\) is None; set explicitly"):
+        wds.WebDataset("a.tar")
+    with pytest.warns(UserWarning, match="to a positive integer or 0 or False"):
+        wds.WebDataset("a.tar", shardshuffle=True)
+    with pytest.warns(UserWarning, match="is ignored for resampled datasets"):
+        wds.WebDataset("a.tar", shardshuffle=10, resampled=True)
+
+
+def test_resampled_draws_shards_with_replacement(shards):
+    ds = wds.WebDataset(shards, resampled=True, shardshuffle=False, seed=3).slice(60)
+    urls = [s["__url__"] for s in ds]
+    assert len(urls) == 60 and set(urls) <= set(shards) and len(set(urls)) > 1
+    assert urls == [s["__url__"] for s in wds.WebDataset(
+        shards, resampled=True, shardshuffle=False, seed=3).slice(60)]
+
+
+def test_single_node_only_refuses_several_ranks(shards, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    ds = wds.WebDataset(shards, shardshuffle=False)
+    with pytest.raises(ValueError, match="^you need to add an explicit nodesplitter to your "
+                                         "input pipeline for multi-node training$"):
+        next(iter(ds))
+    split = wds.WebDataset(shards, shardshuffle=False, nodesplitter=wds.split_by_node)
+    assert {s["__url__"] for s in split} == {shards[1], shards[3]}
+
+
+def test_rank_environment_needs_both_variables(shards, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with pytest.raises(ValueError, match="WORLD_SIZE"):
+        wds.pytorch_worker_info()
+
+
+def test_empty_check_names_shards_and_workers(shards, monkeypatch):
+    monkeypatch.setenv("WORKER", "5")
+    monkeypatch.setenv("NUM_WORKERS", "8")
+    ds = wds.WebDataset(shards, shardshuffle=False)
+    with pytest.raises(ValueError) as e:
+        next(iter(ds))
+    assert str(e.value) == ("4 shards cannot feed 8 workers: worker 5 has none.\nTurn off "
+                            "using empty_check=False in the WebDataset constructor.")
+    assert list(wds.WebDataset(shards, shardshuffle=False, empty_check=False)) == []
+
+
+def test_empty_shards_fail_the_empty_check(tmp_path):
+    path = write_tar(tmp_path / "empty.tar", [])
+    with pytest.raises(ValueError, match=r"^No samples found in dataset: rank 0 of 1, worker 0 "
+                                         r"of 1 read its shards of 1 and got no samples\."):
+        list(wds.WebDataset(path, shardshuffle=False))
+    assert list(wds.WebDataset(path, shardshuffle=False, empty_check=False)) == []
+
+
+def test_urls_of_unsupported_kinds():
+    with pytest.raises(ValueError, match="cannot handle urls of type <class 'int'>"):
+        wds.WebDataset(3, shardshuffle=False)
+    with pytest.raises(ValueError, match="the shard list is empty"):
+        wds.WebDataset([], shardshuffle=False)
+    with pytest.raises(ValueError, match="YAML"):
+        wds.WebDataset("spec.yaml", shardshuffle=False)
+    with pytest.raises(ValueError, match=r"unbalanced|brace"):
+        wds.WebDataset("a-{000..003.tar", shardshuffle=False)
+
+
+def test_environment_variables_in_urls(monkeypatch):
+    monkeypatch.setenv("WDS_ROOT", "/data")
+    assert wds.shardlists.expand_urls("${ROOT}/a-{0..1}.tar") == ["/data/a-0.tar",
+                                                                  "/data/a-1.tar"]
+    monkeypatch.delenv("WDS_ROOT")
+    with pytest.raises(ValueError, match="WDS_ROOT is not set"):
+        wds.shardlists.expand_urls("${ROOT}/a.tar")
+
+
+def test_cache_dir_keeps_local_files_and_caches_remote_ones(shards, tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    urls = [shards[0], f"pipe:cat {shards[1]}"]
+    ds = wds.WebDataset(urls, shardshuffle=False, cache_dir=str(cache))
+    got = [s["__url__"] for s in ds]
+    cached = str(cache / wds.cache.url_to_cache_name(urls[1]))
+    assert got == [shards[0]] * 10 + [cached] * 10
+    assert sorted(os.listdir(cache)) == [os.path.basename(cached)]
+    with open(cached, "rb") as a, open(shards[1], "rb") as b:
+        assert a.read() == b.read()
+    with pytest.raises(ValueError, match="^cache directory .*/nowhere does not exist$"):
+        wds.WebDataset(urls, shardshuffle=False, cache_dir=str(tmp_path / "nowhere"))

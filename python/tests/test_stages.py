@@ -1,0 +1,243 @@
+"""The stages and fluent methods, epochs and handlers."""
+
+import pickle
+
+import numpy as np
+import pytest
+
+import webdataset_cpp as wds
+
+
+def samples(n, url="mem.tar"):
+    return [{"__key__": f"k{i}", "__url__": url, "cls": i} for i in range(n)]
+
+
+def keys(items):
+    return [s["__key__"] for s in items]
+
+
+def test_shuffle_is_a_seeded_permutation():
+    def order(seed, epoch=0):
+        ds = wds.DataPipeline([samples(50)], wds.shuffle(20, initial=5))
+        ds.seed, ds.epoch = seed, epoch
+        return keys(ds)
+
+    first = order(1)
+    assert sorted(first) == sorted(keys(samples(50))) and first != keys(samples(50))
+    assert order(1) == first and order(2) != first and order(1, epoch=1) != first
+    def fixed():
+        return wds.DataPipeline([samples(50)], wds.shuffle(20, seed=7))
+
+    assert keys(fixed()) == keys(fixed()) != first
+    assert keys(wds.DataPipeline([samples(5)], wds.shuffle(0))) == keys(samples(5))
+    with pytest.raises(ValueError, match=r"shuffle\(rng=...\) is not supported"):
+        wds.shuffle(10, rng=__import__("random").Random(1))
+
+
+def test_fluent_shuffle_below_one_returns_the_same_object(shards):
+    ds = wds.WebDataset(shards, shardshuffle=False)
+    assert ds.shuffle(0) is ds
+    assert ds.shuffle(10) is not ds and len(ds.shuffle(10).pipeline) == len(ds.pipeline) + 1
+
+
+def test_map_map_dict_map_tuple_select():
+    out = list(wds.DataPipeline(
+        [samples(6)],
+        wds.map(lambda s: None if s["cls"] == 2 else {"cls": s["cls"] * 10}),
+        wds.map_dict(cls=lambda c: c + 1),
+        wds.select(lambda s: s["cls"] != 11)))
+    assert out == [{"cls": 1, "__key__": "k0"}, {"cls": 31, "__key__": "k3"},
+                   {"cls": 41, "__key__": "k4"}, {"cls": 51, "__key__": "k5"}]
+    no_key = list(wds.map(lambda s: dict(s))(iter([{"a": 1}])))
+    assert no_key == [{"a": 1}]  # unlike the reference, no "__key__": None is added
+    tuples = list(wds.map_tuple(lambda x: x * 2, None)(iter([(1, "a", 9), (2, "b", 8)])))
+    assert tuples == [(2, "a", 9), (4, "b", 8)]
+    with pytest.raises(ValueError, match="map_dict needs at least one field=function"):
+        list(wds.map_dict()(iter([{}])))
+
+
+def test_to_tuple_and_rename():
+    s = [{"__key__": "a", "png": b"P", "cls": 1}, {"__key__": "b", "jpg": b"J", "cls": 2}]
+    assert list(wds.to_tuple("jpg;png", "cls")(iter(s))) == [(b"P", 1), (b"J", 2)]
+    assert list(wds.to_tuple("jpg;png cls")(iter(s))) == [(b"P", 1), (b"J", 2)]
+    assert list(wds.to_tuple("cls", "cls")(iter(s))) == [(1, 1), (2, 2)]
+    assert list(wds.to_tuple("jpg", "cls", missing_is_error=False)(iter(s))) == [(None, 1),
+                                                                                  (b"J", 2)]
+    renamed = list(wds.rename(image="jpg;png", label="cls")(iter(s)))
+    assert renamed == [{"__key__": "a", "image": b"P", "label": 1},
+                       {"__key__": "b", "image": b"J", "label": 2}]
+    only = list(wds.rename(keep=False, label="cls")(iter([dict(s[0], txt=b"t")])))
+    assert only == [{"__key__": "a", "label": 1}]
+
+
+def test_missing_fields_name_the_sample():
+    s = [{"__key__": "a", "__url__": "x.tar", "jpg": b""}]
+    with pytest.raises(wds.DataError) as e:
+        list(wds.to_tuple("png", "jpg")(iter(s)))
+    assert str(e.value) == ('x.tar: key a: to_tuple: no field "png" (fields present: __key__, '
+                            '__url__, jpg)')
+    with pytest.raises(wds.DataError) as e:
+        list(wds.rename(image="png")(iter(s)))
+    assert str(e.value) == ('x.tar: key a: rename: no field "png" to rename to "image" (fields '
+                            'present: __key__, __url__, jpg)')
+    # A callable handler runs the stage in Python; it sees the same kind of error.
+    seen = []
+    assert list(wds.to_tuple("png", handler=lambda exn: seen.append(exn) or True)(iter(s))) == []
+    assert [type(x) for x in seen] == [wds.DataError]
+    assert str(seen[0]) == "x.tar: key a: no field 'png' (fields present: __key__, __url__, jpg)"
+
+
+def test_slice():
+    assert keys(wds.slice(3)(iter(samples(10)))) == ["k0", "k1", "k2"]
+    assert keys(wds.slice(2, 9, 3)(iter(samples(10)))) == ["k2", "k5", "k8"]
+    assert keys(wds.slice(5, 2)(iter(samples(10)))) == []
+    with pytest.raises(ValueError, match="slice: start must be None or an int >= 0, got -1"):
+        wds.slice(-1, 3)
+
+
+def test_handlers_in_python_stages():
+    def fail_on_2(s):
+        if s["cls"] == 2:
+            raise ValueError("two")
+        return s
+
+    def run(handler):
+        return keys(wds.map(fail_on_2, handler=handler)(iter(samples(5))))
+
+    with pytest.raises(ValueError, match="^two$"):
+        run(wds.reraise_exception)
+    assert run(wds.ignore_and_continue) == ["k0", "k1", "k3", "k4"]
+    assert run(wds.ignore_and_stop) == ["k0", "k1"]
+    with pytest.warns(UserWarning, match=r"ValueError\('two'\)"):
+        assert run(wds.warn_and_continue) == ["k0", "k1", "k3", "k4"]
+    with pytest.warns(UserWarning, match=r"ValueError\('two'\)"):
+        assert run(wds.warn_and_stop) == ["k0", "k1"]
+    assert run(lambda exn: str(exn) == "two") == ["k0", "k1", "k3", "k4"]
+
+
+def test_python_generators_between_native_stages(shards):
+    def add_double(src):
+        for sample in src:
+            sample["double"] = 2 * sample["cls"]
+            yield sample
+
+    ds = (wds.WebDataset(shards, shardshuffle=False).decode().compose(add_double)
+          .shuffle(5).to_tuple("cls", "double").batched(8))
+    batches = list(ds)
+    labels = np.concatenate([b[0] for b in batches])
+    assert sorted(labels.tolist()) == sorted([i % 10 for i in range(40)])
+    assert all((b[1] == 2 * b[0]).all() for b in batches)
+
+
+def test_exceptions_in_python_stages_reach_the_caller_unchanged(shards):
+    class Mine(Exception):
+        pass
+
+    def explode(src):
+        for i, sample in enumerate(src):
+            if i == 3:
+                raise Mine("from a Python stage")
+            yield sample
+
+    ds = wds.WebDataset(shards, shardshuffle=False).compose(explode).shuffle(5).batched(2)
+    with pytest.raises(Mine, match="^from a Python stage$") as e:
+        list(ds)
+    assert "explode" in "".join(__import__("traceback").format_tb(e.value.__traceback__))
+
+
+def test_with_epoch_counts_items_over_workers_and_continues_into_new_passes(shards,
+                                                                             monkeypatch):
+    ds = wds.WebDataset(shards, shardshuffle=False).with_epoch(55)
+    assert len(ds) == 55
+    got = keys(ds)
+    assert len(got) == 55 and got[:40] == keys(wds.WebDataset(shards, shardshuffle=False))
+    assert got[40:] == got[:15]
+    monkeypatch.setenv("WORKER", "1")
+    monkeypatch.setenv("NUM_WORKERS", "2")
+    per_worker = wds.WebDataset(shards, shardshuffle=False).with_epoch(7)
+    assert len(keys(per_worker)) == 3  # worker 1 of 2 yields items 1, 3, 5 of 7
+    monkeypatch.delenv("WORKER")
+    monkeypatch.delenv("NUM_WORKERS")
+    python_stage = wds.WebDataset(shards, shardshuffle=False).map(lambda s: s).with_epoch(45)
+    assert keys(python_stage) == got[:45]
+
+
+def test_with_epoch_on_empty_data_is_an_error_not_a_hang():
+    ds = wds.DataPipeline([[]], wds.map(lambda s: s)).with_epoch(3)
+    with pytest.raises(ValueError, match=r"^with_epoch\(3\): pass 0 of this worker's data "
+                                         r"yielded nothing \(0 of 3 items so far\)$"):
+        list(ds)
+
+
+def test_repeat_and_with_length(shards):
+    ds = wds.WebDataset(shards[0], shardshuffle=False).repeat(2)
+    assert len(keys(ds)) == 20
+    assert len(keys(wds.WebDataset(shards[0], shardshuffle=False).repeat(1, 3))) == 3
+    with pytest.warns(UserWarning, match=r"only sets the value of __len__"):
+        sized = wds.WebDataset(shards, shardshuffle=False).with_length(123)
+    assert len(sized) == 123 and len(keys(sized)) == 40
+    assert len(pickle.loads(pickle.dumps(sized))) == 123
+    with pytest.raises(TypeError, match="has no len()"):
+        len(wds.WebDataset(shards, shardshuffle=False))
+
+
+def test_compose_shares_nothing_but_stages(shards):
+    base = wds.WebDataset(shards, shardshuffle=False)
+    a, b = base.to_tuple("cls"), base.to_tuple("txt")
+    assert len(base.pipeline) + 1 == len(a.pipeline) == len(b.pipeline)
+    assert next(iter(a)) == (b"0",) and next(iter(b)) == (b"text 0",)
+
+
+def test_data_pipeline_splices_lists_and_rejects_non_stages():
+    assert list(wds.DataPipeline([[1, 2, 3]])) == [1, 2, 3]
+    with pytest.raises(ValueError, match="^1: not a valid pipeline stage$"):
+        list(wds.DataPipeline([1, 2, 3]))
+
+
+def test_pickling_a_whole_pipeline_gives_the_same_stream(shards):
+    ds = (wds.WebDataset(shards, shardshuffle=10, seed=4).shuffle(7).decode("rgb8")
+          .to_tuple("jpg", "cls", "__key__").batched(6))
+    clone = pickle.loads(pickle.dumps(ds))
+    for (a_img, a_cls, a_key), (b_img, b_cls, b_key) in zip(ds, clone):
+        assert a_key == b_key and np.array_equal(a_img, b_img) and np.array_equal(a_cls, b_cls)
+    it = iter(ds)
+    next(it)
+    assert pickle.loads(pickle.dumps(ds)).epoch == ds.epoch  # a running iteration is not state
+
+
+def test_with_statement_closes_iterations(shards):
+    from webdataset_cpp import _core
+
+    before = _core._open_shard_descriptors()
+    with wds.WebDataset(shards, shardshuffle=False) as ds:
+        it = iter(ds)
+        next(it)
+        assert _core._open_shard_descriptors() == before + 1
+    assert _core._open_shard_descriptors() == before
+    with pytest.raises(ValueError, match="I/O operation on a closed WebDataset"):
+        iter(ds)
+
+
+def test_mixing_and_helpers():
+    assert list(wds.RoundRobin([[1, 2, 3], [10, 20]])) == [1, 10, 2, 20, 3]
+    assert list(wds.RoundRobin([[1, 2, 3], [10, 20]], longest=True)) == [1, 10, 2, 20, 3]
+    mixed = list(wds.RandomMix([[1] * 50, [2] * 50], probs=[1, 0], seed=1))
+    assert mixed == [1] * 50
+    both = list(wds.RandomMix([[1] * 5, [2] * 5], longest=True, seed=3))
+    assert sorted(both) == [1] * 5 + [2] * 5
+    assert list(wds.MockDataset({"a": 1}, 3)) == [{"a": 1}] * 3
+    assert list(wds.extract_keys("*.jpg", "cls")(iter([{"x.jpg": 1, "cls": 2}]))) == [(1, 2)]
+    assert list(wds.rename_keys(img="*.jpg")(iter([{"x.jpg": 1, "cls": 2}]))) == [{"img": 1}]
+    assert list(wds.non_empty(iter([1]))) == [1]
+    with pytest.raises(ValueError, match="received no data at all"):
+        list(wds.non_empty(iter([])))
+    assert list(wds.repeatedly([1, 2], nbatches=3)) == [1, 2, 1]
+    assert wds.getfirst({"b": 2}, "a;b") == 2
+    assert wds.transform_with([1, 2], [None, str]) == [1, "2"]
+    with wds.gopen("pipe:printf abc") as stream:
+        assert stream.read() == b"abc"
+    with pytest.raises(OSError, match="^exit 3: exit 3$|exit 3"):
+        with wds.gopen("pipe:exit 3") as stream:
+            stream.read()
+    with pytest.raises(ValueError, match="^s3://b/x: no gopen handler defined$"):
+        wds.gopen("s3://b/x")

@@ -1,0 +1,290 @@
+"""How a pipeline's stage list runs: native chains and Python in between.
+
+A pipeline is a list of stages. Consecutive stages that the native core can
+run (the shard source, shuffle, decode, to_tuple, rename, batched, slice) are
+grouped into one native chain that runs with the GIL released; everything else
+(plain Python callables, generator functions, stages given Python callables)
+runs in Python, where the user put it, on the chain's output. A native stage
+after Python code is fed by that code's iterator.
+
+The first stages fuse into the core's shard source when they are a
+SimpleShardList (or ResampledShards), optionally an epoch_shuffle, the
+reference's split_by_node / single_node_only and split_by_worker, and
+tarfile_to_samples(): the shard list is then permuted, split and read natively.
+"""
+
+import dataclasses
+import itertools
+import sys
+
+from . import _core
+
+TORCH = 1
+JSON = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+    """Where and when one iteration runs."""
+
+    rank: int = 0
+    world_size: int = 1
+    worker: int = 0
+    num_workers: int = 1
+    epoch: int = 0
+    pass_: int = 0
+    seed: int = 0
+
+    @classmethod
+    def current(cls, epoch=0, seed=0, group=None):
+        from .utils import node_info, worker_info
+
+        rank, world_size = node_info(group)
+        worker, num_workers = worker_info()
+        return cls(rank, world_size, worker, num_workers, epoch, 0, seed)
+
+    def with_pass(self, pass_):
+        return dataclasses.replace(self, pass_=pass_)
+
+    def open_args(self):
+        return dict(rank=self.rank, world_size=self.world_size, worker=self.worker,
+                    num_workers=self.num_workers, epoch=self.epoch, pass_=self.pass_)
+
+
+class Stage:
+    """A stage object made by this package.
+
+    ``native(ctx)`` returns the native stage (a ``_core.Stage``), or None when
+    the stage must run in Python as ``python(src, ctx)``. ``kinds(fn)`` maps a
+    field-kind function through the stage (see ``FieldKinds``). Calling the
+    object on an iterator runs it, as the reference's curried filters do:
+
+    >>> import webdataset_cpp as wds
+    >>> list(wds.slice(2)(iter([{"a": 1}, {"a": 2}, {"a": 3}])))
+    [{'a': 1}, {'a': 2}]
+    """
+
+    def is_native(self, ctx):
+        return False
+
+    def native(self, ctx):
+        raise NotImplementedError
+
+    def python(self, src, ctx):
+        raise NotImplementedError
+
+    def kinds(self, fn, ctx):
+        return fn
+
+    def name_sets(self):
+        return []
+
+    def __call__(self, src):
+        ctx = Context.current()
+        return run_stages([_Given(src), self], ctx)
+
+    def __repr__(self):
+        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
+        return f"{type(self).__name__}({fields})"
+
+
+class _Given:
+    """An iterator given to a stage called directly: the pipeline's source."""
+
+    def __init__(self, it):
+        self.it = it
+
+
+def _no_kind(name):
+    return 0
+
+
+def _set_kind(names):
+    return lambda name: TORCH if name in names else 0
+
+
+class FieldKinds:
+    """Composes the kind functions of a native chain's stages, from the
+    source's (fields that entered as torch tensors) to the chain's output."""
+
+    def __init__(self, source_names=None):
+        self.fn = _set_kind(source_names) if source_names is not None else _no_kind
+        self.name_sets = [source_names] if source_names is not None else []
+
+    def add(self, stage, ctx):
+        self.fn = stage.kinds(self.fn, ctx)
+        self.name_sets.extend(stage.name_sets())
+
+
+def alternatives_kind(fn, spec):
+    """The kind of a field chosen among ';' alternatives: only what every
+    alternative would be (a field whose origin is ambiguous stays plain)."""
+    kind = TORCH | JSON
+    for alt in spec.split(";"):
+        kind &= fn(alt)
+    return kind
+
+
+class NativeSegment:
+    """A run of native stages and their source.
+
+    source: ("shards", ShardSource) fused from the first stages, ("urls",
+    TarfileToSamples) fed by a Python iterator of URLs, or ("samples", None)
+    fed by a Python iterator of samples.
+    """
+
+    def __init__(self, kind, source, stages):
+        self.kind = kind
+        self.source = source
+        self.stages = stages
+
+    def build(self, upstream, ctx, kinds_extra=0):
+        """(chain, kind function, the NameSets it reads) for one iteration."""
+        if self.kind == "shards":
+            source = self.source.core_source(ctx)
+            kinds = FieldKinds()
+        elif self.kind == "urls":
+            from .shardlists import secure_urls
+
+            source = _core.url_source(secure_urls(upstream), self.source.core_handler())
+            kinds = FieldKinds()
+        else:
+            source = _core.sample_source(upstream)
+            kinds = FieldKinds(source.tensor_names)
+        stages = []
+        for stage in self.stages:
+            stages.append(stage.native(ctx))
+            kinds.add(stage, ctx)
+        chain = _core.Chain(source, stages, ctx.seed)
+        fn = kinds.fn
+        if kinds_extra:
+            fn = lambda name, base=fn: base(name) | kinds_extra  # noqa: E731
+        return chain, fn, kinds.name_sets
+
+    def open(self, upstream, ctx, length=None):
+        chain, fn, names = self.build(upstream, ctx)
+        it = chain.open(**ctx.open_args(), length=length, kinds=fn, kind_names=names)
+        return _iterate(it, self.source if self.kind == "shards" else None, ctx)
+
+    def fully_native(self):
+        return self.kind == "shards"
+
+
+def _iterate(it, shard_source, ctx):
+    """Yields from a native iterator, closing it when abandoned, and runs the
+    source's empty check at the end."""
+    try:
+        yield from it
+        if shard_source is not None:
+            shard_source.check_count(it.count, ctx)
+    finally:
+        it.close()
+
+
+def plan(stages, ctx):
+    """Splits a stage list into steps: NativeSegments and Python callables."""
+    from .shardlists import fuse_source
+
+    steps = []
+    i = 0
+    if stages and isinstance(stages[0], _Given):
+        steps.append(stages[0])
+        i = 1
+    else:
+        fused = fuse_source(stages, ctx)
+        if fused is not None:
+            source, i = fused
+            steps.append(NativeSegment("shards", source, []))
+    while i < len(stages):
+        stage = stages[i]
+        i += 1
+        native = isinstance(stage, Stage) and stage.is_native(ctx)
+        if not native:
+            steps.append(stage)
+            continue
+        last = steps[-1] if steps else None
+        if getattr(stage, "reads_urls", False):
+            steps.append(NativeSegment("urls", stage, []))
+        elif isinstance(last, NativeSegment):
+            last.stages.append(stage)
+        else:
+            steps.append(NativeSegment("samples", None, [stage]))
+    return steps
+
+
+def invoke(f, *args):
+    """Runs one Python step as the reference's DataPipeline.invoke does."""
+    torch = sys.modules.get("torch")
+    if torch is not None and not args:
+        data = torch.utils.data
+        if isinstance(f, (data.IterableDataset, data.DataLoader)):
+            return iter(f)
+    from .utils import PipelineStage
+
+    if isinstance(f, PipelineStage):
+        return f.run(*args)
+    if isinstance(f, list):
+        return iter(f)
+    if callable(f):
+        return f(*args)
+    raise ValueError(f"{f}: not a valid pipeline stage")
+
+
+def run_steps(steps, ctx):
+    it = None
+    for step in steps:
+        if isinstance(step, _Given):
+            it = iter(step.it)
+        elif isinstance(step, NativeSegment):
+            it = step.open(it, ctx)
+        elif isinstance(step, Stage):
+            it = step.python(it, ctx)
+        elif it is None:
+            it = invoke(step)
+        else:
+            it = invoke(step, it)
+    if it is None:
+        return iter(())
+    return it
+
+
+def run_stages(stages, ctx):
+    return run_steps(plan(stages, ctx), ctx)
+
+
+def single_native_segment(stages, ctx):
+    """The NativeSegment when the whole list is one native chain from the
+    shard source on, else None."""
+    steps = plan(stages, ctx)
+    if len(steps) == 1 and isinstance(steps[0], NativeSegment) and steps[0].fully_native():
+        return steps[0]
+    return None
+
+
+def worker_share(n, worker, num_workers):
+    """Items worker `worker` yields of an epoch of n taken round-robin."""
+    return max(0, (n - worker + num_workers - 1) // num_workers)
+
+
+def take_passes(run_pass, share, what):
+    """Yields `share` items (None: forever) from passes 0, 1, ... of run_pass."""
+    taken = 0
+    if share == 0:
+        return
+    for pass_ in itertools.count():
+        got = 0
+        it = run_pass(pass_)
+        try:
+            for item in it:
+                yield item
+                taken += 1
+                got += 1
+                if share is not None and taken >= share:
+                    return
+        finally:
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()
+        if got == 0:
+            raise ValueError(f"{what}: pass {pass_} of this worker's data yielded nothing "
+                             f"({taken} of {share} items so far)")

@@ -1,0 +1,415 @@
+"""Decoding sample fields, as the reference package's autodecode.
+
+A Decoder runs a chain of handlers over each field: ``pre`` (gzfilter:
+``.gz`` fields are decompressed and decoded by the rest of their name), the
+user's handlers (image specs and ``(key, data) -> value | None`` callables, in
+order), then ``post`` (basichandlers). The first handler that returns a value
+wins; a field no handler claims stays bytes; ``__``-fields are never decoded.
+
+In a pipeline (``.decode(...)``), the chain runs natively: images are decoded
+by libjpeg-turbo/libspng/libwebp straight into their batch slot, the basic
+types (cls, txt, json, npy, .gz/.zst) natively, and Python callables are called
+(under the GIL) only for the fields that reach them.
+
+Image specs: ``l8 rgb8 rgba8`` (uint8 HWC ndarrays, l8 2-D), ``l rgb rgba``
+(float32 in [0, 1]), ``torchl8 torchrgb8 torchrgba8`` (uint8 CHW tensors,
+torchl8 2-D), ``torchl torchrgb torch torchrgba`` (float32 tensors), ``pill pil
+pilrgb pilrgba`` (PIL images). Extension of the reference: ``size=(h, w)`` with
+``crop=None`` (stretch), ``"center"`` or ``"random"`` (RandomResizedCrop,
+``scale``, ``ratio``) and ``hflip`` (probability) resize while decoding.
+
+>>> import webdataset_cpp as wds
+>>> d = wds.Decoder([wds.imagehandler("rgb8")])
+>>> d({"__key__": "a", "cls": b"3", "txt": b"hi"})
+{'__key__': 'a', 'cls': 3, 'txt': 'hi'}
+"""
+
+import gzip
+import io
+import json
+import os
+import pickle
+import re
+import tempfile
+
+from . import _core
+from .errors import DecodingError
+
+pytorch_weights_only = os.environ.get("WDS_PYTORCH_WEIGHTS_ONLY", "0") == "1"
+
+IMAGE_EXTENSIONS = (
+    "blp bmp dib bufr cur pcx dcx dds ps eps fit fits fli flc ftc ftu gbr gif grib h5 hdf png "
+    "apng jp2 j2k jpc jpf jpx j2c icns ico im iim tif tiff jfif jpe jpg jpeg mpg mpeg msp pcd "
+    "pxr pbm pgm ppm pnm psd bw rgb rgba sgi ras tga icb vda vst webp wmf emf xbm xpm").split()
+
+IMAGE_SPECS = ("l8 rgb8 rgba8 l rgb rgba torchl8 torchrgb8 torchrgba8 torchl torchrgb torch "
+               "torchrgba pill pil pilrgb pilrgba").split()
+
+# The image formats the native decoder reads (by content).
+NATIVE_IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
+
+# basichandlers' extensions: decoded natively, and those that need Python.
+NATIVE_BASIC_EXTENSIONS = "cls cls2 class count index inx id txt text transcript json jsn npy".split()
+PYTHON_BASIC_EXTENSIONS = "pkl pickle pyd pth mp msg msgpack npz cbor".split()
+
+
+class Continue:
+    """A handler's result meaning: go on with the next handler, with this new
+    key and data (gzfilter returns one)."""
+
+    def __init__(self, key, data):
+        self.key = key
+        self.data = data
+
+
+def gzfilter(key, data):
+    """Decompresses ``.gz`` fields; the rest of the name decodes them."""
+    if not key.endswith(".gz"):
+        return None
+    return Continue(key[:-3], gzip.decompress(data))
+
+
+def _extension(key):
+    return re.sub(r".*[.]", "", key)
+
+
+def handle_extension(extensions, f):
+    """A handler calling f(data) for keys ending in one of the space-separated
+    extensions (several dots allowed: "seg.png"), ignoring case.
+
+    >>> h = handle_extension("foo bar", lambda data: data.upper())
+    >>> h(".x.foo", b"abc"), h(".x.baz", b"abc")
+    (b'ABC', None)
+    """
+    wanted = [e.lower().split(".") for e in extensions.split()]
+
+    def handler(key, data):
+        parts = key.lower().split(".")
+        for e in wanted:
+            if parts[-len(e):] == e:
+                return f(data)
+        return None
+
+    return handler
+
+
+def torch_loads(data):
+    """torch.load of bytes, onto the CPU (refused under WDS_SECURE=1)."""
+    import torch
+
+    if os.environ.get("WDS_SECURE", "0") == "1":
+        raise ValueError("torch.load is refused under WDS_SECURE=1")
+    return torch.load(io.BytesIO(data), weights_only=pytorch_weights_only, map_location="cpu")
+
+
+def _unpickle(data):
+    if os.environ.get("WDS_SECURE", "0") == "1":
+        raise ValueError("unpickling is refused under WDS_SECURE=1")
+    return pickle.loads(data)
+
+
+def _load_npz(data):
+    import numpy as np
+
+    with np.load(io.BytesIO(data)) as archive:
+        return dict(archive)
+
+
+def _msgpack(data):
+    import msgpack
+
+    return msgpack.unpackb(data)
+
+
+def _cbor(data):
+    import cbor
+
+    return cbor.loads(data)
+
+
+def _npy(data):
+    import numpy as np
+
+    return np.load(io.BytesIO(data), allow_pickle=False)
+
+
+_BASIC = {
+    **{e: lambda data: data.decode("utf-8") for e in ("txt", "text", "transcript")},
+    **{e: int for e in ("cls", "cls2", "class", "count", "index", "inx", "id")},
+    **{e: json.loads for e in ("json", "jsn")},
+    **{e: _unpickle for e in ("pkl", "pickle", "pyd")},
+    "pth": torch_loads,
+    "npy": _npy,
+    "npz": _load_npz,
+    **{e: _msgpack for e in ("mp", "msg", "msgpack")},
+    "cbor": _cbor,
+}
+
+
+def basichandlers(key, data):
+    """Decodes the basic field types by their last extension: txt/text/
+    transcript -> str, cls/cls2/class/count/index/inx/id -> int, json/jsn ->
+    json.loads, pkl/pickle/pyd -> pickle, pth -> torch.load, npy/npz -> numpy,
+    mp/msg -> msgpack, cbor -> cbor. Unlike the reference, class and count
+    fields (which its writer encodes) are decoded too, and the extension's case
+    does not matter (as in the native decoders).
+
+    >>> basichandlers(".cls", b" 7\\n"), basichandlers(".jpg", b"")
+    (7, None)
+    """
+    f = _BASIC.get(_extension(key).lower())
+    return None if f is None else f(data)
+
+
+def _python_basic(key, data):
+    return basichandlers(key, data)
+
+
+def _json_handler(key, data):
+    return json.loads(data) if _extension(key).lower() in ("json", "jsn") else None
+
+
+def resize_spec(size=None, crop=None, hflip=0.0, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
+    """The native decoder's resize options: None, or (mode, height, width,
+    min_scale, max_scale, min_ratio, max_ratio, hflip)."""
+    if size is None:
+        if crop is not None:
+            raise ValueError(f"decode: crop={crop!r} needs a size=(height, width)")
+        if not hflip:
+            return None
+        return ("none", 0, 0, scale[0], scale[1], ratio[0], ratio[1], float(hflip))
+    if isinstance(size, int):
+        size = (size, size)
+    height, width = size
+    modes = {None: "stretch", "center": "center_crop", "random": "random_resized_crop"}
+    if crop not in modes:
+        raise ValueError(f"decode: crop must be None, 'center' or 'random', got {crop!r}")
+    return (modes[crop], int(height), int(width), float(scale[0]), float(scale[1]),
+            float(ratio[0]), float(ratio[1]), float(hflip))
+
+
+class ImageHandler:
+    """Decodes image fields (by extension) according to `imagespec`.
+
+    JPEG, PNG and WebP content is decoded natively; other formats (GIF, BMP,
+    TIFF, ...) and the pil* specs with PIL, as the reference does.
+    """
+
+    def __init__(self, imagespec, extensions=IMAGE_EXTENSIONS, size=None, crop=None, hflip=0.0,
+                 scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
+        if imagespec not in IMAGE_SPECS:
+            raise ValueError(f"Unknown imagespec: {imagespec}")
+        if isinstance(extensions, str):
+            extensions = extensions.split()
+        self.imagespec = imagespec
+        self.extensions = [e.lower() for e in extensions]
+        self.resize = resize_spec(size, crop, hflip, scale, ratio)
+        if self.resize is not None and self.is_pil():
+            raise ValueError(f"decode: size, crop and hflip need an array spec, not {imagespec}")
+
+    def is_pil(self):
+        return self.imagespec.startswith("pil")
+
+    def is_torch(self):
+        return self.imagespec.startswith("torch")
+
+    def native_item(self):
+        if self.is_pil():
+            return ("python", self, self.extensions)
+        return ("image", self.imagespec, self.extensions, self.resize, self._pil_decode)
+
+    def __call__(self, key, data):
+        if _extension(key).lower() not in self.extensions:
+            return None
+        if not self.is_pil() and _core.sniff_image(data) is not None:
+            return _core.decode_image(data, self.imagespec, self.resize)
+        return self._pil_decode(key, data)
+
+    def _pil_decode(self, key, data):
+        import numpy as np
+        import PIL.Image
+
+        with io.BytesIO(data) as stream:
+            img = PIL.Image.open(stream)
+            img.load()
+        spec = self.imagespec
+        mode = "L" if spec in ("l8", "l", "torchl8", "torchl", "pill") else (
+            "RGBA" if spec.endswith("rgba8") or spec.endswith("rgba") else "RGB")
+        img = img.convert(mode)
+        if self.is_pil():
+            return img
+        img = self._pil_resize(img)
+        array = np.array(img)
+        if not spec.endswith("8"):
+            array = array.astype(np.float32) / 255.0
+        if not self.is_torch():
+            return array
+        import torch
+
+        if array.ndim == 3:
+            array = array.transpose(2, 0, 1)
+        return torch.from_numpy(np.ascontiguousarray(array))
+
+    def _pil_resize(self, img):
+        if self.resize is None or self.resize[0] == "none":
+            if self.resize is not None and self.resize[7]:
+                raise DecodingError(message="hflip of images PIL decodes is not supported")
+            return img
+        mode, height, width = self.resize[:3]
+        if mode == "center_crop":
+            w, h = img.size
+            scale = min(w / width, h / height)
+            cw, ch = round(width * scale), round(height * scale)
+            left, top = (w - cw) // 2, (h - ch) // 2
+            img = img.crop((left, top, left + cw, top + ch))
+        elif mode != "stretch":
+            raise DecodingError(message="random crops of images PIL decodes are not supported")
+        return img.resize((width, height))
+
+
+def imagehandler(imagespec, extensions=IMAGE_EXTENSIONS, **resize):
+    """An ImageHandler (resize: size, crop, hflip, scale, ratio)."""
+    return ImageHandler(imagespec, extensions, **resize)
+
+
+def _only_set(only):
+    if only is None:
+        return None
+    if isinstance(only, str):
+        return set(only.split())
+    return set(only)
+
+
+class Decoder:
+    """Decodes every field of a sample with the handler chain.
+
+    pre defaults to [gzfilter], post to [basichandlers]. Errors are raised as
+    DecodingError(url, key, k) from the handler's exception.
+    """
+
+    def __init__(self, handlers, pre=None, post=None, only=None, partial=False):
+        if not isinstance(handlers, list):
+            raise TypeError(f"Decoder: handlers must be a list, got {type(handlers).__name__}")
+        self.handlers = handlers
+        self.pre = [gzfilter] if pre is None else pre
+        self.post = [basichandlers] if post is None else post
+        self.only = _only_set(only)
+        self.partial = partial
+
+    def decode1(self, key, data):
+        key = "." + key
+        for f in self.pre + self.handlers + self.post:
+            result = f(key, data)
+            if isinstance(result, Continue):
+                key, data = result.key, result.data
+            elif result is not None:
+                return result
+        return data
+
+    def _field(self, sample, k, v):
+        if k.startswith("__"):
+            if isinstance(v, bytes):
+                try:
+                    return v.decode("utf-8")
+                except UnicodeDecodeError:
+                    return v
+            return v
+        if self.only is not None and k not in self.only:
+            return v
+        if not isinstance(v, bytes):
+            if self.partial:
+                return v
+            raise ValueError(f"field {k} is already decoded (holds {type(v).__name__}); "
+                             f"decode with partial=True")
+        return self.decode1(k, v)
+
+    def decode(self, sample):
+        result = {}
+        for k, v in sample.items():
+            try:
+                result[k] = self._field(sample, k, v)
+            except Exception as exn:
+                url, key = sample.get("__url__"), sample.get("__key__")
+                raise DecodingError(url=url, key=key, k=k, sample=sample,
+                                    message=f"{url}: key {key}: field {k}: {exn!r}") from exn
+        return result
+
+    def __call__(self, sample):
+        if not isinstance(sample, dict):
+            raise TypeError(f"Decoder: samples must be dicts, got {type(sample).__name__}")
+        return self.decode(sample)
+
+    # The native form of the chain.
+
+    def native_items(self):
+        """(items, json_native, calls_python) for the native decode stage, or
+        None when the chain cannot run natively (a pre other than gzfilter)."""
+        if self.pre != [gzfilter]:
+            return None
+        items, user_python = [], False
+        for h in self.handlers + self.post:
+            if isinstance(h, ImageHandler):
+                items.append(h.native_item())
+                user_python = user_python or h.is_pil()
+            elif h is basichandlers:
+                items.append("basic")
+            else:
+                items.append(("python", h, None))
+                user_python = True
+        # JSON is parsed in Python at the chain's end (FieldKinds) unless a
+        # user callable might see .json fields first.
+        json_native = not user_python
+        out = []
+        for item in items:
+            if item == "basic":
+                out.append(("basic", json_native))
+                if not json_native:
+                    out.append(("python", _json_handler, ["json", "jsn"]))
+                out.append(("python", _python_basic, PYTHON_BASIC_EXTENSIONS))
+            else:
+                out.append(item)
+        return out, json_native and basichandlers in self.post, user_python
+
+    def torch_extensions(self):
+        """Extensions that the first image handler claiming them decodes with a
+        torch* spec."""
+        claimed, torch = set(), set()
+        for h in self.handlers:
+            if isinstance(h, ImageHandler):
+                for e in h.extensions:
+                    if e not in claimed and h.is_torch():
+                        torch.add(e)
+                    claimed.add(e)
+        return torch
+
+
+def torch_video(key, data):
+    """Decodes video fields with torchvision.io.read_video (needs torchvision)."""
+    extension = re.sub(r".*[.]", "", key)
+    if extension not in "mp4 ogv mjpeg avi mov h264 mpg webm wmv".split():
+        return None
+    import torchvision.io
+
+    with tempfile.TemporaryDirectory() as dirname:
+        fname = os.path.join(dirname, f"file.{extension}")
+        with open(fname, "wb") as stream:
+            stream.write(data)
+        return torchvision.io.read_video(fname, pts_unit="sec")
+
+
+def torch_audio(key, data):
+    """Decodes audio fields with torchaudio.load (needs torchaudio)."""
+    extension = re.sub(r".*[.]", "", key)
+    if extension not in "flac mp3 sox wav m4a ogg wma".split():
+        return None
+    import torchaudio
+
+    with tempfile.TemporaryDirectory() as dirname:
+        fname = os.path.join(dirname, f"file.{extension}")
+        with open(fname, "wb") as stream:
+            stream.write(data)
+        return torchaudio.load(fname)
+
+
+default_pre_handlers = [gzfilter]
+default_post_handlers = [basichandlers]

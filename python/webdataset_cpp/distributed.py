@@ -1,0 +1,100 @@
+"""Equal steps on every rank: the core's epoch plans, agreed over torch.distributed.
+
+DDP hangs when ranks run different numbers of steps. Before an epoch every
+rank plans it exactly as it will run: the epoch's shard permutation and
+rank/worker split (the same code the shard source uses), per-shard sample
+counts from the ``.idx`` sidecars (``wds-shard index`` or
+``webdataset_cpp.write_index``; else a header-only scan of the tar), and one
+batch sequence per DataLoader worker taken round-robin. An all-reduce then
+agrees on the number of steps, which ``with_epoch`` enforces.
+
+>>> import torch
+>>> import webdataset_cpp as wds
+>>> with wds.ShardWriter("train-%06d.tar", maxcount=7, verbose=0, index=True) as sink:
+...     for i in range(30):                # shards of 7, 7, 7, 7 and 2 samples
+...         sink.write({"__key__": f"{i:06d}", "cls": i % 10})
+>>> dataset = (wds.WebDataset("train-{000000..000004}.tar", shardshuffle=100,
+...                           nodesplitter=wds.split_by_node)
+...            .decode().to_tuple("cls").batched(4, partial=False))
+>>> for epoch in range(2):
+...     dataset.set_epoch(epoch)
+...     steps = wds.agreed_steps(dataset, num_workers=2)   # the same on every rank
+...     loader = torch.utils.data.DataLoader(dataset.with_epoch(steps), batch_size=None,
+...                                          num_workers=2)
+...     print(epoch, steps, sum(1 for _ in loader))    # exactly `steps` batches per rank
+0 7 7
+1 7 7
+
+Policies: "drop" (the smallest rank's batches that repeat no sample: some
+samples of the larger ranks are left out this epoch) and "wrap" (the largest
+rank's count: smaller ranks' workers continue into their next pass, so every
+sample is seen and some twice).
+"""
+
+import sys
+
+from . import _core, _plan
+from .filters import Batched, Decode, Rename, Shuffle, ToTuple
+from .utils import node_info
+
+# Stages that keep one output sample per input sample, so counts carry over.
+_ONE_TO_ONE = (Decode, Rename, Shuffle, ToTuple)
+
+
+def _planned_source(dataset, ctx):
+    segment = _plan.single_native_segment(dataset.pipeline, ctx)
+    if segment is None:
+        raise ValueError("plan_epoch needs a dataset whose stages are all native (a WebDataset "
+                         "with decode, to_tuple, rename, shuffle and batched)")
+    batching = (1, True)
+    for i, stage in enumerate(segment.stages):
+        if isinstance(stage, Batched) and i == len(segment.stages) - 1:
+            batching = (stage.batchsize, bool(stage.partial))
+        elif not isinstance(stage, _ONE_TO_ONE):
+            raise ValueError(f"plan_epoch: {stage!r} may change how many samples there are")
+    if segment.source.resampled:
+        raise ValueError("plan_epoch: resampled datasets have no natural epoch")
+    return segment.source, batching
+
+
+def plan_epoch(dataset, num_workers=1, epoch=None, rank=None, world_size=None, group=None):
+    """This rank's epoch: a _core.RankEpochPlan with .workers (shards,
+    samples, batches per DataLoader worker), .batches, .samples and
+    .local_steps(policy)."""
+    if rank is None or world_size is None:
+        rank, world_size = node_info(group)
+    epoch = dataset.epoch if epoch is None else epoch
+    num_workers = max(1, num_workers)  # DataLoader(num_workers=0) reads in the main process
+    ctx = _plan.Context(rank, world_size, 0, num_workers, epoch, 0, dataset.seed)
+    source, (batch_size, partial) = _planned_source(dataset, ctx)
+    return _core.plan_rank_epoch(source.urls, **source.list_args(ctx), rank=rank,
+                                 world_size=world_size, num_workers=num_workers, epoch=epoch,
+                                 seed=source.seed(ctx), batch_size=batch_size, partial=partial)
+
+
+def agreed_steps(dataset, num_workers=1, policy="drop", epoch=None, group=None):
+    """The steps every rank runs this epoch: this rank's plan, then an
+    all-reduce (MIN for "drop", MAX for "wrap") over `group` when
+    torch.distributed is initialized."""
+    if policy not in ("drop", "wrap"):
+        raise ValueError(f"policy must be 'drop' or 'wrap', got {policy!r}")
+    local = plan_epoch(dataset, num_workers=num_workers, epoch=epoch, group=group)
+    steps = local.local_steps(policy)
+    torch = sys.modules.get("torch")
+    dist = getattr(torch, "distributed", None) if torch is not None else None
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return steps
+    value = torch.tensor([steps], dtype=torch.int64)
+    op = dist.ReduceOp.MIN if policy == "drop" else dist.ReduceOp.MAX
+    dist.all_reduce(value, op=op, group=group)
+    return int(value.item())
+
+
+def count_samples(url):
+    """Samples in one shard: from its .idx sidecar, else a header-only scan."""
+    return _core.count_samples(url)
+
+
+def write_index(url):
+    """Writes the .idx sidecar of a local shard; returns its sample count."""
+    return _core.write_index(url)

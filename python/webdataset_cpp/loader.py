@@ -1,0 +1,124 @@
+"""Loader: the native threaded loader, iterated from Python.
+
+For pipelines that are entirely native (a WebDataset with shuffle, decode,
+to_tuple, rename, batched, slice stages and no Python callables), Loader runs
+the core's Loader in this process: `workers` native threads each run their
+own copy of the chain and fill a bounded queue of `prefetch` items, taken
+round-robin (the same order for the same seed). Nothing is pickled and
+nothing crosses processes; batches arrive as NumPy arrays (or torch tensors,
+to_torch=True) that share the native batch memory.
+
+>>> import numpy as np
+>>> import webdataset_cpp as wds
+>>> with wds.ShardWriter("train-%06d.tar", maxcount=100, verbose=0) as sink:
+...     for i in range(400):
+...         sink.write({"__key__": f"{i:06d}", "cls": i % 10, "npy": np.full(3, i)})
+>>> dataset = (wds.WebDataset("train-{000000..000003}.tar", shardshuffle=100)
+...            .decode().to_tuple("npy", "cls").batched(64))
+>>> loader = wds.Loader(dataset, workers=2)
+>>> for epoch in range(2):
+...     loader.set_epoch(epoch)
+...     for arrays, labels in loader:      # int64 [64, 3], int64 [64]
+...         pass
+>>> arrays.shape, labels.shape             # the last batch of each worker is partial
+((8, 3), (8,))
+
+Threads exist only while an epoch is being iterated: they start with its
+first batch and are joined at its end, when the loop is left early (break,
+an exception, KeyboardInterrupt) and when the Loader goes; none exists when
+a DataLoader forks its workers. `len(loader)` is the dataset's with_epoch(n)
+(or with_length(n)), for Lightning.
+"""
+
+from . import _core, _plan
+from .utils import node_info
+
+
+def _describe(step):
+    if isinstance(step, _plan.Stage):
+        return repr(step)
+    return getattr(step, "__qualname__", None) or repr(step)
+
+
+class Loader:
+    """The native threaded loader (see the module doc).
+
+    pin_memory: batch storage in CUDA page-locked memory on `device` (the
+    local rank's GPU by default), for .to("cuda", non_blocking=True); without
+    CUDA it warns once and uses ordinary memory.
+    """
+
+    def __init__(self, dataset, workers=1, prefetch=2, pin_memory=False, ordered=True,
+                 to_torch=False, device=None, group=None):
+        if not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers!r}")
+        if not isinstance(prefetch, int) or prefetch < 1:
+            raise ValueError(f"prefetch must be >= 1, got {prefetch!r}")
+        if dataset.epoch_length is None and (dataset.repetitions != 1 or dataset.nsamples > 0):
+            raise ValueError("webdataset_cpp.Loader: use .with_epoch(n) for epochs of n items; "
+                             ".repeat() is not supported")
+        self.dataset = dataset
+        rank, world_size = node_info(group)
+        ctx = _plan.Context(rank, world_size, 0, workers, dataset.epoch, 0, dataset.seed)
+        segment = _plan.single_native_segment(dataset.pipeline, ctx)
+        if segment is None:
+            steps = [s for s in _plan.plan(dataset.pipeline, ctx)
+                     if not isinstance(s, _plan.NativeSegment)]
+            raise ValueError(
+                "webdataset_cpp.Loader runs only native pipelines; these stages run Python: "
+                f"{', '.join(_describe(s) for s in steps)} (iterate the dataset itself, or "
+                "through a torch DataLoader)")
+        if segment.source.empty_check and not segment.source.resampled:
+            for w in range(workers):
+                segment.source.check_shards(_plan.Context(rank, world_size, w, workers, 0, 0,
+                                                          dataset.seed))
+        chain, kinds, names = segment.build(None, ctx, kinds_extra=_plan.TORCH if to_torch else 0)
+        self._length = dataset.epoch_length
+        self._core = _core.Loader(chain, length=self._length, workers=workers, prefetch=prefetch,
+                                  ordered=ordered, pin_memory=pin_memory, rank=rank,
+                                  world_size=world_size, device=device, kinds=kinds,
+                                  kind_names=names)
+        self._core.set_epoch(dataset.epoch)
+
+    def set_epoch(self, epoch):
+        """The epoch the next iteration runs (default: 0, then one more after
+        each epoch, completed or not)."""
+        self._core.set_epoch(int(epoch))
+
+    @property
+    def epoch(self):
+        return self._core.epoch
+
+    @property
+    def pinned(self):
+        """Whether batch memory is page-locked (pin_memory took effect)."""
+        return self._core.pinned
+
+    def __len__(self):
+        if self._length is None:
+            raise TypeError("len() of a Loader needs a dataset with .with_epoch(n)")
+        return self._length
+
+    def __iter__(self):
+        core = self._core
+        finished = False
+        try:
+            while True:
+                item = core.next()
+                if item is None:
+                    finished = True
+                    return
+                yield item
+        finally:
+            if not finished:
+                core.stop()
+
+    def close(self):
+        """Stops the running epoch's threads now."""
+        self._core.stop()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *args):
+        self.close()

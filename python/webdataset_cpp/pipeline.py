@@ -1,0 +1,266 @@
+"""DataPipeline: a list of stages, iterated as one stream.
+
+>>> import webdataset_cpp as wds
+>>> pipeline = wds.DataPipeline(
+...     wds.SimpleShardList("train-{000000..000009}.tar"),
+...     wds.split_by_node, wds.split_by_worker,
+...     wds.tarfile_to_samples(),
+...     wds.shuffle(1000),
+...     wds.decode("rgb8"),
+...     wds.to_tuple("jpg", "cls"),
+...     wds.batched(64))
+
+Consecutive native stages run as one native chain (GIL released); Python
+callables run where they are placed. A DataPipeline is a torch
+IterableDataset when torch is installed, and pickles as its recipe (the stage
+list), never as running state, so DataLoader workers (fork or spawn) each run
+their own copy, synchronously in the worker process.
+
+Epochs: each ``iter()`` runs epoch ``self.epoch`` and then advances it;
+``set_epoch(e)`` chooses the next one (call it before each epoch when a
+DataLoader's workers are re-created every epoch; WebLoader does it for you).
+The epoch drives the shard permutation, shuffle and random crops.
+"""
+
+import copy
+import os
+import sys
+import warnings
+import weakref
+
+from . import _plan
+
+try:
+    from torch.utils.data import IterableDataset
+except ImportError:  # torch is optional
+
+    class IterableDataset:
+        """Stands in for torch's IterableDataset when torch is missing."""
+
+
+def default_seed():
+    """The seed of a pipeline made without one: $WDS_SEED as an int, else 0.
+
+    Unlike the reference (a random seed per object), every rank and worker gets
+    the same seed, which the shard permutation needs to stay disjoint."""
+    text = os.environ.get("WDS_SEED")
+    if text is None:
+        return 0
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"WDS_SEED={text!r} is not an integer") from None
+
+
+class DataPipeline(IterableDataset):
+    """A pipeline of stages; see the module doc.
+
+    A list argument is spliced into the stage list (as in the reference); None
+    arguments are skipped.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+        self.pipeline = []
+        self.length = -1
+        self.repetitions = 1
+        self.nsamples = -1
+        self.size = None
+        self.epoch_length = None
+        self.seed = default_seed()
+        self.epoch = 0
+        self._closed = False
+        self._live = weakref.WeakSet()
+        for arg in args:
+            if arg is None:
+                continue
+            if isinstance(arg, list):
+                self.pipeline.extend(arg)
+            else:
+                self.pipeline.append(arg)
+
+    # -------------------------------------------------------- pickling
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_live", None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._live = weakref.WeakSet()
+
+    def __copy__(self):
+        result = type(self).__new__(type(self))
+        result.__setstate__(self.__getstate__())
+        return result
+
+    # -------------------------------------------------------- building
+
+    def invoke(self, f, *args):
+        """Runs one stage as the reference does (iter, .run, call)."""
+        return _plan.invoke(f, *args)
+
+    def stage(self, i):
+        return self.pipeline[i]
+
+    def append(self, f):
+        self.pipeline.append(f)
+
+    def compose(self, *args):
+        """A copy with more stages appended (the stage objects are shared)."""
+        result = copy.copy(self)
+        result.pipeline = list(self.pipeline)
+        for arg in args:
+            result.append(arg)
+        return result
+
+    def run(self, *args):
+        """As a stage of another pipeline: iterate this one (args ignored)."""
+        return iter(self)
+
+    # -------------------------------------------------------- epochs
+
+    def set_epoch(self, epoch):
+        """The epoch the next iteration runs."""
+        self.epoch = int(epoch)
+
+    def with_epoch(self, nsamples=-1, nbatches=-1):
+        """Makes every epoch exactly n = max(nsamples, nbatches) items, in place.
+
+        Different from the reference in two ways: n counts the items of all
+        DataLoader workers together (worker w of W yields ceil((n - w) / W)),
+        not n per worker; and a worker whose data runs out continues with a
+        fresh pass over its shards (a new permutation) instead of ending, so
+        every rank runs exactly n steps. Each epoch starts from that epoch's
+        own data. n = -1 repeats forever.
+        """
+        n = max(nsamples, nbatches)
+        self.epoch_length = None if n < 0 else int(n)
+        self.repetitions = sys.maxsize
+        self.nsamples = n
+        return self
+
+    def repeat(self, nepochs=-1, nbatches=-1):
+        """Iterates nepochs passes (each a fresh pass: a new shard
+        permutation), at most nbatches items in all, in place. Unlike the
+        reference, nbatches also applies when nepochs is 1."""
+        self.epoch_length = None
+        self.repetitions = nepochs if nepochs > 0 else sys.maxsize
+        self.nsamples = nbatches
+        return self
+
+    def with_length(self, n, silent=False):
+        """Sets what len() returns (and nothing else), in place. Unlike the
+        reference's, the object stays picklable."""
+        if not silent:
+            warnings.warn(".with_length() only sets the value of __len__ for compatibility with "
+                          "some training environments. It does not change the number of samples "
+                          "in an epoch.")
+        self.size = int(n)
+        return self
+
+    def __len__(self):
+        if self.size is not None:
+            return self.size
+        if self.epoch_length is not None:
+            return self.epoch_length
+        raise TypeError(f"object of type '{type(self).__name__}' has no len() (use "
+                        f".with_length(n) or .with_epoch(n))")
+
+    # -------------------------------------------------------- iterating
+
+    def context(self, epoch=None):
+        """The Context of an iteration in this process."""
+        return _plan.Context.current(self.epoch if epoch is None else epoch, self.seed)
+
+    def iterator1(self, ctx=None):
+        """One pass over the stages."""
+        return _plan.run_stages(self.pipeline, ctx or self.context())
+
+    def iterator(self, ctx):
+        if self.epoch_length is not None or self.nsamples > 0 and self.repetitions == sys.maxsize:
+            return self._epoch(ctx)
+        if self.repetitions != 1 or self.nsamples > 0:
+            return self._repeated(ctx)
+        return self.iterator1(ctx)
+
+    def _epoch(self, ctx):
+        share = None
+        if self.epoch_length is not None:
+            share = _plan.worker_share(self.epoch_length, ctx.worker, ctx.num_workers)
+            segment = _plan.single_native_segment(self.pipeline, ctx)
+            if segment is not None:
+                return segment.open(None, ctx, length=share)
+        return _plan.take_passes(lambda p: self.iterator1(ctx.with_pass(p)), share,
+                                 f"with_epoch({self.epoch_length})")
+
+    def _repeated(self, ctx):
+        count = 0
+        for p in range(self.repetitions):
+            got = 0
+            it = self.iterator1(ctx.with_pass(p))
+            try:
+                for item in it:
+                    if 0 < self.nsamples <= count:
+                        return
+                    yield item
+                    count += 1
+                    got += 1
+            finally:
+                close = getattr(it, "close", None)
+                if close is not None:
+                    close()
+            if got == 0:
+                return
+
+    def __iter__(self):
+        if self._closed:
+            raise ValueError(f"I/O operation on a closed {type(self).__name__}")
+        ctx = self.context()
+        self.epoch += 1
+        it = self._tracked(self.iterator(ctx))
+        return it
+
+    def _tracked(self, it):
+        try:
+            self._live.add(it)
+        except TypeError:  # an iterator without weak references
+            it = _Closing(it)
+            self._live.add(it)
+        return it
+
+    def close(self):
+        """Closes every running iteration of this object (files, pipe:
+        commands) and the object itself."""
+        for it in list(self._live):
+            it.close()
+        for stage in self.pipeline:
+            close = getattr(stage, "close", None)
+            if callable(close):
+                close()
+        self._closed = True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *args):
+        self.close()
+
+
+class _Closing:
+    """An iterator whose close() closes the underlying generator."""
+
+    def __init__(self, it):
+        self.it = iter(it)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self.it)
+
+    def close(self):
+        close = getattr(self.it, "close", None)
+        if close is not None:
+            close()

@@ -1,0 +1,313 @@
+"""Shard lists: URL patterns, epoch permutations, rank and worker splits.
+
+The first stages of a pipeline, when they are a SimpleShardList (or
+ResampledShards), optionally ``epoch_shuffle()``, ``split_by_node`` (or
+``single_node_only``), ``split_by_worker`` and ``tarfile_to_samples()`` in this
+order, run as the core's shard source. Its shard order is a permutation by
+(seed, epoch, pass) made before any split, the same on every rank, so ranks
+and workers read disjoint shards that change every epoch. Anywhere else these
+stages run in Python on iterators of ``{"url": ...}`` dicts, as in the
+reference.
+
+>>> import webdataset_cpp as wds
+>>> wds.shardlists.expand_urls("a-{0..2}.tar::b.tar")
+['a-0.tar', 'a-1.tar', 'a-2.tar', 'b.tar']
+>>> list(wds.SimpleShardList("a-{0..1}.tar"))
+[{'url': 'a-0.tar'}, {'url': 'a-1.tar'}]
+"""
+
+import itertools
+import os
+import random
+import re
+import sys
+
+from . import _core
+from ._plan import Stage
+from .utils import PipelineStage, node_info, pytorch_worker_seed, worker_info
+
+_ENV_VARIABLE = re.compile(r"\$\{(\w+)\}")
+
+
+def expand_urls(urls):
+    """Expands '::' lists and brace patterns; ${NAME} is $WDS_NAME.
+
+    A str gives its expansion; any other iterable is listed as it is.
+    """
+    if not isinstance(urls, str):
+        return list(urls)
+
+    def env(match):
+        name = "WDS_" + match.group(1)
+        if name not in os.environ:
+            raise ValueError(f"{urls}: the environment variable {name} is not set")
+        return os.environ[name]
+
+    return _core.expand_urls(_ENV_VARIABLE.sub(env, urls))
+
+
+def check_secure(urls):
+    """Under WDS_SECURE=1 no shard list may run commands (pipe: URLs)."""
+    if os.environ.get("WDS_SECURE", "0") != "1":
+        return
+    for url in urls:
+        if url.startswith("pipe:"):
+            raise ValueError(f"{url}: pipe: URLs are refused under WDS_SECURE=1")
+
+
+def secure_urls(items):
+    """Passes URLs (or {"url": ...} dicts) through, checked by check_secure."""
+    for item in items:
+        check_secure([item["url"] if isinstance(item, dict) else item])
+        yield item
+
+
+class SimpleShardList(PipelineStage):
+    """A list of shard URLs, iterated as ``{"url": url}`` dicts.
+
+    `seed` shuffles the list once, when it is made (the same order every
+    epoch, as in the reference); use epoch_shuffle() for a new permutation
+    every epoch. An empty list is a ValueError.
+    """
+
+    def __init__(self, urls, seed=None):
+        self.urls = expand_urls(urls)
+        if not self.urls:
+            raise ValueError("SimpleShardList: the shard list is empty")
+        for url in self.urls:
+            if not isinstance(url, str):
+                raise TypeError(f"SimpleShardList: shard URLs must be str, got {url!r}")
+        if seed is not None:
+            random.Random(time_seed() if seed is True else seed).shuffle(self.urls)
+
+    def __len__(self):
+        return len(self.urls)
+
+    def __iter__(self):
+        for url in self.urls:
+            yield {"url": url}
+
+    def run(self, *args):
+        return iter(self)
+
+
+def time_seed():
+    import time
+
+    return int(time.time())
+
+
+class ResampledShards(PipelineStage):
+    """`nshards` URLs drawn with replacement from `urls`, per iteration.
+
+    As the first stage of a fused pipeline the draws are native, seeded by
+    (seed, epoch, pass, rank, worker): reproducible, different per rank,
+    worker and epoch (``deterministic`` is always true). A `worker_seed`
+    callable makes it run in Python with Python's random, as in the reference.
+    """
+
+    def __init__(self, urls, nshards=sys.maxsize, seed=0, worker_seed=None, deterministic=False,
+                 max_urls=int(1e6), empty_check=True):
+        if isinstance(urls, str):
+            urls = expand_urls(urls)
+        elif isinstance(urls, list):
+            urls = list(urls)
+        else:
+            urls = list(itertools.islice(urls, max_urls))
+        if not urls and empty_check:
+            raise ValueError("empty_check=True, but no shards found in ResampledShards")
+        if not urls:
+            raise ValueError("ResampledShards: the shard list is empty")
+        self.urls = urls
+        self.nshards = nshards
+        self.seed = seed
+        self.worker_seed = worker_seed
+        self.deterministic = deterministic
+        self.epoch = -1
+
+    def native_ok(self):
+        return self.worker_seed is None
+
+    def __iter__(self):
+        self.epoch += 1
+        worker_seed = (self.worker_seed or pytorch_worker_seed)()
+        rng = random.Random(hash((worker_seed, self.epoch, self.seed)))
+        for _ in range(self.nshards):
+            yield {"url": rng.choice(self.urls)}
+
+    def run(self, *args):
+        return iter(self)
+
+
+def shardspec(spec):
+    """A SimpleShardList for a pattern (YAML specs are not supported)."""
+    if isinstance(spec, str) and spec.endswith((".yaml", ".yml")):
+        raise ValueError(f"{spec}: YAML shard specs (MultiShardSample) are not supported")
+    return SimpleShardList(spec)
+
+
+def split_by_node(src, group=None):
+    """Keeps this rank's URLs: every world_size-th from the rank's."""
+    rank, world_size = node_info(group)
+    yield from itertools.islice(src, rank, None, world_size)
+
+
+def single_node_only(src, group=None):
+    """Passes everything through in a one-rank job; an error otherwise (the
+    default nodesplitter, so that no rank silently reads every shard)."""
+    _, world_size = node_info(group)
+    if world_size > 1:
+        raise ValueError(
+            "you need to add an explicit nodesplitter to your input pipeline for multi-node "
+            "training")
+    yield from src
+
+
+def split_by_worker(src):
+    """Keeps this DataLoader worker's URLs."""
+    worker, num_workers = worker_info()
+    yield from itertools.islice(src, worker, None, num_workers)
+
+
+class epoch_shuffle(Stage):
+    """Permutes the shard list by (seed, epoch, pass), identically on every
+    rank; placed before the splitters (WebDataset(shardshuffle=...) adds it).
+    seed=None uses the pipeline's seed."""
+
+    def __init__(self, seed=None):
+        self.seed = seed
+
+    def python(self, src, ctx):
+        urls = [item["url"] if isinstance(item, dict) else item for item in src]
+        if not urls:
+            return
+        seed = ctx.seed if self.seed is None else self.seed
+        order = _core.shards_for_worker(urls, shuffle=True, split_nodes=False,
+                                        split_workers=False, allow_empty=True, epoch=ctx.epoch,
+                                        pass_=ctx.pass_, seed=seed)
+        for url in order:
+            yield {"url": url}
+
+
+def resampled(src, n=sys.maxsize):
+    """Reads `src` and yields n items drawn from it with replacement."""
+    items = list(src)
+    rng = random.Random(pytorch_worker_seed())
+    for _ in range(n):
+        yield rng.choice(items)
+
+
+def non_empty(src):
+    """Passes everything through; a ValueError if there was nothing."""
+    n = 0
+    for item in src:
+        yield item
+        n += 1
+    if n == 0:
+        raise ValueError("pipeline stage received no data at all and this was declared as an "
+                         "error")
+
+
+_EMPTY_HINT = "Turn off using empty_check=False in the WebDataset constructor."
+
+
+def check_empty(source):
+    """WebDataset's empty_check: an error when this worker got no samples."""
+    n = 0
+    for sample in source:
+        yield sample
+        n += 1
+    if n == 0:
+        rank, world_size, worker, num_workers = node_info() + worker_info()
+        raise ValueError(f"No samples found in dataset (rank {rank} of {world_size}, worker "
+                         f"{worker} of {num_workers}).\n{_EMPTY_HINT}")
+
+
+class ShardSource:
+    """The fused first stages: the core's shard source."""
+
+    def __init__(self, urls, resampled, nshards, shuffle, shuffle_seed, nodesplitter,
+                 split_workers, tar, empty_check):
+        self.urls = urls
+        self.resampled = resampled
+        self.nshards = nshards
+        self.shuffle = shuffle and not resampled
+        self.shuffle_seed = shuffle_seed
+        self.nodesplitter = nodesplitter
+        self.split_workers = split_workers
+        self.tar = tar
+        self.empty_check = empty_check
+
+    def seed(self, ctx):
+        return ctx.seed if self.shuffle_seed is None else self.shuffle_seed
+
+    def list_args(self, ctx):
+        return dict(shuffle=self.shuffle, split_nodes=self.nodesplitter is split_by_node,
+                    split_workers=self.split_workers)
+
+    def core_source(self, ctx):
+        check_secure(self.urls)
+        if self.nodesplitter is single_node_only and ctx.world_size > 1:
+            list(single_node_only([]))  # raises the reference's error
+        if self.empty_check and not self.resampled:
+            self.check_shards(ctx)
+        return _core.shard_source(
+            self.urls, **self.list_args(ctx), resampled=self.resampled, nshards=self.nshards,
+            allow_empty=not self.empty_check, seed=self.seed(ctx),
+            handler=self.tar.core_handler())
+
+    def check_shards(self, ctx):
+        try:
+            _core.shards_for_worker(self.urls, **self.list_args(ctx), allow_empty=False,
+                                    rank=ctx.rank, world_size=ctx.world_size, worker=ctx.worker,
+                                    num_workers=ctx.num_workers, epoch=ctx.epoch,
+                                    pass_=ctx.pass_, seed=self.seed(ctx))
+        except ValueError as e:
+            message = str(e).replace(" (allow_empty permits this)", "")
+            raise ValueError(f"{message}.\n{_EMPTY_HINT}") from None
+
+    def check_count(self, count, ctx):
+        if self.empty_check and count == 0:
+            raise ValueError(
+                f"No samples found in dataset: rank {ctx.rank} of {ctx.world_size}, worker "
+                f"{ctx.worker} of {ctx.num_workers} read its shards of {len(self.urls)} and got "
+                f"no samples.\n{_EMPTY_HINT}")
+
+
+def fuse_source(stages, ctx):
+    """(ShardSource, index of the first stage after it), or None."""
+    from .tariterators import TarfileToSamples
+
+    if not stages:
+        return None
+    first = stages[0]
+    if isinstance(first, SimpleShardList):
+        urls, resampled, nshards = first.urls, False, None
+    elif isinstance(first, ResampledShards) and first.native_ok():
+        urls, resampled = first.urls, True
+        nshards = None if first.nshards == sys.maxsize else first.nshards
+    else:
+        return None
+    i, shuffle, shuffle_seed, node, split_workers = 1, False, None, None, False
+    while i < len(stages):
+        s = stages[i]
+        if isinstance(s, epoch_shuffle) and not (shuffle or node or split_workers):
+            shuffle, shuffle_seed = True, s.seed
+        elif (s is split_by_node or s is single_node_only) and not (node or split_workers):
+            node = s
+        elif s is split_by_worker and not split_workers:
+            split_workers = True
+        else:
+            break
+        i += 1
+    if i == len(stages) or not isinstance(stages[i], TarfileToSamples):
+        return None
+    tar = stages[i]
+    if not tar.fusable():
+        return None
+    i += 1
+    empty_check = i < len(stages) and stages[i] is check_empty
+    if empty_check:
+        i += 1
+    return ShardSource(urls, resampled, nshards, shuffle, shuffle_seed, node, split_workers, tar,
+                       empty_check), i
