@@ -442,6 +442,16 @@ TEST(ShardsForWorkerTest, AllowEmptyGivesEmptyList) {
 
 // --- Streams ---------------------------------------------------------------
 
+TEST(ShardsForWorkerTest, ContextThatIsNoPlacementIsInvalidArgument) {
+  for (const WorkerContext& ctx :
+       {Ctx(0, 1, 0, 0), Ctx(0, 0, 0, 1), Ctx(2, 2, 0, 1), Ctx(0, 1, 3, 3), Ctx(-1, 2, 0, 1)}) {
+    absl::StatusOr<std::vector<std::string>> list = ShardsForWorker(Numbered(4), {}, ctx);
+    EXPECT_EQ(list.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(list.status().message()), HasSubstr("is not a placement"));
+  }
+  EXPECT_THAT(SplitByWorker(Numbered(4), Ctx(0, 1, 0, 0)), ElementsAre());
+}
+
 TEST(ShardStreamTest, YieldsWorkerListThenEndsStickily) {
   std::unique_ptr<UrlStream> stream = ShardStream(Numbered(6), {}, Ctx(0, 2, 1, 2));
   absl::StatusOr<Names> urls = DrainUrls(*stream);

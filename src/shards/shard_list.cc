@@ -12,10 +12,11 @@
 namespace wds {
 namespace {
 
-// Slice is Python's v[start::step]. REQUIRES: start >= 0, step > 0.
+// Slice is Python's v[start::step]; empty for a negative start or a step
+// below 1 (a context that is no placement: ShardsForWorker reports it).
 std::vector<std::string> Slice(std::vector<std::string> v, int start, int step) {
-  assert(start >= 0 && step > 0);
   std::vector<std::string> out;
+  if (start < 0 || step < 1) return out;
   for (size_t i = start; i < v.size(); i += step) out.push_back(std::move(v[i]));
   return out;
 }
@@ -99,6 +100,13 @@ std::vector<std::string> PermuteShards(std::vector<std::string> shards, uint64_t
 absl::StatusOr<std::vector<std::string>> ShardsForWorker(const std::vector<std::string>& shards,
                                                          const ShardListOptions& options,
                                                          const WorkerContext& ctx) {
+  if (ctx.world_size < 1 || ctx.rank < 0 || ctx.rank >= ctx.world_size || ctx.num_workers < 1 ||
+      ctx.worker < 0 || ctx.worker >= ctx.num_workers) {
+    return absl::InvalidArgumentError(Cat("shard list: rank ", ctx.rank, " of ", ctx.world_size,
+                                          ", worker ", ctx.worker, " of ", ctx.num_workers,
+                                          " is not a placement (need 0 <= rank < world_size "
+                                          "and 0 <= worker < num_workers)"));
+  }
   std::vector<std::string> list =
       options.shuffle ? PermuteShards(shards, ctx.seed, ctx.epoch, ctx.pass) : shards;
   if (options.nodesplitter) list = options.nodesplitter(std::move(list), ctx);

@@ -122,8 +122,12 @@ absl::StatusOr<std::unique_ptr<TarWriter>> TarWriter::Create(const std::string& 
   // Tar files are padded to whole 10 KiB records by default; one block suffices.
   archive_write_set_bytes_in_last_block(a, 1);
   if (OpenOutput(a, path) != ARCHIVE_OK) {
+    // The system's reason decides the code: a missing directory is NotFound.
+    const int error_number = archive_errno(a);
     absl::Status s =
-        absl::PermissionDeniedError(Cat(path, ": cannot create: ", archive_error_string(a)));
+        error_number > 0
+            ? absl::ErrnoToStatus(error_number, Cat(path, ": cannot create"))
+            : absl::PermissionDeniedError(Cat(path, ": cannot create: ", archive_error_string(a)));
     archive_write_free(a);
     return s;
   }
