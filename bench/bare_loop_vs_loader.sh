@@ -2,7 +2,8 @@
 # bare_loop_vs_loader.sh DATA_DIR [ROUNDS] [WORKERS] [-- wds-bench options]: the loader against
 # a bare libarchive + TurboJPEG loop (bench/bare_loop.cc, built here with g++), alternated
 # ROUNDS times (default 3) with WORKERS threads each (default 2), both over
-# DATA_DIR/imagenet-{000000..000007}.tar (bench/make_imagenet_like.sh DATA_DIR 8), 2 epochs.
+# DATA_DIR/imagenet-{000000..000007}.tar (bench/make_imagenet_like.sh DATA_DIR 8), EPOCHS epochs
+# (default 2).
 # wds-bench runs --batch 64 --decode rgb8 --fields jpg,cls plus the options after "--"
 # (e.g. --shuffle 1000, or --resize 224x224 --crop center, which the bare loop then does too).
 # Prints per round images/s, the ratio, minor page faults and user/sys CPU seconds, then the
@@ -10,6 +11,7 @@
 set -euo pipefail
 data=${1:?usage: bare_loop_vs_loader.sh DATA_DIR [ROUNDS] [WORKERS] [-- wds-bench options]}
 rounds=${2:-3}
+epochs=${EPOCHS:-2}
 workers=${3:-2}
 shift $(( $# < 3 ? $# : 3 ))
 [[ "${1:-}" == "--" ]] && shift
@@ -29,8 +31,8 @@ field() { sed "s/.*\"$1\": \([0-9.]*\).*/\1/"; }
 ratios=()
 cd "$data"
 for round in $(seq "$rounds"); do
-  bare=$("$work/bare_loop" --threads "$workers" --epochs 2 "${bare_args[@]}" imagenet-00000{0..7}.tar)
-  ours=$("$bench" --workers "$workers" --batch 64 --decode rgb8 --fields 'jpg,cls' --epochs 2 \
+  bare=$("$work/bare_loop" --threads "$workers" --epochs "$epochs" "${bare_args[@]}" imagenet-00000{0..7}.tar)
+  ours=$("$bench" --workers "$workers" --batch 64 --decode rgb8 --fields 'jpg,cls' --epochs "$epochs" \
            --json "${extra[@]}" 'imagenet-{000000..000007}.tar')
   b=$(field images_per_s <<<"$bare"); o=$(field samples_per_s <<<"$ours")
   ratio=$(awk -v o="$o" -v b="$b" 'BEGIN {printf "%.3f", o / b}')
