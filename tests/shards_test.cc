@@ -44,10 +44,13 @@ Names Numbered(int n, std::string_view prefix = "") {
 absl::StatusOr<Names> DrainUrls(UrlStream& stream) {
   Names out;
   while (true) {
-    absl::StatusOr<std::optional<std::string>> url = stream.Next();
-    if (!url.ok()) return url.status();
-    if (!url->has_value()) return out;
-    out.push_back(**url);
+    absl::StatusOr<std::optional<ShardSlice>> slice = stream.Next();
+    if (!slice.ok()) return slice.status();
+    if (!slice->has_value()) return out;
+    // Shard-granular streams read whole shards.
+    EXPECT_EQ((*slice)->begin, 0);
+    EXPECT_EQ((*slice)->end, -1);
+    out.push_back((*slice)->url);
   }
 }
 
@@ -457,7 +460,7 @@ TEST(ShardStreamTest, YieldsWorkerListThenEndsStickily) {
   absl::StatusOr<Names> urls = DrainUrls(*stream);
   ASSERT_TRUE(urls.ok()) << urls.status();
   EXPECT_THAT(*urls, ElementsAre("2"));
-  absl::StatusOr<std::optional<std::string>> after = stream->Next();
+  absl::StatusOr<std::optional<ShardSlice>> after = stream->Next();
   ASSERT_TRUE(after.ok());
   EXPECT_FALSE(after->has_value());
 }
@@ -474,7 +477,7 @@ TEST(ShardStreamTest, AllowEmptyGivesEmptyStream) {
 TEST(ShardStreamTest, CannotFeedErrorIsSticky) {
   std::unique_ptr<UrlStream> stream = ShardStream(Numbered(8), {}, Ctx(1, 4, 3, 4));
   for (int i = 0; i < 2; ++i) {
-    absl::StatusOr<std::optional<std::string>> url = stream->Next();
+    absl::StatusOr<std::optional<ShardSlice>> url = stream->Next();
     ASSERT_FALSE(url.ok());
     EXPECT_EQ(url.status().code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_THAT(ToStd(url.status().message()),
@@ -488,7 +491,7 @@ TEST(ResampledShardStreamTest, CountLimitsDrawsThenEndsStickily) {
   ASSERT_TRUE(urls.ok()) << urls.status();
   EXPECT_EQ(urls->size(), 5u);
   for (const std::string& url : *urls) EXPECT_THAT(url, ::testing::AnyOf("0", "1", "2"));
-  absl::StatusOr<std::optional<std::string>> after = stream->Next();
+  absl::StatusOr<std::optional<ShardSlice>> after = stream->Next();
   ASSERT_TRUE(after.ok());
   EXPECT_FALSE(after->has_value());
 }
@@ -505,9 +508,9 @@ TEST(ResampledShardStreamTest, EndlessDrawsWithReplacementFromWholeList) {
       ResampledShardStream(Numbered(4), std::nullopt, Ctx(0, 1, 0, 1));
   std::map<std::string, int> counts;
   for (int i = 0; i < 4000; ++i) {
-    absl::StatusOr<std::optional<std::string>> url = stream->Next();
+    absl::StatusOr<std::optional<ShardSlice>> url = stream->Next();
     ASSERT_TRUE(url.ok() && url->has_value()) << i;
-    ++counts[**url];
+    ++counts[(*url)->url];
   }
   ASSERT_EQ(counts.size(), 4u);
   for (const auto& [url, n] : counts) EXPECT_GT(n, 800) << url;
@@ -538,7 +541,7 @@ TEST(ResampledShardStreamTest, WorkersRanksEpochsAndSeedsDrawDifferently) {
 TEST(ResampledShardStreamTest, EmptyListIsFailedPrecondition) {
   std::unique_ptr<UrlStream> stream = ResampledShardStream({}, std::nullopt, Ctx(0, 1, 0, 1));
   for (int i = 0; i < 2; ++i) {
-    absl::StatusOr<std::optional<std::string>> url = stream->Next();
+    absl::StatusOr<std::optional<ShardSlice>> url = stream->Next();
     ASSERT_FALSE(url.ok());
     EXPECT_EQ(url.status().code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_THAT(ToStd(url.status().message()), HasSubstr("empty shard list"));

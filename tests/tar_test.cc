@@ -737,8 +737,8 @@ class ListUrls : public UrlStream {
  public:
   explicit ListUrls(std::vector<std::string> urls, absl::Status then = absl::OkStatus())
       : urls_(std::move(urls)), then_(std::move(then)) {}
-  absl::StatusOr<std::optional<std::string>> Next() override {
-    if (next_ < urls_.size()) return urls_[next_++];
+  absl::StatusOr<std::optional<ShardSlice>> Next() override {
+    if (next_ < urls_.size()) return ShardSlice{urls_[next_++]};
     if (!then_.ok()) return then_;
     return std::nullopt;
   }

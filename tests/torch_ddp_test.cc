@@ -157,7 +157,7 @@ class DdpTest : public ::testing::Test {
 // left out of each epoch.
 TEST_F(DdpTest, DropTwoRanksRunTheSmallestRanksBatches) {
   std::vector<RankResult> results =
-      Train(2, "--epochs 2 --batch-size 10 --no-shardshuffle --equalize drop");
+      Train(2, "--split shards --epochs 2 --batch-size 10 --no-shardshuffle --equalize drop");
   for (const RankResult& r : results) {
     ASSERT_EQ(r.exit_code, 0) << r.stderr;
     EXPECT_THAT(r.batches, ElementsAre(17, 17)) << r.json;
@@ -176,7 +176,7 @@ TEST_F(DdpTest, DropTwoRanksRunTheSmallestRanksBatches) {
 // the minimum over the ranks of their full batches, as the plan computes from
 // the shards each rank reads in that epoch.
 TEST_F(DdpTest, DropThreeRanksWithShardShuffleFollowsThePlan) {
-  std::vector<RankResult> results = Train(3, "--epochs 3 --batch-size 16 --seed 5");
+  std::vector<RankResult> results = Train(3, "--split shards --epochs 3 --batch-size 16 --seed 5");
   ShardSampleCounts counts;
   for (int s = 0; s < 5; ++s) counts.Set(shards_[s], kShardSizes[s]);
   for (int epoch = 0; epoch < 3; ++epoch) {
@@ -199,11 +199,35 @@ TEST_F(DdpTest, DropThreeRanksWithShardShuffleFollowsThePlan) {
   }
 }
 
+// The default split is sample-granular: with 1170 samples each of 3 ranks
+// holds 390 (two workers, 195 each: 12 full batches of 16), so every rank
+// runs 24 steps of full batches, 1152 distinct samples are trained in each
+// epoch, and with shard shuffling the 18 left out differ between epochs.
+TEST_F(DdpTest, SampleSplitGivesEveryRankAnEqualShare) {
+  std::vector<RankResult> results =
+      Train(3, "--epochs 2 --batch-size 16 --seed 5 --equalize drop --workers 2");
+  for (const RankResult& r : results) {
+    ASSERT_EQ(r.exit_code, 0) << r.stderr;
+    EXPECT_THAT(r.batches, ElementsAre(24, 24)) << r.json;
+    EXPECT_THAT(r.samples, ElementsAre(384, 384)) << r.json;
+  }
+  EXPECT_THAT(results[0].stderr, HasSubstr("split samples, equalize drop"));
+  EXPECT_THAT(results[0].stderr, HasSubstr("epoch 0: rank 0 holds 390 samples"));
+  std::set<std::string> epochs[2];
+  for (int epoch : {0, 1}) {
+    const std::vector<std::string> keys = AllKeys(results, epoch);
+    EXPECT_EQ(keys.size(), 1152u);
+    EXPECT_EQ(Distinct(keys), 1152u) << "a sample was trained on twice in epoch " << epoch;
+    epochs[epoch].insert(keys.begin(), keys.end());
+  }
+  EXPECT_NE(epochs[0], epochs[1]);
+}
+
 // Two loader workers per rank: rank 0's workers hold 120 and 50 samples (12 and
 // 5 batches), so only 11 round-robin batches come from their first pass.
 TEST_F(DdpTest, DropWithTwoWorkersCountsEachWorkersBatches) {
   std::vector<RankResult> results =
-      Train(2, "--epochs 1 --batch-size 10 --no-shardshuffle --equalize drop --workers 2");
+      Train(2, "--split shards --epochs 1 --batch-size 10 --no-shardshuffle --equalize drop --workers 2");
   for (const RankResult& r : results) {
     ASSERT_EQ(r.exit_code, 0) << r.stderr;
     EXPECT_THAT(r.batches, ElementsAre(11)) << r.json;
@@ -220,7 +244,7 @@ TEST_F(DdpTest, DropWithTwoWorkersCountsEachWorkersBatches) {
 // Every one of the 1170 samples is trained on in each epoch.
 TEST_F(DdpTest, WrapTrainsEverySampleAndRepeatsOnTheShortRank) {
   std::vector<RankResult> results =
-      Train(2, "--epochs 1 --batch-size 16 --no-shardshuffle --equalize wrap");
+      Train(2, "--split shards --epochs 1 --batch-size 16 --no-shardshuffle --equalize wrap");
   ASSERT_EQ(results[0].exit_code, 0) << results[0].stderr;
   ASSERT_EQ(results[1].exit_code, 0) << results[1].stderr;
   EXPECT_THAT(results[0].batches, ElementsAre(63));
@@ -236,7 +260,7 @@ TEST_F(DdpTest, WrapTrainsEverySampleAndRepeatsOnTheShortRank) {
 // message names the ranks and their step counts.
 TEST_F(DdpTest, OffWithUnevenRanksFailsNamingRanksAndStepCounts) {
   std::vector<RankResult> results =
-      Train(2, "--epochs 1 --batch-size 10 --no-shardshuffle --equalize off --timeout-s 4");
+      Train(2, "--split shards --epochs 1 --batch-size 10 --no-shardshuffle --equalize off --timeout-s 4");
   EXPECT_NE(results[0].exit_code, 0);
   EXPECT_NE(results[1].exit_code, 0);
   EXPECT_NE(results[0].exit_code, 137) << "rank 0 hung until killed";
@@ -251,7 +275,7 @@ TEST_F(DdpTest, OffWithUnevenRanksFailsNamingRanksAndStepCounts) {
 // runs out, so the unequalized run completes with 17 steps each.
 TEST_F(DdpTest, JoinEndsTheEpochOnEveryRankTogether) {
   std::vector<RankResult> results =
-      Train(2, "--epochs 1 --batch-size 10 --no-shardshuffle --equalize off --join");
+      Train(2, "--split shards --epochs 1 --batch-size 10 --no-shardshuffle --equalize off --join");
   for (const RankResult& r : results) {
     ASSERT_EQ(r.exit_code, 0) << r.stderr;
     EXPECT_THAT(r.batches, ElementsAre(17)) << r.json;
@@ -262,7 +286,7 @@ TEST_F(DdpTest, JoinEndsTheEpochOnEveryRankTogether) {
 // A restart resumes after the latest checkpoint and runs only the epochs left.
 TEST_F(DdpTest, RestartResumesFromTheLatestCheckpoint) {
   const std::string args =
-      "--batch-size 10 --no-shardshuffle --checkpoint-dir " + dir_.path() + "/ckpt";
+      "--split shards --batch-size 10 --no-shardshuffle --checkpoint-dir " + dir_.path() + "/ckpt";
   std::vector<RankResult> first = Train(2, "--epochs 1 " + args);
   ASSERT_EQ(first[0].exit_code, 0) << first[0].stderr;
   EXPECT_EQ(access((dir_.path() + "/ckpt/checkpoint-000001.pt").c_str(), R_OK), 0);

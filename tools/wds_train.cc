@@ -63,6 +63,11 @@ SLURM srun, or one plain process).
   --seed N               (default 0)
   --checkpoint-dir DIR   rank 0 saves DIR/checkpoint-NNNNNN.pt after each epoch
                          (atomically); a restart resumes from the latest
+  --split samples|shards
+                         samples (default): every rank reads an equal run of the
+                         epoch's samples, slices starting and ending inside
+                         shards; shards: whole shards per rank and worker (counts
+                         from SHARD.idx sidecars, else one header scan per shard)
   --equalize drop|wrap|off
                          drop (default): every rank runs the smallest rank's
                          full batches; wrap: every sample trains each epoch, short
@@ -105,6 +110,7 @@ struct Options {
   uint64_t seed = 0;
   std::string checkpoint_dir;
   wds::EqualizePolicy equalize = wds::EqualizePolicy::kDrop;
+  wds::SplitGranularity split = wds::SplitGranularity::kSamples;
   bool join = false;
   int threads = 1;
   std::string device;
@@ -197,7 +203,12 @@ Options ParseOptions(int argc, char** argv) {
       o.log_every = ParseInt(flag, value, 0);
     else if (flag == "--log-keys")
       o.log_keys = value;
-    else if (flag == "--equalize") {
+    else if (flag == "--split") {
+      if (value != "samples" && value != "shards") {
+        Die("--split wants samples or shards, not \"" + std::string(value) + "\"");
+      }
+      o.split = value == "samples" ? wds::SplitGranularity::kSamples : wds::SplitGranularity::kShards;
+    } else if (flag == "--equalize") {
       absl::StatusOr<wds::EqualizePolicy> policy = wds::ParseEqualizePolicy(value);
       if (!policy.ok()) Die(Message(policy.status()));
       o.equalize = *policy;
@@ -270,6 +281,7 @@ const char* ImageSpec(const Options& o) { return o.channels == 1 ? "l8" : "rgb8"
 // TrainPipeline is the recipe of every training epoch, before WithLength.
 wds::Pipeline TrainPipeline(const Options& o, const std::vector<std::string>& shards) {
   wds::WebDatasetOptions source{.seed = o.seed, .shardshuffle = o.shardshuffle};
+  source.split = o.split;
   return Expect(wds::WebDataset(shards, source), "--train")
       .Shuffle(static_cast<size_t>(o.shuffle))
       .Decode(ImageSpec(o), DecodeOptions(o))
@@ -467,7 +479,9 @@ class Run {
     if (dist_.is_main()) {
       std::cerr << "wds-train: " << dist_.world_size() << " rank(s), backend " << dist_.backend()
                 << ", device " << dist_.device() << ", " << shards_.size()
-                << " training shards, equalize " << wds::EqualizePolicyName(o_.equalize)
+                << " training shards, split "
+                << (o_.split == wds::SplitGranularity::kSamples ? "samples" : "shards")
+                << ", equalize " << wds::EqualizePolicyName(o_.equalize)
                 << (o_.join ? " + join" : "")
                 << (start > 0 ? ", resuming after epoch " + std::to_string(start) : "") << "\n";
     }
@@ -486,12 +500,12 @@ class Run {
                              .epoch = epoch,
                              .seed = o_.seed};
       absl::StatusOr<wds::RankEpochPlan> plan = wds::PlanRankEpoch(
-          shards_, {.shuffle = o_.shardshuffle}, ctx,
+          shards_, {.shuffle = o_.shardshuffle, .split = o_.split}, ctx,
           {.batch_size = o_.batch_size, .partial = o_.equalize != wds::EqualizePolicy::kDrop},
           counts_);
       if (!plan.ok()) Die(Message(plan.status()));
       const wds::EqualizedSteps steps = wds::AgreeOnSteps(dist_, *plan, o_.equalize);
-      if (dist_.is_main()) LogPlan(epoch, steps);
+      if (dist_.is_main()) LogPlan(epoch, *plan, steps);
       recipe = recipe.WithLength(steps.steps);
     }
     auto loader = std::make_unique<wds::Loader>(
@@ -504,9 +518,9 @@ class Run {
     return loader;
   }
 
-  void LogPlan(int epoch, const wds::EqualizedSteps& steps) const {
-    std::cerr << "epoch " << epoch << ": equalize " << wds::EqualizePolicyName(o_.equalize)
-              << ": batches per rank";
+  void LogPlan(int epoch, const wds::RankEpochPlan& plan, const wds::EqualizedSteps& steps) const {
+    std::cerr << "epoch " << epoch << ": rank 0 holds " << plan.samples() << " samples; equalize "
+              << wds::EqualizePolicyName(o_.equalize) << ": batches per rank";
     for (int64_t p : steps.proposals) std::cerr << " " << p;
     std::cerr << " -> " << steps.steps << " steps\n";
   }

@@ -11,7 +11,8 @@
 //   pipeline.WithLength(steps);
 //
 // The plan follows the Loader exactly: the shard list of each worker is the
-// library's own ShardsForWorker for (rank, worker, epoch, pass 0); each worker
+// library's own ShardsForWorker for (rank, worker, epoch, pass 0), or its
+// SlicesForWorker when options.split is SplitGranularity::kSamples; each worker
 // batches its own samples (so a worker ends its pass with its own partial
 // batch); and the Loader takes batches round-robin over the workers, worker 0
 // first. Under WithLength(n) the workers' streams continue into further passes,
@@ -82,6 +83,7 @@ struct EpochBatching {
 
 // WorkerPlan is one loader worker's pass 0 of an epoch.
 struct WorkerPlan {
+  // shards lists the shards the worker reads (under kSamples, in part).
   std::vector<std::string> shards;
   int64_t samples = 0;
   int64_t batches = 0;

@@ -29,6 +29,7 @@
 #include "wds/image.h"
 #include "wds/remote.h"
 #include "wds/sample.h"
+#include "wds/shard_index.h"
 #include "wds/shard_list.h"
 #include "wds/stage.h"
 #include "wds/stages.h"
@@ -55,6 +56,15 @@ struct WebDatasetOptions {
   // allow_empty lets a rank or worker with no shards yield nothing instead of
   // failing with an error naming the counts.
   bool allow_empty = false;
+  // split chooses whole shards or equal runs of samples per rank and worker
+  // (SplitGranularity in shard_list.h). nullopt chooses kSamples when every
+  // shard's count is known without reading the shard (dataset_index lists
+  // it, or it has a sidecar .idx), else kShards. kSamples with unknown counts
+  // scans the shards' headers once per process (a full read for remote and
+  // pipe: shards). Not used with `resampled`.
+  std::optional<SplitGranularity> split;
+  // dataset_index, if set, gives shard sample counts (by URL, as listed).
+  std::shared_ptr<const DatasetIndex> dataset_index;
   // handler applies to opening shards, reading tars and grouping members.
   Handler handler = Handler::kReraise;
   // max_member_size is the largest tar member accepted (see tar_reader.h);

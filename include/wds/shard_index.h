@@ -79,6 +79,18 @@ struct ShardIndex {
 
 // IndexPath names the index sidecar of a shard: "<shard>.idx".
 std::string IndexPath(std::string_view shard);
+// HasSidecar is true when `url` is a local file whose sidecar exists.
+bool HasSidecar(std::string_view url);
+
+// IndexOf returns the index of `url`: its sidecar when HasSidecar(url),
+// otherwise a header scan (ScanStream) of the stream `opener` opens.
+[[nodiscard]] absl::StatusOr<ShardIndex> IndexOf(std::string_view url, const Opener& opener);
+
+// SampleStartOffsets gives, per sample of `index`, the tar offset at which
+// reading starts with that sample (TarReaderOptions::start_offset): 0 for the
+// first, else the end of the previous sample's last member data, padded to
+// 512 bytes, where the next header starts.
+std::vector<int64_t> SampleStartOffsets(const ShardIndex& index);
 
 // ScanShard builds the index of `url` (any URL OpenUrl takes) from the tar
 // headers alone: member data is skipped (seeked over in a local uncompressed

@@ -66,6 +66,15 @@ struct TarReaderOptions {
   // (recycled when their last reference drops); smaller members, and all of
   // them without a pool, are allocated on their own.
   std::shared_ptr<BufferPool> pool;
+  // start_offset, when positive, starts reading at that offset of the
+  // uncompressed tar, which must be where a member's first header starts
+  // (the end of the previous member's data, padded to 512 bytes; see
+  // ShardIndex). A plain tar is seeked there (ByteStream::Skip, reading when
+  // the stream cannot skip), a gzip one inflated up to it, and one of
+  // libarchive's compressions walked to it header by header. Offsets in
+  // members and messages still count from the start of the tar; the end of
+  // the archive is checked as without it.
+  int64_t start_offset = 0;
 };
 
 // TarReader reads one tar stream. Not thread-safe.

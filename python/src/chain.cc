@@ -89,18 +89,18 @@ void RegisterSources(py::module_& m) {
       "shard_source",
       [](std::vector<std::string> urls, bool shuffle, bool resampled,
          std::optional<int64_t> nshards, bool split_nodes, bool split_workers, bool allow_empty,
-         uint64_t seed, py::handle handler) {
-        ShardSourceOptions options{shuffle,       resampled,   nshards, split_nodes,
-                                   split_workers, allow_empty, seed};
+         uint64_t seed, py::handle handler, bool split_samples) {
+        ShardSourceOptions options{shuffle,     resampled, nshards,      split_nodes, split_workers,
+                                   allow_empty, seed,      split_samples};
         StageHandler h = StageHandler::FromPython(handler);
         return Source{ShardSource(std::move(urls), options, h), h.is_native(), nullptr};
       },
       py::arg("urls"), py::kw_only(), py::arg("shuffle") = false, py::arg("resampled") = false,
       py::arg("nshards") = py::none(), py::arg("split_nodes") = true,
       py::arg("split_workers") = true, py::arg("allow_empty") = false, py::arg("seed") = 0,
-      py::arg("handler") = "reraise",
+      py::arg("handler") = "reraise", py::arg("split_samples") = false,
       "Shards read as the core's WebDataset() reads them (permuted per epoch, split by node "
-      "and worker).");
+      "and worker, in whole shards or, with split_samples, in equal runs of samples).");
   m.def(
       "url_source",
       [](py::handle iterator, py::handle handler) {

@@ -110,21 +110,23 @@ void RegisterPlan(py::module_& m) {
       "plan_rank_epoch",
       [](const std::vector<std::string>& urls, bool shuffle, bool split_nodes, bool split_workers,
          int rank, int world_size, int num_workers, int64_t epoch, uint64_t seed,
-         int64_t batch_size, bool partial) {
+         int64_t batch_size, bool partial, bool split_samples) {
         wds::WorkerContext ctx = Context(rank, world_size, 0, num_workers, epoch, 0, seed);
         wds::EpochBatching batching{batch_size, partial};
         wds::ShardSampleCounts counts;
         absl::StatusOr<wds::RankEpochPlan> plan;
         {
           py::gil_scoped_release release;
-          plan = wds::PlanRankEpoch(urls, ListOptions(shuffle, split_nodes, split_workers, false),
-                                    ctx, batching, counts);
+          wds::ShardListOptions list = ListOptions(shuffle, split_nodes, split_workers, false);
+          if (split_samples) list.split = wds::SplitGranularity::kSamples;
+          plan = wds::PlanRankEpoch(urls, list, ctx, batching, counts);
         }
         return ValueOrRaise(std::move(plan));
       },
       py::arg("urls"), py::kw_only(), py::arg("shuffle"), py::arg("split_nodes"),
       py::arg("split_workers"), py::arg("rank"), py::arg("world_size"), py::arg("num_workers"),
-      py::arg("epoch"), py::arg("seed"), py::arg("batch_size"), py::arg("partial"));
+      py::arg("epoch"), py::arg("seed"), py::arg("batch_size"), py::arg("partial"),
+      py::arg("split_samples") = false);
 }
 
 void RegisterShardLists(py::module_& m) {

@@ -192,6 +192,11 @@ wds::StreamFactory ShardSource(std::vector<std::string> urls, const ShardSourceO
                                StageHandler handler) {
   if (urls.empty()) throw py::value_error("the shard list is empty");
   if (!handler.is_native()) {
+    if (options.split_samples) {
+      throw py::value_error(
+          "split='samples' needs a native handler (reraise_exception, warn_and_continue, "
+          "ignore_and_continue, ...), not a Python callable");
+    }
     auto shared = std::make_shared<const std::vector<std::string>>(std::move(urls));
     const wds::ShardListOptions list = ListOptions(options);
     return [shared, list,
@@ -216,6 +221,8 @@ wds::StreamFactory ShardSource(std::vector<std::string> urls, const ShardSourceO
   web.nodesplitter = list.nodesplitter;
   web.workersplitter = list.workersplitter;
   web.allow_empty = options.allow_empty;
+  web.split = options.split_samples ? wds::SplitGranularity::kSamples
+                                    : wds::SplitGranularity::kShards;
   web.handler = handler.native();
   web.opener = PythonOpener();
   absl::StatusOr<wds::Pipeline> pipeline = wds::WebDataset(std::move(urls), std::move(web));

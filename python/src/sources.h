@@ -29,6 +29,9 @@ struct ShardSourceOptions {
   bool split_workers = true;
   bool allow_empty = false;
   uint64_t seed = 0;
+  // split_samples splits by samples instead of whole shards
+  // (wds::SplitGranularity::kSamples); it needs a native handler.
+  bool split_samples = false;
 };
 
 // ShardSource reads `urls` as the core's WebDataset() does (per-epoch

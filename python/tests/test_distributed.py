@@ -92,3 +92,34 @@ def test_torchrun_three_ranks_run_equal_steps(uneven, tmp_path):
     # The shards are uneven: left alone, the ranks would run different steps.
     assert any(len(set(counts)) > 1 for counts in natural_counts)
     assert reports[0]["epochs"][0]["keys"] != reports[0]["epochs"][1]["keys"]
+
+
+def sample_split_keys(pattern, rank, world_size, worker, workers, monkeypatch, **kw):
+    for name, value in (("RANK", rank), ("WORLD_SIZE", world_size), ("WORKER", worker),
+                        ("NUM_WORKERS", workers)):
+        monkeypatch.setenv(name, str(value))
+    ds = wds.WebDataset(pattern, shardshuffle=100, nodesplitter=wds.split_by_node, seed=11,
+                        split="samples", **kw)
+    ds.set_epoch(1)
+    return [s["__key__"] for s in ds]
+
+
+def test_sample_split_gives_every_rank_an_equal_share(uneven, monkeypatch):
+    keys = {(r, w): sample_split_keys(uneven, r, 3, w, 2, monkeypatch)
+            for r in range(3) for w in range(2)}
+    every = [k for ks in keys.values() for k in ks]
+    assert len(every) == sum(COUNTS) and len(set(every)) == sum(COUNTS)
+    per_rank = [len(keys[r, 0]) + len(keys[r, 1]) for r in range(3)]
+    assert max(per_rank) - min(per_rank) <= 1
+    ds = wds.WebDataset(uneven, shardshuffle=100, nodesplitter=wds.split_by_node, seed=11,
+                        split="samples").batched(2, partial=False)
+    for rank in range(3):
+        plan = wds.plan_epoch(ds, num_workers=2, epoch=1, rank=rank, world_size=3)
+        assert [w.samples for w in plan.workers] == [len(keys[rank, w]) for w in range(2)]
+
+
+def test_sample_split_needs_the_native_source(uneven, monkeypatch):
+    with pytest.raises(ValueError, match="split must be 'shards' or 'samples', not 'rows'"):
+        wds.WebDataset(uneven, shardshuffle=False, split="rows")
+    with pytest.raises(ValueError, match="split='samples' needs a native handler"):
+        sample_split_keys(uneven, 0, 1, 0, 1, monkeypatch, handler=lambda e: True)

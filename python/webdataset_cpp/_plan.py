@@ -192,6 +192,11 @@ def plan(stages, ctx):
         i = 1
     else:
         fused = fuse_source(stages, ctx)
+        if fused is None and getattr(stages[0] if stages else None, "split", None) == "samples":
+            raise ValueError(
+                "split='samples' needs the native shard source: the shard list, epoch_shuffle, "
+                "split_by_node / split_by_worker and tarfile_to_samples with a native handler, "
+                "with no Python stage between them")
         if fused is not None:
             source, i = fused
             steps.append(NativeSegment("shards", source, []))

@@ -69,7 +69,8 @@ def plan_epoch(dataset, num_workers=1, epoch=None, rank=None, world_size=None, g
     source, (batch_size, partial) = _planned_source(dataset, ctx)
     return _core.plan_rank_epoch(source.urls, **source.list_args(ctx), rank=rank,
                                  world_size=world_size, num_workers=num_workers, epoch=epoch,
-                                 seed=source.seed(ctx), batch_size=batch_size, partial=partial)
+                                 seed=source.seed(ctx), batch_size=batch_size, partial=partial,
+                                 split_samples=source.split_samples)
 
 
 def agreed_steps(dataset, num_workers=1, policy="drop", epoch=None, group=None):

@@ -68,9 +68,19 @@ class SimpleShardList(PipelineStage):
     `seed` shuffles the list once, when it is made (the same order every
     epoch, as in the reference); use epoch_shuffle() for a new permutation
     every epoch. An empty list is a ValueError.
+
+    split="samples" makes the split_by_node / split_by_worker that follow it
+    share out samples instead of whole shards: every rank (worker) reads an
+    equal run of the epoch's samples, starting and ending inside shards
+    (counts from SHARD.idx sidecars, else one header scan per shard). It
+    needs the native shard source (a native handler, no Python stage between
+    the list and tarfile_to_samples).
     """
 
-    def __init__(self, urls, seed=None):
+    def __init__(self, urls, seed=None, split="shards"):
+        if split not in ("shards", "samples"):
+            raise ValueError(f"SimpleShardList: split must be 'shards' or 'samples', not {split!r}")
+        self.split = split
         self.urls = expand_urls(urls)
         if not self.urls:
             raise ValueError("SimpleShardList: the shard list is empty")
@@ -227,7 +237,8 @@ class ShardSource:
     """The fused first stages: the core's shard source."""
 
     def __init__(self, urls, resampled, nshards, shuffle, shuffle_seed, nodesplitter,
-                 split_workers, tar, empty_check):
+                 split_workers, tar, empty_check, split_samples=False):
+        self.split_samples = split_samples and not resampled
         self.urls = urls
         self.resampled = resampled
         self.nshards = nshards
@@ -249,12 +260,12 @@ class ShardSource:
         check_secure(self.urls)
         if self.nodesplitter is single_node_only and ctx.world_size > 1:
             list(single_node_only([]))  # raises the reference's error
-        if self.empty_check and not self.resampled:
+        if self.empty_check and not self.resampled and not self.split_samples:
             self.check_shards(ctx)
         return _core.shard_source(
             self.urls, **self.list_args(ctx), resampled=self.resampled, nshards=self.nshards,
             allow_empty=not self.empty_check, seed=self.seed(ctx),
-            handler=self.tar.core_handler())
+            handler=self.tar.core_handler(), split_samples=self.split_samples)
 
     def check_shards(self, ctx):
         try:
@@ -310,4 +321,4 @@ def fuse_source(stages, ctx):
     if empty_check:
         i += 1
     return ShardSource(urls, resampled, nshards, shuffle, shuffle_seed, node, split_workers, tar,
-                       empty_check), i
+                       empty_check, getattr(first, "split", "shards") == "samples"), i

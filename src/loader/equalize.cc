@@ -113,13 +113,29 @@ absl::StatusOr<RankEpochPlan> PlanRankEpoch(const std::vector<std::string>& shar
   plan.batching = batching;
   WorkerContext worker_ctx = ctx;
   worker_ctx.pass = 0;
+  std::vector<int64_t> all_counts;
+  if (options.split == SplitGranularity::kSamples) {
+    for (const std::string& url : shards) {
+      WDS_ASSIGN_OR_RETURN(int64_t count, counts.Count(url));
+      all_counts.push_back(count);
+    }
+  }
   for (int w = 0; w < ctx.num_workers; ++w) {
     worker_ctx.worker = w;
     WorkerPlan worker;
-    WDS_ASSIGN_OR_RETURN(worker.shards, ShardsForWorker(shards, options, worker_ctx));
-    for (const std::string& url : worker.shards) {
-      WDS_ASSIGN_OR_RETURN(int64_t count, counts.Count(url));
-      worker.samples += count;
+    if (options.split == SplitGranularity::kSamples) {
+      WDS_ASSIGN_OR_RETURN(std::vector<ShardSlice> slices,
+                           SlicesForWorker(shards, all_counts, options, worker_ctx));
+      for (ShardSlice& slice : slices) {
+        worker.samples += slice.end - slice.begin;
+        worker.shards.push_back(std::move(slice.url));
+      }
+    } else {
+      WDS_ASSIGN_OR_RETURN(worker.shards, ShardsForWorker(shards, options, worker_ctx));
+      for (const std::string& url : worker.shards) {
+        WDS_ASSIGN_OR_RETURN(int64_t count, counts.Count(url));
+        worker.samples += count;
+      }
     }
     worker.batches = BatchesOf(worker.samples, batching);
     plan.workers.push_back(std::move(worker));

@@ -1,5 +1,7 @@
 #include "wds/pipeline.h"
 
+#include <set>
+#include <string_view>
 #include <utility>
 
 #include "shards/shard_streams.h"
@@ -98,21 +100,47 @@ absl::StatusOr<Pipeline> WebDataset(std::string_view urls, WebDatasetOptions opt
   return WebDataset(std::move(shards), std::move(options));
 }
 
+namespace {
+
+// CountsKnown is true when every shard's sample count can be had without
+// reading the shard.
+bool CountsKnown(const std::vector<std::string>& urls, const DatasetIndex* index) {
+  std::set<std::string_view> listed;
+  if (index != nullptr) {
+    for (const DatasetShard& shard : index->shards) listed.insert(shard.url);
+  }
+  for (const std::string& url : urls) {
+    if (listed.count(url) == 0 && !HasSidecar(url)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 absl::StatusOr<Pipeline> WebDataset(std::vector<std::string> urls, WebDatasetOptions options) {
   if (urls.empty()) return absl::InvalidArgumentError("WebDataset: the shard list is empty");
   if (!options.opener) return absl::InvalidArgumentError("WebDataset: no opener");
+  const SplitGranularity split = options.split.value_or(
+      CountsKnown(urls, options.dataset_index.get()) ? SplitGranularity::kSamples
+                                                     : SplitGranularity::kShards);
   auto shards = std::make_shared<const std::vector<std::string>>(std::move(urls));
-  StreamFactory source = [shards, options](const WorkerContext& ctx) {
+  std::shared_ptr<ShardCatalog> catalog;
+  if (split == SplitGranularity::kSamples && !options.resampled) {
+    catalog = std::make_shared<ShardCatalog>(options.opener, options.dataset_index);
+  }
+  StreamFactory source = [shards, options, split, catalog](const WorkerContext& ctx) {
     std::unique_ptr<UrlStream> url_stream;
+    ShardListOptions list{options.shardshuffle, options.nodesplitter, options.workersplitter,
+                          options.allow_empty, split};
     if (options.resampled) {
       url_stream = ResampledShardStream(*shards, options.nshards, ctx);
+    } else if (catalog != nullptr) {
+      url_stream = SliceStream(*shards, catalog->Counts(*shards), list, ctx);
     } else {
-      ShardListOptions list{options.shardshuffle, options.nodesplitter, options.workersplitter,
-                            options.allow_empty};
       url_stream = ShardStream(*shards, list, ctx);
     }
     return TarSamples(std::move(url_stream), options.opener, options.handler, ctx,
-                      options.max_member_size);
+                      options.max_member_size, catalog);
   };
   return Pipeline(std::move(source), options.seed);
 }

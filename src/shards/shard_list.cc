@@ -2,6 +2,7 @@
 // of one worker.
 #include "wds/shard_list.h"
 
+#include <algorithm>
 #include <cassert>
 #include <utility>
 
@@ -23,10 +24,11 @@ std::vector<std::string> Slice(std::vector<std::string> v, int start, int step) 
 
 std::string Count(size_t n, std::string_view noun) { return Cat(n, " ", noun, n == 1 ? "" : "s"); }
 
-// NoShardsMessage names only the levels that were split, so that the counts
-// it gives are the ones that left this worker empty.
-std::string NoShardsMessage(size_t shards, const ShardListOptions& options,
-                            const WorkerContext& ctx) {
+// NothingMessage names only the levels that were split, so that the counts
+// it gives are the ones that left this worker empty; `what` is what was
+// split ("8 shards").
+std::string NothingMessage(std::string_view what, const ShardListOptions& options,
+                           const WorkerContext& ctx) {
   std::string feeders, who;
   if (options.nodesplitter) {
     feeders = Count(ctx.world_size, "rank");
@@ -37,38 +39,67 @@ std::string NoShardsMessage(size_t shards, const ShardListOptions& options,
     who += Cat(who.empty() ? "" : " ", "worker ", ctx.worker);
   }
   const std::string head =
-      feeders.empty() ? Cat(Count(shards, "shard"), ": rank ", ctx.rank, " worker ", ctx.worker)
-                      : Cat(Count(shards, "shard"), " cannot feed ", feeders, ": ", who);
+      feeders.empty() ? Cat(what, ": rank ", ctx.rank, " worker ", ctx.worker)
+                      : Cat(what, " cannot feed ", feeders, ": ", who);
   return Cat(head, " has none (allow_empty permits this)");
 }
 
 class ListUrlStream : public UrlStream {
  public:
-  explicit ListUrlStream(absl::StatusOr<std::vector<std::string>> urls) : urls_(std::move(urls)) {}
+  explicit ListUrlStream(absl::StatusOr<std::vector<ShardSlice>> slices)
+      : slices_(std::move(slices)) {}
 
-  absl::StatusOr<std::optional<std::string>> Next() override {
-    if (!urls_.ok()) return urls_.status();
-    if (next_ == urls_->size()) return std::nullopt;
-    return std::move((*urls_)[next_++]);
+  absl::StatusOr<std::optional<ShardSlice>> Next() override {
+    if (!slices_.ok()) return slices_.status();
+    if (next_ == slices_->size()) return std::nullopt;
+    return std::move((*slices_)[next_++]);
   }
 
  private:
-  absl::StatusOr<std::vector<std::string>> urls_;
+  absl::StatusOr<std::vector<ShardSlice>> slices_;
   size_t next_ = 0;
 };
+
+// Permutation is the order PermuteShards puts n shards in: position i holds
+// shard order[i].
+std::vector<size_t> Permutation(size_t n, uint64_t seed, int64_t epoch, int64_t pass) {
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = i;
+  Rng rng(DeriveSeed(seed, {kShardPermutation, uint64_t(epoch), uint64_t(pass)}));
+  for (size_t i = n; i > 1; --i) std::swap(order[i - 1], order[rng.Below(i)]);
+  return order;
+}
+
+// Share is part `index` of `parts` equal parts of [begin, end).
+std::pair<int64_t, int64_t> Share(int64_t begin, int64_t end, int64_t index, int64_t parts) {
+  const int64_t n = end - begin;
+  return {begin + n * index / parts, begin + n * (index + 1) / parts};
+}
+
+absl::Status PlacementError(const WorkerContext& ctx) {
+  return absl::InvalidArgumentError(Cat("shard list: rank ", ctx.rank, " of ", ctx.world_size,
+                                        ", worker ", ctx.worker, " of ", ctx.num_workers,
+                                        " is not a placement (need 0 <= rank < world_size "
+                                        "and 0 <= worker < num_workers)"));
+}
+
+bool IsPlacement(const WorkerContext& ctx) {
+  return ctx.world_size >= 1 && ctx.rank >= 0 && ctx.rank < ctx.world_size &&
+         ctx.num_workers >= 1 && ctx.worker >= 0 && ctx.worker < ctx.num_workers;
+}
 
 class ResampledUrlStream : public UrlStream {
  public:
   ResampledUrlStream(std::vector<std::string> urls, std::optional<int64_t> count, uint64_t seed)
       : urls_(std::move(urls)), count_(count), rng_(seed) {}
 
-  absl::StatusOr<std::optional<std::string>> Next() override {
+  absl::StatusOr<std::optional<ShardSlice>> Next() override {
     if (count_ && drawn_ >= *count_) return std::nullopt;
     if (urls_.empty()) {
       return absl::FailedPreconditionError("cannot resample shards from an empty shard list");
     }
     ++drawn_;
-    return urls_[rng_.Below(urls_.size())];
+    return ShardSlice{urls_[rng_.Below(urls_.size())], 0, -1};
   }
 
  private:
@@ -90,36 +121,82 @@ std::vector<std::string> SplitByWorker(std::vector<std::string> shards, const Wo
 
 std::vector<std::string> PermuteShards(std::vector<std::string> shards, uint64_t seed,
                                        int64_t epoch, int64_t pass) {
-  Rng rng(DeriveSeed(seed, {kShardPermutation, uint64_t(epoch), uint64_t(pass)}));
-  for (size_t i = shards.size(); i > 1; --i) {
-    std::swap(shards[i - 1], shards[rng.Below(i)]);
-  }
-  return shards;
+  std::vector<std::string> out;
+  out.reserve(shards.size());
+  for (size_t i : Permutation(shards.size(), seed, epoch, pass)) out.push_back(std::move(shards[i]));
+  return out;
 }
 
 absl::StatusOr<std::vector<std::string>> ShardsForWorker(const std::vector<std::string>& shards,
                                                          const ShardListOptions& options,
                                                          const WorkerContext& ctx) {
-  if (ctx.world_size < 1 || ctx.rank < 0 || ctx.rank >= ctx.world_size || ctx.num_workers < 1 ||
-      ctx.worker < 0 || ctx.worker >= ctx.num_workers) {
-    return absl::InvalidArgumentError(Cat("shard list: rank ", ctx.rank, " of ", ctx.world_size,
-                                          ", worker ", ctx.worker, " of ", ctx.num_workers,
-                                          " is not a placement (need 0 <= rank < world_size "
-                                          "and 0 <= worker < num_workers)"));
-  }
+  if (!IsPlacement(ctx)) return PlacementError(ctx);
   std::vector<std::string> list =
       options.shuffle ? PermuteShards(shards, ctx.seed, ctx.epoch, ctx.pass) : shards;
   if (options.nodesplitter) list = options.nodesplitter(std::move(list), ctx);
   if (options.workersplitter) list = options.workersplitter(std::move(list), ctx);
   if (list.empty() && !options.allow_empty) {
-    return absl::FailedPreconditionError(NoShardsMessage(shards.size(), options, ctx));
+    return absl::FailedPreconditionError(NothingMessage(Count(shards.size(), "shard"), options, ctx));
   }
   return list;
 }
 
+absl::StatusOr<std::vector<ShardSlice>> SlicesForWorker(const std::vector<std::string>& shards,
+                                                        const std::vector<int64_t>& counts,
+                                                        const ShardListOptions& options,
+                                                        const WorkerContext& ctx) {
+  if (!IsPlacement(ctx)) return PlacementError(ctx);
+  if (counts.size() != shards.size()) {
+    return absl::InvalidArgumentError(
+        Cat("shard list: ", counts.size(), " sample counts for ", shards.size(), " shards"));
+  }
+  std::vector<size_t> order(shards.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  if (options.shuffle) order = Permutation(shards.size(), ctx.seed, ctx.epoch, ctx.pass);
+  int64_t total = 0;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    if (counts[i] < 0) {
+      return absl::InvalidArgumentError(
+          Cat("shard list: ", shards[i], " has a negative sample count ", counts[i]));
+    }
+    total += counts[i];
+  }
+  std::pair<int64_t, int64_t> range{0, total};
+  if (options.nodesplitter) range = Share(range.first, range.second, ctx.rank, ctx.world_size);
+  if (options.workersplitter) {
+    range = Share(range.first, range.second, ctx.worker, ctx.num_workers);
+  }
+  std::vector<ShardSlice> slices;
+  int64_t first = 0;  // the position of shard order[i]'s first sample
+  for (size_t i : order) {
+    const int64_t begin = std::max(range.first, first);
+    const int64_t end = std::min(range.second, first + counts[i]);
+    if (begin < end) slices.push_back({shards[i], begin - first, end - first});
+    first += counts[i];
+    if (first >= range.second) break;
+  }
+  if (slices.empty() && !options.allow_empty) {
+    return absl::FailedPreconditionError(NothingMessage(
+        Cat(Count(total, "sample"), " in ", Count(shards.size(), "shard")), options, ctx));
+  }
+  return slices;
+}
+
 std::unique_ptr<UrlStream> ShardStream(const std::vector<std::string>& shards,
                                        const ShardListOptions& options, const WorkerContext& ctx) {
-  return std::make_unique<ListUrlStream>(ShardsForWorker(shards, options, ctx));
+  absl::StatusOr<std::vector<std::string>> urls = ShardsForWorker(shards, options, ctx);
+  if (!urls.ok()) return std::make_unique<ListUrlStream>(urls.status());
+  std::vector<ShardSlice> slices;
+  slices.reserve(urls->size());
+  for (std::string& url : *urls) slices.push_back({std::move(url), 0, -1});
+  return std::make_unique<ListUrlStream>(std::move(slices));
+}
+
+std::unique_ptr<UrlStream> SliceStream(const std::vector<std::string>& shards,
+                                       absl::StatusOr<std::vector<int64_t>> counts,
+                                       const ShardListOptions& options, const WorkerContext& ctx) {
+  if (!counts.ok()) return std::make_unique<ListUrlStream>(counts.status());
+  return std::make_unique<ListUrlStream>(SlicesForWorker(shards, *counts, options, ctx));
 }
 
 std::unique_ptr<UrlStream> ResampledShardStream(std::vector<std::string> shards,

@@ -13,8 +13,8 @@
 
 namespace wds {
 
-// UrlStream yields shard URLs.
-using UrlStream = Stage<std::string>;
+// UrlStream yields the shards, or parts of shards, to read.
+using UrlStream = Stage<ShardSlice>;
 
 // PermuteShards returns `shards` shuffled by DeriveSeed(seed, {kShardPermutation,
 // epoch, pass}); the same on every rank.
@@ -23,6 +23,11 @@ std::vector<std::string> PermuteShards(std::vector<std::string> shards, uint64_t
 
 // ShardStream yields ShardsForWorker(...) in order (or its error).
 std::unique_ptr<UrlStream> ShardStream(const std::vector<std::string>& shards,
+                                       const ShardListOptions& options, const WorkerContext& ctx);
+// SliceStream yields SlicesForWorker(...) in order (or its error, or that of
+// `counts`).
+std::unique_ptr<UrlStream> SliceStream(const std::vector<std::string>& shards,
+                                       absl::StatusOr<std::vector<int64_t>> counts,
                                        const ShardListOptions& options, const WorkerContext& ctx);
 // ResampledShardStream draws shards uniformly with replacement, seeded by
 // (seed, epoch, pass, rank, worker): `count` of them, or forever when nullopt.

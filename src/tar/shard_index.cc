@@ -223,6 +223,35 @@ absl::StatusOr<ShardIndex> ScanStream(std::unique_ptr<ByteStream> stream, int64_
   }
 }
 
+bool HasSidecar(std::string_view url) {
+  std::optional<std::string> path = LocalPath(url);
+  return path.has_value() && std::ifstream(IndexPath(*path)).good();
+}
+
+absl::StatusOr<ShardIndex> IndexOf(std::string_view url, const Opener& opener) {
+  if (std::optional<std::string> path = LocalPath(url); path.has_value()) {
+    const std::string sidecar = IndexPath(*path);
+    if (std::ifstream(sidecar).good()) return ShardIndex::Load(sidecar);
+  }
+  WDS_ASSIGN_OR_RETURN(std::unique_ptr<ByteStream> stream, opener(url));
+  return ScanStream(std::move(stream));
+}
+
+std::vector<int64_t> SampleStartOffsets(const ShardIndex& index) {
+  constexpr int64_t kBlock = 512;
+  std::vector<int64_t> starts;
+  starts.reserve(index.samples.size());
+  int64_t next = 0;
+  for (const IndexSample& sample : index.samples) {
+    starts.push_back(next);
+    if (!sample.members.empty()) {
+      const IndexMember& last = sample.members.back();
+      next = (last.offset + last.size + kBlock - 1) / kBlock * kBlock;
+    }
+  }
+  return starts;
+}
+
 absl::StatusOr<int64_t> CountSamples(std::string_view url) {
   std::optional<std::string> path = LocalPath(url);
   if (path.has_value()) {

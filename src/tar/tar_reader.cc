@@ -20,6 +20,7 @@
 #include <zlib.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <new>
 #include <utility>
@@ -33,6 +34,10 @@ namespace {
 constexpr size_t kReadBufferSize = size_t{1} << 20;
 constexpr int64_t kBlockSize = 512;
 constexpr unsigned char kGzipMagic[] = {0x1f, 0x8b};
+// A ustar, GNU or pax header holds "ustar" at offset 257 (v7 headers, which
+// predate it, are too rare in shards to seek for).
+constexpr size_t kUstarMagicOffset = 257;
+constexpr char kUstarMagic[] = {'u', 's', 't', 'a', 'r'};
 // kGzipChunkSize bounds what one read inflates: a damaged stream fails the
 // read that reaches the damage, so a small chunk keeps the members before it
 // and names the member that meets it.
@@ -151,6 +156,11 @@ struct TarReader::State {
   absl::StatusOr<std::optional<TarMember>> ReadNext();
   absl::Status OpenArchive();
   absl::Status StartSource();
+  absl::Status InflateTo(int64_t start);
+  absl::Status SeekTo(int64_t start);
+  absl::Status EndsBefore(int64_t end, int64_t start) const;
+  // Position is the reader's offset in the uncompressed tar.
+  int64_t Position() const { return base + archive_filter_bytes(ar, 0); }
   absl::Status SkipRestOfEntry();
   absl::StatusOr<Buffer> ReadData(const char* name, int64_t offset, int64_t size);
   absl::Status FinishArchive();
@@ -169,6 +179,12 @@ struct TarReader::State {
   // head is how many bytes at the start of `buffer` were read before
   // libarchive asked for data.
   size_t head = 0;
+  // base is the tar offset at which libarchive's input starts (the start
+  // offset where the source was seeked or inflated to, else 0).
+  int64_t base = 0;
+  // walk_to is a start offset that libarchive reaches by skipping the
+  // entries before it (compressions that libarchive inflates).
+  int64_t walk_to = 0;
   archive* ar = nullptr;
   // stream_error is the source's own error, which beats libarchive's
   // report of it.
@@ -219,8 +235,11 @@ la_int64_t TarReader::State::SkipCallback(archive* ar, void* client, la_int64_t 
 }
 
 absl::Status TarReader::State::StartSource() {
-  // Enough bytes to see a gzip magic number, which one read may not give.
-  while (head < sizeof(kGzipMagic)) {
+  const int64_t start = options.start_offset;
+  // Enough bytes to see a gzip magic number (which one read may not give)
+  // or, to start later, the magic of a plain tar's first header.
+  const size_t wanted = start > 0 ? kBlockSize : sizeof(kGzipMagic);
+  while (head < wanted) {
     WDS_ASSIGN_OR_RETURN(size_t n, stream->Read(buffer.get() + head, kReadBufferSize - head));
     if (n == 0) break;
     head += n;
@@ -229,13 +248,58 @@ absl::Status TarReader::State::StartSource() {
       std::memcmp(buffer.get(), kGzipMagic, sizeof(kGzipMagic)) == 0) {
     gzip = std::make_unique<GzipDecoder>(*stream, std::string_view(buffer.get(), head));
     head = 0;
+    return start > 0 ? InflateTo(start) : absl::OkStatus();
+  }
+  if (start > 0) {
+    if (head >= static_cast<size_t>(kBlockSize) &&
+        std::memcmp(buffer.get() + kUstarMagicOffset, kUstarMagic, sizeof(kUstarMagic)) == 0) {
+      return SeekTo(start);
+    }
+    walk_to = start;
   }
   return absl::OkStatus();
 }
 
+absl::Status TarReader::State::InflateTo(int64_t start) {
+  for (int64_t done = 0; done < start;) {
+    const size_t want = static_cast<size_t>(std::min<int64_t>(start - done, kReadBufferSize));
+    WDS_ASSIGN_OR_RETURN(size_t n, gzip->Read(buffer.get(), want));
+    if (n == 0) return EndsBefore(done, start);
+    done += static_cast<int64_t>(n);
+  }
+  base = start;
+  return absl::OkStatus();
+}
+
+absl::Status TarReader::State::SeekTo(int64_t start) {
+  base = start;
+  if (static_cast<size_t>(start) <= head) {
+    head -= static_cast<size_t>(start);
+    std::memmove(buffer.get(), buffer.get() + start, head);
+    return absl::OkStatus();
+  }
+  int64_t done = static_cast<int64_t>(std::exchange(head, 0));
+  while (done < start) {
+    WDS_ASSIGN_OR_RETURN(int64_t skipped, stream->Skip(start - done));
+    if (skipped == 0) {
+      const size_t want = static_cast<size_t>(std::min<int64_t>(start - done, kReadBufferSize));
+      WDS_ASSIGN_OR_RETURN(size_t n, stream->Read(buffer.get(), want));
+      if (n == 0) return EndsBefore(done, start);
+      skipped = static_cast<int64_t>(n);
+    }
+    done += skipped;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TarReader::State::EndsBefore(int64_t end, int64_t start) const {
+  return absl::DataLossError(Cat(stream->url(), ": truncated: the tar ends at offset ", end,
+                                 ", before start offset ", start));
+}
+
 absl::Status TarReader::State::OpenArchive() {
   WDS_RETURN_IF_ERROR(StartSource());
-  if (head == 0 && gzip == nullptr) {
+  if (head == 0 && gzip == nullptr && base == 0) {
     return absl::InvalidArgumentError(Cat(stream->url(), ": not a tar archive (no data)"));
   }
   ar = archive_read_new();
@@ -291,10 +355,10 @@ absl::Status TarReader::State::SkipRestOfEntry() {
     // Consumes the padding of a member that was read, or a skipped entry.
     if (archive_read_data_skip(ar) != ARCHIVE_OK) {
       if (!entry_name.empty()) return EntryError(ArchiveMessage(ar));
-      return HeaderError(archive_filter_bytes(ar, 0));
+      return HeaderError(Position());
     }
   }
-  entry_end = archive_filter_bytes(ar, 0);
+  entry_end = Position();
   return absl::OkStatus();
 }
 
@@ -335,7 +399,7 @@ absl::StatusOr<Buffer> TarReader::State::ReadData(const char* name, int64_t offs
 }
 
 absl::Status TarReader::State::FinishArchive() {
-  const int64_t end = archive_filter_bytes(ar, 0);
+  const int64_t end = Position();
   if (end - entry_end < kBlockSize) {
     return absl::DataLossError(Cat(stream->url(), ": truncated: the data ends at offset ", end,
                                    AfterPrevious(), " without an end-of-archive block"));
@@ -356,6 +420,7 @@ absl::StatusOr<std::optional<TarMember>> TarReader::State::ReadNext() {
     archive_entry* entry = nullptr;
     const int rc = archive_read_next_header(ar, &entry);
     if (rc == ARCHIVE_EOF) {
+      if (walk_to > 0) return EndsBefore(Position(), walk_to);
       WDS_RETURN_IF_ERROR(FinishArchive());
       return std::nullopt;
     }
@@ -364,11 +429,15 @@ absl::StatusOr<std::optional<TarMember>> TarReader::State::ReadNext() {
     if (rc != ARCHIVE_OK && rc != ARCHIVE_WARN) return HeaderError(entry_end);
     in_entry = true;
     entry_name.clear();
+    if (walk_to > 0) {
+      if (base + archive_read_header_position(ar) < walk_to) continue;
+      walk_to = 0;
+    }
     if (!IsRegularFile(entry)) continue;
     TarMember member;
-    member.offset = archive_read_header_position(ar);
+    member.offset = base + archive_read_header_position(ar);
     // After the header the reader stands at the member's data.
-    member.data_offset = archive_filter_bytes(ar, 0);
+    member.data_offset = Position();
     member.size = archive_entry_size(entry);
     const char* name = EntryName(entry);
     if (name == nullptr) {

@@ -4,6 +4,7 @@
 #include <string>
 #include <utility>
 
+#include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"
 #include "wds/internal/tar_grouping.h"
 
@@ -15,8 +16,9 @@ constexpr std::string_view kStageName = "tar";
 class TarSampleStream : public SampleStream {
  public:
   TarSampleStream(std::unique_ptr<UrlStream> urls, Opener opener, Handler handler,
-                  WorkerContext ctx, int64_t max_member_size)
+                  WorkerContext ctx, int64_t max_member_size, std::shared_ptr<ShardCatalog> catalog)
       : max_member_size_(max_member_size),
+        catalog_(std::move(catalog)),
         urls_(std::move(urls)),
         opener_(std::move(opener)),
         handler_(handler),
@@ -48,11 +50,15 @@ class TarSampleStream : public SampleStream {
   enum class Flow { kReturn, kGoOn };
 
   SampleResult Advance();
-  absl::Status OpenShard(const std::string& url);
+  absl::Status OpenShard(ShardSlice slice);
+  // NextInSlice is the reader's next sample within the slice, nullopt at
+  // the slice's end.
+  absl::StatusOr<std::optional<GroupedSample>> NextInSlice();
   absl::StatusOr<Sample> ToSample(GroupedSample grouped);
   Flow Handle(const absl::Status& error, SampleResult& result);
 
   const int64_t max_member_size_;
+  const std::shared_ptr<ShardCatalog> catalog_;
   std::unique_ptr<UrlStream> urls_;
   Opener opener_;
   Handler handler_;
@@ -62,6 +68,10 @@ class TarSampleStream : public SampleStream {
   std::shared_ptr<BufferPool> pool_;
   std::unique_ptr<ShardSampleReader> reader_;
   std::string url_;
+  // slice_ is the part of url_ being read; next_ the index of the sample
+  // that the reader gives next.
+  ShardSlice slice_;
+  int64_t next_ = 0;
   std::string field_;  // reused for lower-casing
 };
 
@@ -83,14 +93,14 @@ SampleResult TarSampleStream::Advance() {
   SampleResult result = std::nullopt;
   while (true) {
     if (reader_ == nullptr) {
-      absl::StatusOr<std::optional<std::string>> url = urls_->Next();
-      if (!url.ok()) return url.status();  // the shard list's own error: not per item
-      if (!url->has_value()) return std::nullopt;
-      absl::Status opened = OpenShard(**url);
+      absl::StatusOr<std::optional<ShardSlice>> slice = urls_->Next();
+      if (!slice.ok()) return slice.status();  // the shard list's own error: not per item
+      if (!slice->has_value()) return std::nullopt;
+      absl::Status opened = OpenShard(**std::move(slice));
       if (!opened.ok() && Handle(opened, result) == Flow::kReturn) return result;
       continue;
     }
-    absl::StatusOr<std::optional<GroupedSample>> grouped = reader_->Next();
+    absl::StatusOr<std::optional<GroupedSample>> grouped = NextInSlice();
     if (!grouped.ok() || !grouped->has_value()) {
       reader_.reset();
       if (!grouped.ok() && Handle(grouped.status(), result) == Flow::kReturn) return result;
@@ -102,10 +112,42 @@ SampleResult TarSampleStream::Advance() {
   }
 }
 
-absl::Status TarSampleStream::OpenShard(const std::string& url) {
+absl::StatusOr<std::optional<GroupedSample>> TarSampleStream::NextInSlice() {
+  const bool bounded = slice_.end >= 0;
+  if (bounded && next_ == slice_.end) {
+    // A slice that ends inside the shard stops there; one that ends with
+    // it reads on, so that the end of the archive is checked.
+    if (catalog_ == nullptr) return std::nullopt;
+    WDS_ASSIGN_OR_RETURN(int64_t count, catalog_->Count(url_));
+    if (slice_.end < count) return std::nullopt;
+  }
+  absl::StatusOr<std::optional<GroupedSample>> grouped = reader_->Next();
+  if (!grouped.ok() || !bounded) return grouped;
+  if (!grouped->has_value() && next_ < slice_.end) {
+    return absl::DataLossError(Cat(url_, ": the shard ends after ", next_,
+                                   " samples, but its index counts more: slice [", slice_.begin,
+                                   ", ", slice_.end, ") cannot be read (a stale index?)"));
+  }
+  if (grouped->has_value() && next_ == slice_.end) {
+    return absl::DataLossError(Cat(url_, ": the shard holds more than the ", slice_.end,
+                                   " samples its index counts (a stale index?)"));
+  }
+  if (grouped->has_value()) ++next_;
+  return grouped;
+}
+
+absl::Status TarSampleStream::OpenShard(ShardSlice slice) {
+  const std::string& url = slice.url;
+  ShardSampleReaderOptions options;
+  if (slice.begin > 0) {
+    if (catalog_ == nullptr) {
+      return absl::InternalError(Cat(url, ": a slice from sample ", slice.begin,
+                                     " needs a shard catalog"));
+    }
+    WDS_ASSIGN_OR_RETURN(options.tar.start_offset, catalog_->StartOffset(url, slice.begin));
+  }
   absl::StatusOr<std::unique_ptr<ByteStream>> stream = opener_(url);
   if (!stream.ok()) return stream.status();
-  ShardSampleReaderOptions options;
   options.tar.pool = pool_;
   options.tar.max_member_size = max_member_size_;
   absl::StatusOr<std::unique_ptr<ShardSampleReader>> reader =
@@ -113,6 +155,8 @@ absl::Status TarSampleStream::OpenShard(const std::string& url) {
   if (!reader.ok()) return reader.status();
   reader_ = *std::move(reader);
   url_ = url;
+  next_ = slice.begin;
+  slice_ = std::move(slice);
   return absl::OkStatus();
 }
 
@@ -137,9 +181,10 @@ absl::StatusOr<Sample> TarSampleStream::ToSample(GroupedSample grouped) {
 
 std::unique_ptr<SampleStream> TarSamples(std::unique_ptr<UrlStream> urls, Opener opener,
                                          Handler handler, const WorkerContext& ctx,
-                                         int64_t max_member_size) {
+                                         int64_t max_member_size,
+                                         std::shared_ptr<ShardCatalog> catalog) {
   return std::make_unique<TarSampleStream>(std::move(urls), std::move(opener), handler, ctx,
-                                           max_member_size);
+                                           max_member_size, std::move(catalog));
 }
 
 }  // namespace wds

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "shards/shard_streams.h"
+#include "tar/shard_catalog.h"
 #include "wds/byte_stream.h"
 #include "wds/error.h"
 #include "wds/stage.h"
@@ -18,8 +19,16 @@ namespace wds {
 // `handler` (stage "tar"); "continue" drops the broken sample (or the rest of
 // a broken shard) and goes on with the next.
 // `max_member_size` bounds each member (TarReaderOptions::max_member_size).
+//
+// A slice [begin, end) of a shard (sample-granular splits) starts reading at
+// sample `begin`'s offset from `catalog` and stops after end - begin samples;
+// a slice that reaches the shard's end reads on to it, so the end of the
+// archive is checked. A shard that ends before its slice, or holds more
+// samples than its count, is a DataLoss error naming it and the counts (a
+// stale index). REQUIRES: catalog != nullptr when a slice has begin > 0.
 std::unique_ptr<SampleStream> TarSamples(std::unique_ptr<UrlStream> urls, Opener opener,
                                          Handler handler, const WorkerContext& ctx,
-                                         int64_t max_member_size = kDefaultMaxMemberSize);
+                                         int64_t max_member_size = kDefaultMaxMemberSize,
+                                         std::shared_ptr<ShardCatalog> catalog = nullptr);
 
 }  // namespace wds

@@ -1,0 +1,62 @@
+#include "tar/shard_catalog.h"
+
+#include <utility>
+
+#include "wds/internal/status_macros.h"
+#include "wds/internal/strings.h"
+
+namespace wds {
+
+ShardCatalog::ShardCatalog(Opener opener, std::shared_ptr<const DatasetIndex> index)
+    : opener_(std::move(opener)) {
+  if (index == nullptr) return;
+  for (const DatasetShard& shard : index->shards) counts_[shard.url] = shard.nsamples;
+}
+
+absl::StatusOr<std::vector<int64_t>> ShardCatalog::Counts(const std::vector<std::string>& urls) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<int64_t> counts;
+  counts.reserve(urls.size());
+  for (const std::string& url : urls) {
+    WDS_ASSIGN_OR_RETURN(int64_t count, CountLocked(url));
+    counts.push_back(count);
+  }
+  return counts;
+}
+
+absl::StatusOr<int64_t> ShardCatalog::Count(const std::string& url) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return CountLocked(url);
+}
+
+absl::StatusOr<int64_t> ShardCatalog::StartOffset(const std::string& url, int64_t sample) {
+  std::lock_guard<std::mutex> lock(mu_);
+  WDS_ASSIGN_OR_RETURN(const std::vector<int64_t>* starts, StartsLocked(url));
+  if (sample >= static_cast<int64_t>(starts->size())) {
+    return absl::FailedPreconditionError(
+        Cat(url, ": cannot start at sample ", sample, ": its index lists ", starts->size(),
+            " samples (a stale sidecar or dataset index?)"));
+  }
+  return (*starts)[sample];
+}
+
+absl::StatusOr<int64_t> ShardCatalog::CountLocked(const std::string& url) {
+  if (auto it = counts_.find(url); it != counts_.end()) return it->second;
+  int64_t count = 0;
+  if (HasSidecar(url)) {
+    WDS_ASSIGN_OR_RETURN(count, CountSamples(url));
+  } else {
+    WDS_ASSIGN_OR_RETURN(const std::vector<int64_t>* starts, StartsLocked(url));
+    count = static_cast<int64_t>(starts->size());
+  }
+  counts_[url] = count;
+  return count;
+}
+
+absl::StatusOr<const std::vector<int64_t>*> ShardCatalog::StartsLocked(const std::string& url) {
+  if (auto it = starts_.find(url); it != starts_.end()) return &it->second;
+  WDS_ASSIGN_OR_RETURN(ShardIndex index, IndexOf(url, opener_));
+  return &(starts_[url] = SampleStartOffsets(index));
+}
+
+}  // namespace wds
