@@ -32,6 +32,8 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
+#include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "wds/buffer_pool.h"
@@ -104,6 +106,27 @@ class Loader {
   // read_pool is the pool of tar member buffers shared by every worker (host
   // memory, never pinned). Never null.
   const std::shared_ptr<BufferPool>& read_pool() const;
+
+  // State returns the loader's position as a small versioned text (JSON)
+  // that Restore() takes back: the epoch, the items still to come in it, the
+  // worker rotation and, per worker, the checkpoint of the last item handed
+  // out (StreamCheckpoint: positions, not data). It takes microseconds and no
+  // I/O. Items prefetched but not yet handed out are not part of it: after a
+  // restore they come again. FailedPrecondition for an unordered loader (its
+  // order depends on timing), a recipe with Slice or Repeat, or a stream
+  // without exactly one tar source or with more than one shuffle stage.
+  [[nodiscard]] absl::StatusOr<std::string> State() const;
+  // Restore makes the loader continue from `state` (taken by a loader of the
+  // same recipe, placement and worker count): its items are then those the
+  // loader that took the state would have handed out next, in bytes and
+  // order. The shuffle buffers are re-read by seeking to their samples (one
+  // seek per run of consecutive samples), not by reading what came before.
+  // A running epoch is stopped. Errors: InvalidArgument for text that is not
+  // a loader state or of an unknown version; FailedPrecondition for a state
+  // of another recipe (shards, seed, stages and their parameters, length),
+  // placement or worker count. Exactness assumes the data reads the same as
+  // before (no errors skipped by a handler before the shuffle stage).
+  [[nodiscard]] absl::Status Restore(std::string_view state);
 
   using Iterator = PullIterator<Sample>;
   // begin starts an epoch; the iterator throws LoaderError on an error.

@@ -78,8 +78,9 @@ struct WebDatasetOptions {
 
 class Pipeline {
  public:
-  // A pipeline whose source is `source`.
-  explicit Pipeline(StreamFactory source, uint64_t seed = 0);
+  // A pipeline whose source is `source`; `recipe` describes the source (see
+  // recipe()).
+  explicit Pipeline(StreamFactory source, uint64_t seed = 0, std::string recipe = "source");
 
   // Then appends any stage.
   [[nodiscard]] Pipeline Then(StageFactory stage) const;
@@ -121,12 +122,23 @@ class Pipeline {
   // WithLength / WithEpoch recipes.
   [[nodiscard]] std::unique_ptr<SampleStream> OpenEndless(WorkerContext ctx) const;
 
+  // recipe is a description of the recipe (source, stages with their
+  // parameters, epoch sizing) that a Loader state records, so that a state is
+  // never restored into another recipe. Custom stages (Then) count by
+  // position only.
+  const std::string& recipe() const { return recipe_; }
+  // checkpoint_blocker names a stage whose position a Loader state cannot
+  // record (Slice, Repeat); empty when the recipe can be checkpointed.
+  const std::string& checkpoint_blocker() const { return checkpoint_blocker_; }
+
   EpochMode epoch_mode() const { return epoch_mode_; }
   // length is n for WithLength / WithEpoch recipes.
   std::optional<int64_t> length() const { return length_; }
   uint64_t seed() const { return seed_; }
 
  private:
+  // Then appends `stage`, described in recipe() as `what`.
+  Pipeline Then(StageFactory stage, std::string_view what) const;
   StreamFactory Compose() const;
 
   StreamFactory source_;
@@ -134,6 +146,8 @@ class Pipeline {
   uint64_t seed_ = 0;
   EpochMode epoch_mode_ = EpochMode::kNatural;
   std::optional<int64_t> length_;
+  std::string recipe_;
+  std::string checkpoint_blocker_;
 };
 
 // WebDataset builds the standard source: expand `urls` (brace patterns and

@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "base/handlers.h"
 #include "wds/internal/bounded_queue.h"
 #include "wds/internal/status_macros.h"
@@ -21,7 +23,30 @@ namespace {
 struct Entry {
   int worker;
   SampleResult result;
+  // Where the worker's stream stood after this item (see ResumeChannel);
+  // checkpointable is false when its recipe has no single tar source or
+  // more than one shuffle stage.
+  StreamCheckpoint checkpoint;
+  bool checkpointable = true;
 };
+
+// WorkerStart is how a worker of a restored loader starts: at `checkpoint`,
+// or not at all when it had ended.
+struct WorkerStart {
+  StreamCheckpoint checkpoint;
+  bool ended = false;
+};
+
+// GroupState is the consumer's view of a WorkerGroup: the rotation and the
+// checkpoint of each worker's last item taken.
+struct GroupState {
+  int cursor = 0;
+  std::vector<WorkerStart> workers;
+  bool checkpointable = true;
+};
+
+constexpr int kStateVersion = 1;
+constexpr std::string_view kStateFormat = "webdataset-cpp loader state";
 
 bool IsEnd(const SampleResult& result) { return result.ok() && !result->has_value(); }
 
@@ -90,9 +115,21 @@ SampleResult NextGuarded(SampleStream& stream, int worker) {
 // entries in loader order. Destroying it stops and joins the threads.
 class WorkerGroup {
  public:
+  // `start`, when not null, restores the workers (see Loader::Restore).
   WorkerGroup(const Pipeline& pipeline, const WorkerContext& base, const LoaderOptions& options,
-              bool endless)
+              bool endless, const GroupState* start)
       : ordered_(options.ordered), ended_(options.workers, false), active_(options.workers) {
+    state_.workers.resize(options.workers);
+    for (WorkerStart& w : state_.workers) w.checkpoint = {base.pass, 0, 0};
+    if (start != nullptr) {
+      state_ = *start;
+      cursor_ = start->cursor;
+      for (int w = 0; w < options.workers; ++w) {
+        if (!start->workers[w].ended) continue;
+        ended_[w] = true;
+        --active_;
+      }
+    }
     const size_t workers = static_cast<size_t>(options.workers);
     const size_t prefetch = static_cast<size_t>(options.prefetch);
     if (ordered_) {
@@ -104,8 +141,14 @@ class WorkerGroup {
     }
     try {
       for (int w = 0; w < options.workers; ++w) {
+        if (ended_[w]) continue;
         WorkerContext ctx = base;
         ctx.worker = w;
+        ctx.resume = std::make_shared<ResumeChannel>();
+        if (start != nullptr) {
+          ctx.resume->restore = start->workers[w].checkpoint;
+          ctx.pass = start->workers[w].checkpoint.pass;
+        }
         BoundedQueue<Entry>* queue = queues_[ordered_ ? w : 0].get();
         threads_.emplace_back([&pipeline, ctx = std::move(ctx), queue, endless] {
           Run(pipeline, ctx, *queue, endless);
@@ -134,21 +177,42 @@ class WorkerGroup {
     while (active_ > 0) {
       std::optional<Entry> entry = ordered_ ? TakeOrdered() : queues_[0]->Pop();
       if (!entry.has_value()) return absl::CancelledError("the loader's workers were stopped");
-      if (!IsEnd(entry->result)) return std::move(entry->result);
+      if (!IsEnd(entry->result)) {
+        if (entry->result.ok()) {
+          WorkerStart& w = state_.workers[entry->worker];
+          w.checkpoint = entry->checkpoint;
+          state_.checkpointable = state_.checkpointable && entry->checkpointable;
+        }
+        return std::move(entry->result);
+      }
       ended_[entry->worker] = true;
+      state_.workers[entry->worker].ended = true;
       --active_;
     }
     return std::nullopt;
+  }
+
+  // State is the position of the items taken so far.
+  GroupState State() const {
+    GroupState state = state_;
+    state.cursor = cursor_;
+    return state;
   }
 
  private:
   static void Run(const Pipeline& pipeline, const WorkerContext& ctx, BoundedQueue<Entry>& queue,
                   bool endless) {
     std::unique_ptr<SampleStream> stream = OpenGuarded(pipeline, ctx, endless);
+    ResumeChannel& resume = *ctx.resume;
     while (!queue.closed()) {
       SampleResult result = NextGuarded(*stream, ctx.worker);
+      // A stage that could not restore reports it here, at the first item.
+      if (!resume.error.ok()) result = resume.error;
       const bool last = !result.ok() || !result->has_value();
-      if (!queue.Push(Entry{ctx.worker, std::move(result)})) return;
+      const bool checkpointable = resume.sources == 1 && resume.shuffles <= 1;
+      if (!queue.Push(Entry{ctx.worker, std::move(result), resume.position, checkpointable})) {
+        return;
+      }
       if (last) return;
     }
   }
@@ -173,7 +237,97 @@ class WorkerGroup {
   std::vector<bool> ended_;
   int active_;
   int cursor_ = 0;
+  GroupState state_;
 };
+
+// StateJson renders a loader state; ParseState reads one back.
+struct LoaderStateData {
+  std::string recipe;
+  int rank = 0;
+  int world_size = 1;
+  int workers = 1;
+  int mode = 0;
+  int64_t length = -1;
+  bool running = false;
+  int64_t epoch = 0;
+  int64_t remaining = 0;
+  int64_t stream_epoch = 0;
+  std::optional<GroupState> group;
+};
+
+std::string StateJson(const LoaderStateData& d) {
+  nlohmann::ordered_json j;
+  j["format"] = kStateFormat;
+  j["version"] = kStateVersion;
+  j["recipe"] = d.recipe;
+  j["rank"] = d.rank;
+  j["world_size"] = d.world_size;
+  j["workers"] = d.workers;
+  j["mode"] = d.mode;
+  j["length"] = d.length;
+  j["running"] = d.running;
+  j["epoch"] = d.epoch;
+  j["remaining"] = d.remaining;
+  j["stream_epoch"] = d.stream_epoch;
+  if (d.group.has_value()) {
+    nlohmann::ordered_json streams = nlohmann::ordered_json::array();
+    for (const WorkerStart& w : d.group->workers) {
+      streams.push_back({{"pass", w.checkpoint.pass},
+                         {"source_out", w.checkpoint.source_out},
+                         {"shuffle_out", w.checkpoint.shuffle_out},
+                         {"ended", w.ended}});
+    }
+    j["cursor"] = d.group->cursor;
+    j["streams"] = std::move(streams);
+  }
+  return j.dump();
+}
+
+absl::StatusOr<LoaderStateData> ParseState(std::string_view text) {
+  const nlohmann::json j = nlohmann::json::parse(text.begin(), text.end(), nullptr, false);
+  if (j.is_discarded() || !j.is_object() || j.value("format", "") != kStateFormat) {
+    return absl::InvalidArgumentError("Loader::Restore: the text is not a loader state");
+  }
+  const int version = j.value("version", 0);
+  if (version != kStateVersion) {
+    return absl::InvalidArgumentError(Cat("Loader::Restore: loader state version ", version,
+                                          " is unknown (this build reads version ",
+                                          kStateVersion, ")"));
+  }
+  try {
+    LoaderStateData d;
+    d.recipe = j.at("recipe").get<std::string>();
+    d.rank = j.at("rank").get<int>();
+    d.world_size = j.at("world_size").get<int>();
+    d.workers = j.at("workers").get<int>();
+    d.mode = j.at("mode").get<int>();
+    d.length = j.at("length").get<int64_t>();
+    d.running = j.at("running").get<bool>();
+    d.epoch = j.at("epoch").get<int64_t>();
+    d.remaining = j.at("remaining").get<int64_t>();
+    d.stream_epoch = j.at("stream_epoch").get<int64_t>();
+    if (j.contains("streams")) {
+      GroupState group;
+      group.cursor = j.at("cursor").get<int>();
+      for (const nlohmann::json& s : j.at("streams")) {
+        WorkerStart w;
+        w.checkpoint = {s.at("pass").get<int64_t>(), s.at("source_out").get<int64_t>(),
+                        s.at("shuffle_out").get<int64_t>()};
+        w.ended = s.at("ended").get<bool>();
+        group.workers.push_back(w);
+      }
+      if (static_cast<int>(group.workers.size()) != d.workers || group.cursor < 0 ||
+          group.cursor >= d.workers) {
+        return absl::InvalidArgumentError("Loader::Restore: the loader state is inconsistent");
+      }
+      d.group = std::move(group);
+    }
+    return d;
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(
+        Cat("Loader::Restore: the loader state is incomplete: ", e.what()));
+  }
+}
 
 }  // namespace
 
@@ -198,6 +352,13 @@ struct Loader::Impl {
   bool running = false;
   int64_t running_epoch = 0;
   int64_t remaining = 0;  // items left in a WithLength / WithEpoch epoch
+  // stream_epoch is the epoch the running workers' streams were opened in
+  // (earlier than the running one under WithEpoch).
+  int64_t stream_epoch = 0;
+  // restored_group starts the next workers at a restored state; resumed
+  // makes begin() continue a restored epoch instead of starting one.
+  std::optional<GroupState> restored_group;
+  bool resumed = false;
   // Declared last so that its threads stop before the recipe they read goes.
   std::unique_ptr<WorkerGroup> group;
 
@@ -236,7 +397,10 @@ struct Loader::Impl {
 
   void StartEpoch() {
     // A WithEpoch stream continues across epochs, even abandoned ones.
-    if (mode() != EpochMode::kEpoch) group.reset();
+    if (mode() != EpochMode::kEpoch) {
+      group.reset();
+      restored_group.reset();
+    }
     running = true;
     running_epoch = next_epoch;
     next_epoch = running_epoch + 1;
@@ -254,15 +418,18 @@ struct Loader::Impl {
     ctx.rank = placement.rank;
     ctx.world_size = placement.world_size;
     ctx.num_workers = options.workers;
-    ctx.epoch = running_epoch;
+    if (!restored_group.has_value()) stream_epoch = running_epoch;
+    ctx.epoch = stream_epoch;
     ctx.seed = pipeline.seed();
     ctx.errors = errors;
     ctx.warn = options.warn;
     ctx.pool = pool;
     ctx.read_pool = read_pool;
     try {
-      group = std::make_unique<WorkerGroup>(pipeline, ctx, options,
-                                            /*endless=*/mode() != EpochMode::kNatural);
+      group = std::make_unique<WorkerGroup>(
+          pipeline, ctx, options, /*endless=*/mode() != EpochMode::kNatural,
+          restored_group.has_value() ? &*restored_group : nullptr);
+      restored_group.reset();
     } catch (const std::system_error& e) {
       return absl::ResourceExhaustedError(
           Cat("cannot start ", options.workers, " loader worker threads: ", e.what()));
@@ -272,6 +439,7 @@ struct Loader::Impl {
 
   SampleResult Next() {
     if (!setup.ok()) return setup;
+    resumed = false;
     if (!running) StartEpoch();
     const bool counted = mode() != EpochMode::kNatural;
     if (counted && remaining == 0) {
@@ -301,6 +469,72 @@ struct Loader::Impl {
     if (counted && --remaining == 0 && mode() == EpochMode::kLength) group->Stop();
     return result;
   }
+
+  LoaderStateData Identity() const {
+    LoaderStateData d;
+    d.recipe = pipeline.recipe();
+    d.rank = placement.rank;
+    d.world_size = placement.world_size;
+    d.workers = options.workers;
+    d.mode = static_cast<int>(mode());
+    d.length = pipeline.length().value_or(-1);
+    return d;
+  }
+
+  absl::StatusOr<std::string> State() const {
+    if (!setup.ok()) return setup;
+    if (!options.ordered) {
+      return absl::FailedPreconditionError(
+          "Loader::State: an unordered loader hands out items as they come; it has no state");
+    }
+    if (!pipeline.checkpoint_blocker().empty()) {
+      return absl::FailedPreconditionError(Cat("Loader::State: the recipe's ",
+                                               pipeline.checkpoint_blocker(),
+                                               " stage keeps a position the state cannot record"));
+    }
+    LoaderStateData d = Identity();
+    d.running = running;
+    d.epoch = running ? running_epoch : next_epoch;
+    d.remaining = running ? remaining : 0;
+    d.stream_epoch = stream_epoch;
+    if (group != nullptr) {
+      d.group = group->State();
+    } else if (restored_group.has_value()) {
+      d.group = restored_group;
+    }
+    if (d.group.has_value() && !d.group->checkpointable) {
+      return absl::FailedPreconditionError(
+          "Loader::State: a worker's stream cannot be checkpointed (it needs exactly one "
+          "tar source, WebDataset(), and at most one shuffle stage)");
+    }
+    return StateJson(d);
+  }
+
+  absl::Status Restore(std::string_view text) {
+    if (!setup.ok()) return setup;
+    WDS_ASSIGN_OR_RETURN(LoaderStateData d, ParseState(text));
+    const LoaderStateData mine = Identity();
+    if (d.recipe != mine.recipe || d.mode != mine.mode || d.length != mine.length) {
+      return absl::FailedPreconditionError(
+          "Loader::Restore: the state was taken with another recipe (its shards, seed, stages, "
+          "their parameters or its length differ)");
+    }
+    if (d.rank != mine.rank || d.world_size != mine.world_size || d.workers != mine.workers) {
+      return absl::FailedPreconditionError(
+          Cat("Loader::Restore: the state was taken by rank ", d.rank, " of ", d.world_size,
+              " with ", d.workers, " workers, not rank ", mine.rank, " of ", mine.world_size,
+              " with ", mine.workers, " (resuming on another layout is not supported)"));
+    }
+    group.reset();
+    running = d.running;
+    running_epoch = d.epoch;
+    next_epoch = d.running ? d.epoch + 1 : d.epoch;
+    remaining = d.remaining;
+    stream_epoch = d.stream_epoch;
+    restored_group = d.group;
+    resumed = d.running;
+    return absl::OkStatus();
+  }
 };
 
 Loader::Loader(Pipeline pipeline, LoaderOptions options)
@@ -325,8 +559,13 @@ const ErrorCounters& Loader::errors() const { return *impl_->errors; }
 const std::shared_ptr<BufferPool>& Loader::pool() const { return impl_->pool; }
 const std::shared_ptr<BufferPool>& Loader::read_pool() const { return impl_->read_pool; }
 
+absl::StatusOr<std::string> Loader::State() const { return impl_->State(); }
+
+absl::Status Loader::Restore(std::string_view state) { return impl_->Restore(state); }
+
 Loader::Iterator Loader::begin() {
-  if (impl_->setup.ok()) impl_->StartEpoch();
+  // A restored epoch continues; otherwise every range-for starts one.
+  if (impl_->setup.ok() && !std::exchange(impl_->resumed, false)) impl_->StartEpoch();
   return Iterator([this]() -> std::optional<Sample> {
     absl::StatusOr<std::optional<Sample>> result = Next();
     if (!result.ok()) throw LoaderError(result.status());

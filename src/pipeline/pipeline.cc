@@ -7,57 +7,74 @@
 #include "shards/shard_streams.h"
 #include "stages/passes.h"
 #include "tar/tar_samples.h"
+#include "absl/strings/str_cat.h"
 #include "wds/internal/status_macros.h"
+#include "wds/internal/strings.h"
 
 namespace wds {
 
-Pipeline::Pipeline(StreamFactory source, uint64_t seed) : source_(std::move(source)), seed_(seed) {}
+Pipeline::Pipeline(StreamFactory source, uint64_t seed, std::string recipe)
+    : source_(std::move(source)), seed_(seed), recipe_(std::move(recipe)) {}
 
-Pipeline Pipeline::Then(StageFactory stage) const {
+Pipeline Pipeline::Then(StageFactory stage) const { return Then(std::move(stage), "then"); }
+
+Pipeline Pipeline::Then(StageFactory stage, std::string_view what) const {
   Pipeline next = *this;
   next.stages_.push_back(std::move(stage));
+  next.recipe_ = Cat(recipe_, "|", what);
   return next;
 }
 
 Pipeline Pipeline::Shuffle(size_t bufsize, size_t initial) const {
-  return Then(ShuffleStage(bufsize, initial));
+  return Then(ShuffleStage(bufsize, initial), Cat("shuffle(", bufsize, ",", initial, ")"));
 }
 
 Pipeline Pipeline::Map(std::function<absl::StatusOr<Sample>(Sample)> fn, Handler handler) const {
-  return Then(MapStage(std::move(fn), handler));
+  return Then(MapStage(std::move(fn), handler), "map");
 }
 
 Pipeline Pipeline::Select(std::function<bool(const Sample&)> predicate) const {
-  return Then(SelectStage(std::move(predicate)));
+  return Then(SelectStage(std::move(predicate)), "select");
 }
 
 Pipeline Pipeline::Rename(std::vector<std::pair<std::string, std::string>> renames, bool keep,
                           Handler handler) const {
-  return Then(RenameStage(std::move(renames), keep, handler));
+  return Then(RenameStage(std::move(renames), keep, handler), "rename");
 }
 
 Pipeline Pipeline::ToTuple(std::vector<std::string> fields, MissingField missing,
                            Handler handler) const {
-  return Then(ToTupleStage(std::move(fields), missing, handler));
+  std::string what = "to_tuple(";
+  for (const std::string& f : fields) what = Cat(what, f, ",");
+  return Then(ToTupleStage(std::move(fields), missing, handler), Cat(what, ")"));
 }
 
 Pipeline Pipeline::Slice(int64_t start, std::optional<int64_t> stop, int64_t step) const {
-  return Then(SliceStage(start, stop, step));
+  Pipeline next = Then(SliceStage(start, stop, step), "slice");
+  next.checkpoint_blocker_ = "Slice";
+  return next;
 }
 
-Pipeline Pipeline::Repeat(std::optional<int64_t> count) const { return Then(RepeatStage(count)); }
+Pipeline Pipeline::Repeat(std::optional<int64_t> count) const {
+  Pipeline next = Then(RepeatStage(count), "repeat");
+  next.checkpoint_blocker_ = "Repeat";
+  return next;
+}
 
 Pipeline Pipeline::Decode(std::vector<FieldDecoder> decoders, DecodeOptions options) const {
-  return Then(DecodeStage(std::move(decoders), std::move(options)));
+  return Then(DecodeStage(std::move(decoders), std::move(options)), "decode");
 }
 
 Pipeline Pipeline::Decode(std::string_view image_spec, ImageDecodeOptions image,
                           DecodeOptions options) const {
-  return Then(DecodeStage(image_spec, std::move(image), std::move(options)));
+  const std::string what = Cat("decode(", image_spec, ",", image.resize.width, "x",
+                               image.resize.height, ")");
+  return Then(DecodeStage(image_spec, std::move(image), std::move(options)), what);
 }
 
 Pipeline Pipeline::Batched(size_t batch_size, BatchOptions options) const {
-  return Then(BatchedStage(batch_size, std::move(options)));
+  const std::string what = Cat("batched(", batch_size, ",", int{options.partial}, ")");
+  return Then(BatchedStage(batch_size, std::move(options)), what);
 }
 
 Pipeline Pipeline::WithLength(int64_t n) const {
@@ -102,6 +119,16 @@ absl::StatusOr<Pipeline> WebDataset(std::string_view urls, WebDatasetOptions opt
 
 namespace {
 
+// UrlsHash fingerprints a shard list (FNV-1a over the URLs), for recipe().
+std::string UrlsHash(const std::vector<std::string>& urls) {
+  uint64_t h = 14695981039346656037ull;
+  for (const std::string& url : urls) {
+    for (char c : url) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    h = (h ^ 0xff) * 1099511628211ull;
+  }
+  return absl::StrCat(absl::Hex(h, absl::kZeroPad16));
+}
+
 // CountsKnown is true when every shard's sample count can be had without
 // reading the shard.
 bool CountsKnown(const std::vector<std::string>& urls, const DatasetIndex* index) {
@@ -128,7 +155,17 @@ absl::StatusOr<Pipeline> WebDataset(std::vector<std::string> urls, WebDatasetOpt
   if (split == SplitGranularity::kSamples && !options.resampled) {
     catalog = std::make_shared<ShardCatalog>(options.opener, options.dataset_index);
   }
-  StreamFactory source = [shards, options, split, catalog](const WorkerContext& ctx) {
+  std::shared_ptr<ShardCatalog> counts_for_restore =
+      options.resampled ? nullptr
+      : catalog != nullptr ? catalog
+                           : std::make_shared<ShardCatalog>(options.opener, options.dataset_index);
+  std::string recipe = Cat("webdataset(", shards->size(), " shards ", UrlsHash(*shards), ",seed ",
+                           options.seed, ",shuffle ", int{options.shardshuffle}, ",split ",
+                           int(split), ",resampled ", int{options.resampled}, ",nodes ",
+                           int{bool(options.nodesplitter)}, ",workers ",
+                           int{bool(options.workersplitter)}, ")");
+  StreamFactory source = [shards, options, split, catalog,
+                          counts_for_restore](const WorkerContext& ctx) {
     std::unique_ptr<UrlStream> url_stream;
     ShardListOptions list{options.shardshuffle, options.nodesplitter, options.workersplitter,
                           options.allow_empty, split};
@@ -140,9 +177,9 @@ absl::StatusOr<Pipeline> WebDataset(std::vector<std::string> urls, WebDatasetOpt
       url_stream = ShardStream(*shards, list, ctx);
     }
     return TarSamples(std::move(url_stream), options.opener, options.handler, ctx,
-                      options.max_member_size, catalog);
+                      options.max_member_size, counts_for_restore);
   };
-  return Pipeline(std::move(source), options.seed);
+  return Pipeline(std::move(source), options.seed, std::move(recipe));
 }
 
 }  // namespace wds

@@ -199,6 +199,10 @@ std::unique_ptr<UrlStream> SliceStream(const std::vector<std::string>& shards,
   return std::make_unique<ListUrlStream>(SlicesForWorker(shards, *counts, options, ctx));
 }
 
+std::unique_ptr<UrlStream> SlicesStream(std::vector<ShardSlice> slices) {
+  return std::make_unique<ListUrlStream>(std::move(slices));
+}
+
 std::unique_ptr<UrlStream> ResampledShardStream(std::vector<std::string> shards,
                                                 std::optional<int64_t> count,
                                                 const WorkerContext& ctx) {

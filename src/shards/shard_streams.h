@@ -29,6 +29,8 @@ std::unique_ptr<UrlStream> ShardStream(const std::vector<std::string>& shards,
 std::unique_ptr<UrlStream> SliceStream(const std::vector<std::string>& shards,
                                        absl::StatusOr<std::vector<int64_t>> counts,
                                        const ShardListOptions& options, const WorkerContext& ctx);
+// SlicesStream yields `slices` in order.
+std::unique_ptr<UrlStream> SlicesStream(std::vector<ShardSlice> slices);
 // ResampledShardStream draws shards uniformly with replacement, seeded by
 // (seed, epoch, pass, rank, worker): `count` of them, or forever when nullopt.
 std::unique_ptr<UrlStream> ResampledShardStream(std::vector<std::string> shards,

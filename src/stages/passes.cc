@@ -23,6 +23,12 @@ class PassesStreamImpl : public SampleStream {
         if (passes_left_.has_value()) --*passes_left_;
         current_ = upstream_(ctx_);
         items_in_pass_ = 0;
+        // A pass restored at a checkpoint (ResumeChannel) had items before
+        // it; the passes after it start fresh.
+        if (ctx_.resume != nullptr && ctx_.resume->restore.has_value()) {
+          if (ctx_.resume->restore->source_out > 0) items_in_pass_ = 1;
+          ctx_.resume->restore.reset();
+        }
       }
       SampleResult item = current_->Next();
       if (!item.ok() || item->has_value()) {

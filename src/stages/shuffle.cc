@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "wds/internal/strings.h"
 #include "wds/random.h"
 #include "wds/stages.h"
 
@@ -19,14 +20,40 @@ namespace {
 class ShuffleStream final : public SampleStream {
  public:
   ShuffleStream(std::unique_ptr<SampleStream> upstream, size_t bufsize, size_t initial,
-                uint64_t seed)
+                uint64_t seed, std::shared_ptr<ResumeChannel> resume)
       : upstream_(std::move(upstream)),
         bufsize_(bufsize),
         initial_(std::min(initial, bufsize)),
-        rng_(seed) {}
+        rng_(seed),
+        resume_(std::move(resume)) {
+    if (resume_ == nullptr) return;
+    ++resume_->shuffles;
+    resume_->position.shuffle_out = 0;
+    if (resume_->restore.has_value() && resume_->restore->shuffle_out >= 0) Restore();
+  }
 
   SampleResult Next() override {
+    SampleResult item = NextItem();
+    if (resume_ != nullptr && item.ok() && item->has_value()) ++resume_->position.shuffle_out;
+    return item;
+  }
+
+ private:
+  SampleResult NextItem() {
     if (!error_.ok()) return error_;
+    if (refill_ > 0) {
+      // A restored buffer: its samples come first from the source, in order.
+      for (size_t i = 0; i < refill_; ++i) {
+        if (absl::Status s = Pull(); !s.ok()) return Fail(std::move(s));
+      }
+      if (buffer_.size() != refill_ || upstream_done_) {
+        return Fail(absl::FailedPreconditionError(Cat(
+            "cannot restore the shuffle buffer: ", refill_, " samples were re-read, ",
+            buffer_.size(), " reached it (a stage before the shuffle drops samples)")));
+      }
+      refill_ = 0;
+      upstream_done_ = restored_done_;
+    }
     while (!upstream_done_) {
       if (absl::Status s = Pull(); !s.ok()) return Fail(std::move(s));
       if (upstream_done_) break;
@@ -39,7 +66,68 @@ class ShuffleStream final : public SampleStream {
     return Pick();
   }
 
- private:
+  // Restore replays the shuffle's first `restore->shuffle_out` steps on the
+  // positions of the source's samples instead of the samples (the steps
+  // depend only on counts and the random state), then asks the source to
+  // yield the samples the buffer held, and to go on from where it stood.
+  void Restore() {
+    const StreamCheckpoint& at = *resume_->restore;
+    const int64_t total = resume_->pass_samples;
+    if (total < 0) {
+      resume_->error = absl::FailedPreconditionError(
+          "cannot restore the shuffle stage: its source cannot restart at a position");
+      return;
+    }
+    std::vector<int64_t> buffer;
+    int64_t next = 0;
+    bool done = false;
+    auto pull = [&] {
+      if (next < total) {
+        buffer.push_back(next++);
+      } else {
+        done = true;
+      }
+    };
+    auto pick = [&] {
+      const size_t k = rng_.Below(buffer.size());
+      buffer[k] = buffer.back();
+      buffer.pop_back();
+    };
+    for (int64_t step = 0; step < at.shuffle_out; ++step) {
+      bool picked = false;
+      while (!done) {
+        pull();
+        if (done) break;
+        if (buffer.size() < bufsize_) pull();
+        if (buffer.size() >= initial_) {
+          pick();
+          picked = true;
+          break;
+        }
+      }
+      if (!picked) {
+        if (buffer.empty()) {
+          resume_->error = absl::FailedPreconditionError(
+              Cat("cannot restore the shuffle stage at its sample ", at.shuffle_out, ": the pass ",
+                  "holds only ", total, " samples"));
+          return;
+        }
+        pick();
+      }
+    }
+    if (next != at.source_out) {
+      resume_->error = absl::FailedPreconditionError(
+          Cat("cannot restore the shuffle stage: it took ", next, " samples where the source ",
+              "gave ", at.source_out, " (a stage before the shuffle drops samples)"));
+      return;
+    }
+    refill_ = buffer.size();
+    restored_done_ = done;
+    resume_->replay = std::move(buffer);
+    resume_->continue_at = next;
+    resume_->position.shuffle_out = at.shuffle_out;
+  }
+
   // Pull appends the next upstream sample to the buffer, or notes the end.
   absl::Status Pull() {
     SampleResult item = upstream_->Next();
@@ -74,6 +162,11 @@ class ShuffleStream final : public SampleStream {
   std::vector<Sample> buffer_;
   bool upstream_done_ = false;
   absl::Status error_;
+  std::shared_ptr<ResumeChannel> resume_;
+  // refill_ samples are pulled into the buffer before the first step after
+  // a restore; restored_done_ is whether the upstream had ended by then.
+  size_t refill_ = 0;
+  bool restored_done_ = false;
 };
 
 uint64_t ShuffleSeed(const WorkerContext& ctx) {
@@ -88,7 +181,11 @@ StageFactory ShuffleStage(size_t bufsize, size_t initial) {
   return [bufsize, initial](const StreamFactory& upstream,
                             const WorkerContext& ctx) -> std::unique_ptr<SampleStream> {
     if (bufsize < 2) return upstream(ctx);
-    return std::make_unique<ShuffleStream>(upstream(ctx), bufsize, initial, ShuffleSeed(ctx));
+    // The upstream is opened first: a restoring source sizes its pass for
+    // the shuffle's replay.
+    std::unique_ptr<SampleStream> source = upstream(ctx);
+    return std::make_unique<ShuffleStream>(std::move(source), bufsize, initial, ShuffleSeed(ctx),
+                                           ctx.resume);
   };
 }
 

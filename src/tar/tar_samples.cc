@@ -1,7 +1,10 @@
 // TarSamples: the shards of one worker as a stream of Samples.
 #include "tar/tar_samples.h"
 
+#include <algorithm>
+#include <deque>
 #include <string>
+#include <vector>
 #include <utility>
 
 #include "wds/internal/status_macros.h"
@@ -26,14 +29,42 @@ class TarSampleStream : public SampleStream {
         pool_(ctx_.read_pool != nullptr
                   ? ctx_.read_pool
                   : std::make_shared<BufferPool>(
-                        AlignedHostAllocator(), BufferPoolOptions{.classes_per_doubling = 1024})) {}
+                        AlignedHostAllocator(), BufferPoolOptions{.classes_per_doubling = 1024})) {
+    if (ctx_.resume == nullptr) return;
+    ResumeChannel& resume = *ctx_.resume;
+    if (resume.counted_pass != ctx_.pass) {
+      resume.counted_pass = ctx_.pass;
+      resume.sources = 0;
+      resume.shuffles = 0;
+    }
+    ++resume.sources;
+    resume.position.shuffle_out = -1;
+    resume.position.pass = ctx_.pass;
+    resume.position.source_out = 0;
+    if (resume.restore.has_value() && resume.restore->pass == ctx_.pass) PlanRestore(resume);
+  }
 
   SampleResult Next() override {
     if (done_.has_value()) {
       if (done_->ok()) return std::nullopt;
       return *done_;
     }
+    if (restoring_) {
+      restoring_ = false;
+      if (absl::Status s = Restore(); !s.ok()) {
+        done_ = s;
+        return s;
+      }
+    }
+    if (!replay_.empty()) {
+      Sample sample = std::move(replay_.front());
+      replay_.pop_front();
+      return sample;
+    }
     SampleResult result = Advance();
+    if (result.ok() && result->has_value() && ctx_.resume != nullptr) {
+      ++ctx_.resume->position.source_out;
+    }
     if (!result.ok()) {
       done_ = result.status();
     } else if (!result->has_value()) {
@@ -55,6 +86,9 @@ class TarSampleStream : public SampleStream {
   // the slice's end.
   absl::StatusOr<std::optional<GroupedSample>> NextInSlice();
   absl::StatusOr<Sample> ToSample(GroupedSample grouped);
+  void PlanRestore(ResumeChannel& resume);
+  absl::Status Restore();
+  absl::Status ReadRun(ShardSlice run, std::vector<Sample>& out);
   Flow Handle(const absl::Status& error, SampleResult& result);
 
   const int64_t max_member_size_;
@@ -73,7 +107,131 @@ class TarSampleStream : public SampleStream {
   ShardSlice slice_;
   int64_t next_ = 0;
   std::string field_;  // reused for lower-casing
+  // A restore (see ResumeChannel): the pass's slices with their counts, the
+  // source's position in the checkpoint, and the samples to yield first.
+  bool restoring_ = false;
+  absl::Status restore_error_;
+  std::vector<ShardSlice> pass_slices_;
+  int64_t restore_at_ = 0;
+  std::deque<Sample> replay_;
 };
+
+// PlanRestore sizes the pass for a shuffle stage's replay: the slices this
+// worker reads, each with its sample count.
+void TarSampleStream::PlanRestore(ResumeChannel& resume) {
+  restoring_ = true;
+  restore_at_ = resume.restore->source_out;
+  int64_t total = 0;
+  while (true) {
+    absl::StatusOr<std::optional<ShardSlice>> slice = urls_->Next();
+    if (!slice.ok()) {
+      restore_error_ = slice.status();
+      return;
+    }
+    if (!slice->has_value()) break;
+    if ((*slice)->end < 0) {
+      if (catalog_ == nullptr) {
+        restore_error_ = absl::FailedPreconditionError(
+            Cat((*slice)->url, ": cannot restart inside a shard without sample counts"));
+        return;
+      }
+      absl::StatusOr<int64_t> count = catalog_->Count((*slice)->url);
+      if (!count.ok()) {
+        restore_error_ = count.status();
+        return;
+      }
+      (*slice)->end = *count;
+    }
+    total += (*slice)->end - (*slice)->begin;
+    pass_slices_.push_back(**std::move(slice));
+  }
+  resume.pass_samples = total;
+}
+
+// Restore reads the samples a restored shuffle buffer held (sorted, one seek
+// per run of consecutive samples, then put in buffer order) and continues
+// the pass at the checkpoint's position.
+absl::Status TarSampleStream::Restore() {
+  WDS_RETURN_IF_ERROR(restore_error_);
+  ResumeChannel& resume = *ctx_.resume;
+  const int64_t start = resume.continue_at >= 0 ? resume.continue_at : restore_at_;
+  std::vector<int64_t> replay = std::move(resume.replay);
+  resume.replay.clear();
+  resume.continue_at = -1;
+  resume.pass_samples = -1;
+  // first[i] is the position in the pass of slice i's first sample.
+  std::vector<int64_t> first;
+  int64_t total = 0;
+  for (const ShardSlice& s : pass_slices_) {
+    first.push_back(total);
+    total += s.end - s.begin;
+  }
+  if (start > total) {
+    return absl::FailedPreconditionError(Cat("cannot restart at sample ", start, " of a pass of ",
+                                             total, " samples (other data than at the checkpoint?)"));
+  }
+  auto slice_of = [&](int64_t ordinal) {
+    return static_cast<size_t>(std::upper_bound(first.begin(), first.end(), ordinal) -
+                               first.begin() - 1);
+  };
+  // Re-read the buffered samples in pass order, in runs.
+  std::vector<std::pair<int64_t, size_t>> wanted;  // (ordinal, buffer slot)
+  for (size_t slot = 0; slot < replay.size(); ++slot) wanted.emplace_back(replay[slot], slot);
+  std::sort(wanted.begin(), wanted.end());
+  std::vector<std::optional<Sample>> slots(replay.size());
+  for (size_t i = 0; i < wanted.size();) {
+    const int64_t ordinal = wanted[i].first;
+    const size_t s = slice_of(ordinal);
+    size_t j = i + 1;
+    while (j < wanted.size() && wanted[j].first == wanted[j - 1].first + 1 &&
+           slice_of(wanted[j].first) == s) {
+      ++j;
+    }
+    const int64_t begin = pass_slices_[s].begin + (ordinal - first[s]);
+    std::vector<Sample> run;
+    WDS_RETURN_IF_ERROR(
+        ReadRun({pass_slices_[s].url, begin, begin + static_cast<int64_t>(j - i)}, run));
+    for (size_t k = i; k < j; ++k) slots[wanted[k].second] = std::move(run[k - i]);
+    i = j;
+  }
+  for (std::optional<Sample>& sample : slots) replay_.push_back(*std::move(sample));
+  // Continue from `start`: the rest of its slice, then the slices after it.
+  std::vector<ShardSlice> rest;
+  for (size_t i = 0; i < pass_slices_.size(); ++i) {
+    const int64_t skip = start - first[i];
+    const int64_t size = pass_slices_[i].end - pass_slices_[i].begin;
+    if (skip >= size) continue;
+    ShardSlice slice = pass_slices_[i];
+    if (skip > 0) slice.begin += skip;
+    rest.push_back(std::move(slice));
+  }
+  urls_ = SlicesStream(std::move(rest));
+  resume.position.source_out = start;
+  pass_slices_.clear();
+  return absl::OkStatus();
+}
+
+// ReadRun reads the samples of `run` (a part of one shard) into `out`.
+absl::Status TarSampleStream::ReadRun(ShardSlice run, std::vector<Sample>& out) {
+  const int64_t want = run.end - run.begin;
+  WDS_RETURN_IF_ERROR(OpenShard(std::move(run)));
+  while (static_cast<int64_t>(out.size()) < want) {
+    absl::StatusOr<std::optional<GroupedSample>> grouped = NextInSlice();
+    if (!grouped.ok()) {
+      reader_.reset();
+      return grouped.status();
+    }
+    if (!grouped->has_value()) break;
+    WDS_ASSIGN_OR_RETURN(Sample sample, ToSample(**std::move(grouped)));
+    out.push_back(std::move(sample));
+  }
+  reader_.reset();
+  if (static_cast<int64_t>(out.size()) != want) {
+    return absl::DataLossError(Cat(url_, ": re-reading ", want, " samples from sample ",
+                                   slice_.begin, " gave ", out.size()));
+  }
+  return absl::OkStatus();
+}
 
 TarSampleStream::Flow TarSampleStream::Handle(const absl::Status& error, SampleResult& result) {
   switch (ctx_.Handle(handler_, kStageName, error)) {
