@@ -248,9 +248,10 @@ TEST(ResumeTest, RecipesWithoutAStateAreFailedPrecondition) {
   }
 }
 
-// A stage before the shuffle that drops samples makes the replay impossible:
-// the restore says so instead of handing out other items.
-TEST(ResumeTest, DroppingBeforeTheShuffleIsDetected) {
+// A stage before the shuffle that drops samples (or a shuffle of batches)
+// makes the replay impossible: State() says so instead of recording a
+// position that would restore other items.
+TEST(ResumeTest, AShuffleNotFedSampleBySampleHasNoState) {
   TempDir dir;
   const std::vector<std::string> urls = WriteShards(dir, kSizes, Compression::kNone, false);
   Pipeline p = WebDataset(urls, {.allow_empty = true})
@@ -259,13 +260,14 @@ TEST(ResumeTest, DroppingBeforeTheShuffleIsDetected) {
                    .Shuffle(6, 2);
   Loader first(p, {});
   Take(first, 20);
-  const std::string state = first.State().value();
-  Loader second(p, {});
-  ASSERT_TRUE(second.Restore(state).ok());
-  absl::StatusOr<std::optional<Sample>> item = second.Next();
-  EXPECT_EQ(item.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(item.status().message()),
-              HasSubstr("a stage before the shuffle drops samples"));
+  absl::StatusOr<std::string> state = first.State();
+  EXPECT_EQ(state.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(state.status().message()),
+              HasSubstr("fed sample by sample from the source (put Shuffle before Batched and "
+                        "Select)"));
+  Loader batches(WebDataset(urls, {.allow_empty = true}).value().Batched(2).Shuffle(3), {});
+  Take(batches, 2);
+  EXPECT_EQ(batches.State().status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

@@ -585,6 +585,61 @@ TEST(DevicePrefetcherTest, LoaderErrorIsThrownAsLoaderErrorInOrder) {
   }
 }
 
+// A prefetcher over a loader of tar shards: its state is the position after
+// the batches it handed out (not the one drawn ahead), and a restored pair
+// hands out the rest of the epoch unchanged.
+TEST(DevicePrefetcherTest, StateExcludesTheBatchDrawnAheadAndRestoresExactly) {
+  testing::TempDir dir;
+  std::vector<std::string> urls;
+  for (int s = 0; s < 3; ++s) {
+    std::vector<testing::TarEntry> entries;
+    for (int i = 0; i < 5 + 2 * s; ++i) {
+      entries.push_back({"k" + std::to_string(s) + "_" + std::to_string(i) + ".cls",
+                         std::to_string(100 * s + i)});
+    }
+    urls.push_back(dir.Write("s" + std::to_string(s) + ".tar", testing::MakeTar(entries)));
+  }
+  const Pipeline recipe = WebDataset(urls, {.seed = 3, .shardshuffle = true})
+                              .value()
+                              .Shuffle(4, 2)
+                              .Decode()
+                              .Batched(2);
+  auto labels = [](DevicePrefetcher& p, int64_t n) {
+    std::vector<int64_t> out;
+    for (int64_t i = 0; i < n; ++i) {
+      std::optional<TensorBatch> b = p.Next();
+      if (!b.has_value()) break;
+      for (int64_t j = 0; j < b->at("cls").size(0); ++j) {
+        out.push_back(b->at("cls")[j].item<int64_t>());
+      }
+    }
+    return out;
+  };
+  const DevicePrefetcherOptions options{.fields = {"cls"}};
+  Loader whole_loader(recipe, {.workers = 2});
+  DevicePrefetcher whole(whole_loader, options);
+  const std::vector<int64_t> expected = labels(whole, 100);
+  ASSERT_EQ(expected.size(), 21u);
+  for (int64_t stop = 0; stop <= 11; ++stop) {
+    std::string state;
+    std::vector<int64_t> got;
+    {
+      Loader loader(recipe, {.workers = 2});
+      DevicePrefetcher prefetcher(loader, options);
+      got = labels(prefetcher, stop);
+      state = prefetcher.State().value();
+    }
+    Loader loader(recipe, {.workers = 2});
+    DevicePrefetcher prefetcher(loader, options);
+    ASSERT_TRUE(prefetcher.Restore(state).ok());
+    std::vector<int64_t> rest = labels(prefetcher, 100);
+    got.insert(got.end(), rest.begin(), rest.end());
+    EXPECT_EQ(got, expected) << "stopped after " << stop << " batches";
+  }
+  DevicePrefetcher scripted(ScriptedSource{}.Fn());
+  EXPECT_EQ(scripted.State().status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
 // ---- devices ----
 
 TEST(DevicePrefetcherTest, EmptySourceIsValueError) {

@@ -88,6 +88,8 @@ class Loader {
   void SetEpoch(int64_t epoch);
   // epoch is the running epoch, or when none runs the one that runs next.
   int64_t epoch() const;
+  // in_epoch is whether an epoch runs: started (or restored) and not ended.
+  bool in_epoch() const;
 
   // Next returns the next item of the current epoch (starting one if none is
   // running), nullopt at its end, or the first error. After an error or the

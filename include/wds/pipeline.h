@@ -82,8 +82,12 @@ class Pipeline {
   // recipe()).
   explicit Pipeline(StreamFactory source, uint64_t seed = 0, std::string recipe = "source");
 
-  // Then appends any stage.
+  // Then appends any stage; `what` describes it (with its parameters) in
+  // recipe(), and checkpointable = false marks a stage that keeps a position
+  // of its own, which a Loader state cannot record.
   [[nodiscard]] Pipeline Then(StageFactory stage) const;
+  [[nodiscard]] Pipeline Then(StageFactory stage, std::string_view what,
+                              bool checkpointable = true) const;
 
   // The fluent forms of the stages; each is Then(<the stage>) (stages.h,
   // decode.h, image.h, batch.h document them).
@@ -137,8 +141,6 @@ class Pipeline {
   uint64_t seed() const { return seed_; }
 
  private:
-  // Then appends `stage`, described in recipe() as `what`.
-  Pipeline Then(StageFactory stage, std::string_view what) const;
   StreamFactory Compose() const;
 
   StreamFactory source_;

@@ -72,6 +72,10 @@ struct ResumeChannel {
   // a source opening another pass resets them); a recipe with more than one
   // of either cannot be checkpointed.
   int64_t counted_pass = -1;
+  // shuffle_in counts the samples the shuffle took in the open pass: a
+  // checkpoint holds only when it took every sample of the source, one by
+  // one (no stage between them drops, merges or batches samples).
+  int64_t shuffle_in = 0;
   int sources = 0;
   int shuffles = 0;
   // error is set by a stage that cannot restore as asked.

@@ -77,8 +77,10 @@ wds::MissingField ParseMissing(const std::string& name) {
   return *missing;
 }
 
-Stage MakeStage(wds::StageFactory factory, std::string name, bool native = true) {
-  return Stage{std::move(factory), std::move(name), native};
+Stage MakeStage(wds::StageFactory factory, std::string name, bool native = true,
+                std::string recipe = "", bool checkpointable = true) {
+  if (recipe.empty()) recipe = name;
+  return Stage{std::move(factory), std::move(name), native, std::move(recipe), checkpointable};
 }
 
 void RegisterSources(py::module_& m) {
@@ -93,7 +95,9 @@ void RegisterSources(py::module_& m) {
         ShardSourceOptions options{shuffle,     resampled, nshards,      split_nodes, split_workers,
                                    allow_empty, seed,      split_samples};
         StageHandler h = StageHandler::FromPython(handler);
-        return Source{ShardSource(std::move(urls), options, h), h.is_native(), nullptr};
+        std::string recipe = "shard_source";
+        wds::StreamFactory factory = ShardSource(std::move(urls), options, h, &recipe);
+        return Source{std::move(factory), h.is_native(), nullptr, std::move(recipe)};
       },
       py::arg("urls"), py::kw_only(), py::arg("shuffle") = false, py::arg("resampled") = false,
       py::arg("nshards") = py::none(), py::arg("split_nodes") = true,
@@ -124,7 +128,9 @@ void RegisterStages(py::module_& m) {
   m.def(
       "shuffle",
       [](size_t bufsize, size_t initial, std::optional<uint64_t> seed) {
-        return MakeStage(SeededShuffle(bufsize, initial, seed), "shuffle");
+        return MakeStage(SeededShuffle(bufsize, initial, seed), "shuffle", true,
+                         wds::Cat("shuffle(", bufsize, ",", initial, ",",
+                                  seed.has_value() ? std::to_string(*seed) : "-", ")"));
       },
       py::arg("bufsize"), py::arg("initial"), py::arg("seed") = py::none());
   m.def(
@@ -146,8 +152,10 @@ void RegisterStages(py::module_& m) {
       [](std::vector<std::string> fields, const std::string& missing, const std::string& handler) {
         absl::StatusOr<wds::Handler> h = wds::ParseHandler(handler);
         ThrowIfError(h.status());
+        std::string recipe = "to_tuple(";
+        for (const std::string& f : fields) recipe = wds::Cat(recipe, f, ",");
         return MakeStage(wds::ToTupleStage(std::move(fields), ParseMissing(missing), *h),
-                         "to_tuple");
+                         "to_tuple", true, recipe + ")");
       },
       py::arg("fields"), py::arg("missing") = "error", py::arg("handler") = "reraise");
   m.def(
@@ -164,13 +172,15 @@ void RegisterStages(py::module_& m) {
       [](size_t batch_size, bool partial) {
         wds::BatchOptions options;
         options.partial = partial;
-        return MakeStage(wds::BatchedStage(batch_size, options), "batched");
+        return MakeStage(wds::BatchedStage(batch_size, options), "batched", true,
+                         wds::Cat("batched(", batch_size, ",", int{partial}, ")"));
       },
       py::arg("batch_size"), py::arg("partial") = true);
   m.def(
       "slice",
       [](int64_t start, std::optional<int64_t> stop, int64_t step) {
-        return MakeStage(wds::SliceStage(start, stop, step), "slice");
+        return MakeStage(wds::SliceStage(start, stop, step), "slice", true, "slice",
+                         /*checkpointable=*/false);
       },
       py::arg("start"), py::arg("stop"), py::arg("step") = 1);
 }
@@ -225,8 +235,11 @@ Chain::Chain(Source source, std::vector<Stage> stages, uint64_t seed)
     : source_(std::move(source)), stages_(std::move(stages)), seed_(seed) {}
 
 wds::Pipeline Chain::Recipe(std::optional<int64_t> length) const {
-  wds::Pipeline pipeline = wds::Pipeline(source_.factory, seed_).Then(CountingStage(count_));
-  for (const Stage& stage : stages_) pipeline = pipeline.Then(stage.factory);
+  wds::Pipeline pipeline =
+      wds::Pipeline(source_.factory, seed_, source_.recipe).Then(CountingStage(count_), "count");
+  for (const Stage& stage : stages_) {
+    pipeline = pipeline.Then(stage.factory, stage.recipe, stage.checkpointable);
+  }
   if (length.has_value()) pipeline = pipeline.WithLength(*length);
   return pipeline;
 }

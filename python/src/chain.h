@@ -27,6 +27,8 @@ struct Source {
   wds::StreamFactory factory;
   bool native = true;
   std::shared_ptr<NameSet> tensor_names;  // for sources fed with samples
+  // recipe describes the source for wds::Pipeline::recipe() (loader states).
+  std::string recipe = "source";
 };
 
 // Stage is one native stage; `native` is false when it calls Python (a
@@ -35,6 +37,10 @@ struct Stage {
   wds::StageFactory factory;
   std::string name;
   bool native = true;
+  // recipe is the name with its parameters (wds::Pipeline::recipe());
+  // checkpointable is false for stages that keep a position (slice).
+  std::string recipe;
+  bool checkpointable = true;
 };
 
 // Chain is an immutable recipe: it may be opened any number of times (under

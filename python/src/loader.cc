@@ -46,8 +46,7 @@ class Loader {
     if (loader_.inherited()) {
       throw py::value_error("this Loader was iterated before the process forked");
     }
-    if (!loader_)
-      loader_ = ProcessLocal<wds::Loader>(std::make_unique<wds::Loader>(recipe_, options_));
+    Core();
     if (!running_) {
       loader_->SetEpoch(epoch_);
       running_ = true;
@@ -81,6 +80,25 @@ class Loader {
     loader.reset();
   }
 
+  // State is the core loader's state (wds::Loader::State), taken without
+  // starting an epoch.
+  std::string State() {
+    wds::Loader& loader = Core();
+    if (!running_) loader.SetEpoch(epoch_);
+    absl::StatusOr<std::string> state = loader.State();
+    ThrowIfError(state.status());
+    return *std::move(state);
+  }
+
+  // Restore makes the next item the one after `state` (wds::Loader::Restore).
+  void Restore(const std::string& state) {
+    if (running_) Stop();
+    wds::Loader& loader = Core();
+    ThrowIfError(loader.Restore(state));
+    running_ = loader.in_epoch();
+    epoch_ = loader.epoch();
+  }
+
   void SetEpoch(int64_t epoch) {
     if (running_) Stop();
     epoch_ = epoch;
@@ -91,6 +109,17 @@ class Loader {
   bool pinned() const { return loader_ ? loader_->pool()->pinned() : false; }
 
  private:
+  // Core is the core loader, made on first use (it starts no thread).
+  wds::Loader& Core() {
+    if (loader_.inherited()) {
+      throw py::value_error("this Loader was iterated before the process forked");
+    }
+    if (!loader_) {
+      loader_ = ProcessLocal<wds::Loader>(std::make_unique<wds::Loader>(recipe_, options_));
+    }
+    return *loader_.get();
+  }
+
   void EndEpoch() {
     running_ = false;
     ++epoch_;
@@ -137,6 +166,8 @@ void RegisterLoader(py::module_& m) {
       .def("next", &Loader::Next)
       .def("stop", &Loader::Stop)
       .def("set_epoch", &Loader::SetEpoch)
+      .def("state", &Loader::State)
+      .def("restore", &Loader::Restore, py::arg("state"))
       .def_property_readonly("epoch", &Loader::epoch)
       .def_property_readonly("running", &Loader::running)
       .def_property_readonly("size", &Loader::size)

@@ -189,7 +189,7 @@ wds::ShardListOptions ListOptions(const ShardSourceOptions& o) {
 }  // namespace
 
 wds::StreamFactory ShardSource(std::vector<std::string> urls, const ShardSourceOptions& options,
-                               StageHandler handler) {
+                               StageHandler handler, std::string* recipe) {
   if (urls.empty()) throw py::value_error("the shard list is empty");
   if (!handler.is_native()) {
     if (options.split_samples) {
@@ -227,6 +227,7 @@ wds::StreamFactory ShardSource(std::vector<std::string> urls, const ShardSourceO
   web.opener = PythonOpener();
   absl::StatusOr<wds::Pipeline> pipeline = wds::WebDataset(std::move(urls), std::move(web));
   ThrowIfError(pipeline.status());
+  if (recipe != nullptr) *recipe = pipeline->recipe();
   return [pipeline = *std::move(pipeline)](const wds::WorkerContext& ctx) {
     return pipeline.Open(ctx);
   };

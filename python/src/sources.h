@@ -39,8 +39,9 @@ struct ShardSourceOptions {
 // handler runs inside the reader; a Python callable handler makes the shards
 // be read one at a time, the callable deciding after each failing shard.
 // Setup errors (an empty list) raise ValueError.
+// `recipe`, when not null, receives the source's wds::Pipeline::recipe().
 wds::StreamFactory ShardSource(std::vector<std::string> urls, const ShardSourceOptions& options,
-                               StageHandler handler);
+                               StageHandler handler, std::string* recipe = nullptr);
 
 // UrlSource reads the shards a Python iterator yields (str URLs or dicts with
 // a "url"), one at a time, with `handler` deciding after a failing shard.

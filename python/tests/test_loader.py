@@ -1,5 +1,6 @@
 """webdataset_cpp.Loader: the native threaded loader for native pipelines."""
 
+import io
 import os
 
 import numpy as np
@@ -117,3 +118,43 @@ def test_errors_reach_the_consumer_in_order(shards, tmp_path):
     assert len(next(it)["__key__"]) == 5
     with pytest.raises(FileNotFoundError, match="gone.tar"):
         next(it)
+
+
+def test_state_dict_resumes_mid_epoch_with_identical_batches(shards):
+    ds = (wds.WebDataset(shards, shardshuffle=10, seed=4).shuffle(6).decode("rgb8")
+          .to_tuple("jpg", "cls", "__key__").batched(4))
+    expected = list(wds.Loader(ds, workers=2))
+    assert len(expected) > 4
+    for stop in range(len(expected) + 1):
+        first = wds.Loader(ds, workers=2)
+        it = iter(first)
+        head = [next(it) for _ in range(stop)]
+        state = first.state_dict()
+        first.close()
+        buffer = io.BytesIO()
+        torch.save({"loader": state}, buffer)  # goes into a checkpoint with the model
+        buffer.seek(0)
+        second = wds.Loader(ds, workers=2)
+        second.load_state_dict(torch.load(buffer)["loader"])
+        tail = list(second)
+        assert keys(head + tail) == keys(expected)
+        for (a, la, _), (b, lb, _) in zip(head + tail, expected):
+            assert np.array_equal(a, b) and np.array_equal(la, lb)
+        assert second.epoch == 1
+
+
+def test_load_state_dict_refuses_another_recipe(shards):
+    state = wds.Loader(dataset(shards, shardshuffle=10, seed=4), workers=2).state_dict()
+    other = wds.Loader(dataset(shards, shardshuffle=10, seed=5), workers=2)
+    with pytest.raises(ValueError, match="the state was taken with another recipe"):
+        other.load_state_dict(state)
+    with pytest.raises(ValueError, match="taken by rank 0 of 1 with 2 workers, not rank 0 of 1 "
+                                         "with 3"):
+        wds.Loader(dataset(shards, shardshuffle=10, seed=4), workers=3).load_state_dict(state)
+    with pytest.raises(ValueError, match="not a webdataset_cpp Loader state_dict"):
+        other.load_state_dict({"epoch": 3})
+    shuffled_batches = wds.Loader(dataset(shards, shardshuffle=10, seed=4).shuffle(3))
+    running = iter(shuffled_batches)
+    next(running)
+    with pytest.raises(ValueError, match="put Shuffle before Batched"):
+        shuffled_batches.state_dict()

@@ -209,7 +209,9 @@ class WorkerGroup {
       // A stage that could not restore reports it here, at the first item.
       if (!resume.error.ok()) result = resume.error;
       const bool last = !result.ok() || !result->has_value();
-      const bool checkpointable = resume.sources == 1 && resume.shuffles <= 1;
+      const bool checkpointable =
+          resume.sources == 1 && resume.shuffles <= 1 &&
+          (resume.shuffles == 0 || resume.shuffle_in == resume.position.source_out);
       if (!queue.Push(Entry{ctx.worker, std::move(result), resume.position, checkpointable})) {
         return;
       }
@@ -504,8 +506,9 @@ struct Loader::Impl {
     }
     if (d.group.has_value() && !d.group->checkpointable) {
       return absl::FailedPreconditionError(
-          "Loader::State: a worker's stream cannot be checkpointed (it needs exactly one "
-          "tar source, WebDataset(), and at most one shuffle stage)");
+          "Loader::State: a worker's stream cannot be checkpointed: it needs exactly one tar "
+          "source (WebDataset()) and at most one shuffle stage, fed sample by sample from the "
+          "source (put Shuffle before Batched and Select)");
     }
     return StateJson(d);
   }
@@ -545,6 +548,8 @@ Loader::~Loader() = default;
 void Loader::SetEpoch(int64_t epoch) { impl_->next_epoch = epoch; }
 
 int64_t Loader::epoch() const { return impl_->running ? impl_->running_epoch : impl_->next_epoch; }
+
+bool Loader::in_epoch() const { return impl_->running; }
 
 absl::StatusOr<std::optional<Sample>> Loader::Next() { return impl_->Next(); }
 

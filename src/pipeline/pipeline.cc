@@ -18,10 +18,11 @@ Pipeline::Pipeline(StreamFactory source, uint64_t seed, std::string recipe)
 
 Pipeline Pipeline::Then(StageFactory stage) const { return Then(std::move(stage), "then"); }
 
-Pipeline Pipeline::Then(StageFactory stage, std::string_view what) const {
+Pipeline Pipeline::Then(StageFactory stage, std::string_view what, bool checkpointable) const {
   Pipeline next = *this;
   next.stages_.push_back(std::move(stage));
   next.recipe_ = Cat(recipe_, "|", what);
+  if (!checkpointable) next.checkpoint_blocker_ = std::string(what.substr(0, what.find('(')));
   return next;
 }
 
@@ -50,15 +51,13 @@ Pipeline Pipeline::ToTuple(std::vector<std::string> fields, MissingField missing
 }
 
 Pipeline Pipeline::Slice(int64_t start, std::optional<int64_t> stop, int64_t step) const {
-  Pipeline next = Then(SliceStage(start, stop, step), "slice");
-  next.checkpoint_blocker_ = "Slice";
-  return next;
+  return Then(SliceStage(start, stop, step), Cat("Slice(", start, ",", stop.value_or(-1), ",", step, ")"),
+              /*checkpointable=*/false);
 }
 
 Pipeline Pipeline::Repeat(std::optional<int64_t> count) const {
-  Pipeline next = Then(RepeatStage(count), "repeat");
-  next.checkpoint_blocker_ = "Repeat";
-  return next;
+  return Then(RepeatStage(count), Cat("Repeat(", count.value_or(-1), ")"),
+              /*checkpointable=*/false);
 }
 
 Pipeline Pipeline::Decode(std::vector<FieldDecoder> decoders, DecodeOptions options) const {

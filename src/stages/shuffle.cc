@@ -29,6 +29,7 @@ class ShuffleStream final : public SampleStream {
     if (resume_ == nullptr) return;
     ++resume_->shuffles;
     resume_->position.shuffle_out = 0;
+    resume_->shuffle_in = 0;
     if (resume_->restore.has_value() && resume_->restore->shuffle_out >= 0) Restore();
   }
 
@@ -125,6 +126,8 @@ class ShuffleStream final : public SampleStream {
     restored_done_ = done;
     resume_->replay = std::move(buffer);
     resume_->continue_at = next;
+    // The refill pulls count the buffer again: start below the position.
+    resume_->shuffle_in = next - static_cast<int64_t>(refill_);
     resume_->position.shuffle_out = at.shuffle_out;
   }
 
@@ -134,6 +137,7 @@ class ShuffleStream final : public SampleStream {
     if (!item.ok()) return item.status();
     if (item->has_value()) {
       buffer_.push_back(std::move(**item));
+      if (resume_ != nullptr) ++resume_->shuffle_in;
     } else {
       upstream_done_ = true;
     }

@@ -68,6 +68,10 @@ std::optional<Sample> NextFromLoader(Loader& loader) {
 
 struct DevicePrefetcher::Impl {
   BatchSource source;
+  // loader is the Loader drawn from, if any; ahead_state its state before
+  // the draw whose result (a batch or the end) is staged, not yet handed out.
+  Loader* loader = nullptr;
+  std::optional<absl::StatusOr<std::string>> ahead_state;
   DevicePrefetcherOptions options;
   std::optional<c10::Stream> side;  // the copy stream; CUDA only
   std::optional<Staged> staged;
@@ -90,10 +94,12 @@ std::optional<TensorBatch> DevicePrefetcher::Impl::Next() {
   if (deferred) std::rethrow_exception(std::exchange(deferred, nullptr));
   if (end_staged) {
     end_staged = false;
+    ahead_state.reset();
     return std::nullopt;
   }
   if (!staged) {
     staged = Draw();
+    ahead_state.reset();
     if (!staged) return std::nullopt;
   }
   Staged current = *std::move(staged);
@@ -111,6 +117,7 @@ std::optional<TensorBatch> DevicePrefetcher::Impl::Next() {
 }
 
 std::optional<Staged> DevicePrefetcher::Impl::Draw() {
+  if (loader != nullptr) ahead_state = loader->State();
   std::optional<Sample> sample = source();
   if (!sample) return std::nullopt;
   if (!side) return Staged{ToTensorBatch(*sample, options.fields, options.tensor), {}, {}};
@@ -175,7 +182,33 @@ DevicePrefetcher::DevicePrefetcher(BatchSource source, DevicePrefetcherOptions o
 }
 
 DevicePrefetcher::DevicePrefetcher(Loader& loader, DevicePrefetcherOptions options)
-    : DevicePrefetcher([&loader] { return NextFromLoader(loader); }, std::move(options)) {}
+    : DevicePrefetcher([&loader] { return NextFromLoader(loader); }, std::move(options)) {
+  impl_->loader = &loader;
+}
+
+absl::StatusOr<std::string> DevicePrefetcher::State() const {
+  if (impl_->loader == nullptr) {
+    return absl::FailedPreconditionError(
+        "DevicePrefetcher::State: a prefetcher over a BatchSource has no state");
+  }
+  if (impl_->ahead_state.has_value()) return *impl_->ahead_state;
+  return impl_->loader->State();
+}
+
+absl::Status DevicePrefetcher::Restore(std::string_view state) {
+  if (impl_->loader == nullptr) {
+    return absl::FailedPreconditionError(
+        "DevicePrefetcher::Restore: a prefetcher over a BatchSource has no state");
+  }
+  if (absl::Status restored = impl_->loader->Restore(state); !restored.ok()) return restored;
+  impl_->WaitForCopies();
+  impl_->in_flight.clear();
+  impl_->staged.reset();
+  impl_->end_staged = false;
+  impl_->deferred = nullptr;
+  impl_->ahead_state.reset();
+  return absl::OkStatus();
+}
 
 DevicePrefetcher::~DevicePrefetcher() = default;
 

@@ -37,7 +37,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "absl/status/statusor.h"
 
 #include "wds/loader.h"
 #include "wds/pull_iterator.h"
@@ -81,6 +84,16 @@ class DevicePrefetcher {
 
   // device is the resolved device (with its index for CUDA).
   const torch::Device& device() const;
+
+  // State is the position after the last batch Next() returned, as
+  // Loader::State() gives it: the batch drawn ahead is not part of it (a
+  // restored loader hands it out again). The loader's state is taken before
+  // every draw (tens of microseconds, no I/O). FailedPrecondition for a
+  // prefetcher over a BatchSource, or the loader's own State() errors.
+  [[nodiscard]] absl::StatusOr<std::string> State() const;
+  // Restore drops the batch drawn ahead and restores the loader to `state`
+  // (Loader::Restore, whose errors it returns).
+  [[nodiscard]] absl::Status Restore(std::string_view state);
 
   using Iterator = PullIterator<TensorBatch>;
   // begin draws the first batch of an epoch; iterating ends with the epoch.
