@@ -100,7 +100,8 @@ class DdpTest : public ::testing::Test {
 
   // Train runs `world` ranks of wds-train (each killed after 50 s at most)
   // and collects their results.
-  std::vector<RankResult> Train(int world, const std::string& args) {
+  std::vector<RankResult> Train(int world, const std::string& args,
+                                const std::map<int, std::string>& rank_args = {}) {
     const int port = FreePort();
     const std::string tool = std::string(WDS_TOOLS_DIR) + "/wds-train";
     const std::string keys = dir_.path() + "/keys" + std::to_string(++runs_);
@@ -112,7 +113,9 @@ class DdpTest : public ::testing::Test {
                  " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
                  " timeout -s KILL 50 " + tool + " --train '" + Pattern() +
                  "' --image-field npy --image-size 8 --num-classes 4 --shuffle 0 --threads 1" +
-                 " --log-keys " + keys + " " + args + " >" + out + ".out 2>" + out +
+                 " --log-keys " + keys + " " + args + " " +
+                 (rank_args.count(r) ? rank_args.at(r) : std::string()) + " >" + out + ".out 2>" +
+                 out +
                  ".err; echo $? >" + out + ".rc) & ";
     }
     EXPECT_EQ(testing::RunShell(command + "wait"), 0);
@@ -298,6 +301,33 @@ TEST_F(DdpTest, RestartResumesFromTheLatestCheckpoint) {
   }
   EXPECT_THAT(second[0].stderr, HasSubstr("resuming after epoch 1"));
   EXPECT_EQ(access((dir_.path() + "/ckpt/checkpoint-000002.pt").c_str(), R_OK), 0);
+}
+
+// Rank 1 is killed (SIGKILL) after 30 steps, in epoch 0; the others fail in
+// their next collective. Restarted, every rank continues after step 28 (the
+// latest mid-epoch checkpoint: model, optimizer, loader position, random
+// state) and the run ends with parameters identical, bit for bit, to an
+// uninterrupted one, having trained each epoch's batches once.
+TEST_F(DdpTest, MidEpochResumeAfterSigkillEndsBitIdentical) {
+  const std::string args = "--epochs 2 --batch-size 10 --seed 3 --workers 2 --shuffle 50 "
+                           "--timeout-s 20";
+  std::vector<RankResult> whole = Train(3, args);
+  ASSERT_EQ(whole[0].exit_code, 0) << whole[0].stderr;
+  std::smatch hash;
+  ASSERT_TRUE(std::regex_search(whole[0].json, hash, std::regex("\"params_hash\": \"([0-9a-f]+)\"")));
+  const std::string checkpoints = " --checkpoint-dir " + dir_.path() + "/ckpt --checkpoint-every 4";
+  std::vector<RankResult> killed = Train(3, args + checkpoints, {{1, "--crash-after-steps 30"}});
+  EXPECT_NE(killed[1].exit_code, 0);
+  EXPECT_NE(killed[0].exit_code, 0);
+  std::vector<RankResult> resumed = Train(3, args + checkpoints);
+  EXPECT_THAT(resumed[0].stderr, HasSubstr("resuming in epoch 0 after step 28"));
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_EQ(resumed[r].exit_code, 0) << resumed[r].stderr;
+    EXPECT_THAT(resumed[r].json, HasSubstr("\"params_hash\": \"" + hash[1].str() + "\""))
+        << "rank " << r;
+    EXPECT_EQ(resumed[r].batches, whole[r].batches);
+    EXPECT_EQ(resumed[r].samples, whole[r].samples);
+  }
 }
 
 }  // namespace

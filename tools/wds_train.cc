@@ -14,6 +14,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <csignal>
 #include <chrono>
 #include <cinttypes>
 #include <cmath>
@@ -63,6 +64,10 @@ SLURM srun, or one plain process).
   --seed N               (default 0)
   --checkpoint-dir DIR   rank 0 saves DIR/checkpoint-NNNNNN.pt after each epoch
                          (atomically); a restart resumes from the latest
+  --checkpoint-every N   also checkpoint every N steps inside an epoch: the model,
+                         optimizer and, per rank, the loader's position, random
+                         state and epoch counters; a restart continues mid-epoch
+                         with exactly the batches it would have trained on
   --split samples|shards
                          samples (default): every rank reads an equal run of the
                          epoch's samples, slices starting and ending inside
@@ -109,6 +114,10 @@ struct Options {
   bool shardshuffle = true;
   uint64_t seed = 0;
   std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;
+  // crash_after_steps (fault injection for tests): SIGKILL this rank after
+  // that many training steps of the run.
+  int64_t crash_after_steps = 0;
   wds::EqualizePolicy equalize = wds::EqualizePolicy::kDrop;
   wds::SplitGranularity split = wds::SplitGranularity::kSamples;
   bool join = false;
@@ -193,6 +202,10 @@ Options ParseOptions(int argc, char** argv) {
       o.seed = ParseInt(flag, value, 0);
     else if (flag == "--checkpoint-dir")
       o.checkpoint_dir = value;
+    else if (flag == "--checkpoint-every")
+      o.checkpoint_every = ParseInt(flag, value, 1);
+    else if (flag == "--crash-after-steps")
+      o.crash_after_steps = ParseInt(flag, value, 1);
     else if (flag == "--threads")
       o.threads = ParseInt(flag, value, 0);
     else if (flag == "--device")
@@ -311,6 +324,13 @@ struct EpochStats {
   double loop_s = 0;
 };
 
+// CheckpointAt is where a checkpoint stands: in `epoch` after `step` steps
+// (step 0: at its start, after `epoch` completed epochs).
+struct CheckpointAt {
+  int epoch = 0;
+  int64_t step = 0;
+};
+
 // Trainer holds the model, optimizer and gradient synchronisation of one rank.
 class Trainer {
  public:
@@ -318,27 +338,41 @@ class Trainer {
       : o_(o), dist_(dist), net_(o.channels, o.image_size, o.num_classes) {}
 
   // Setup loads the latest checkpoint (onto the CPU, then the device), makes
-  // the optimizer and broadcasts rank 0's weights; returns the first epoch.
-  int Setup() {
-    const int start = AgreeOnCheckpoint();
-    if (start > 0) {
+  // the optimizer and broadcasts rank 0's weights; returns where it stood.
+  CheckpointAt Setup() {
+    const CheckpointAt at = AgreeOnCheckpoint();
+    const bool resume = at.epoch > 0 || at.step > 0;
+    if (resume) {
       torch::serialize::InputArchive archive;
-      archive.load_from(CheckpointPath(start), torch::kCPU);
+      archive.load_from(CheckpointPath(at), torch::kCPU);
       torch::serialize::InputArchive model;
       archive.read("model", model);
       net_->load(model);
     }
     net_->to(dist_.device());
     MakeOptimizer();
-    if (start > 0) {
+    if (resume) {
       torch::serialize::InputArchive archive;
-      archive.load_from(CheckpointPath(start), dist_.device());
+      archive.load_from(CheckpointPath(at), dist_.device());
       torch::serialize::InputArchive state;
       archive.read("optimizer", state);
       optimizer_->load(state);
     }
     grads_ = std::make_unique<wds::GradientSync>(dist_, *net_);
-    return start;
+    return at;
+  }
+
+  // ParamsHash fingerprints the parameters' bytes (FNV-1a), to compare runs.
+  std::string ParamsHash() const {
+    uint64_t h = 14695981039346656037ull;
+    for (const torch::Tensor& p : net_->parameters()) {
+      const torch::Tensor c = p.detach().to(torch::kCPU).contiguous();
+      const auto* bytes = static_cast<const unsigned char*>(c.data_ptr());
+      for (size_t i = 0; i < c.nbytes(); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+    }
+    char text[17];
+    std::snprintf(text, sizeof(text), "%016" PRIx64, h);
+    return text;
   }
 
   // Step trains on one batch; returns the summed loss and the correct count.
@@ -379,10 +413,11 @@ class Trainer {
     return totals[1] == 0 ? 0.0 : static_cast<double>(totals[0]) / static_cast<double>(totals[1]);
   }
 
-  // SaveCheckpoint (rank 0) writes the state after `epochs` completed epochs
-  // through a temporary file renamed into place, so a crash never leaves a
-  // truncated checkpoint under the final name.
-  void SaveCheckpoint(int epochs) {
+  // SaveCheckpoint (rank 0) writes the model and optimizer at `at` through a
+  // temporary file renamed into place, so a crash never leaves a truncated
+  // checkpoint under the final name. Mid-epoch, every rank has written its
+  // RankStatePath(at) before (see Run::SaveMidEpoch).
+  void SaveCheckpoint(CheckpointAt at) {
     if (o_.checkpoint_dir.empty() || !dist_.is_main()) return;
     std::filesystem::create_directories(o_.checkpoint_dir);
     torch::serialize::OutputArchive archive;
@@ -392,40 +427,55 @@ class Trainer {
     torch::serialize::OutputArchive state;
     optimizer_->save(state);
     archive.write("optimizer", state);
-    const std::string path = CheckpointPath(epochs);
+    const std::string path = CheckpointPath(at);
     const std::string temporary = wds::TemporaryPath(path);
     archive.save_to(temporary);
     std::filesystem::rename(temporary, path);
   }
 
- private:
-  std::string CheckpointPath(int epochs) const {
+  // RankStatePath is where a rank keeps its part of a mid-epoch checkpoint.
+  std::string RankStatePath(CheckpointAt at) const {
     char name[64];
-    std::snprintf(name, sizeof(name), "checkpoint-%06d.pt", epochs);
+    std::snprintf(name, sizeof(name), "rank-state-%06d-%06" PRId64 ".rank%d", at.epoch, at.step,
+                  dist_.rank());
+    return (std::filesystem::path(o_.checkpoint_dir) / name).string();
+  }
+
+ private:
+  std::string CheckpointPath(CheckpointAt at) const {
+    char name[64];
+    if (at.step == 0) {
+      std::snprintf(name, sizeof(name), "checkpoint-%06d.pt", at.epoch);
+    } else {
+      std::snprintf(name, sizeof(name), "checkpoint-%06d-%06" PRId64 ".pt", at.epoch, at.step);
+    }
     return (std::filesystem::path(o_.checkpoint_dir) / name).string();
   }
 
   // AgreeOnCheckpoint: rank 0 finds the latest checkpoint and every rank
   // resumes from it (the others must see the same directory).
-  int AgreeOnCheckpoint() const {
-    int64_t latest = 0;
+  CheckpointAt AgreeOnCheckpoint() const {
+    constexpr int64_t kStepBits = 32;
+    int64_t latest = 0;  // epoch << kStepBits | step
     if (dist_.is_main() && !o_.checkpoint_dir.empty() &&
         std::filesystem::is_directory(o_.checkpoint_dir)) {
-      static const std::regex kName("checkpoint-([0-9]{6})\\.pt");
+      static const std::regex kName("checkpoint-([0-9]{6})(-([0-9]{6}))?\\.pt");
       for (const auto& entry : std::filesystem::directory_iterator(o_.checkpoint_dir)) {
         std::smatch match;
         const std::string name = entry.path().filename().string();
-        if (std::regex_match(name, match, kName))
-          latest = std::max<int64_t>(latest, std::stoll(match[1]));
+        if (!std::regex_match(name, match, kName)) continue;
+        const int64_t step = match[3].matched ? std::stoll(match[3]) : 0;
+        latest = std::max<int64_t>(latest, std::stoll(match[1]) << kStepBits | step);
       }
     }
     latest = dist_.AllReduce(latest, wds::ReduceOp::kMax);
-    if (latest > 0 && !std::filesystem::exists(CheckpointPath(static_cast<int>(latest)))) {
-      Die("rank " + std::to_string(dist_.rank()) + " cannot read " +
-          CheckpointPath(static_cast<int>(latest)) +
+    const CheckpointAt at{static_cast<int>(latest >> kStepBits),
+                          latest & ((int64_t{1} << kStepBits) - 1)};
+    if (latest > 0 && !std::filesystem::exists(CheckpointPath(at))) {
+      Die("rank " + std::to_string(dist_.rank()) + " cannot read " + CheckpointPath(at) +
           ", which rank 0 resumes from: --checkpoint-dir must be shared by all ranks");
     }
-    return static_cast<int>(latest);
+    return at;
   }
 
   void MakeOptimizer() {
@@ -445,6 +495,8 @@ class Trainer {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<wds::GradientSync> grads_;
 };
+
+constexpr const char* kRankStateHeader = "wds-train rank state v1";
 
 std::vector<std::string> ExpandOrDie(const std::string& pattern) {
   absl::StatusOr<std::vector<std::string>> shards = wds::ExpandUrls(pattern);
@@ -475,7 +527,7 @@ class Run {
   }
 
   void Main() {
-    const int start = trainer_.Setup();
+    const CheckpointAt start = trainer_.Setup();
     if (dist_.is_main()) {
       std::cerr << "wds-train: " << dist_.world_size() << " rank(s), backend " << dist_.backend()
                 << ", device " << dist_.device() << ", " << shards_.size()
@@ -483,9 +535,15 @@ class Run {
                 << (o_.split == wds::SplitGranularity::kSamples ? "samples" : "shards")
                 << ", equalize " << wds::EqualizePolicyName(o_.equalize)
                 << (o_.join ? " + join" : "")
-                << (start > 0 ? ", resuming after epoch " + std::to_string(start) : "") << "\n";
+                << (start.step > 0 ? ", resuming in epoch " + std::to_string(start.epoch) +
+                                         " after step " + std::to_string(start.step)
+                    : start.epoch > 0 ? ", resuming after epoch " + std::to_string(start.epoch)
+                                      : "")
+                << "\n";
     }
-    for (int epoch = start; epoch < o_.epochs; ++epoch) RunEpoch(epoch);
+    for (int epoch = start.epoch; epoch < o_.epochs; ++epoch) {
+      RunEpoch(epoch, epoch == start.epoch ? start.step : 0);
+    }
     PrintSummary();
   }
 
@@ -537,9 +595,10 @@ class Run {
     return *std::move(item);
   }
 
-  void RunEpoch(int epoch) {
+  void RunEpoch(int epoch, int64_t resume_step) {
     EpochStats stats;
     std::unique_ptr<wds::Loader> loader = EpochLoader(epoch);
+    if (resume_step > 0) LoadRankState({epoch, resume_step}, *loader, stats);
     const Clock::time_point start = Clock::now();
     while (std::optional<wds::Sample> batch = NextBatch(*loader, stats)) {
       const wds::TensorBatch t = wds::ToTensorBatch(*batch);
@@ -553,12 +612,71 @@ class Run {
         std::cerr << "epoch " << epoch << " step " << stats.batches << " loss "
                   << loss_sum / static_cast<double>(t[1].size(0)) << "\n";
       }
+      if (o_.crash_after_steps > 0 && ++steps_run_ == o_.crash_after_steps) raise(SIGKILL);
+      if (!o_.checkpoint_dir.empty() && o_.checkpoint_every > 0 &&
+          stats.batches % o_.checkpoint_every == 0) {
+        SaveMidEpoch({epoch, stats.batches}, *loader, stats);
+      }
     }
     stats.loop_s = Seconds(Clock::now() - start);
     loader.reset();
     dist_.CheckStepCounts(epoch, stats.batches);
     Report(epoch, stats);
-    trainer_.SaveCheckpoint(epoch + 1);
+    trainer_.SaveCheckpoint({epoch + 1, 0});
+  }
+
+  // SaveMidEpoch: every rank writes its loader state, random state and epoch
+  // counters; once all have (a barrier), rank 0 writes the model checkpoint,
+  // whose name makes the checkpoint the latest.
+  void SaveMidEpoch(CheckpointAt at, const wds::Loader& loader, const EpochStats& stats) {
+    absl::StatusOr<std::string> state = loader.State();
+    if (!state.ok()) Die("checkpoint: " + Message(state.status()));
+    const torch::Tensor rng = torch::globalContext().defaultGenerator(torch::kCPU).get_state();
+    std::ostringstream text;
+    text << kRankStateHeader << "\n" << stats.batches << " " << stats.samples << " "
+         << stats.correct << " " << std::hexfloat << stats.loss_sum << std::defaultfloat << "\n";
+    const auto* bytes = rng.data_ptr<uint8_t>();
+    char hex[3];
+    for (int64_t i = 0; i < rng.numel(); ++i) {
+      std::snprintf(hex, sizeof(hex), "%02x", bytes[i]);
+      text << hex;
+    }
+    text << "\n" << *state << "\n";
+    std::filesystem::create_directories(o_.checkpoint_dir);
+    const std::string path = trainer_.RankStatePath(at);
+    const std::string temporary = wds::TemporaryPath(path);
+    {
+      std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+      out << text.str();
+      out.flush();
+      if (!out) Die("checkpoint: cannot write " + temporary);
+    }
+    std::filesystem::rename(temporary, path);
+    dist_.AllReduce(int64_t{0}, wds::ReduceOp::kSum);  // every rank has written its part
+    trainer_.SaveCheckpoint(at);
+  }
+
+  // LoadRankState restores this rank's part of a mid-epoch checkpoint.
+  void LoadRankState(CheckpointAt at, wds::Loader& loader, EpochStats& stats) {
+    const std::string path = trainer_.RankStatePath(at);
+    std::ifstream in(path, std::ios::binary);
+    std::string header, counters, rng_hex, state;
+    if (!std::getline(in, header) || header != kRankStateHeader || !std::getline(in, counters) ||
+        !std::getline(in, rng_hex) || !std::getline(in, state)) {
+      Die("checkpoint: cannot read " + path + " (missing or not a wds-train rank state)");
+    }
+    std::istringstream numbers(counters);
+    std::string loss;
+    numbers >> stats.batches >> stats.samples >> stats.correct >> loss;
+    stats.loss_sum = std::strtod(loss.c_str(), nullptr);
+    torch::Tensor rng = torch::empty({static_cast<int64_t>(rng_hex.size() / 2)}, torch::kUInt8);
+    for (int64_t i = 0; i < rng.numel(); ++i) {
+      rng.data_ptr<uint8_t>()[i] =
+          static_cast<uint8_t>(std::stoi(rng_hex.substr(2 * i, 2), nullptr, 16));
+    }
+    at::Generator generator = torch::globalContext().defaultGenerator(torch::kCPU);
+    generator.set_state(rng);
+    if (absl::Status s = loader.Restore(state); !s.ok()) Die(path + ": " + Message(s));
   }
 
   void LogKeys(int epoch, const wds::Sample& batch) {
@@ -601,7 +719,7 @@ class Run {
         << ", \"train_loss\": " << JsonNumber(train_loss_)
         << ", \"test_accuracy\": " << JsonNumber(test_accuracy_) << ", \"data_wait_fraction\": "
         << JsonNumber(loop_s_ > 0 ? std::optional<double>(wait_s_ / loop_s_) : std::nullopt)
-        << "}\n";
+        << ", \"params_hash\": \"" << trainer_.ParamsHash() << "\"}\n";
     std::cout << out.str() << std::flush;
   }
 
@@ -633,6 +751,7 @@ class Run {
   std::optional<double> test_accuracy_;
   double wait_s_ = 0;
   double loop_s_ = 0;
+  int64_t steps_run_ = 0;
 };
 
 wds::DistributedOptions DistOptions(const Options& o) {
