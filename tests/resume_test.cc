@@ -1,6 +1,7 @@
 // Exact mid-epoch resume: a Loader restored from State() hands out the same
 // items, in bytes and order, as one that was never stopped, for a stop after
 // every item of small runs.
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <variant>
@@ -159,6 +160,45 @@ TEST(ResumeTest, UnshuffledSamplesOfZstdShards) {
   r.source = {.allow_empty = true};
   r.loader = {.workers = 2, .prefetch = 1};
   ExpectExactResume(r, 0);
+}
+
+// Tokens hands out `n` tokens: items, and "END" for each end of an epoch.
+std::vector<std::string> Tokens(Loader& loader, size_t n) {
+  std::vector<std::string> out;
+  while (out.size() < n) {
+    absl::StatusOr<std::optional<Sample>> item = loader.Next();
+    EXPECT_TRUE(item.ok()) << item.status();
+    if (!item.ok()) break;
+    out.push_back(item->has_value() ? Describe(**item) : "END");
+  }
+  return out;
+}
+
+// Under WithEpoch the worker streams live on from epoch to epoch: a state
+// taken anywhere, also between epochs, continues the same streams.
+TEST(ResumeTest, WithEpochStreamsContinueAcrossEpochs) {
+  TempDir dir;
+  Recipe r{WriteShards(dir, kSizes, Compression::kNone, true)};
+  r.source = {.seed = 8, .shardshuffle = true};
+  r.shuffle = 6;
+  r.batch = 2;
+  r.loader = {.workers = 2, .prefetch = 2};
+  auto build = [&] { return r.Build().WithEpoch(7); };
+  Loader whole(build(), r.loader);
+  const std::vector<std::string> expected = Tokens(whole, 40);  // 5 epochs of 7 and END
+  for (size_t stop = 0; stop <= expected.size(); stop += 3) {
+    std::string state;
+    {
+      Loader first(build(), r.loader);
+      ASSERT_EQ(Tokens(first, stop).size(), stop);
+      state = first.State().value();
+    }
+    Loader second(build(), r.loader);
+    ASSERT_TRUE(second.Restore(state).ok());
+    const std::vector<std::string> tail = Tokens(second, expected.size() - stop);
+    EXPECT_TRUE(std::equal(tail.begin(), tail.end(), expected.begin() + stop))
+        << "stopped after " << stop << " tokens";
+  }
 }
 
 TEST(ResumeTest, StateBetweenEpochsStartsTheNextOne) {
