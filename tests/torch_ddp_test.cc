@@ -20,6 +20,7 @@
 #include "test_util.h"
 #include "wds/array.h"
 #include "wds/equalize.h"
+#include "wds/shard_index.h"
 #include "wds/npy.h"
 #include "wds/shard_list.h"
 
@@ -328,6 +329,28 @@ TEST_F(DdpTest, MidEpochResumeAfterSigkillEndsBitIdentical) {
     EXPECT_EQ(resumed[r].batches, whole[r].batches);
     EXPECT_EQ(resumed[r].samples, whole[r].samples);
   }
+}
+
+// --index: the counts come from one JSON index (no sidecar, no scan). With
+// true counts every rank holds 390 samples (39 batches of 10); an index that
+// undercounts a shard makes the rank reading its end fail naming it.
+TEST_F(DdpTest, IndexFileGivesTheCounts) {
+  DatasetIndex index;
+  for (int s = 0; s < 5; ++s) index.shards.push_back({shards_[s], kShardSizes[s], 0});
+  ASSERT_TRUE(index.Save(dir_.path() + "/index.json").ok());
+  const std::string args = "--epochs 1 --batch-size 10 --no-shardshuffle --index " +
+                           dir_.path() + "/index.json";
+  std::vector<RankResult> results = Train(3, args);
+  for (const RankResult& r : results) {
+    ASSERT_EQ(r.exit_code, 0) << r.stderr;
+    EXPECT_THAT(r.batches, ElementsAre(39)) << r.json;
+  }
+  index.shards[0].nsamples = 90;
+  ASSERT_TRUE(index.Save(dir_.path() + "/index.json").ok());
+  results = Train(3, args + " --timeout-s 10");
+  EXPECT_NE(results[0].exit_code, 0);
+  EXPECT_THAT(results[0].stderr,
+              HasSubstr(shards_[0] + ": the shard holds more than the 90 samples its index counts"));
 }
 
 }  // namespace

@@ -68,6 +68,9 @@ SLURM srun, or one plain process).
                          optimizer and, per rank, the loader's position, random
                          state and epoch counters; a restart continues mid-epoch
                          with exactly the batches it would have trained on
+  --index FILE           the shard set's JSON index (wds-shard index --json FILE,
+                         or create --index): every shard's sample count from one
+                         file, read once (its URLs as --train expands them)
   --split samples|shards
                          samples (default): every rank reads an equal run of the
                          epoch's samples, slices starting and ending inside
@@ -114,6 +117,7 @@ struct Options {
   bool shardshuffle = true;
   uint64_t seed = 0;
   std::string checkpoint_dir;
+  std::string index;
   int64_t checkpoint_every = 0;
   // crash_after_steps (fault injection for tests): SIGKILL this rank after
   // that many training steps of the run.
@@ -202,6 +206,8 @@ Options ParseOptions(int argc, char** argv) {
       o.seed = ParseInt(flag, value, 0);
     else if (flag == "--checkpoint-dir")
       o.checkpoint_dir = value;
+    else if (flag == "--index")
+      o.index = value;
     else if (flag == "--checkpoint-every")
       o.checkpoint_every = ParseInt(flag, value, 1);
     else if (flag == "--crash-after-steps")
@@ -291,10 +297,20 @@ wds::ImageDecodeOptions DecodeOptions(const Options& o) {
 
 const char* ImageSpec(const Options& o) { return o.channels == 1 ? "l8" : "rgb8"; }
 
+// LoadIndex reads --index (null without one).
+std::shared_ptr<const wds::DatasetIndex> LoadIndex(const Options& o) {
+  if (o.index.empty()) return nullptr;
+  absl::StatusOr<wds::DatasetIndex> index = wds::DatasetIndex::Load(o.index);
+  if (!index.ok()) Die("--index: " + Message(index.status()));
+  return std::make_shared<const wds::DatasetIndex>(*std::move(index));
+}
+
 // TrainPipeline is the recipe of every training epoch, before WithLength.
-wds::Pipeline TrainPipeline(const Options& o, const std::vector<std::string>& shards) {
+wds::Pipeline TrainPipeline(const Options& o, const std::vector<std::string>& shards,
+                            std::shared_ptr<const wds::DatasetIndex> index) {
   wds::WebDatasetOptions source{.seed = o.seed, .shardshuffle = o.shardshuffle};
   source.split = o.split;
+  source.dataset_index = std::move(index);
   return Expect(wds::WebDataset(shards, source), "--train")
       .Shuffle(static_cast<size_t>(o.shuffle))
       .Decode(ImageSpec(o), DecodeOptions(o))
@@ -519,7 +535,11 @@ class Run {
         dist_(dist),
         trainer_(o, dist),
         shards_(ExpandOrDie(o.train)),
-        recipe_(TrainPipeline(o, shards_)) {
+        index_(LoadIndex(o)),
+        recipe_(TrainPipeline(o, shards_, index_)) {
+    if (index_ != nullptr) {
+      for (const wds::DatasetShard& shard : index_->shards) counts_.Set(shard.url, shard.nsamples);
+    }
     if (!o.log_keys.empty()) {
       keys_.open(o.log_keys + ".rank" + std::to_string(dist.rank()), std::ios::app);
       if (!keys_) Die("cannot open " + o.log_keys + ".rank" + std::to_string(dist.rank()));
@@ -742,6 +762,7 @@ class Run {
   const wds::DistributedContext& dist_;
   Trainer trainer_;
   std::vector<std::string> shards_;
+  std::shared_ptr<const wds::DatasetIndex> index_;
   wds::Pipeline recipe_;
   wds::ShardSampleCounts counts_;
   std::ofstream keys_;
