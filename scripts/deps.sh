@@ -13,8 +13,8 @@ packages=(
   libcurl4-openssl-dev libssl-dev
   # wds::torch and the DDP demo
   libtorch-dev libgloo-dev dataset-fashion-mnist python3-torch
-  # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev
+  # tests and benchmarks; clang with libFuzzer and the sanitizer runtimes (fuzz/)
+  libgtest-dev libgmock-dev libbenchmark-dev clang-14 libclang-rt-14-dev ccache
   # remote-shard tests: a real web server, the S3 mock (node), TLS certificates,
   # and a network namespace whose nftables rules reset connections
   nginx-light nodejs openssl ca-certificates nftables iproute2 util-linux

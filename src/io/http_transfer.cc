@@ -190,38 +190,27 @@ absl::Status HttpTransfer::Begin(const HttpRequest& request, const RemoteOptions
   return absl::OkStatus();
 }
 
-size_t HttpTransfer::OnHeader(char* data, size_t one, size_t size, void* self_ptr) {
-  auto* self = static_cast<HttpTransfer*>(self_ptr);
-  const size_t bytes = one * size;
-  self->last_progress_ = std::chrono::steady_clock::now();
-  std::string_view line(data, bytes);
+bool ParseHeaderLine(std::string_view line, HttpResponse& r) {
   // Every response (100 Continue, each redirect) starts with a status line:
   // only the last one's headers count.
   if (StartsWith(line, "HTTP/")) {
-    self->response_ = HttpResponse();
+    r = HttpResponse();
     const std::string_view status_line = TrimLine(line);
     const size_t space = status_line.find(' ');
     if (space != std::string_view::npos) {
       std::string_view rest = status_line.substr(space + 1);
       const size_t space2 = rest.find(' ');
-      self->response_.status = static_cast<long>(ParseInt(rest.substr(0, space2)));
-      if (space2 != std::string_view::npos) self->response_.reason = rest.substr(space2 + 1);
+      r.status = static_cast<long>(ParseInt(rest.substr(0, space2)));
+      if (space2 != std::string_view::npos) r.reason = rest.substr(space2 + 1);
     }
-    return bytes;
+    return true;
   }
   line = TrimLine(line);
-  if (line.empty()) {
-    const long status = self->response_.status;
-    const bool redirected =
-        self->follow_redirects_ && status >= 300 && status < 400 && status != 304 && status != 305;
-    if (status >= 200 && !redirected) self->headers_done_ = true;
-    return bytes;
-  }
+  if (line.empty()) return false;
   const size_t colon = line.find(':');
-  if (colon == std::string_view::npos) return bytes;
+  if (colon == std::string_view::npos) return true;
   const std::string_view name = line.substr(0, colon);
   const std::string value(TrimLine(line.substr(colon + 1)));
-  HttpResponse& r = self->response_;
   if (NameIs(name, "etag")) {
     r.etag = value;
   } else if (NameIs(name, "last-modified")) {
@@ -233,6 +222,21 @@ size_t HttpTransfer::OnHeader(char* data, size_t one, size_t size, void* self_pt
   } else if (NameIs(name, "content-range")) {
     r.content_range = value;
     ParseContentRange(r);
+  }
+  return true;
+}
+
+size_t HttpTransfer::OnHeader(char* data, size_t one, size_t size, void* self_ptr) {
+  auto* self = static_cast<HttpTransfer*>(self_ptr);
+  const size_t bytes = one * size;
+  self->last_progress_ = std::chrono::steady_clock::now();
+  if (!ParseHeaderLine(std::string_view(data, bytes), self->response_)) {
+    // The blank line after the headers: the response is complete unless it
+    // is an interim one or a redirect that libcurl follows.
+    const long status = self->response_.status;
+    const bool redirected =
+        self->follow_redirects_ && status >= 300 && status < 400 && status != 304 && status != 305;
+    if (status >= 200 && !redirected) self->headers_done_ = true;
   }
   return bytes;
 }

@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -58,6 +59,12 @@ struct HttpResponse {
   // body holds the first bytes of an error response's body (status >= 300).
   std::string body;
 };
+
+// ParseHeaderLine applies one raw response header line to `r`: a status
+// line ("HTTP/1.1 206 Partial Content") starts a new response, "Name: value"
+// lines fill the fields above (Content-Range parsed), others are ignored.
+// Returns false for the blank line that ends the headers.
+bool ParseHeaderLine(std::string_view line, HttpResponse& r);
 
 class HttpTransfer {
  public:

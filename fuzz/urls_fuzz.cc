@@ -1,0 +1,27 @@
+// Shard URL patterns: brace and "::" expansion, and the remote URL resolver
+// (s3://, gs://, http(s)://) with request signing.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "io/remote_target.h"
+#include "wds/remote.h"
+#include "wds/shard_list.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  (void)wds::ExpandUrls(text);
+  static wds::RemoteOptions options = [] {
+    wds::RemoteOptions o;
+    o.aws_credentials = wds::AwsCredentials{"AKIDEXAMPLE", "secret", ""};
+    o.s3_region = "us-east-1";
+    return o;
+  }();
+  static wds::AwsCredentialSource credentials(options);
+  if (wds::IsRemoteUrl(text)) {
+    auto target = wds::RemoteTarget::Resolve(text, options, credentials);
+    if (target.ok()) (void)target->Request(false, {{"Range", "bytes=0-"}});
+  }
+  return 0;
+}
