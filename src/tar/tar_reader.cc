@@ -31,7 +31,13 @@
 namespace wds {
 namespace {
 
+// The fuzz build (WDS_BUILD_FUZZERS) reads in 64 KiB: reads then cross
+// buffer boundaries often, and each run stays cheap.
+#ifdef WDS_TAR_READ_BUFFER_SIZE
+constexpr size_t kReadBufferSize = WDS_TAR_READ_BUFFER_SIZE;
+#else
 constexpr size_t kReadBufferSize = size_t{1} << 20;
+#endif
 constexpr int64_t kBlockSize = 512;
 constexpr unsigned char kGzipMagic[] = {0x1f, 0x8b};
 // A ustar, GNU or pax header holds "ustar" at offset 257 (v7 headers, which
