@@ -157,7 +157,8 @@ TEST(SlicesForWorkerTest, BadCountsAndPlacementsAreInvalidArgument) {
   WorkerContext ctx{.rank = 0, .world_size = 1, .worker = 0, .num_workers = 1};
   absl::StatusOr<std::vector<ShardSlice>> short_counts = SlicesForWorker({"a", "b"}, {1}, {}, ctx);
   EXPECT_EQ(short_counts.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(std::string(short_counts.status().message()), "shard list: 1 sample counts for 2 shards");
+  EXPECT_EQ(std::string(short_counts.status().message()),
+            "shard list: 1 sample counts for 2 shards");
   absl::StatusOr<std::vector<ShardSlice>> negative = SlicesForWorker({"a"}, {-1}, {}, ctx);
   EXPECT_EQ(negative.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(negative.status().message()), HasSubstr("a has a negative sample count"));
@@ -354,9 +355,55 @@ TEST(SampleSplitPipelineTest, EveryRankAndWorkerReadsEqualDisjointShares) {
   }
 }
 
+TEST(SampleSplitPipelineTest, TwoShardsFeedUpToFourRanksOfThreeWorkers) {
+  // Fewer shards than ranks (and than workers): every rank and worker still
+  // reads an equal, disjoint run, cut inside the shards.
+  TempDir dir;
+  const std::vector<std::string> urls = WriteShards(dir, {9, 4}, Compression::kNone, true);
+  for (int world = 1; world <= 4; ++world) {
+    for (int workers = 1; workers <= 3; ++workers) {
+      SCOPED_TRACE(absl::StrCat("ranks ", world, " workers ", workers));
+      std::multiset<std::string> all;
+      for (int rank = 0; rank < world; ++rank) {
+        std::vector<std::string> keys = RankKeys(urls, {}, rank, world, workers);
+        EXPECT_GE(keys.size(), 13u / world);
+        EXPECT_LE(keys.size(), (13u + world - 1) / world);
+        all.insert(keys.begin(), keys.end());
+      }
+      EXPECT_EQ(all.size(), 13u);
+      EXPECT_EQ(std::set<std::string>(all.begin(), all.end()).size(), 13u);
+    }
+  }
+  // Rank 3 of 4 reads samples [9, 13), all of shard 1; its 3 workers read
+  // 1, 1 and 2 of them, handed out round-robin.
+  EXPECT_EQ(RankKeys(urls, {}, 3, 4, 3),
+            (std::vector<std::string>{"s1_0", "s1_1", "s1_2", "s1_3"}));
+}
+
+TEST(SampleSplitPipelineTest, ACustomSplitterKeepsWholeShards) {
+  TempDir dir;
+  const std::vector<std::string> urls = WriteShards(dir, kSmallUneven, Compression::kNone, true);
+  // Rank r of 2 keeps only shard r: a choice of shards that no run of samples
+  // can express, so counts known or not, the split stays shard-granular.
+  ShardSplitter first_shard = [](std::vector<std::string> shards, const WorkerContext& ctx) {
+    return std::vector<std::string>{shards[static_cast<size_t>(ctx.rank)]};
+  };
+  EXPECT_EQ(RankKeys(urls, {.nodesplitter = first_shard}, 1, 2, 1).size(), 61u);
+  absl::StatusOr<Pipeline> samples =
+      WebDataset(urls, {.nodesplitter = first_shard, .split = SplitGranularity::kSamples});
+  EXPECT_EQ(samples.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(samples.status().message()),
+              HasSubstr("a custom nodesplitter or workersplitter cannot apply"));
+  // The built-in splitters, given explicitly, keep the sample split.
+  EXPECT_EQ(RankKeys(urls, {.nodesplitter = SplitByNode, .workersplitter = SplitByWorker}, 0, 2, 1)
+                .size(),
+            77u);
+}
+
 TEST(SampleSplitPipelineTest, DefaultIsSamplesWithSidecarsAndShardsWithout) {
   TempDir with, without;
-  const std::vector<std::string> indexed = WriteShards(with, kSmallUneven, Compression::kNone, true);
+  const std::vector<std::string> indexed =
+      WriteShards(with, kSmallUneven, Compression::kNone, true);
   const std::vector<std::string> plain =
       WriteShards(without, kSmallUneven, Compression::kNone, false);
   // Shard-granular, rank 0 of 2 reads shards 0, 2, 4 and 6: 5 + 12 + 30 + 40.
@@ -407,8 +454,9 @@ TEST(SampleSplitPipelineTest, AStaleSidecarIsDataLossNamingTheShard) {
   ASSERT_TRUE(error.ok()) << error;
   error = FirstError(urls, 0, 1);
   EXPECT_EQ(error.code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(std::string(error.message()), urls[0] + ": the shard holds more than the 4 samples its index "
-                                       "counts (a stale index?)");
+  EXPECT_EQ(std::string(error.message()), urls[0] +
+                                              ": the shard holds more than the 4 samples its index "
+                                              "counts (a stale index?)");
   // Counting 8: the shard ends first.
   ShardIndex more = index;
   more.samples.push_back(index.samples[5]);
@@ -416,8 +464,10 @@ TEST(SampleSplitPipelineTest, AStaleSidecarIsDataLossNamingTheShard) {
   ASSERT_TRUE(more.Save(IndexPath(urls[0])).ok());
   error = FirstError(urls, 0, 1);
   EXPECT_EQ(error.code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(std::string(error.message()), urls[0] + ": the shard ends after 6 samples, but its index counts "
-                                       "more: slice [0, 8) cannot be read (a stale index?)");
+  EXPECT_EQ(std::string(error.message()),
+            urls[0] +
+                ": the shard ends after 6 samples, but its index counts "
+                "more: slice [0, 8) cannot be read (a stale index?)");
 }
 
 }  // namespace

@@ -20,8 +20,8 @@
 #include "test_util.h"
 #include "wds/array.h"
 #include "wds/equalize.h"
-#include "wds/shard_index.h"
 #include "wds/npy.h"
+#include "wds/shard_index.h"
 #include "wds/shard_list.h"
 
 namespace wds {
@@ -116,8 +116,7 @@ class DdpTest : public ::testing::Test {
                  "' --image-field npy --image-size 8 --num-classes 4 --shuffle 0 --threads 1" +
                  " --log-keys " + keys + " " + args + " " +
                  (rank_args.count(r) ? rank_args.at(r) : std::string()) + " >" + out + ".out 2>" +
-                 out +
-                 ".err; echo $? >" + out + ".rc) & ";
+                 out + ".err; echo $? >" + out + ".rc) & ";
     }
     EXPECT_EQ(testing::RunShell(command + "wait"), 0);
     std::vector<RankResult> results(world);
@@ -230,8 +229,8 @@ TEST_F(DdpTest, SampleSplitGivesEveryRankAnEqualShare) {
 // Two loader workers per rank: rank 0's workers hold 120 and 50 samples (12 and
 // 5 batches), so only 11 round-robin batches come from their first pass.
 TEST_F(DdpTest, DropWithTwoWorkersCountsEachWorkersBatches) {
-  std::vector<RankResult> results =
-      Train(2, "--split shards --epochs 1 --batch-size 10 --no-shardshuffle --equalize drop --workers 2");
+  std::vector<RankResult> results = Train(
+      2, "--split shards --epochs 1 --batch-size 10 --no-shardshuffle --equalize drop --workers 2");
   for (const RankResult& r : results) {
     ASSERT_EQ(r.exit_code, 0) << r.stderr;
     EXPECT_THAT(r.batches, ElementsAre(11)) << r.json;
@@ -263,8 +262,9 @@ TEST_F(DdpTest, WrapTrainsEverySampleAndRepeatsOnTheShortRank) {
 // its 18th step's gradient all-reduce: both fail within the timeout, and the
 // message names the ranks and their step counts.
 TEST_F(DdpTest, OffWithUnevenRanksFailsNamingRanksAndStepCounts) {
-  std::vector<RankResult> results =
-      Train(2, "--split shards --epochs 1 --batch-size 10 --no-shardshuffle --equalize off --timeout-s 4");
+  std::vector<RankResult> results = Train(
+      2,
+      "--split shards --epochs 1 --batch-size 10 --no-shardshuffle --equalize off --timeout-s 4");
   EXPECT_NE(results[0].exit_code, 0);
   EXPECT_NE(results[1].exit_code, 0);
   EXPECT_NE(results[0].exit_code, 137) << "rank 0 hung until killed";
@@ -285,6 +285,35 @@ TEST_F(DdpTest, JoinEndsTheEpochOnEveryRankTogether) {
     EXPECT_THAT(r.batches, ElementsAre(17)) << r.json;
   }
   EXPECT_EQ(Distinct(AllKeys(results, 0)), 340u);
+}
+
+// The safety nets hold under the sample split too. 4 ranks share 1170 samples
+// as 292, 293, 292 and 293, so with batches of 4 ranks 1 and 3 hold one step
+// more (a partial batch). Unequalized, the step-count check names the ranks
+// and their counts instead of hanging; with --join all end after 73 steps.
+TEST_F(DdpTest, SampleSplitUnequalizedFailsNamingRanksAndStepCounts) {
+  std::vector<RankResult> results =
+      Train(4, "--epochs 1 --batch-size 4 --no-shardshuffle --equalize off --timeout-s 4");
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_NE(results[r].exit_code, 0) << "rank " << r;
+    EXPECT_NE(results[r].exit_code, 137) << "rank " << r << " hung until killed";
+  }
+  EXPECT_THAT(results[0].stderr, HasSubstr("split samples, equalize off"));
+  EXPECT_THAT(results[0].stderr, HasSubstr("CheckStepCounts"));
+  EXPECT_THAT(results[0].stderr, HasSubstr("rank 0: 73 steps"));
+}
+
+TEST_F(DdpTest, SampleSplitJoinEndsTheEpochOnEveryRankTogether) {
+  std::vector<RankResult> results =
+      Train(4, "--epochs 1 --batch-size 4 --no-shardshuffle --equalize off --join");
+  for (const RankResult& r : results) {
+    ASSERT_EQ(r.exit_code, 0) << r.stderr;
+    EXPECT_THAT(r.batches, ElementsAre(73)) << r.json;
+    EXPECT_THAT(r.samples, ElementsAre(292)) << r.json;
+  }
+  const std::vector<std::string> keys = AllKeys(results, 0);
+  EXPECT_EQ(keys.size(), 1168u);
+  EXPECT_EQ(Distinct(keys), 1168u);
 }
 
 // A restart resumes after the latest checkpoint and runs only the epochs left.
@@ -310,12 +339,14 @@ TEST_F(DdpTest, RestartResumesFromTheLatestCheckpoint) {
 // state) and the run ends with parameters identical, bit for bit, to an
 // uninterrupted one, having trained each epoch's batches once.
 TEST_F(DdpTest, MidEpochResumeAfterSigkillEndsBitIdentical) {
-  const std::string args = "--epochs 2 --batch-size 10 --seed 3 --workers 2 --shuffle 50 "
-                           "--timeout-s 20";
+  const std::string args =
+      "--epochs 2 --batch-size 10 --seed 3 --workers 2 --shuffle 50 "
+      "--timeout-s 20";
   std::vector<RankResult> whole = Train(3, args);
   ASSERT_EQ(whole[0].exit_code, 0) << whole[0].stderr;
   std::smatch hash;
-  ASSERT_TRUE(std::regex_search(whole[0].json, hash, std::regex("\"params_hash\": \"([0-9a-f]+)\"")));
+  ASSERT_TRUE(
+      std::regex_search(whole[0].json, hash, std::regex("\"params_hash\": \"([0-9a-f]+)\"")));
   const std::string checkpoints = " --checkpoint-dir " + dir_.path() + "/ckpt --checkpoint-every 4";
   std::vector<RankResult> killed = Train(3, args + checkpoints, {{1, "--crash-after-steps 30"}});
   EXPECT_NE(killed[1].exit_code, 0);
@@ -338,8 +369,8 @@ TEST_F(DdpTest, IndexFileGivesTheCounts) {
   DatasetIndex index;
   for (int s = 0; s < 5; ++s) index.shards.push_back({shards_[s], kShardSizes[s], 0});
   ASSERT_TRUE(index.Save(dir_.path() + "/index.json").ok());
-  const std::string args = "--epochs 1 --batch-size 10 --no-shardshuffle --index " +
-                           dir_.path() + "/index.json";
+  const std::string args =
+      "--epochs 1 --batch-size 10 --no-shardshuffle --index " + dir_.path() + "/index.json";
   std::vector<RankResult> results = Train(3, args);
   for (const RankResult& r : results) {
     ASSERT_EQ(r.exit_code, 0) << r.stderr;
@@ -349,8 +380,9 @@ TEST_F(DdpTest, IndexFileGivesTheCounts) {
   ASSERT_TRUE(index.Save(dir_.path() + "/index.json").ok());
   results = Train(3, args + " --timeout-s 10");
   EXPECT_NE(results[0].exit_code, 0);
-  EXPECT_THAT(results[0].stderr,
-              HasSubstr(shards_[0] + ": the shard holds more than the 90 samples its index counts"));
+  EXPECT_THAT(
+      results[0].stderr,
+      HasSubstr(shards_[0] + ": the shard holds more than the 90 samples its index counts"));
 }
 
 }  // namespace

@@ -59,9 +59,12 @@ struct WebDatasetOptions {
   // split chooses whole shards or equal runs of samples per rank and worker
   // (SplitGranularity in shard_list.h). nullopt chooses kSamples when every
   // shard's count is known without reading the shard (dataset_index lists
-  // it, or it has a sidecar .idx), else kShards. kSamples with unknown counts
-  // scans the shards' headers once per process (a full read for remote and
-  // pipe: shards). Not used with `resampled`.
+  // it, or it is a local file with a sidecar .idx) and the splitters are
+  // SplitByNode / SplitByWorker / null, else kShards. kSamples with unknown
+  // counts scans the shards' headers once per process (a full read for
+  // remote and pipe: shards); kSamples with a custom splitter is
+  // InvalidArgument (a splitter picks shards, not samples). Not used with
+  // `resampled`.
   std::optional<SplitGranularity> split;
   // dataset_index, if set, gives shard sample counts (by URL, as listed).
   std::shared_ptr<const DatasetIndex> dataset_index;

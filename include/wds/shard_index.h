@@ -35,6 +35,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -82,8 +83,10 @@ std::string IndexPath(std::string_view shard);
 // HasSidecar is true when `url` is a local file whose sidecar exists.
 bool HasSidecar(std::string_view url);
 
-// IndexOf returns the index of `url`: its sidecar when HasSidecar(url),
-// otherwise a header scan (ScanStream) of the stream `opener` opens.
+// IndexOf returns the index of `url`: its sidecar when HasSidecar(url); for
+// a remote URL, "<url>.idx" fetched through `opener` when the server has it;
+// otherwise a header scan (ScanStream) of the stream `opener` opens (for a
+// remote shard, a read of the whole object).
 [[nodiscard]] absl::StatusOr<ShardIndex> IndexOf(std::string_view url, const Opener& opener);
 
 // SampleStartOffsets gives, per sample of `index`, the tar offset at which

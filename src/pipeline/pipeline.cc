@@ -4,10 +4,10 @@
 #include <string_view>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "shards/shard_streams.h"
 #include "stages/passes.h"
 #include "tar/tar_samples.h"
-#include "absl/strings/str_cat.h"
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"
 
@@ -51,7 +51,8 @@ Pipeline Pipeline::ToTuple(std::vector<std::string> fields, MissingField missing
 }
 
 Pipeline Pipeline::Slice(int64_t start, std::optional<int64_t> stop, int64_t step) const {
-  return Then(SliceStage(start, stop, step), Cat("Slice(", start, ",", stop.value_or(-1), ",", step, ")"),
+  return Then(SliceStage(start, stop, step),
+              Cat("Slice(", start, ",", stop.value_or(-1), ",", step, ")"),
               /*checkpointable=*/false);
 }
 
@@ -66,8 +67,8 @@ Pipeline Pipeline::Decode(std::vector<FieldDecoder> decoders, DecodeOptions opti
 
 Pipeline Pipeline::Decode(std::string_view image_spec, ImageDecodeOptions image,
                           DecodeOptions options) const {
-  const std::string what = Cat("decode(", image_spec, ",", image.resize.width, "x",
-                               image.resize.height, ")");
+  const std::string what =
+      Cat("decode(", image_spec, ",", image.resize.width, "x", image.resize.height, ")");
   return Then(DecodeStage(image_spec, std::move(image), std::move(options)), what);
 }
 
@@ -141,28 +142,57 @@ bool CountsKnown(const std::vector<std::string>& urls, const DatasetIndex* index
   return true;
 }
 
+// SamplesCanSplit is true when the splitters are the built-in ones (or null):
+// those the sample-granular split reproduces at sample granularity. A custom
+// splitter's choice of shards has no meaning for a run of samples.
+bool SamplesCanSplit(const WebDatasetOptions& options) {
+  using SplitFunction =
+      std::vector<std::string> (*)(std::vector<std::string>, const WorkerContext&);
+  auto is = [](const ShardSplitter& splitter, SplitFunction builtin) {
+    if (!splitter) return true;
+    const SplitFunction* f = splitter.target<SplitFunction>();
+    return f != nullptr && *f == builtin;
+  };
+  return is(options.nodesplitter, SplitByNode) && is(options.workersplitter, SplitByWorker);
+}
+
+absl::StatusOr<SplitGranularity> ChooseSplit(const std::vector<std::string>& urls,
+                                             const WebDatasetOptions& options) {
+  if (options.resampled) return SplitGranularity::kShards;
+  if (!options.split.has_value()) {
+    return SamplesCanSplit(options) && CountsKnown(urls, options.dataset_index.get())
+               ? SplitGranularity::kSamples
+               : SplitGranularity::kShards;
+  }
+  if (*options.split == SplitGranularity::kSamples && !SamplesCanSplit(options)) {
+    return absl::InvalidArgumentError(
+        "WebDataset: split=samples shares runs of samples among ranks and workers itself; a "
+        "custom nodesplitter or workersplitter cannot apply to them (use split=shards, or "
+        "SplitByNode / SplitByWorker / none)");
+  }
+  return *options.split;
+}
+
 }  // namespace
 
 absl::StatusOr<Pipeline> WebDataset(std::vector<std::string> urls, WebDatasetOptions options) {
   if (urls.empty()) return absl::InvalidArgumentError("WebDataset: the shard list is empty");
   if (!options.opener) return absl::InvalidArgumentError("WebDataset: no opener");
-  const SplitGranularity split = options.split.value_or(
-      CountsKnown(urls, options.dataset_index.get()) ? SplitGranularity::kSamples
-                                                     : SplitGranularity::kShards);
+  WDS_ASSIGN_OR_RETURN(const SplitGranularity split, ChooseSplit(urls, options));
   auto shards = std::make_shared<const std::vector<std::string>>(std::move(urls));
   std::shared_ptr<ShardCatalog> catalog;
   if (split == SplitGranularity::kSamples && !options.resampled) {
     catalog = std::make_shared<ShardCatalog>(options.opener, options.dataset_index);
   }
   std::shared_ptr<ShardCatalog> counts_for_restore =
-      options.resampled ? nullptr
+      options.resampled    ? nullptr
       : catalog != nullptr ? catalog
                            : std::make_shared<ShardCatalog>(options.opener, options.dataset_index);
-  std::string recipe = Cat("webdataset(", shards->size(), " shards ", UrlsHash(*shards), ",seed ",
-                           options.seed, ",shuffle ", int{options.shardshuffle}, ",split ",
-                           int(split), ",resampled ", int{options.resampled}, ",nodes ",
-                           int{bool(options.nodesplitter)}, ",workers ",
-                           int{bool(options.workersplitter)}, ")");
+  std::string recipe =
+      Cat("webdataset(", shards->size(), " shards ", UrlsHash(*shards), ",seed ", options.seed,
+          ",shuffle ", int{options.shardshuffle}, ",split ", int(split), ",resampled ",
+          int{options.resampled}, ",nodes ", int{bool(options.nodesplitter)}, ",workers ",
+          int{bool(options.workersplitter)}, ")");
   StreamFactory source = [shards, options, split, catalog,
                           counts_for_restore](const WorkerContext& ctx) {
     std::unique_ptr<UrlStream> url_stream;

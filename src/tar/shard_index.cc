@@ -14,12 +14,16 @@
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"
 #include "wds/internal/tar_grouping.h"
+#include "wds/remote.h"
 
 namespace wds {
 namespace {
 
 constexpr std::string_view kDaliVersion = "v1.2";
 constexpr std::string_view kWidsKind = "wids-shard-index-v1";
+// kMaxSidecarBytes bounds a remote sidecar read into memory (a DALI index of
+// a million samples with names is ~60 MB).
+constexpr size_t kMaxSidecarBytes = size_t{256} << 20;
 
 // LocalPath returns the file a URL names, or nullopt for standard input,
 // commands and remote URLs, which have no sidecar to look for.
@@ -142,6 +146,41 @@ absl::StatusOr<DatasetShard> ParseShard(const nlohmann::json& item, std::string_
   return shard;
 }
 
+// RemoteSidecar fetches and parses "<url>.idx" through `opener`: nullopt when
+// the server has none; other failures and a malformed sidecar are errors
+// naming it.
+absl::StatusOr<std::optional<ShardIndex>> RemoteSidecar(std::string_view url,
+                                                        const Opener& opener) {
+  const std::string sidecar = IndexPath(url);
+  // S3 answers a missing key with 403 to a reader without list rights.
+  auto absent = [](const absl::Status& status) {
+    return absl::IsNotFound(status) || absl::IsPermissionDenied(status);
+  };
+  absl::StatusOr<std::unique_ptr<ByteStream>> stream = opener(sidecar);
+  if (!stream.ok()) {
+    if (absent(stream.status())) return std::nullopt;
+    return stream.status();
+  }
+  std::string text;
+  char buffer[64 << 10];
+  while (true) {
+    absl::StatusOr<size_t> n = (*stream)->Read(buffer, sizeof(buffer));
+    if (!n.ok()) {
+      if (text.empty() && absent(n.status())) return std::nullopt;
+      return n.status();
+    }
+    if (*n == 0) break;
+    if (text.size() + *n > kMaxSidecarBytes) {
+      return absl::ResourceExhaustedError(
+          Cat(sidecar, ": an index sidecar larger than ", kMaxSidecarBytes, " bytes"));
+    }
+    text.append(buffer, *n);
+  }
+  WDS_RETURN_IF_ERROR((*stream)->Finish());
+  WDS_ASSIGN_OR_RETURN(ShardIndex index, ShardIndex::Parse(text, sidecar));
+  return index;
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> ShardIndex::ToText() const {
@@ -232,6 +271,9 @@ absl::StatusOr<ShardIndex> IndexOf(std::string_view url, const Opener& opener) {
   if (std::optional<std::string> path = LocalPath(url); path.has_value()) {
     const std::string sidecar = IndexPath(*path);
     if (std::ifstream(sidecar).good()) return ShardIndex::Load(sidecar);
+  } else if (IsRemoteUrl(url)) {
+    WDS_ASSIGN_OR_RETURN(std::optional<ShardIndex> index, RemoteSidecar(url, opener));
+    if (index.has_value()) return *std::move(index);
   }
   WDS_ASSIGN_OR_RETURN(std::unique_ptr<ByteStream> stream, opener(url));
   return ScanStream(std::move(stream));
