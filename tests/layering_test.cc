@@ -59,6 +59,7 @@ const std::map<std::string, std::string> kHeaderLayers = {
     {"wds/torch/tensor.h", "torch"},
     {"wds/internal/atomic_file.h", "io"},
     {"wds/internal/bounded_queue.h", "base"},
+    {"wds/internal/resume_channel.h", "base"},
     {"wds/internal/shard_roller.h", "tar"},
     {"wds/internal/status_macros.h", "base"},
     {"wds/internal/strings.h", "base"},

@@ -71,10 +71,6 @@ struct CreateOptions {
   std::vector<std::string> inputs;
 };
 
-bool EndsWith(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
 absl::Status ParseCompression(std::string_view spec, TarWriterOptions& tar) {
   const size_t colon = spec.find(':');
   const std::string_view name = spec.substr(0, colon);

@@ -428,7 +428,7 @@ class TarInput : public SampleInput {
 };
 
 InputFormat Detect(const std::string& input) {
-  if (input == "-" || input.rfind("pipe:", 0) == 0 || input.rfind("file:", 0) == 0 ||
+  if (input == "-" || StartsWith(input, "pipe:") || StartsWith(input, "file:") ||
       input.find("://") != std::string::npos) {
     return InputFormat::kTar;
   }

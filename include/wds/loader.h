@@ -112,7 +112,7 @@ class Loader {
   // State returns the loader's position as a small versioned text (JSON)
   // that Restore() takes back: the epoch, the items still to come in it, the
   // worker rotation and, per worker, the checkpoint of the last item handed
-  // out (StreamCheckpoint: positions, not data). It takes microseconds and no
+  // out (positions, not data). It takes microseconds and no
   // I/O. Items prefetched but not yet handed out are not part of it: after a
   // restore they come again. FailedPrecondition for an unordered loader (its
   // order depends on timing), a recipe with Slice or Repeat, or a stream

@@ -39,20 +39,10 @@ constexpr BasicExtension kBasicExtensions[] = {
     {"json", BasicKind::kJson},     {"jsn", BasicKind::kJson},
 };
 
-char AsciiLower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
-
-bool EqualsIgnoringCase(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (AsciiLower(a[i]) != b[i]) return false;
-  }
-  return true;
-}
-
 std::optional<BasicKind> FindBasicKind(std::string_view field) {
   const std::string_view extension = FieldExtension(field);
   for (const BasicExtension& e : kBasicExtensions) {
-    if (EqualsIgnoringCase(extension, e.extension)) return e.kind;
+    if (EqualsIgnoreCase(extension, e.extension)) return e.kind;
   }
   return std::nullopt;
 }
@@ -174,7 +164,7 @@ absl::StatusOr<std::optional<Value>> DecodeBasic(std::string_view field, const B
 
 absl::StatusOr<std::optional<Value>> DecodeNpyField(std::string_view field, const Buffer& data,
                                                     DecodeContext& /*ctx*/) {
-  if (!EqualsIgnoringCase(FieldExtension(field), "npy")) return std::nullopt;
+  if (!EqualsIgnoreCase(FieldExtension(field), "npy")) return std::nullopt;
   absl::StatusOr<Array> array = DecodeNpy(data);
   if (!array.ok()) return array.status();
   return Value(*std::move(array));
@@ -186,8 +176,8 @@ enum class Codec { kGzip, kZstd };
 
 std::optional<Codec> CodecOf(std::string_view field) {
   const std::string_view extension = FieldExtension(field);
-  if (EqualsIgnoringCase(extension, "gz")) return Codec::kGzip;
-  if (EqualsIgnoringCase(extension, "zst")) return Codec::kZstd;
+  if (EqualsIgnoreCase(extension, "gz")) return Codec::kGzip;
+  if (EqualsIgnoreCase(extension, "zst")) return Codec::kZstd;
   return std::nullopt;
 }
 

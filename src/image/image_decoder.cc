@@ -24,15 +24,6 @@ std::string HexPrefix(std::string_view data) {
   return out;
 }
 
-bool EqualsLowercase(std::string_view text, std::string_view lower) {
-  if (text.size() != lower.size()) return false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if ((c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c) != lower[i]) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 std::string_view ImageFormatName(ImageFormat format) {
@@ -58,7 +49,7 @@ std::optional<ImageFormat> SniffImageFormat(std::string_view data) {
 
 bool IsImageExtension(std::string_view extension) {
   for (std::string_view e : kImageExtensions) {
-    if (EqualsLowercase(extension, e)) return true;
+    if (EqualsIgnoreCase(extension, e)) return true;
   }
   return false;
 }

@@ -1,16 +1,16 @@
 #include "wds/loader.h"
 
 #include <exception>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "base/handlers.h"
 #include "wds/internal/bounded_queue.h"
+#include "wds/internal/resume_channel.h"
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"
 #include "wds/placement.h"
@@ -293,8 +293,8 @@ absl::StatusOr<LoaderStateData> ParseState(std::string_view text) {
   const int version = j.value("version", 0);
   if (version != kStateVersion) {
     return absl::InvalidArgumentError(Cat("Loader::Restore: loader state version ", version,
-                                          " is unknown (this build reads version ",
-                                          kStateVersion, ")"));
+                                          " is unknown (this build reads version ", kStateVersion,
+                                          ")"));
   }
   try {
     LoaderStateData d;

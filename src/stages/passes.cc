@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "wds/internal/resume_channel.h"
 #include "wds/internal/strings.h"
 
 namespace wds {

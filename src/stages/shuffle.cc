@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "wds/internal/resume_channel.h"
 #include "wds/internal/strings.h"
 #include "wds/random.h"
 #include "wds/stages.h"
@@ -48,9 +49,9 @@ class ShuffleStream final : public SampleStream {
         if (absl::Status s = Pull(); !s.ok()) return Fail(std::move(s));
       }
       if (buffer_.size() != refill_ || upstream_done_) {
-        return Fail(absl::FailedPreconditionError(Cat(
-            "cannot restore the shuffle buffer: ", refill_, " samples were re-read, ",
-            buffer_.size(), " reached it (a stage before the shuffle drops samples)")));
+        return Fail(absl::FailedPreconditionError(
+            Cat("cannot restore the shuffle buffer: ", refill_, " samples were re-read, ",
+                buffer_.size(), " reached it (a stage before the shuffle drops samples)")));
       }
       refill_ = 0;
       upstream_done_ = restored_done_;

@@ -4,9 +4,10 @@
 #include <algorithm>
 #include <deque>
 #include <string>
-#include <vector>
 #include <utility>
+#include <vector>
 
+#include "wds/internal/resume_channel.h"
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"
 #include "wds/internal/tar_grouping.h"
@@ -28,8 +29,8 @@ class TarSampleStream : public SampleStream {
         ctx_(std::move(ctx)),
         pool_(ctx_.read_pool != nullptr
                   ? ctx_.read_pool
-                  : std::make_shared<BufferPool>(
-                        AlignedHostAllocator(), BufferPoolOptions{.classes_per_doubling = 1024})) {
+                  : std::make_shared<BufferPool>(AlignedHostAllocator(),
+                                                 BufferPoolOptions{.classes_per_doubling = 1024})) {
     if (ctx_.resume == nullptr) return;
     ResumeChannel& resume = *ctx_.resume;
     if (resume.counted_pass != ctx_.pass) {
@@ -168,7 +169,8 @@ absl::Status TarSampleStream::Restore() {
   }
   if (start > total) {
     return absl::FailedPreconditionError(Cat("cannot restart at sample ", start, " of a pass of ",
-                                             total, " samples (other data than at the checkpoint?)"));
+                                             total,
+                                             " samples (other data than at the checkpoint?)"));
   }
   auto slice_of = [&](int64_t ordinal) {
     return static_cast<size_t>(std::upper_bound(first.begin(), first.end(), ordinal) -
@@ -299,8 +301,8 @@ absl::Status TarSampleStream::OpenShard(ShardSlice slice) {
   ShardSampleReaderOptions options;
   if (slice.begin > 0) {
     if (catalog_ == nullptr) {
-      return absl::InternalError(Cat(url, ": a slice from sample ", slice.begin,
-                                     " needs a shard catalog"));
+      return absl::InternalError(
+          Cat(url, ": a slice from sample ", slice.begin, " needs a shard catalog"));
     }
     WDS_ASSIGN_OR_RETURN(options.tar.start_offset, catalog_->StartOffset(url, slice.begin));
   }

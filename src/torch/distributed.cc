@@ -42,8 +42,7 @@ int64_t MillisecondsSince(DistClock::time_point start) {
 }
 
 bool SaysTimedOut(std::string_view message) {
-  std::string lower(message);
-  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::string lower = AsciiLower(message);
   return lower.find("timed out") != std::string::npos || lower.find("timeout") != std::string::npos;
 }
 
@@ -90,7 +89,7 @@ DistributedBackend ChooseBackend(DistributedBackend requested, const torch::Devi
 }
 
 bool IsLoopback(const std::string& host) {
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+  return host == "localhost" || host == "::1" || StartsWith(host, "127.");
 }
 
 std::shared_ptr<::gloo::transport::Device> MakeGlooDevice(std::string interface,

@@ -5,7 +5,8 @@
 // These adapt them once: Cat concatenates anything string-like or numeric
 // (absl::StrCat's job),
 //   absl::DataLossError(Cat(url, ": member ", name, " at offset ", offset, " is truncated"))
-// and StartsWith, EndsWith and AsciiLower forward to Abseil's.
+// and StartsWith, EndsWith, EqualsIgnoreCase and AsciiLower forward to
+// Abseil's.
 #pragma once
 
 #include <charconv>
@@ -61,6 +62,10 @@ inline bool StartsWith(std::string_view s, std::string_view prefix) {
 }
 inline bool EndsWith(std::string_view s, std::string_view suffix) {
   return absl::EndsWith(ToAbsl(s), ToAbsl(suffix));
+}
+// EqualsIgnoreCase compares ignoring the case of ASCII letters.
+inline bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  return absl::EqualsIgnoreCase(ToAbsl(a), ToAbsl(b));
 }
 // AsciiLower returns `s` with ASCII letters lower-cased; other bytes are kept.
 inline std::string AsciiLower(std::string_view s) { return absl::AsciiStrToLower(ToAbsl(s)); }
