@@ -14,9 +14,9 @@
 #include <string_view>
 #include <vector>
 
+#include "commands.h"
+#include "common.h"
 #include "json_text.h"
-#include "shard_commands.h"
-#include "shard_common.h"
 #include "wds/wds.h"
 
 namespace wds::tools {

@@ -28,9 +28,9 @@
 #include <thread>
 #include <vector>
 
-#include "shard_commands.h"
-#include "shard_common.h"
-#include "shard_inputs.h"
+#include "commands.h"
+#include "common.h"
+#include "inputs.h"
 #include "wds/internal/atomic_file.h"
 #include "wds/internal/bounded_queue.h"
 #include "wds/internal/shard_roller.h"

@@ -28,8 +28,8 @@
 #include <string>
 #include <vector>
 
-#include "shard_commands.h"
-#include "shard_common.h"
+#include "commands.h"
+#include "common.h"
 #include "wds/internal/strings.h"
 #include "wds/shard_index.h"
 #include "wds/shard_list.h"

@@ -1,4 +1,4 @@
-#include "shard_common.h"
+#include "common.h"
 
 #include <signal.h>
 #include <unistd.h>

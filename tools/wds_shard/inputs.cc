@@ -1,4 +1,4 @@
-#include "shard_inputs.h"
+#include "inputs.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -15,7 +15,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "shard_common.h"
+#include "common.h"
 #include "wds/byte_stream.h"
 #include "wds/internal/shard_roller.h"
 #include "wds/internal/strings.h"

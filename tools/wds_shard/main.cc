@@ -5,8 +5,8 @@
 #include <string>
 #include <string_view>
 
-#include "shard_commands.h"
-#include "shard_common.h"
+#include "commands.h"
+#include "common.h"
 
 namespace {
 

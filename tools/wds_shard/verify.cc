@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "shard_commands.h"
-#include "shard_common.h"
+#include "commands.h"
+#include "common.h"
 #include "wds/decode.h"
 #include "wds/image.h"
 #include "wds/internal/tar_grouping.h"
