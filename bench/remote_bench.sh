@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Remote shards against local files, side by side in one run (issue 12):
 # serves DIR's shards with nginx on 127.0.0.1 (http, and https with HTTP/2)
-# and with the S3 mock (tests/s3mock.js, signed requests), then reads them
+# and with s3rver (tests/s3/s3.js: every request's SigV4 signature checked;
+# scripts/deps.sh installs it), then reads them
 # with one thread through build/bench/remote_read_bench (file, http, https,
 # s3, a cold then warm cache, and the raw ceilings: read(2) of the files and
 # a plain socket GET) and with wds-bench (--workers 1) on file, http and s3
@@ -59,13 +60,15 @@ nginx -p "$work/nginx" -c "$work/nginx/nginx.conf" -e "$work/nginx/error.log" &
 pids+=($!)
 wait_port "$hp" && wait_port "$sp" || { cat "$work/nginx/error.log"; exit 1; }
 
-# The S3 mock: bucket "data" is DIR.
+# s3rver: bucket "data" holds DIR's shards (uploaded with AWS's client, which
+# takes a while for a large set).
 mkdir -p "$work/s3"
 ln -s "$dir" "$work/s3/data"
-node "$root/tests/s3mock.js" --root "$work/s3" --port 0 --port-file "$work/s3/port" \
+node --no-warnings "$root/tests/s3/s3.js" serve --root "$work/s3" --port-file "$work/s3/port" \
   --access-key AKIDBENCH --secret-key benchsecret > "$work/s3.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 200); do [[ -s $work/s3/port ]] && break; sleep 0.05; done
+for _ in $(seq 1200); do [[ -s $work/s3/port ]] && break; sleep 0.1; done
+[[ -s $work/s3/port ]] || { cat "$work/s3.log"; exit 1; }
 s3port=$(cat "$work/s3/port")
 export AWS_ENDPOINT_URL=http://127.0.0.1:$s3port AWS_ACCESS_KEY_ID=AKIDBENCH \
   AWS_SECRET_ACCESS_KEY=benchsecret AWS_REGION=us-east-1 CURL_CA_BUNDLE=$work/nginx/cert.pem

@@ -83,6 +83,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -125,12 +126,20 @@ struct RemoteOptions {
   // this long while the reader waits for data is abandoned as transient.
   // A reader that is slow to consume never counts as a stall.
   std::chrono::milliseconds stall_timeout{30'000};
-  // low_speed_limit (bytes/s, 0 = off) and low_speed_time: libcurl abandons
-  // a transfer averaging less than the limit over that time (transient).
-  int64_t low_speed_limit = 0;
+  // low_speed_limit (bytes/s, 0 = off) and low_speed_time: a request whose
+  // transfer averages less than the limit for that long (libcurl's measure,
+  // not counting time paused for a slow reader) is abandoned as transient,
+  // so a server that drips a byte now and then, which stall_timeout never
+  // catches, is left within low_speed_time (whole seconds, at least 1).
+  int64_t low_speed_limit = 1024;
   std::chrono::seconds low_speed_time{60};
   // read_ahead bounds the body bytes buffered ahead of the reader.
   size_t read_ahead = size_t{4} << 20;
+  // skip_by_request: ByteStream::Skip moves past this many bytes or more
+  // (beyond those already buffered) by a new ranged request; less is read
+  // and dropped. A request costs a round trip, and over HTTP/1.1 a new
+  // connection, worth a few MB on a fast network.
+  int64_t skip_by_request = int64_t{4} << 20;
   // --- retries
   // max_attempts: failed requests in a row (without a byte of progress)
   // before giving up; 1 means no retry.
@@ -197,9 +206,44 @@ struct RemoteOptions {
 // IsRemoteUrl is true for http://, https://, s3:// and gs:// URLs.
 bool IsRemoteUrl(std::string_view url);
 
+class RemoteSession;
+
+// RemoteOpener opens remote URLs with its options (everything else as
+// OpenUrl does), from their start or from a byte offset. Its streams, and
+// the Openers it gives, share one connection pool and one cache.
+//
+//   wds::RemoteOpener remote(options);
+//   auto rest = remote.OpenAt("s3://bucket/shard-000007.tar", member_offset);
+//
+// Thread-safe.
+class RemoteOpener {
+ public:
+  explicit RemoteOpener(RemoteOptions options = RemoteOptions::FromEnvironment());
+
+  // Open is OpenAt(url, 0).
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<ByteStream>> Open(std::string_view url) const;
+  // OpenAt returns a stream of `url`'s bytes from `offset` on. A remote URL
+  // is asked for `Range: bytes=<offset>-` in its first request, and only a
+  // 206 whose Content-Range starts there is accepted (a 200 or another range
+  // is DataLoss, an offset at or past the end the server's 416, OutOfRange);
+  // its retries then resume with the validator of that first answer, as
+  // from offset 0. Through the cache: a complete local copy is read from the
+  // offset; a miss streams from the server uncached (a cache file must hold
+  // the object from its first byte). A local path or pipe: is opened and
+  // skipped (or read) to the offset. Errors: those of OpenUrl and of
+  // remote reading, InvalidArgument for a negative offset.
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<ByteStream>> OpenAt(std::string_view url,
+                                                                   int64_t offset) const;
+  // AsOpener returns an Opener sharing this one's connections and cache.
+  Opener AsOpener() const;
+
+ private:
+  std::shared_ptr<RemoteSession> session_;
+};
+
 // MakeOpener returns an Opener that reads remote URLs with `options` and
-// everything else as OpenUrl does. Its copies share one connection pool and
-// one cache.
+// everything else as OpenUrl does: RemoteOpener(options).AsOpener(). Its
+// copies share one connection pool and one cache.
 Opener MakeOpener(RemoteOptions options = RemoteOptions::FromEnvironment());
 
 }  // namespace wds

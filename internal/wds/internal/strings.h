@@ -64,6 +64,11 @@ inline bool EndsWith(std::string_view s, std::string_view suffix) {
 }
 // AsciiLower returns `s` with ASCII letters lower-cased; other bytes are kept.
 inline std::string AsciiLower(std::string_view s) { return absl::AsciiStrToLower(ToAbsl(s)); }
+// StripWhitespace is absl::StripAsciiWhitespace on std::string_view: `s`
+// without leading and trailing ASCII white space (space, \t, \n, \v, \f, \r).
+inline std::string_view StripWhitespace(std::string_view s) {
+  return ToStd(absl::StripAsciiWhitespace(ToAbsl(s)));
+}
 // AsciiLowerInto sets `out` to AsciiLower(s), reusing its storage.
 inline void AsciiLowerInto(std::string_view s, std::string& out) {
   out.assign(s.data(), s.size());
