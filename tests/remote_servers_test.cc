@@ -1,6 +1,7 @@
 // Remote shards through real servers started by the test on 127.0.0.1:
 // Debian's nginx (http, and https with HTTP/2 and a self-signed certificate)
-// and an S3 that checks SigV4 signatures (tests/s3mock.js under node). The
+// and s3rver, an S3-compatible server that checks SigV4 signatures, filled
+// through AWS's JavaScript client (tests/s3/s3.js under node). The
 // shard set is read through each byte-exact, by the library, by wds-shard
 // and by wds-bench.
 #include <sys/wait.h>
