@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Remote shards against local files, side by side in one run (issue 12):
 # serves DIR's shards with nginx on 127.0.0.1 (http, and https with HTTP/2)
-# and with the S3 mock (tests/s3mock.js, signed requests), then reads them
+# and with s3rver (tests/s3/s3.js: every request's SigV4 signature checked;
+# scripts/deps.sh installs it), then reads them
 # with one thread through build/bench/remote_read_bench (file, http, https,
 # s3, a cold then warm cache, and the raw ceilings: read(2) of the files and
 # a plain socket GET) and with wds-bench (--workers 1) on file, http and s3
@@ -10,7 +11,8 @@
 # usage: bench/remote_bench.sh [DIR] [PATTERN]
 #   DIR defaults to /work/data/imagenet, PATTERN to imagenet-{000000..000007}.tar
 #   (bench/make_imagenet_like.sh makes such a set). Env: WDS_BUILD_DIR (build),
-#   ROUNDS (3), WDS_BENCH_DECODE (rgb8: wds-bench's decoding run).
+#   ROUNDS (3), WDS_BENCH_DECODE (rgb8: wds-bench's decoding run), S3 (1; 0 leaves
+#   out the S3 server, whose start uploads the whole set through the SDK).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -59,16 +61,25 @@ nginx -p "$work/nginx" -c "$work/nginx/nginx.conf" -e "$work/nginx/error.log" &
 pids+=($!)
 wait_port "$hp" && wait_port "$sp" || { cat "$work/nginx/error.log"; exit 1; }
 
-# The S3 mock: bucket "data" is DIR.
-mkdir -p "$work/s3"
-ln -s "$dir" "$work/s3/data"
-node "$root/tests/s3mock.js" --root "$work/s3" --port 0 --port-file "$work/s3/port" \
-  --access-key AKIDBENCH --secret-key benchsecret > "$work/s3.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 200); do [[ -s $work/s3/port ]] && break; sleep 0.05; done
-s3port=$(cat "$work/s3/port")
-export AWS_ENDPOINT_URL=http://127.0.0.1:$s3port AWS_ACCESS_KEY_ID=AKIDBENCH \
-  AWS_SECRET_ACCESS_KEY=benchsecret AWS_REGION=us-east-1 CURL_CA_BUNDLE=$work/nginx/cert.pem
+s3_modes=()
+s3_urls=()
+if [[ ${S3:-1} != 0 ]]; then
+  # s3rver: bucket "data" holds DIR's shards (uploaded with AWS's client, which
+  # takes a while for a large set).
+  mkdir -p "$work/s3"
+  ln -s "$dir" "$work/s3/data"
+  node --no-warnings "$root/tests/s3/s3.js" serve --root "$work/s3" --port-file "$work/s3/port" \
+    --access-key AKIDBENCH --secret-key benchsecret > "$work/s3.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 1200); do [[ -s $work/s3/port ]] && break; sleep 0.1; done
+  [[ -s $work/s3/port ]] || { cat "$work/s3.log"; exit 1; }
+  s3port=$(cat "$work/s3/port")
+  export AWS_ENDPOINT_URL=http://127.0.0.1:$s3port AWS_ACCESS_KEY_ID=AKIDBENCH \
+    AWS_SECRET_ACCESS_KEY=benchsecret AWS_REGION=us-east-1
+  s3_modes=("s3=s3://data/$pattern")
+  s3_urls=("s3://data/$pattern")
+fi
+export CURL_CA_BUNDLE=$work/nginx/cert.pem
 
 # Page cache warm for every mode alike.
 eval "cat $dir/$pattern" > /dev/null
@@ -78,11 +89,11 @@ echo "== one reading thread, rounds interleaved ($rounds)"
 "$build/bench/remote_read_bench" --rounds "$rounds" \
   "bytes=$dir/$pattern" "tcp=127.0.0.1:$hp/$pattern" "file=$dir/$pattern" \
   "http=http://127.0.0.1:$hp/$pattern" "https=https://127.0.0.1:$sp/$pattern" \
-  "s3=s3://data/$pattern" "cache=http://127.0.0.1:$hp/$pattern"
+  "${s3_modes[@]}" "cache=http://127.0.0.1:$hp/$pattern"
 
 decode=${WDS_BENCH_DECODE:-rgb8}
 echo "== wds-bench --workers 1 (raw, then --decode $decode --resize 224x224 --crop center)"
-for url in "$dir/$pattern" "http://127.0.0.1:$hp/$pattern" "s3://data/$pattern"; do
+for url in "$dir/$pattern" "http://127.0.0.1:$hp/$pattern" "${s3_urls[@]}"; do
   echo "-- $url"
   "$build/tools/wds-bench" --workers 1 --batch 64 --decode none --json "$url" |
     grep -o '"samples_per_s": [0-9.]*\|"mb_per_s": [0-9.]*' | paste -sd' ' || true

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Installs every Debian package that the build, the tests and the demo need.
-# Idempotent: when everything is present it returns in a second without apt.
+# Installs every Debian package that the build, the tests and the demo need,
+# and the npm packages of the S3 tests (tests/s3: s3rver and AWS's JavaScript
+# client, versions pinned by tests/s3/package-lock.json, into its git-ignored
+# node_modules). Idempotent: when everything is present it returns in a
+# second without apt or npm.
 set -euo pipefail
 
 packages=(
@@ -15,8 +18,9 @@ packages=(
   libtorch-dev libgloo-dev dataset-fashion-mnist python3-torch
   # tests and benchmarks; clang with libFuzzer and the sanitizer runtimes (fuzz/)
   libgtest-dev libgmock-dev libbenchmark-dev clang-14 libclang-rt-14-dev ccache
-  # remote-shard tests: a real web server, the S3 mock (node), TLS certificates,
-  # and a network namespace whose nftables rules reset connections
+  # remote-shard tests: a real web server, node for the S3 server (tests/s3),
+  # TLS certificates, and a network namespace whose nftables rules reset
+  # connections
   nginx-light nodejs openssl ca-certificates nftables iproute2 util-linux
   # independent tar writers and compressors used by the tests
   tar gzip bzip2 xz-utils zstd python3
@@ -31,12 +35,24 @@ for p in "${packages[@]}"; do
   status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
   [[ "$status" == "install ok installed" ]] || missing+=("$p")
 done
-if ((${#missing[@]} == 0)); then
-  exit 0
-fi
+# Debian ships npm apart from nodejs; some nodejs builds bundle it.
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 
-echo "deps: installing ${missing[*]}" >&2
 sudo=""
 if [[ $(id -u) != 0 ]]; then sudo="sudo"; fi
-$sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+if ((${#missing[@]} > 0)); then
+  echo "deps: installing ${missing[*]}" >&2
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+fi
+
+# tests/s3's node_modules, installed exactly as locked; the lock's hash kept
+# inside tells a current install from a stale one.
+s3_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/s3"
+lock_hash=$(sha256sum "$s3_dir/package-lock.json" | cut -d' ' -f1)
+stamp="$s3_dir/node_modules/.wds-lock-sha256"
+if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$lock_hash" ]]; then
+  echo "deps: npm ci in tests/s3" >&2
+  (cd "$s3_dir" && npm ci --no-audit --no-fund --loglevel=error >&2)
+  echo "$lock_hash" >"$stamp"
+fi

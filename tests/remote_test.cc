@@ -15,11 +15,13 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "io/remote_stream.h"
 #include "remote_test_util.h"
 #include "test_util.h"
 #include "wds/internal/strings.h"
 #include "wds/loader.h"
 #include "wds/pipeline.h"
+#include "wds/tar_reader.h"
 
 namespace wds {
 namespace {
@@ -129,13 +131,13 @@ TEST_F(RemoteStreamTest, ConnectionClosedMidBodyIsResumed) {
 }
 
 TEST_F(RemoteStreamTest, ConnectionResetMidBodyIsResumed) {
-  FirstThen({.close_after = 500'000, .reset = true});
+  // Bytes still in flight when an RST arrives are lost to the client, so the
+  // server pauses (less than stall_timeout) until the client has all 500'000
+  // before it resets: the resumed request must start exactly there.
+  FirstThen({.close_after = 500'000, .reset = true, .stall_after = 500'000, .stall_ms = 150});
   ExpectExact();
   EXPECT_EQ(server_.requests(), 2);
-  // Bytes in flight when the RST came are lost to the client: it resumes
-  // from what it really got, which is at most what the server sent.
-  std::vector<FaultRequest> log = server_.log();
-  EXPECT_THAT(log[1].headers["range"], StartsWith("bytes="));
+  ExpectResumedAt(1, 500'000);
 }
 
 TEST_F(RemoteStreamTest, RepeatedFaultsAreEachResumed) {
@@ -239,13 +241,106 @@ TEST_F(RemoteStreamTest, PersistentFailureGivesUpAfterMaxAttempts) {
 }
 
 TEST_F(RemoteStreamTest, FailuresMidBodyAreCountedPerRun) {
-  // Eight faults in all, but never more than one in a row without progress:
-  // max_attempts (6) limits runs, not the total.
+  // Eight faults in all, each after 100'000 bytes (more than kMinProgress):
+  // never more than one in a row without progress, and max_attempts (6)
+  // limits runs, not the total.
   server_.SetPlanner([](const FaultRequest& r) {
-    return r.index < 8 ? FaultPlan{.close_after = 50'000} : FaultPlan();
+    return r.index < 8 ? FaultPlan{.close_after = 100'000} : FaultPlan();
   });
   ExpectExact();
   EXPECT_EQ(server_.requests(), 9);
+  ExpectResumedAt(8, 800'000);
+}
+
+TEST_F(RemoteStreamTest, TinyProgressDoesNotEndARunOfFailures) {
+  // A server that cuts every connection after 1000 bytes moves the offset
+  // on, but never by kMinProgress: its failures count as one run.
+  server_.SetPlanner([](const FaultRequest&) { return FaultPlan{.close_after = 1000}; });
+  absl::Status s = Fetch(url(), Fast()).status();
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_THAT(Message(s), StartsWith(Cat(url(), ": giving up at offset 6000 of 1000000 after 6 ",
+                                         "failed attempt(s) in a row; last error: ")));
+  EXPECT_EQ(server_.requests(), 6);
+}
+
+TEST_F(RemoteStreamTest, ADrippingServerIsAbandonedAndResumed) {
+  // After 100 bytes, one byte every 100 ms: never silent for stall_timeout,
+  // but far below low_speed_limit.
+  FirstThen({.drip_after = 100, .drip_ms = 100});
+  RemoteOptions o = Fast();
+  o.low_speed_limit = 1000;
+  o.low_speed_time = std::chrono::seconds(1);
+  const auto start = std::chrono::steady_clock::now();
+  ExpectExact(o);
+  EXPECT_LT(Seconds(start), 8.0);
+  EXPECT_EQ(server_.requests(), 2);
+  const std::string range = server_.log()[1].headers["range"];
+  ASSERT_THAT(range, StartsWith("bytes="));
+  // The drip delivered a few bytes more before it was abandoned.
+  const int64_t resumed_at = std::stoll(range.substr(6));
+  EXPECT_GE(resumed_at, 100);
+  EXPECT_LT(resumed_at, 200);
+}
+
+TEST_F(RemoteStreamTest, APersistentlyDrippingServerFailsInBoundedTime) {
+  server_.SetPlanner(
+      [](const FaultRequest&) { return FaultPlan{.drip_after = 0, .drip_ms = 100}; });
+  RemoteOptions o = Fast();
+  o.low_speed_limit = 1000;
+  o.low_speed_time = std::chrono::seconds(1);
+  o.max_attempts = 3;
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status s = Fetch(url(), o).status();
+  // Three requests, each abandoned after about low_speed_time (libcurl
+  // measures at one-second ticks): drips are no progress.
+  EXPECT_LT(Seconds(start), 10.0);
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_THAT(Message(s), StartsWith(Cat(url(), ": giving up at offset ")));
+  EXPECT_THAT(Message(s), HasSubstr(" after 3 failed attempt(s) in a row; last error: "
+                                    "Timeout was reached: Operation too slow."));
+  EXPECT_EQ(server_.requests(), 3);
+}
+
+TEST(RemoteOptionsTest, DefaultsBoundASlowServer) {
+  const RemoteOptions o;
+  EXPECT_EQ(o.low_speed_limit, 1024);
+  EXPECT_EQ(o.low_speed_time, std::chrono::seconds(60));
+  EXPECT_EQ(o.stall_timeout, std::chrono::seconds(30));
+  EXPECT_EQ(o.max_attempts, 10);
+  EXPECT_EQ(o.max_retry_time, std::chrono::minutes(5));
+  EXPECT_EQ(o.skip_by_request, 4 << 20);
+}
+
+TEST_F(RemoteStreamTest, A206OfAnotherVersionIsAborted) {
+  // A server (or cache in between) that ignores If-Match answers the new
+  // version's bytes with a 206: its ETag gives it away.
+  server_.SetPlanner([this](const FaultRequest& r) {
+    if (r.index == 0) return FaultPlan{.close_after = 400'000};
+    server_.Put("/obj.tar", RandomBytes(1'000'000, 99), "\"v2\"");
+    return FaultPlan{.ignore_if_match = true};
+  });
+  absl::Status s = Fetch(url(), Fast()).status();
+  EXPECT_TRUE(absl::IsAborted(s)) << s;
+  EXPECT_EQ(Message(s), Cat(url(), ": the object changed while it was read (ETag \"v1\" became ",
+                            "\"v2\" at offset 400000)"));
+  EXPECT_EQ(server_.requests(), 2);
+}
+
+TEST_F(RemoteStreamTest, ObjectChangedWithoutAnEtagIsAbortedByLastModified) {
+  server_.SetPlanner([this](const FaultRequest& r) {
+    if (r.index == 0) return FaultPlan{.close_after = 400'000, .no_etag = true};
+    server_.Put("/obj.tar", RandomBytes(1'000'000, 99), "\"v2\"", "Wed, 16 Nov 1994 08:00:00 GMT");
+    return FaultPlan{.no_etag = true};
+  });
+  absl::Status s = Fetch(url(), Fast()).status();
+  EXPECT_TRUE(absl::IsAborted(s)) << s;
+  EXPECT_EQ(Message(s), Cat(url(), ": the object changed while it was read (HTTP 412 to a ",
+                            "request for offset 400000 with If-Unmodified-Since: Tue, 15 Nov ",
+                            "1994 12:45:26 GMT)"));
+  std::vector<FaultRequest> log = server_.log();
+  ASSERT_EQ(log.size(), 2u);
+  EXPECT_EQ(log[1].headers.count("if-match"), 0u);
+  EXPECT_EQ(log[1].headers["range"], "bytes=400000-");
 }
 
 TEST_F(RemoteStreamTest, ObjectChangedBetweenRequestsIsAborted) {
@@ -392,6 +487,288 @@ TEST_F(RemoteStreamTest, GcsBearerTokenIsSent) {
   EXPECT_EQ(server_.log()[0].headers["authorization"], "Bearer ya29.secret");
 }
 
+TEST_F(RemoteStreamTest, AwsSessionTokenIsSentAndSigned) {
+  RemoteOptions o = Fast();
+  o.s3_endpoint = Cat("http://127.0.0.1:", server_.port());
+  o.aws_credentials = AwsCredentials{"AKIDTEST", "secret", "thetoken"};
+  server_.Put("/bucket/x.tar", "s3 bytes");
+  absl::StatusOr<std::string> data = Fetch("s3://bucket/x.tar", o);
+  ASSERT_TRUE(data.ok()) << data.status();
+  FaultRequest r = server_.log()[0];
+  EXPECT_EQ(r.headers["x-amz-security-token"], "thetoken");
+  EXPECT_THAT(r.headers["authorization"],
+              HasSubstr("SignedHeaders=host;x-amz-content-sha256;x-amz-date;"
+                        "x-amz-security-token, Signature="));
+}
+
+// --- Skip and OpenAt: ranged requests instead of reading
+
+TEST_F(RemoteStreamTest, ASkipWithinWhatIsBufferedCostsNoRequest) {
+  RemoteOptions o = Fast();
+  o.skip_by_request = 1;
+  absl::StatusOr<std::unique_ptr<ByteStream>> s = MakeOpener(o)(url());
+  ASSERT_TRUE(s.ok()) << s.status();
+  std::string head(100, '\0');
+  ASSERT_EQ(*(*s)->Read(head.data(), head.size()), 100u);
+  // The first Read's wait brought more than 100 bytes; wait for a little
+  // more to be sure some is buffered, then skip within it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  absl::StatusOr<int64_t> skipped = (*s)->Skip(1);
+  ASSERT_TRUE(skipped.ok()) << skipped.status();
+  EXPECT_EQ(*skipped, 1);
+  absl::StatusOr<std::string> rest = ReadAll(**s);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  EXPECT_EQ(Sha256(head + *rest), Sha256(body_.substr(0, 100) + body_.substr(101)));
+  EXPECT_EQ(server_.requests(), 1);
+}
+
+TEST_F(RemoteStreamTest, AShortSkipIsLeftToTheCallerToRead) {
+  RemoteOptions o = Fast();
+  o.read_ahead = 64 << 10;
+  o.skip_by_request = 500'000;
+  absl::StatusOr<std::unique_ptr<ByteStream>> s = MakeOpener(o)(url());
+  ASSERT_TRUE(s.ok()) << s.status();
+  char byte;
+  ASSERT_EQ(*(*s)->Read(&byte, 1), 1u);
+  // Less than skip_by_request beyond what is buffered: only the buffered
+  // part (at most read_ahead plus a receive buffer) is skipped.
+  absl::StatusOr<int64_t> skipped = (*s)->Skip(400'000);
+  ASSERT_TRUE(skipped.ok()) << skipped.status();
+  EXPECT_LT(*skipped, 400'000);
+  absl::StatusOr<std::string> rest = ReadAll(**s);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  EXPECT_EQ(Sha256(*rest), Sha256(body_.substr(1 + *skipped)));
+  EXPECT_EQ(server_.requests(), 1);
+}
+
+TEST_F(RemoteStreamTest, ALongSkipIsOneRangedRequestWithTheVersionsEtag) {
+  RemoteOptions o = Fast();
+  o.read_ahead = 64 << 10;
+  o.skip_by_request = 100'000;
+  absl::StatusOr<std::unique_ptr<ByteStream>> s = MakeOpener(o)(url());
+  ASSERT_TRUE(s.ok()) << s.status();
+  char byte;
+  ASSERT_EQ(*(*s)->Read(&byte, 1), 1u);
+  absl::StatusOr<int64_t> skipped = (*s)->Skip(700'000);
+  ASSERT_TRUE(skipped.ok()) << skipped.status();
+  EXPECT_EQ(*skipped, 700'000);
+  absl::StatusOr<std::string> rest = ReadAll(**s);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  EXPECT_EQ(Sha256(*rest), Sha256(body_.substr(700'001)));
+  EXPECT_EQ(server_.requests(), 2);
+  ExpectResumedAt(1, 700'001);
+}
+
+TEST_F(RemoteStreamTest, ASkipPastTheEndStopsAtTheEndWithoutARequest) {
+  RemoteOptions o = Fast();
+  o.skip_by_request = 1;
+  absl::StatusOr<std::unique_ptr<ByteStream>> s = MakeOpener(o)(url());
+  ASSERT_TRUE(s.ok()) << s.status();
+  absl::StatusOr<int64_t> skipped = (*s)->Skip(5'000'000);
+  ASSERT_TRUE(skipped.ok()) << skipped.status();
+  EXPECT_EQ(*skipped, 1'000'000);
+  char byte;
+  EXPECT_EQ(*(*s)->Read(&byte, 1), 0u);
+  EXPECT_EQ(*(*s)->Skip(10), 0);
+  EXPECT_EQ(server_.requests(), 1);
+}
+
+TEST_F(RemoteStreamTest, WithoutValidatorsASkipIsRead) {
+  server_.SetPlanner([](const FaultRequest&) { return FaultPlan{.no_validators = true}; });
+  RemoteOptions o = Fast();
+  o.skip_by_request = 1;
+  o.read_ahead = 64 << 10;
+  absl::StatusOr<std::unique_ptr<ByteStream>> s = MakeOpener(o)(url());
+  ASSERT_TRUE(s.ok()) << s.status();
+  char byte;
+  ASSERT_EQ(*(*s)->Read(&byte, 1), 1u);
+  absl::StatusOr<int64_t> skipped = (*s)->Skip(900'000);
+  ASSERT_TRUE(skipped.ok()) << skipped.status();
+  EXPECT_LT(*skipped, 900'000);  // what was buffered; the rest is the caller's to read
+  EXPECT_EQ(server_.requests(), 1);
+}
+
+TEST_F(RemoteStreamTest, OpenAtAsksForTheRangeOnly) {
+  absl::StatusOr<std::unique_ptr<ByteStream>> s = RemoteOpener(Fast()).OpenAt(url(), 654'321);
+  ASSERT_TRUE(s.ok()) << s.status();
+  absl::StatusOr<std::string> data = ReadAll(**s);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(Sha256(*data), Sha256(body_.substr(654'321)));
+  ASSERT_EQ(server_.requests(), 1);
+  FaultRequest r = server_.log()[0];
+  EXPECT_EQ(r.headers["range"], "bytes=654321-");
+  EXPECT_EQ(r.headers.count("if-match"), 0u);
+  EXPECT_EQ(server_.body_bytes(), 1'000'000 - 654'321);
+}
+
+TEST_F(RemoteStreamTest, OpenAtResumesWithTheEtagOfItsFirstAnswer) {
+  FirstThen({.close_after = 100'000});
+  absl::StatusOr<std::unique_ptr<ByteStream>> s = RemoteOpener(Fast()).OpenAt(url(), 500'000);
+  ASSERT_TRUE(s.ok()) << s.status();
+  absl::StatusOr<std::string> data = ReadAll(**s);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(Sha256(*data), Sha256(body_.substr(500'000)));
+  EXPECT_EQ(server_.requests(), 2);
+  ExpectResumedAt(1, 600'000);
+}
+
+TEST_F(RemoteStreamTest, OpenAtRefusesWhatIsNotThatRange) {
+  const std::string u = url();
+  server_.SetPlanner([](const FaultRequest&) { return FaultPlan{.ignore_range = true}; });
+  absl::Status s = RemoteOpener(Fast()).OpenAt(u, 1000).status();
+  EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+  EXPECT_EQ(Message(s), Cat(u, ": HTTP 200 to a request for bytes from offset 1000 on (expected ",
+                            "206 Partial Content): the server ignores Range requests"));
+  server_.SetPlanner([](const FaultRequest&) { return FaultPlan{.content_range_skew = 5}; });
+  s = RemoteOpener(Fast()).OpenAt(u, 1000).status();
+  EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+  EXPECT_EQ(Message(s), Cat(u, ": wrong Content-Range 'bytes 1005-1000004/1000000' to a request ",
+                            "for bytes from offset 1000 on"));
+  server_.SetPlanner(nullptr);
+  s = RemoteOpener(Fast()).OpenAt(u, 1'000'000).status();
+  EXPECT_TRUE(absl::IsOutOfRange(s)) << s;
+  EXPECT_EQ(Message(s), Cat(u, ": HTTP 416 Range Not Satisfiable"));
+  s = RemoteOpener(Fast()).OpenAt(u, -1).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_EQ(Message(s), Cat(u, ": negative offset -1"));
+}
+
+TEST(RemoteOpenerTest, OpenAtReadsLocalFilesAndPipesFromTheOffset) {
+  testing::TempDir dir;
+  const std::string path = dir.Write("x.bin", RandomBytes(100'000));
+  RemoteOpener opener;
+  absl::StatusOr<std::unique_ptr<ByteStream>> file = opener.OpenAt(path, 99'000);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(*ReadAll(**file), RandomBytes(100'000).substr(99'000));
+  absl::StatusOr<std::unique_ptr<ByteStream>> pipe = opener.OpenAt(Cat("pipe:cat ", path), 1);
+  ASSERT_TRUE(pipe.ok()) << pipe.status();
+  EXPECT_EQ(*ReadAll(**pipe), RandomBytes(100'000).substr(1));
+  absl::Status past = opener.OpenAt(path, 100'001).status();
+  EXPECT_TRUE(absl::IsOutOfRange(past)) << past;
+  EXPECT_EQ(Message(past), Cat(path, ": the data ends at offset 100000, before offset 100001"));
+}
+
+TEST(RemoteTarTest, AStartOffsetInAPlainTarCostsOneRangedRequest) {
+  // 40 samples of 1 MB: the reader starts at sample 30's header.
+  std::vector<testing::TarEntry> entries;
+  for (int i = 0; i < 40; ++i) {
+    entries.push_back({Cat("s", i, ".bin"), RandomBytes(1'000'000, 500 + i)});
+  }
+  const std::string tar = testing::MakeTar(entries);
+  int64_t offset = -1;
+  {
+    absl::StatusOr<std::unique_ptr<TarReader>> local =
+        TarReader::Open(MemoryStream("local", tar), {.read_data = false});
+    ASSERT_TRUE(local.ok());
+    for (int i = 0; i <= 30; ++i) offset = (**(*local)->Next()).offset;
+  }
+  FaultServer server;
+  server.Put("/big.tar", tar);
+  RemoteOptions o = Fast();
+  o.read_ahead = 1 << 20;
+  absl::StatusOr<std::unique_ptr<ByteStream>> stream = MakeOpener(o)(server.Url("/big.tar"));
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  absl::StatusOr<std::unique_ptr<TarReader>> reader =
+      TarReader::Open(*std::move(stream), {.start_offset = offset});
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  std::vector<std::string> names;
+  while (true) {
+    absl::StatusOr<std::optional<TarMember>> m = (*reader)->Next();
+    ASSERT_TRUE(m.ok()) << m.status();
+    if (!m->has_value()) break;
+    EXPECT_EQ(Sha256(std::string((*m)->data.view())), Sha256(entries[30 + names.size()].data));
+    names.push_back((*m)->name);
+  }
+  ASSERT_EQ(names.size(), 10u);
+  EXPECT_EQ(names.front(), "s30.bin");
+  // The first request reads the tar's first block (its format); the skip to
+  // the offset is the second, ranged one. What the first request served
+  // before it was abandoned is bounded by the buffers (read_ahead, socket
+  // buffers), far below the 30 MB skipped.
+  std::vector<FaultRequest> log = server.log();
+  ASSERT_EQ(log.size(), 2u);
+  EXPECT_EQ(log[0].headers.count("range"), 0u);
+  EXPECT_EQ(log[1].headers["range"], Cat("bytes=", offset, "-"));
+  EXPECT_EQ(log[1].headers["if-match"], "\"v1\"");
+  const int64_t rest = static_cast<int64_t>(tar.size()) - offset;
+  EXPECT_GE(server.body_bytes(), rest);
+  EXPECT_LT(server.body_bytes(), rest + (12 << 20));
+}
+
+TEST(BackoffTest, DrawsAreJitteredUpToTheCapAndReproducible) {
+  RemoteOptions o;
+  o.backoff_base = std::chrono::milliseconds(100);
+  o.backoff_cap = std::chrono::milliseconds(1000);
+  const std::chrono::milliseconds none(0);
+  // The ceiling doubles per failure in a row, from backoff_base up to backoff_cap.
+  const std::vector<int64_t> ceilings = {100, 200, 400, 800, 1000, 1000};
+  std::mt19937_64 rng(42);
+  for (size_t n = 0; n < ceilings.size(); ++n) {
+    int64_t lo = INT64_MAX, hi = -1;
+    for (int i = 0; i < 2000; ++i) {
+      const int64_t d = BackoffDelay(static_cast<int>(n) + 1, o, none, rng).count();
+      lo = std::min(lo, d);
+      hi = std::max(hi, d);
+    }
+    // Full jitter: the draws fill [0, ceiling].
+    EXPECT_GE(lo, 0) << n;
+    EXPECT_LE(lo, ceilings[n] / 20) << n;
+    EXPECT_LE(hi, ceilings[n]) << n;
+    EXPECT_GE(hi, ceilings[n] - ceilings[n] / 20) << n;
+  }
+  // A huge failure count neither overflows nor passes the cap.
+  EXPECT_LE(BackoffDelay(1000, o, none, rng).count(), 1000);
+  // The same seed gives the same waits.
+  std::mt19937_64 a(7), b(7);
+  for (int n = 1; n <= 8; ++n) EXPECT_EQ(BackoffDelay(n, o, none, a), BackoffDelay(n, o, none, b));
+}
+
+TEST(BackoffTest, RetryAfterIsAFloor) {
+  RemoteOptions o;
+  o.backoff_base = std::chrono::milliseconds(100);
+  o.backoff_cap = std::chrono::milliseconds(1000);
+  std::mt19937_64 rng(1);
+  for (int i = 0; i < 200; ++i) {
+    EXPECT_EQ(BackoffDelay(1, o, std::chrono::seconds(3), rng), std::chrono::seconds(3));
+    EXPECT_GE(BackoffDelay(4, o, std::chrono::milliseconds(500), rng).count(), 500);
+  }
+  EXPECT_EQ(RetryAfter("7"), std::chrono::seconds(7));
+  EXPECT_EQ(RetryAfter(""), std::chrono::seconds(0));
+  EXPECT_EQ(RetryAfter("soon"), std::chrono::seconds(0));
+  EXPECT_EQ(RetryAfter("Tue, 15 Nov 1994 12:45:26 GMT"), std::chrono::seconds(0));  // past
+}
+
+TEST(RemoteOptionsTest, CredentialAndGcsVariablesAreRead) {
+  setenv("AWS_ACCESS_KEY_ID", "AKIDENV", 1);
+  setenv("AWS_SECRET_ACCESS_KEY", "envsecret", 1);
+  setenv("AWS_SESSION_TOKEN", "envtoken", 1);
+  setenv("AWS_DEFAULT_REGION", "ap-south-1", 1);
+  setenv("AWS_PROFILE", "training", 1);
+  setenv("AWS_SHARED_CREDENTIALS_FILE", "/etc/wds/credentials", 1);
+  setenv("GOOGLE_OAUTH_ACCESS_TOKEN", "ya29.env", 1);
+  absl::StatusOr<RemoteOptions> o = RemoteOptions::ParseFromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  ASSERT_TRUE(o->aws_credentials.has_value());
+  EXPECT_EQ(o->aws_credentials->access_key_id, "AKIDENV");
+  EXPECT_EQ(o->aws_credentials->secret_access_key, "envsecret");
+  EXPECT_EQ(o->aws_credentials->session_token, "envtoken");
+  EXPECT_EQ(o->s3_region, "ap-south-1");  // AWS_REGION, when set, wins
+  EXPECT_EQ(o->aws_profile, "training");
+  EXPECT_EQ(o->aws_credentials_file, "/etc/wds/credentials");
+  EXPECT_EQ(o->gcs_token, "ya29.env");
+  setenv("AWS_REGION", "eu-north-1", 1);
+  EXPECT_EQ(RemoteOptions::ParseFromEnvironment()->s3_region, "eu-north-1");
+  unsetenv("AWS_SECRET_ACCESS_KEY");
+  absl::Status half = RemoteOptions::ParseFromEnvironment().status();
+  EXPECT_TRUE(absl::IsInvalidArgument(half)) << half;
+  EXPECT_EQ(Message(half), "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set together");
+  for (const char* v :
+       {"AWS_ACCESS_KEY_ID", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION", "AWS_REGION", "AWS_PROFILE",
+        "AWS_SHARED_CREDENTIALS_FILE", "GOOGLE_OAUTH_ACCESS_TOKEN"}) {
+    unsetenv(v);
+  }
+}
+
 TEST(RemoteOptionsTest, EnvironmentVariablesAreRead) {
   setenv("WDS_CACHE", "/tmp/some-cache", 1);
   setenv("WDS_CACHE_SIZE", "1.5G", 1);
@@ -479,6 +856,31 @@ TEST(RemotePipelineTest, FaultyShardsGiveTheSameSamplesAsLocalFiles) {
     EXPECT_THAT(testing::FieldText((*remote)[i], "__url__"), StartsWith("http://127.0.0.1:"));
   }
   EXPECT_EQ(server.requests(), 6);
+}
+
+TEST(RemotePipelineTest, ColonColonListsMixRemoteAndLocalShards) {
+  FaultServer server;
+  testing::TempDir dir;
+  for (int shard = 0; shard < 3; ++shard) {
+    server.Put(Cat("/shard-", shard, ".tar"), testing::MakeTar(ShardEntries(shard, 4)));
+  }
+  const std::string local = dir.Write("local.tar", testing::MakeTar(ShardEntries(9, 4)));
+  const std::string base = Cat("http://127.0.0.1:", server.port());
+  absl::StatusOr<Pipeline> p =
+      WebDataset(Cat(base, "/shard-{0..1}.tar::", local, "::", base, "/shard-2.tar"),
+                 {.opener = MakeOpener(Fast())});
+  ASSERT_TRUE(p.ok()) << p.status();
+  std::unique_ptr<SampleStream> stream = p->Open({});
+  absl::StatusOr<std::vector<Sample>> samples = testing::Drain(*stream);
+  ASSERT_TRUE(samples.ok()) << samples.status();
+  ASSERT_EQ(samples->size(), 16u);
+  const std::vector<std::string> urls = {Cat(base, "/shard-0.tar"), Cat(base, "/shard-1.tar"),
+                                         local, Cat(base, "/shard-2.tar")};
+  for (size_t i = 0; i < samples->size(); ++i) {
+    EXPECT_EQ(testing::FieldText((*samples)[i], "__url__"), urls[i / 4]) << i;
+  }
+  EXPECT_EQ((*samples)[8].key(), "s9_0");
+  EXPECT_EQ(server.requests(), 3);
 }
 
 TEST(RemotePipelineTest, EachLoaderWorkerKeepsOneConnection) {

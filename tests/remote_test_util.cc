@@ -111,9 +111,11 @@ FaultServer::~FaultServer() {
   for (std::thread& t : threads_) t.join();
 }
 
-void FaultServer::Put(const std::string& path, std::string body, std::string etag) {
+void FaultServer::Put(const std::string& path, std::string body, std::string etag,
+                      std::string last_modified) {
   std::lock_guard<std::mutex> lock(mu_);
-  objects_[path] = {std::make_shared<const std::string>(std::move(body)), std::move(etag)};
+  objects_[path] = {std::make_shared<const std::string>(std::move(body)), std::move(etag),
+                    std::move(last_modified)};
 }
 
 void FaultServer::SetPlanner(Planner planner) {
@@ -208,7 +210,10 @@ bool FaultServer::Respond(int fd, const FaultRequest& request, const FaultPlan& 
   const std::string& body = *object.body;
   const int64_t size = static_cast<int64_t>(body.size());
   auto if_match = request.headers.find("if-match");
-  if (if_match != request.headers.end() && if_match->second != object.etag) {
+  auto if_unmodified = request.headers.find("if-unmodified-since");
+  if ((!plan.ignore_if_match && if_match != request.headers.end() &&
+       if_match->second != object.etag) ||
+      (if_unmodified != request.headers.end() && if_unmodified->second != object.last_modified)) {
     return SendAll(fd, "HTTP/1.1 412 Precondition Failed\r\nContent-Length: 0\r\n\r\n");
   }
   int64_t start = 0, last = size - 1;
@@ -230,7 +235,8 @@ bool FaultServer::Respond(int fd, const FaultRequest& request, const FaultPlan& 
   std::string out = Cat("HTTP/1.1 ", partial ? "206 Partial Content" : "200 OK",
                         "\r\nContent-Length: ", last - start + 1, "\r\nAccept-Ranges: bytes\r\n");
   if (!plan.no_validators) {
-    out += Cat("ETag: ", object.etag, "\r\nLast-Modified: Tue, 15 Nov 1994 12:45:26 GMT\r\n");
+    if (!plan.no_etag) out += Cat("ETag: ", object.etag, "\r\n");
+    out += Cat("Last-Modified: ", object.last_modified, "\r\n");
   }
   if (partial) {
     out += Cat("Content-Range: bytes ", start + plan.content_range_skew, "-",
@@ -246,10 +252,21 @@ bool FaultServer::Respond(int fd, const FaultRequest& request, const FaultPlan& 
     if (plan.close_after >= 0) chunk = std::min(chunk, plan.close_after - sent);
     if (plan.stall_after >= 0 && sent < plan.stall_after)
       chunk = std::min(chunk, plan.stall_after - sent);
+    const bool dripping = plan.drip_after >= 0 && sent >= plan.drip_after;
+    if (plan.drip_after >= 0 && sent < plan.drip_after) {
+      chunk = std::min(chunk, plan.drip_after - sent);
+    } else if (dripping) {
+      chunk = std::min<int64_t>(chunk, 1);
+    }
     if (chunk > 0 && !SendAll(fd, body.data() + start + sent, static_cast<size_t>(chunk))) {
       return false;
     }
     sent += chunk;
+    body_bytes_ += chunk;
+    if (plan.stall_after >= 0 && sent == plan.stall_after) {
+      for (int t = 0; t < plan.stall_ms && !stop_; t += 10) SleepMs(10);
+      if (stop_) return false;
+    }
     if (plan.close_after >= 0 && sent >= plan.close_after) {
       if (plan.reset) {
         linger l{1, 0};
@@ -257,8 +274,8 @@ bool FaultServer::Respond(int fd, const FaultRequest& request, const FaultPlan& 
       }
       return false;
     }
-    if (plan.stall_after >= 0 && sent == plan.stall_after) {
-      for (int t = 0; t < plan.stall_ms && !stop_; t += 10) SleepMs(10);
+    if (dripping) {
+      for (int t = 0; t < plan.drip_ms && !stop_; t += 10) SleepMs(std::min(10, plan.drip_ms - t));
       if (stop_) return false;
     }
     if (plan.chunk_delay_ms > 0) SleepMs(plan.chunk_delay_ms);
@@ -397,40 +414,65 @@ std::string NginxServer::HttpsUrl(const std::string& path) const {
   return Cat("https://127.0.0.1:", https_port_, path);
 }
 
-// --- S3Mock
+// --- S3Server
 
-absl::StatusOr<std::unique_ptr<S3Mock>> S3Mock::Start(const std::string& root, Options options) {
-  const std::string node = FindProgram("node");
-  if (node.empty()) return absl::NotFoundError("node is not installed (scripts/deps.sh)");
-  std::unique_ptr<S3Mock> mock(new S3Mock());
-  mock->dir_ = MakeTempDir("wds-s3mock-");
-  const std::string port_file = Cat(mock->dir_, "/port");
-  std::vector<std::string> argv = {node,           Cat(WDS_SOURCE_DIR, "/tests/s3mock.js"),
-                                   "--root",       root,
-                                   "--port",       "0",
-                                   "--port-file",  port_file,
-                                   "--access-key", options.access_key,
-                                   "--secret-key", options.secret_key,
-                                   "--region",     options.region};
-  if (!options.session_token.empty()) {
-    argv.push_back("--session-token");
-    argv.push_back(options.session_token);
+std::string S3Server::Available() {
+  if (FindProgram("node").empty()) return "node is not installed (scripts/deps.sh)";
+  const std::string modules = Cat(WDS_SOURCE_DIR, "/tests/s3/node_modules/@20minutes/s3rver");
+  if (access(modules.c_str(), R_OK) != 0) {
+    return "tests/s3's npm packages are not installed (scripts/deps.sh runs npm ci there)";
   }
-  const std::string log = Cat(mock->dir_, "/log");
-  mock->process_ = std::make_unique<Subprocess>(argv, std::vector<std::string>{}, log, log);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
-  while (std::chrono::steady_clock::now() < deadline && mock->process_->running()) {
+  return "";
+}
+
+absl::StatusOr<std::unique_ptr<S3Server>> S3Server::Start(const std::string& root,
+                                                          std::vector<Key> keys) {
+  if (std::string why = Available(); !why.empty()) return absl::NotFoundError(why);
+  std::unique_ptr<S3Server> server(new S3Server());
+  server->keys_ = std::move(keys);
+  server->dir_ = MakeTempDir("wds-s3-");
+  const std::string port_file = Cat(server->dir_, "/port");
+  std::vector<std::string> argv = {FindProgram("node"),
+                                   "--no-warnings",
+                                   Cat(WDS_SOURCE_DIR, "/tests/s3/s3.js"),
+                                   "serve",
+                                   "--root",
+                                   root,
+                                   "--port-file",
+                                   port_file};
+  for (const Key& key : server->keys_) {
+    argv.insert(argv.end(), {"--access-key", key.id, "--secret-key", key.secret});
+  }
+  const std::string log = Cat(server->dir_, "/log");
+  server->process_ = std::make_unique<Subprocess>(argv, std::vector<std::string>{}, log, log);
+  // Starting node and uploading the objects with the SDK takes a second or two.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline && server->process_->running()) {
     const std::string port = ReadFile(port_file);
     if (!port.empty()) {
-      mock->port_ = std::atoi(port.c_str());
-      if (WaitForPort(mock->port_, 2000)) return mock;
+      server->port_ = std::atoi(port.c_str());
+      if (WaitForPort(server->port_, 2000)) return server;
     }
     SleepMs(20);
   }
-  return absl::InternalError(Cat("the S3 mock did not start: ", ReadFile(log)));
+  return absl::InternalError(Cat("the S3 server did not start: ", ReadFile(log)));
 }
 
-S3Mock::~S3Mock() {
+absl::Status S3Server::Put(const std::string& bucket, const std::string& key,
+                           const std::string& data) {
+  const std::string file = Cat(dir_, "/put.bin");
+  std::ofstream(file, std::ios::binary) << data;
+  const std::string log = Cat(dir_, "/put.log");
+  Subprocess put({FindProgram("node"), "--no-warnings", Cat(WDS_SOURCE_DIR, "/tests/s3/s3.js"),
+                  "put", "--endpoint", endpoint(), "--access-key", keys_.at(0).id, "--secret-key",
+                  keys_.at(0).secret, "--bucket", bucket, "--key", key, "--file", file},
+                 {}, log, log);
+  const int status = put.Wait();
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return absl::OkStatus();
+  return absl::InternalError(Cat("uploading ", bucket, "/", key, " failed: ", ReadFile(log)));
+}
+
+S3Server::~S3Server() {
   if (process_ != nullptr) {
     process_->Kill(SIGTERM);
     process_->Wait();
@@ -438,6 +480,6 @@ S3Mock::~S3Mock() {
   if (!dir_.empty()) RunShell(Cat("rm -rf '", dir_, "'"));
 }
 
-std::string S3Mock::endpoint() const { return Cat("http://127.0.0.1:", port_); }
+std::string S3Server::endpoint() const { return Cat("http://127.0.0.1:", port_); }
 
 }  // namespace wds::testing

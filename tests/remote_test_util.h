@@ -1,12 +1,14 @@
 // Servers for the remote-shard tests, all on 127.0.0.1 and stopped by their
 // destructors:
 // - FaultServer: an in-process HTTP/1.1 server whose answers a test plans
-//   request by request (close or reset after N bytes, stall, any status with
-//   any headers, a changed ETag, 200 to a Range request, a wrong
-//   Content-Range, no answer at all).
+//   request by request (close or reset after N bytes, stall, drip, any
+//   status with any headers, a changed ETag, If-Match ignored, 200 to a Range
+//   request, a wrong Content-Range, no answer at all).
 // - NginxServer: Debian's nginx on a temporary config, http and https (HTTP/2,
 //   a self-signed certificate made by openssl), serving a directory.
-// - S3Mock: tests/s3mock.js under node, an S3 that checks SigV4 signatures.
+// - S3Server: s3rver (npm, installed by scripts/deps.sh into tests/s3), an
+//   S3-compatible server that checks SigV4 signatures, filled through AWS's
+//   JavaScript client (tests/s3/s3.js).
 // - Subprocess: a child process with extra environment, killed on destruction.
 #pragma once
 
@@ -43,15 +45,22 @@ struct FaultPlan {
   // an RST instead of a FIN when `reset`.
   int64_t close_after = -1;
   bool reset = false;
-  // stall_after >= 0 stops sending for stall_ms after that many body bytes.
+  // stall_after >= 0 stops sending for stall_ms after that many body bytes
+  // (before closing, when close_after is the same offset).
   int64_t stall_after = -1;
   int stall_ms = 0;
+  // drip_after >= 0 sends the body from that many bytes on one byte per
+  // drip_ms (a server too slow to be of use, yet never silent for long).
+  int64_t drip_after = -1;
+  int drip_ms = 0;
   // chunk_delay_ms sleeps between 16 KiB chunks (a slow server).
   int chunk_delay_ms = 0;
   bool ignore_range = false;       // 200 and the whole object to a Range request
   int64_t content_range_skew = 0;  // Content-Range claims start + skew
   bool no_response = false;        // read the request, close without answering
   bool no_validators = false;      // send neither ETag nor Last-Modified
+  bool no_etag = false;            // send Last-Modified only
+  bool ignore_if_match = false;    // answer the current object whatever If-Match says
 };
 
 class FaultServer {
@@ -63,13 +72,18 @@ class FaultServer {
   FaultServer(const FaultServer&) = delete;
   FaultServer& operator=(const FaultServer&) = delete;
 
-  // Put serves `body` at `path` ("/a.tar") with `etag` (and Last-Modified).
-  void Put(const std::string& path, std::string body, std::string etag = "\"v1\"");
+  // Put serves `body` at `path` ("/a.tar") with `etag` and `last_modified`.
+  // A request whose If-Match or If-Unmodified-Since differs from them (an
+  // exact comparison) is answered 412.
+  void Put(const std::string& path, std::string body, std::string etag = "\"v1\"",
+           std::string last_modified = "Tue, 15 Nov 1994 12:45:26 GMT");
   // SetPlanner decides each request's answer (default: answer normally).
   void SetPlanner(Planner planner);
   std::string Url(const std::string& path) const;
   int port() const { return port_; }
   int requests() const { return requests_; }
+  // body_bytes is how many body bytes the server has handed to the kernel.
+  int64_t body_bytes() const { return body_bytes_; }
   int connections() const { return connections_; }
   std::vector<FaultRequest> log() const;
 
@@ -77,6 +91,7 @@ class FaultServer {
   struct Object {
     std::shared_ptr<const std::string> body;
     std::string etag;
+    std::string last_modified;
   };
   void AcceptLoop();
   void Serve(int fd);
@@ -87,6 +102,7 @@ class FaultServer {
   int port_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<int> requests_{0};
+  std::atomic<int64_t> body_bytes_{0};
   std::atomic<int> connections_{0};
   mutable std::mutex mu_;
   std::map<std::string, Object> objects_;
@@ -143,24 +159,30 @@ class NginxServer {
   std::unique_ptr<Subprocess> process_;
 };
 
-class S3Mock {
+class S3Server {
  public:
-  struct Options {
-    std::string access_key = "AKIDTEST";
-    std::string secret_key = "testsecret";
-    std::string session_token;
-    std::string region = "us-east-1";
+  struct Key {
+    std::string id;
+    std::string secret;
   };
-  // Start serves the buckets under `root` (sub-directories; objects are
-  // files) at endpoint().
-  static absl::StatusOr<std::unique_ptr<S3Mock>> Start(const std::string& root, Options options);
-  ~S3Mock();
+  // Start serves the buckets under `root` (sub-directories; objects are the
+  // files below them) at endpoint(), accepting requests signed with any of
+  // `keys` (and anonymous ones); the objects are uploaded with the first.
+  static absl::StatusOr<std::unique_ptr<S3Server>> Start(const std::string& root,
+                                                         std::vector<Key> keys);
+  // Available is "" when node and tests/s3's packages are installed, else
+  // why not.
+  static std::string Available();
+  ~S3Server();
   std::string endpoint() const;
+  // Put uploads `data` as bucket/key with AWS's client (replacing it).
+  absl::Status Put(const std::string& bucket, const std::string& key, const std::string& data);
 
  private:
-  S3Mock() = default;
+  S3Server() = default;
   std::string dir_;
   int port_ = 0;
+  std::vector<Key> keys_;
   std::unique_ptr<Subprocess> process_;
 };
 

@@ -287,19 +287,35 @@ TEST_F(ShardCacheTest, ProcessesShareOneCache) {
   const std::string tar = testing::MakeTar(entries);
   server_.Put("/shared.tar", tar);
   const std::string url = server_.Url("/shared.tar");
-  // Slow enough (about 0.3 s) that the readers overlap.
-  server_.SetPlanner([](const FaultRequest&) { return FaultPlan{.chunk_delay_ms = 5}; });
+  // The first reader's download is slow (about 1.2 s): the three others
+  // start once its .part exists, so each finds it locked and, by design,
+  // streams from the server without waiting or writing the cache. Exactly
+  // four downloads, one of them cached; none waits for another.
+  server_.SetPlanner([](const FaultRequest& r) {
+    return r.index == 0 ? FaultPlan{.chunk_delay_ms = 20} : FaultPlan();
+  });
   testing::TempDir out;
   std::vector<std::unique_ptr<testing::Subprocess>> readers;
+  const std::string part = Cat(options_.cache_dir, "/", Hash(url), ".part");
   for (int i = 0; i < 4; ++i) {
     readers.push_back(std::make_unique<testing::Subprocess>(
         std::vector<std::string>{testing::ToolPath("wds-shard"), "ls", "--json", url},
         std::vector<std::string>{Cat("WDS_CACHE=", options_.cache_dir)}, Cat(out.path(), "/out", i),
         Cat(out.path(), "/err", i)));
+    if (i == 0) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (std::chrono::steady_clock::now() < deadline &&
+             !(fs::exists(part) && fs::file_size(part) > 0)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      ASSERT_TRUE(fs::exists(part));
+    }
   }
-  for (auto& r : readers) {
-    const int status = r->Wait();
+  for (int i = 3; i >= 0; --i) {
+    const int status = readers[i]->Wait();
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    // The uncached readers finish while the cached download still runs.
+    if (i == 1) EXPECT_TRUE(readers[0]->running());
   }
   const std::string expected = testing::ReadFile(Cat(out.path(), "/out0"));
   EXPECT_THAT(expected, HasSubstr("\"__key__\": \"s29\""));
@@ -307,14 +323,79 @@ TEST_F(ShardCacheTest, ProcessesShareOneCache) {
   EXPECT_THAT(Names(options_.cache_dir), ElementsAre(Hash(url), Cat(Hash(url), ".meta")));
   EXPECT_EQ(Sha256(testing::ReadFile(Cat(options_.cache_dir, "/", Hash(url)))), Sha256(tar));
   const int downloads = server_.requests();
-  EXPECT_GE(downloads, 1);
-  EXPECT_LE(downloads, 4);
+  EXPECT_EQ(downloads, 4);
+  for (const FaultRequest& r : server_.log()) EXPECT_EQ(r.headers.count("range"), 0u);
   // A later process reads the local copy.
   testing::Subprocess later({testing::ToolPath("wds-shard"), "ls", "--json", url},
                             {Cat("WDS_CACHE=", options_.cache_dir)}, Cat(out.path(), "/later"));
   EXPECT_EQ(later.Wait(), 0);
   EXPECT_EQ(testing::ReadFile(Cat(out.path(), "/later")), expected);
   EXPECT_EQ(server_.requests(), downloads);
+}
+
+TEST_F(ShardCacheTest, AProcessThatOnlyHitsStillCleansUp) {
+  // Two complete copies over the limit, and a stale download, left by
+  // others: the first open in this process cleans up before its hit.
+  ExpectFetch(0, MakeOpener(options_));
+  ExpectFetch(1, MakeOpener(options_));
+  Age(0, 20);
+  Age(1, 10);
+  const std::string stale = Cat(options_.cache_dir, "/", Hash("http://gone/x.tar"), ".part");
+  std::ofstream(stale) << "half a shard";
+  // A new directory name for the same directory: housekeeping runs once per
+  // process per cache directory, and this process has opened the first name.
+  options_.cache_dir += "/.";
+  options_.cache_size = 400'000;
+  const int requests = server_.requests();
+  ExpectFetch(1, MakeOpener(options_));  // a hit
+  EXPECT_EQ(server_.requests(), requests);
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_FALSE(fs::exists(cached(0)));
+  EXPECT_TRUE(fs::exists(cached(1)));
+  // Once per process: later stale files wait for the next download.
+  std::ofstream(stale) << "half a shard";
+  ExpectFetch(1, MakeOpener(options_));
+  EXPECT_TRUE(fs::exists(stale));
+}
+
+TEST_F(ShardCacheTest, OpenAtReadsAHitLocallyAndAMissUncached) {
+  RemoteOpener remote(options_);
+  // A miss from an offset: one ranged request, nothing cached.
+  absl::StatusOr<std::unique_ptr<ByteStream>> miss = remote.OpenAt(url(0), 123'456);
+  ASSERT_TRUE(miss.ok()) << miss.status();
+  EXPECT_EQ(Sha256(*ReadAll(**miss)), Sha256(bodies_[0].substr(123'456)));
+  ASSERT_EQ(server_.requests(), 1);
+  EXPECT_EQ(server_.log()[0].headers["range"], "bytes=123456-");
+  EXPECT_FALSE(fs::exists(cached(0)));
+  EXPECT_FALSE(fs::exists(cached(0) + ".part"));
+  // Cached from the start, then read from the offset locally.
+  ExpectFetch(0, remote.AsOpener());
+  absl::StatusOr<std::unique_ptr<ByteStream>> hit = remote.OpenAt(url(0), 299'999);
+  ASSERT_TRUE(hit.ok()) << hit.status();
+  EXPECT_EQ(*ReadAll(**hit), bodies_[0].substr(299'999));
+  EXPECT_EQ(server_.requests(), 2);
+  absl::Status past = remote.OpenAt(url(0), 300'000).status();
+  EXPECT_TRUE(absl::IsOutOfRange(past)) << past;
+  EXPECT_EQ(Message(past), Cat(url(0), ": offset 300000 is not before the end of its 300000 ",
+                               "bytes (cached copy)"));
+}
+
+TEST_F(ShardCacheTest, ASkipWhileCachingIsReadIntoTheCache) {
+  options_.skip_by_request = 1;
+  absl::StatusOr<std::unique_ptr<ByteStream>> s = MakeOpener(options_)(url(0));
+  ASSERT_TRUE(s.ok()) << s.status();
+  char head[10];
+  ASSERT_EQ(*(*s)->Read(head, sizeof(head)), 10u);
+  // The stream that fills the cache file does not skip: its reader reads.
+  EXPECT_EQ(*(*s)->Skip(200'000), 0);
+  EXPECT_EQ(Sha256(std::string(head, 10) + *ReadAll(**s)), Sha256(bodies_[0]));
+  EXPECT_EQ(Sha256(testing::ReadFile(cached(0))), Sha256(bodies_[0]));
+  // A hit skips by seeking.
+  absl::StatusOr<std::unique_ptr<ByteStream>> hit = MakeOpener(options_)(url(0));
+  ASSERT_TRUE(hit.ok()) << hit.status();
+  EXPECT_EQ(*(*hit)->Skip(299'000), 299'000);
+  EXPECT_EQ(*ReadAll(**hit), bodies_[0].substr(299'000));
+  EXPECT_EQ(server_.requests(), 1);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "absl/strings/escaping.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "io/remote_target.h"
@@ -37,9 +38,9 @@ std::string Message(const absl::Status& s) { return std::string(ToStd(s.message(
 
 TEST(Sigv4Test, DerivedSigningKeyMatchesTheGeneralReference) {
   const std::string secret = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY";
-  EXPECT_EQ(sigv4::HexEncode(sigv4::SigningKey(secret, "20120215", "us-east-1", "iam")),
+  EXPECT_EQ(absl::BytesToHexString(sigv4::SigningKey(secret, "20120215", "us-east-1", "iam")),
             "f4780e2d9f65fa895f9c67b32ce1baf0b0d8a43505a000a1a9e090d414db404d");
-  EXPECT_EQ(sigv4::HexEncode(sigv4::SigningKey(secret, "20150830", "us-east-1", "iam")),
+  EXPECT_EQ(absl::BytesToHexString(sigv4::SigningKey(secret, "20150830", "us-east-1", "iam")),
             "c4afb1cc5771d871763a393e44b703571b55cc28424d1a5e86da6ed3c154a4b9");
 }
 

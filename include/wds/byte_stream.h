@@ -33,9 +33,11 @@ class ByteStream {
   // Read fills up to `size` bytes of `buffer`; returns 0 only at end of data.
   [[nodiscard]] virtual absl::StatusOr<size_t> Read(void* buffer, size_t size) = 0;
   // Skip moves past up to `size` bytes without reading them and returns how
-  // many it moved past: fewer than `size` only at the end of the data, and 0
-  // when the stream cannot skip (the caller then reads instead). Streams that
-  // can seek (local files) skip in O(1); the default cannot skip.
+  // many it moved past; the caller reads whatever it did not (0: the stream
+  // cannot skip now). Local files seek, never past their end (fewer than
+  // `size` only there); remote streams drop what they buffered and move a
+  // long distance by a new ranged request (wds/remote.h); the default cannot
+  // skip.
   [[nodiscard]] virtual absl::StatusOr<int64_t> Skip(int64_t size) {
     (void)size;
     return 0;

@@ -13,18 +13,33 @@
 // What a reader gets is the object's bytes exactly once, in order, or an
 // error naming the URL; never a mix of two versions:
 // - A transient failure (connection refused, reset or closed early, no data
-//   for `stall_timeout`, HTTP 408, 429, 500, 502, 503, 504) is retried after
-//   an exponential backoff with full jitter (at least the server's
+//   for `stall_timeout`, less than `low_speed_limit` bytes/s for
+//   `low_speed_time`, HTTP 408, 429, 500, 502, 503, 504) is retried after an
+//   exponential backoff with full jitter (at least the server's
 //   Retry-After). A retry after the first byte asks for `Range: bytes=<n>-`
 //   with `If-Match: <ETag>` (or `If-Unmodified-Since: <Last-Modified>` when
 //   the server sent no strong ETag) and accepts only a 206 whose
-//   Content-Range starts at n and has the same total length. A 412 (the
-//   object changed) is Aborted; a 200 to a Range request or a wrong
-//   Content-Range is DataLoss. A server that gives neither validator cannot
-//   be resumed: the failure is then final (Unavailable).
-// - max_attempts failed requests in a row, or max_retry_time spent failing
-//   since the last byte arrived, end the stream with Unavailable naming the
-//   URL, the offset, the attempts and the last failure.
+//   Content-Range starts at n and has the same total length and, if it
+//   carries one, the same ETag (a server that ignores If-Match is caught
+//   too). A 412 or another ETag (the object changed) is Aborted; a 200 to a
+//   Range request or a wrong Content-Range is DataLoss. A server that gives
+//   neither validator cannot be resumed: the failure is then final
+//   (Unavailable).
+// - Failures come in runs: a run ends only when an attempt delivered at
+//   least 64 KiB without being cut for slowness, so a server that drips, or
+//   cuts every connection after a few bytes, stays in one run. max_attempts
+//   failed requests in a run, or max_retry_time since the run's first
+//   failure, end the stream with Unavailable naming the URL, the offset, the
+//   attempts and the last failure.
+// - What bounds a stream: a request ends within connect_timeout plus
+//   low_speed_time unless it moves low_speed_limit bytes/s or more (a
+//   waiting reader also gives up on stall_timeout of silence), and a run of
+//   failures gives up once max_retry_time has passed since its first
+//   failure. With the defaults, a server that delivers nothing useful
+//   (silent, refusing, failing, or dripping) fails the read within about 7
+//   minutes: the first failure within 70 s, the run's 300 s, and the 60 s
+//   of its last request. A server that keeps progressing (64 KiB between
+//   failures, at 1 KiB/s or more) is followed to the end of the object.
 // - A non-transient answer fails at once with the URL, the status and the
 //   server's message (S3's <Code> and <Message>): 404 NotFound, 401/403
 //   PermissionDenied, 400 InvalidArgument, 416 OutOfRange, other statuses
@@ -58,24 +73,34 @@
 // without caching instead of waiting (waiting could deadlock a loader whose
 // consumer is waiting for that second worker); readers of a complete file
 // hold a shared lock, and eviction takes an exclusive one, so a file in use
-// is never evicted. After each completed download, least recently used
-// complete files (a hit refreshes the file's mtime) are evicted until the
-// total is under cache_size (the file just written is kept even if it alone
-// is larger), and `.part` files no live process holds are removed (a killed
-// download). Cache entries are trusted: a cached URL is not checked against
-// the server again unless cache_revalidate is set. Failing to write the cache
-// (a full disk) never fails the read: the stream goes on uncached; a cache
-// directory in which no file can be created at all is a misconfiguration,
-// and the open fails naming it.
+// is never evicted. After each completed download, and at the first open of
+// the directory in a process (so that a process that only hits cleans up
+// too), least recently used complete files (a hit refreshes the file's
+// mtime) are evicted until the total is under cache_size (the file just
+// written is kept even if it alone is larger), and `.part` files no live
+// process holds are removed (a killed download). A stream that fills the
+// cache does not Skip (the skipped bytes are read, into the cache file); an
+// OpenAt miss streams uncached. Cache entries are trusted: a cached URL is
+// not checked against the server again unless cache_revalidate is set.
+// Failing to write the cache (a full disk) never fails the read: the stream
+// goes on uncached; a cache directory in which no file can be created at
+// all is a misconfiguration, and the open fails naming it.
+//
+// Skipping and offsets: ByteStream::Skip drops what is buffered, and moves
+// past a longer distance (skip_by_request, 4 MiB) by ending the request
+// and asking for `Range: bytes=<n>-` with If-Match, never past the end. So
+// a TarReader start_offset in a plain remote tar (sample-granular splits,
+// resume) costs the first request, abandoned after the tar's first block,
+// and one ranged request; header-only scans (CountSamples, wds-shard
+// stats/index) skip members of skip_by_request or more by request and read
+// smaller ones. RemoteOpener::OpenAt asks for the range in its very first
+// request.
 //
 // Costs: a stream buffers at most read_ahead plus one libcurl chunk (512 KiB)
 // ahead of its reader, and copies each byte once more than a file read
-// (libcurl's receive buffer into the reader's). It does not Skip: skipping
-// a member would cost a new request, a round trip, per member, so header-
-// only scans (CountSamples, wds-shard stats/index) read remote shards
-// whole. A thread in a retry sleeps up to backoff_cap (or the server's
-// Retry-After, within max_retry_time), which also bounds how long stopping
-// a Loader can wait for it.
+// (libcurl's receive buffer into the reader's). A thread in a retry sleeps
+// up to backoff_cap (or the server's Retry-After, within max_retry_time),
+// which also bounds how long stopping a Loader can wait for it.
 //
 // Thread safety: RemoteOptions is a value. An Opener from MakeOpener may be
 // called from any thread; each stream it returns is used by one thread.
@@ -83,6 +108,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -125,18 +151,26 @@ struct RemoteOptions {
   // this long while the reader waits for data is abandoned as transient.
   // A reader that is slow to consume never counts as a stall.
   std::chrono::milliseconds stall_timeout{30'000};
-  // low_speed_limit (bytes/s, 0 = off) and low_speed_time: libcurl abandons
-  // a transfer averaging less than the limit over that time (transient).
-  int64_t low_speed_limit = 0;
+  // low_speed_limit (bytes/s, 0 = off) and low_speed_time: a request whose
+  // transfer averages less than the limit for that long (libcurl's measure,
+  // not counting time paused for a slow reader) is abandoned as transient,
+  // so a server that drips a byte now and then, which stall_timeout never
+  // catches, is left within low_speed_time (whole seconds, at least 1).
+  int64_t low_speed_limit = 1024;
   std::chrono::seconds low_speed_time{60};
   // read_ahead bounds the body bytes buffered ahead of the reader.
   size_t read_ahead = size_t{4} << 20;
+  // skip_by_request: ByteStream::Skip moves past this many bytes or more
+  // (beyond those already buffered) by a new ranged request; less is read
+  // and dropped. A request costs a round trip, and over HTTP/1.1 a new
+  // connection, worth a few MB on a fast network.
+  int64_t skip_by_request = int64_t{4} << 20;
   // --- retries
-  // max_attempts: failed requests in a row (without a byte of progress)
-  // before giving up; 1 means no retry.
+  // max_attempts: failed requests in a run (see above: 64 KiB of progress,
+  // not cut for slowness, ends a run) before giving up; 1 means no retry.
   int max_attempts = 10;
-  // max_retry_time: time spent failing since the last progress before
-  // giving up (a Retry-After beyond it gives up at once).
+  // max_retry_time: time since a run's first failure before giving up (a
+  // Retry-After beyond it gives up at once).
   std::chrono::milliseconds max_retry_time{300'000};
   // The n-th retry in a row waits uniform(0, min(backoff_cap, backoff_base * 2^(n-1))).
   std::chrono::milliseconds backoff_base{250};
@@ -197,9 +231,44 @@ struct RemoteOptions {
 // IsRemoteUrl is true for http://, https://, s3:// and gs:// URLs.
 bool IsRemoteUrl(std::string_view url);
 
+class RemoteSession;
+
+// RemoteOpener opens remote URLs with its options (everything else as
+// OpenUrl does), from their start or from a byte offset. Its streams, and
+// the Openers it gives, share one connection pool and one cache.
+//
+//   wds::RemoteOpener remote(options);
+//   auto rest = remote.OpenAt("s3://bucket/shard-000007.tar", member_offset);
+//
+// Thread-safe.
+class RemoteOpener {
+ public:
+  explicit RemoteOpener(RemoteOptions options = RemoteOptions::FromEnvironment());
+
+  // Open is OpenAt(url, 0).
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<ByteStream>> Open(std::string_view url) const;
+  // OpenAt returns a stream of `url`'s bytes from `offset` on. A remote URL
+  // is asked for `Range: bytes=<offset>-` in its first request, and only a
+  // 206 whose Content-Range starts there is accepted (a 200 or another range
+  // is DataLoss, an offset at or past the end the server's 416, OutOfRange);
+  // its retries then resume with the validator of that first answer, as
+  // from offset 0. Through the cache: a complete local copy is read from the
+  // offset; a miss streams from the server uncached (a cache file must hold
+  // the object from its first byte). A local path or pipe: is opened and
+  // skipped (or read) to the offset. Errors: those of OpenUrl and of
+  // remote reading, InvalidArgument for a negative offset.
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<ByteStream>> OpenAt(std::string_view url,
+                                                                   int64_t offset) const;
+  // AsOpener returns an Opener sharing this one's connections and cache.
+  Opener AsOpener() const;
+
+ private:
+  std::shared_ptr<RemoteSession> session_;
+};
+
 // MakeOpener returns an Opener that reads remote URLs with `options` and
-// everything else as OpenUrl does. Its copies share one connection pool and
-// one cache.
+// everything else as OpenUrl does: RemoteOpener(options).AsOpener(). Its
+// copies share one connection pool and one cache.
 Opener MakeOpener(RemoteOptions options = RemoteOptions::FromEnvironment());
 
 }  // namespace wds

@@ -27,15 +27,6 @@ void GlobalInit() {
   std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
 }
 
-std::string_view TrimLine(std::string_view s) {
-  while (!s.empty() &&
-         (s.back() == '\r' || s.back() == '\n' || s.back() == ' ' || s.back() == '\t')) {
-    s.remove_suffix(1);
-  }
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  return s;
-}
-
 bool NameIs(std::string_view name, const char* want) {
   return name.size() == std::strlen(want) && strncasecmp(name.data(), want, name.size()) == 0;
 }
@@ -195,7 +186,7 @@ bool ParseHeaderLine(std::string_view line, HttpResponse& r) {
   // only the last one's headers count.
   if (StartsWith(line, "HTTP/")) {
     r = HttpResponse();
-    const std::string_view status_line = TrimLine(line);
+    const std::string_view status_line = StripWhitespace(line);
     const size_t space = status_line.find(' ');
     if (space != std::string_view::npos) {
       std::string_view rest = status_line.substr(space + 1);
@@ -205,12 +196,12 @@ bool ParseHeaderLine(std::string_view line, HttpResponse& r) {
     }
     return true;
   }
-  line = TrimLine(line);
+  line = StripWhitespace(line);
   if (line.empty()) return false;
   const size_t colon = line.find(':');
   if (colon == std::string_view::npos) return true;
   const std::string_view name = line.substr(0, colon);
-  const std::string value(TrimLine(line.substr(colon + 1)));
+  const std::string value(StripWhitespace(line.substr(colon + 1)));
   if (NameIs(name, "etag")) {
     r.etag = value;
   } else if (NameIs(name, "last-modified")) {
@@ -338,6 +329,13 @@ absl::StatusOr<size_t> HttpTransfer::Read(void* buffer, size_t size) {
   }
   if (result_ == CURLE_OK && !stalled_) return 0;
   return TransferError();
+}
+
+size_t HttpTransfer::Discard(size_t size) {
+  const size_t n = std::min(size, buffered());
+  pending_pos_ += n;
+  if (paused_ && buffered() < read_ahead_ / 2) Unpause();
+  return n;
 }
 
 absl::Status HttpTransfer::TransferError() const {

@@ -81,6 +81,18 @@ class HttpTransfer {
   // Read copies up to `size` body bytes into `buffer`; 0 at the end of a
   // body received whole (per libcurl: Content-Length or chunked framing).
   [[nodiscard]] absl::StatusOr<size_t> Read(void* buffer, size_t size);
+  // buffered is how many body bytes have arrived that Read has not returned.
+  size_t buffered() const { return pending_.size() - pending_pos_; }
+  // Discard drops up to `size` of the buffered body bytes (without waiting
+  // for more) and returns how many it dropped.
+  size_t Discard(size_t size);
+  // Abandon ends an unfinished request (closing its connection, which
+  // HTTP/1.1 cannot reuse mid-body) and frees what it buffered.
+  void Abandon() { Reset(); }
+  // timed_out is true when the last request failed for slowness: no data
+  // for stall_timeout, or less than low_speed_limit for low_speed_time (or a
+  // connect timeout), as opposed to a refused, reset or closed connection.
+  bool timed_out() const { return stalled_ || (done_ && result_ == CURLE_OPERATION_TIMEDOUT); }
   // connects is how many new connections the last request opened (0 when it
   // reused one).
   long connects() const;

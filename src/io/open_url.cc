@@ -20,6 +20,7 @@
 #include <thread>
 #include <utility>
 
+#include "io/file_stream.h"
 #include "wds/byte_stream.h"
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"
@@ -40,81 +41,6 @@ absl::Status ErrnoError(int error_number, const std::string& what) {
   return absl::ErrnoToStatus(error_number, what);
 }
 
-// UniqueFd owns a file descriptor and closes it on destruction.
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(UniqueFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept {
-    Reset(std::exchange(other.fd_, -1));
-    return *this;
-  }
-  ~UniqueFd() { Reset(); }
-
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  void Reset(int fd = -1) {
-    // close(2) must not be retried on EINTR on Linux: the descriptor is gone.
-    if (fd_ >= 0) close(fd_);
-    fd_ = fd;
-  }
-
- private:
-  int fd_ = -1;
-};
-
-// WaitReadable blocks until `fd` has data, end of file or an error.
-void WaitReadable(int fd) {
-  pollfd p{fd, POLLIN, 0};
-  while (poll(&p, 1, -1) < 0 && errno == EINTR) {
-  }
-}
-
-// ReadFd reads once from `fd`, retrying interrupted reads and waiting on a
-// descriptor someone else made non-blocking (standard input may be shared).
-absl::StatusOr<size_t> ReadFd(int fd, void* buffer, size_t size, const std::string& url) {
-  while (true) {
-    ssize_t n = read(fd, buffer, size);
-    if (n >= 0) return static_cast<size_t>(n);
-    if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      WaitReadable(fd);
-    } else if (errno != EINTR) {
-      return ErrnoError(errno, Cat(url, ": read failed"));
-    }
-  }
-}
-
-// FileStream reads a local file (or anything open(2) can open, such as a FIFO).
-// A regular file of known size skips by seeking, never past its end.
-class FileStream : public ByteStream {
- public:
-  // size is the file's size for a regular file, else -1 (no skipping).
-  FileStream(std::string url, UniqueFd fd, int64_t size)
-      : url_(std::move(url)), fd_(std::move(fd)), size_(size) {}
-
-  absl::StatusOr<size_t> Read(void* buffer, size_t size) override {
-    return ReadFd(fd_.get(), buffer, size, url_);
-  }
-  absl::StatusOr<int64_t> Skip(int64_t size) override {
-    if (size_ < 0 || size <= 0) return 0;
-    const off_t position = lseek(fd_.get(), 0, SEEK_CUR);
-    if (position < 0) return ErrnoError(errno, Cat(url_, ": lseek failed"));
-    const int64_t skipped = std::min<int64_t>(size, std::max<int64_t>(0, size_ - position));
-    if (lseek(fd_.get(), static_cast<off_t>(skipped), SEEK_CUR) < 0) {
-      return ErrnoError(errno, Cat(url_, ": lseek failed"));
-    }
-    return skipped;
-  }
-  absl::Status Finish() override { return absl::OkStatus(); }
-  const std::string& url() const override { return url_; }
-
- private:
-  std::string url_;
-  UniqueFd fd_;
-  int64_t size_;
-};
-
 absl::StatusOr<std::unique_ptr<ByteStream>> OpenFile(std::string url, const std::string& path) {
   int fd;
   do {
@@ -128,7 +54,7 @@ absl::StatusOr<std::unique_ptr<ByteStream>> OpenFile(std::string url, const std:
   // Only a hint: it fails harmlessly on FIFOs.
   posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   const int64_t size = S_ISREG(st.st_mode) ? static_cast<int64_t>(st.st_size) : -1;
-  return std::make_unique<FileStream>(std::move(url), std::move(file), size);
+  return MakeFileStream(std::move(url), std::move(file), size);
 }
 
 // StdinStream reads standard input, which belongs to the process: it is

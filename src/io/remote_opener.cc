@@ -1,8 +1,10 @@
 // MakeOpener and RemoteOptions::FromEnvironment.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "io/remote_stream.h"
 #include "io/remote_target.h"
@@ -47,6 +49,8 @@ absl::StatusOr<bool> ParseFlag(const std::string& text, const char* variable) {
   return absl::InvalidArgumentError(Cat(variable, "='", text, "' is not a boolean (1 or 0)"));
 }
 
+}  // namespace
+
 // RemoteSession is what every copy of one opener shares.
 class RemoteSession {
  public:
@@ -59,13 +63,13 @@ class RemoteSession {
     }
   }
 
-  absl::StatusOr<std::unique_ptr<ByteStream>> Open(std::string_view url_view) {
+  absl::StatusOr<std::unique_ptr<ByteStream>> Open(std::string_view url_view, int64_t offset) {
     std::string url(url_view);
     absl::StatusOr<RemoteTarget> target = RemoteTarget::Resolve(url, options_, credentials_);
     if (!target.ok()) return target.status();
-    auto open = [&]() { return RemoteStream::Open(url, *target, options_, pool_); };
+    auto open = [&](int64_t at) { return RemoteStream::Open(url, *target, options_, pool_, at); };
     if (cache_ == nullptr) {
-      absl::StatusOr<std::unique_ptr<RemoteStream>> stream = open();
+      absl::StatusOr<std::unique_ptr<RemoteStream>> stream = open(offset);
       if (!stream.ok()) return stream.status();
       return std::unique_ptr<ByteStream>(*std::move(stream));
     }
@@ -73,7 +77,7 @@ class RemoteSession {
     if (options_.cache_revalidate) {
       revalidate = [&]() { return RemoteStream::Head(url, *target, options_, *pool_); };
     }
-    return cache_->Open(url, open, revalidate);
+    return cache_->Open(url, offset, open, revalidate);
   }
 
  private:
@@ -82,6 +86,31 @@ class RemoteSession {
   AwsCredentialSource credentials_;
   std::shared_ptr<ShardCache> cache_;
 };
+
+namespace {
+
+// SkipTo moves `stream` past its first `offset` bytes: by Skip where the
+// stream can, by reading where it cannot.
+absl::Status SkipTo(ByteStream& stream, int64_t offset) {
+  std::vector<char> sink;
+  for (int64_t done = 0; done < offset;) {
+    absl::StatusOr<int64_t> skipped = stream.Skip(offset - done);
+    if (!skipped.ok()) return skipped.status();
+    if (*skipped == 0) {
+      if (sink.empty()) sink.resize(size_t{1} << 16);
+      const size_t want = static_cast<size_t>(std::min<int64_t>(offset - done, sink.size()));
+      absl::StatusOr<size_t> n = stream.Read(sink.data(), want);
+      if (!n.ok()) return n.status();
+      if (*n == 0) {
+        return absl::OutOfRangeError(
+            Cat(stream.url(), ": the data ends at offset ", done, ", before offset ", offset));
+      }
+      skipped = static_cast<int64_t>(*n);
+    }
+    done += *skipped;
+  }
+  return absl::OkStatus();
+}
 
 // ApplyEnvironment sets what the environment says; a malformed variable is
 // left out and its error kept in `first_error` (the first one only).
@@ -151,12 +180,32 @@ RemoteOptions RemoteOptions::FromEnvironment() {
   return o;
 }
 
-Opener MakeOpener(RemoteOptions options) {
-  auto session = std::make_shared<RemoteSession>(std::move(options));
-  return [session](std::string_view url) -> absl::StatusOr<std::unique_ptr<ByteStream>> {
+RemoteOpener::RemoteOpener(RemoteOptions options)
+    : session_(std::make_shared<RemoteSession>(std::move(options))) {}
+
+absl::StatusOr<std::unique_ptr<ByteStream>> RemoteOpener::Open(std::string_view url) const {
+  return OpenAt(url, 0);
+}
+
+absl::StatusOr<std::unique_ptr<ByteStream>> RemoteOpener::OpenAt(std::string_view url,
+                                                                 int64_t offset) const {
+  if (offset < 0) {
+    return absl::InvalidArgumentError(Cat(url, ": negative offset ", offset));
+  }
+  if (IsRemoteUrl(url)) return session_->Open(url, offset);
+  absl::StatusOr<std::unique_ptr<ByteStream>> stream = OpenUrl(url);
+  if (!stream.ok() || offset == 0) return stream;
+  if (absl::Status s = SkipTo(**stream, offset); !s.ok()) return s;
+  return stream;
+}
+
+Opener RemoteOpener::AsOpener() const {
+  return [session = session_](std::string_view url) -> absl::StatusOr<std::unique_ptr<ByteStream>> {
     if (!IsRemoteUrl(url)) return OpenUrl(url);
-    return session->Open(url);
+    return session->Open(url, 0);
   };
 }
+
+Opener MakeOpener(RemoteOptions options) { return RemoteOpener(std::move(options)).AsOpener(); }
 
 }  // namespace wds

@@ -90,6 +90,16 @@ std::chrono::milliseconds RetryAfter(const std::string& value) {
   return std::chrono::seconds(when > now ? when - now : 0);
 }
 
+std::chrono::milliseconds BackoffDelay(int failures, const RemoteOptions& options,
+                                       std::chrono::milliseconds retry_after,
+                                       std::mt19937_64& rng) {
+  const int shift = std::clamp(failures - 1, 0, 30);
+  const int64_t ceiling = std::max<int64_t>(
+      0, std::min<int64_t>(options.backoff_cap.count(), options.backoff_base.count() << shift));
+  std::uniform_int_distribution<int64_t> draw(0, ceiling);
+  return std::max(std::chrono::milliseconds(draw(rng)), retry_after);
+}
+
 absl::Status HttpStatusError(const std::string& url, const HttpResponse& r) {
   std::string message = Cat(url, ": HTTP ", r.status);
   if (!r.reason.empty()) message += Cat(" ", r.reason);
@@ -132,11 +142,14 @@ RemoteStream::~RemoteStream() {
   }
 }
 
-absl::StatusOr<std::unique_ptr<RemoteStream>> RemoteStream::Open(
-    std::string url, RemoteTarget target, const RemoteOptions& options,
-    std::shared_ptr<TransferPool> pool) {
+absl::StatusOr<std::unique_ptr<RemoteStream>> RemoteStream::Open(std::string url,
+                                                                 RemoteTarget target,
+                                                                 const RemoteOptions& options,
+                                                                 std::shared_ptr<TransferPool> pool,
+                                                                 int64_t offset) {
   std::unique_ptr<RemoteStream> stream(
       new RemoteStream(std::move(url), std::move(target), options, std::move(pool)));
+  stream->position_ = std::max<int64_t>(offset, 0);
   while (true) {
     absl::Status s = stream->Connect();
     if (s.ok()) return stream;
@@ -167,25 +180,28 @@ absl::Status RemoteStream::Annotate(const absl::Status& error) const {
   return absl::Status(error.code(), Cat(url_, ": ", ToStd(error.message())));
 }
 
+bool RemoteStream::CanResume() const { return IsStrongEtag(etag_) || !last_modified_.empty(); }
+
 absl::Status RemoteStream::Connect() {
   retry_after_.clear();
+  attempt_bytes_ = 0;
   std::vector<std::pair<std::string, std::string>> headers;
-  if (position_ > 0) {
+  if (!fresh_) {
     if (IsStrongEtag(etag_)) {
       headers.emplace_back("If-Match", etag_);
     } else if (!last_modified_.empty()) {
       headers.emplace_back("If-Unmodified-Since", last_modified_);
     } else {
-      // Failed() ends the stream before a retry could come here.
+      // Failed() and Skip() never lead here without a validator.
       return absl::InternalError(Cat(url_, ": resuming without a validator"));
     }
-    headers.emplace_back("Range", Cat("bytes=", position_, "-"));
   }
+  if (position_ > 0) headers.emplace_back("Range", Cat("bytes=", position_, "-"));
   connected_ = true;
   absl::Status begun = transfer_->Begin(target_.Request(false, std::move(headers)), options_);
   if (!begun.ok()) return Annotate(begun);
   const HttpResponse& r = transfer_->response();
-  if (r.status == 412 && position_ > 0) {
+  if (r.status == 412 && !fresh_) {
     return absl::AbortedError(Cat(url_, ": the object changed while it was read (HTTP 412 to ",
                                   "a request for offset ", position_, " with ",
                                   IsStrongEtag(etag_)
@@ -197,15 +213,29 @@ absl::Status RemoteStream::Connect() {
     retry_after_ = r.retry_after;
     return HttpStatusError(url_, r);
   }
-  return position_ == 0 ? CheckFirstResponse(r) : CheckResumed(r);
+  return fresh_ ? CheckFirstResponse(r) : CheckResumed(r);
 }
 
 absl::Status RemoteStream::CheckFirstResponse(const HttpResponse& r) {
-  if (r.status != 200) {
-    return absl::DataLossError(
-        Cat(url_, ": HTTP ", r.status, " to a request for the whole object (expected 200)"));
+  if (position_ == 0) {
+    if (r.status != 200) {
+      return absl::DataLossError(
+          Cat(url_, ": HTTP ", r.status, " to a request for the whole object (expected 200)"));
+    }
+    size_ = r.content_length;
+  } else {
+    if (r.status != 206) {
+      return absl::DataLossError(Cat(url_, ": HTTP ", r.status,
+                                     " to a request for bytes from offset ", position_,
+                                     " on (expected 206 Partial Content): the server ignores "
+                                     "Range requests"));
+    }
+    if (r.range_first != position_ || (r.range_total >= 0 && r.range_last != r.range_total - 1)) {
+      return absl::DataLossError(Cat(url_, ": wrong Content-Range '", r.content_range,
+                                     "' to a request for bytes from offset ", position_, " on"));
+    }
+    size_ = r.range_total;
   }
-  size_ = r.content_length;
   etag_ = r.etag;
   last_modified_ = r.last_modified;
   return absl::OkStatus();
@@ -235,7 +265,15 @@ absl::Status RemoteStream::Failed(const absl::Status& error, const std::string& 
   connected_ = false;
   if (!absl::IsUnavailable(error)) return error;
   const auto now = std::chrono::steady_clock::now();
-  if (failures_ == 0) failing_since_ = now;
+  // A run of failures ends only with real progress: an attempt that
+  // delivered kMinProgress bytes and was not cut for slowness. A server that
+  // drips, or cuts every connection after a few bytes, stays in one run and
+  // meets max_attempts / max_retry_time.
+  const bool progressed = attempt_bytes_ >= kMinProgress && !transfer_->timed_out();
+  if (failures_ == 0 || progressed) {
+    failures_ = 0;
+    failing_since_ = now;
+  }
   ++failures_;
   std::string_view last = ToStd(error.message());
   if (StartsWith(last, url_) && StartsWith(last.substr(url_.size()), ": ")) {
@@ -246,17 +284,13 @@ absl::Status RemoteStream::Failed(const absl::Status& error, const std::string& 
         url_, ": giving up at offset ", position_, size_ >= 0 ? Cat(" of ", size_) : std::string(),
         " after ", failures_, " failed attempt(s) in a row", why, "; last error: ", last));
   };
-  if (position_ > 0 && !IsStrongEtag(etag_) && last_modified_.empty()) {
+  if (!fresh_ && !CanResume()) {
     return absl::UnavailableError(
         Cat(url_, ": cannot resume at offset ", position_, " safely: the server sent no strong ",
             "ETag and no Last-Modified to check the object by; the failure: ", last));
   }
   if (failures_ >= options_.max_attempts) return give_up("");
-  const int shift = std::min(failures_ - 1, 30);
-  const auto ceiling =
-      std::min<int64_t>(options_.backoff_cap.count(), options_.backoff_base.count() << shift);
-  std::uniform_int_distribution<int64_t> draw(0, std::max<int64_t>(ceiling, 0));
-  auto delay = std::max(std::chrono::milliseconds(draw(jitter_)), RetryAfter(retry_after));
+  const auto delay = BackoffDelay(failures_, options_, RetryAfter(retry_after), jitter_);
   if (now + delay - failing_since_ > options_.max_retry_time) {
     return give_up(Cat(" (the next wait, ", delay.count(), " ms, would pass max_retry_time of ",
                        options_.max_retry_time.count(), " ms)"));
@@ -282,7 +316,8 @@ absl::StatusOr<size_t> RemoteStream::Read(void* buffer, size_t size) {
             Cat(url_, ": the server sent more than the ", size_, " bytes it announced"));
       }
       position_ += static_cast<int64_t>(*n);
-      failures_ = 0;
+      attempt_bytes_ += static_cast<int64_t>(*n);
+      fresh_ = false;
       return *n;
     }
     absl::Status error;
@@ -298,6 +333,31 @@ absl::StatusOr<size_t> RemoteStream::Read(void* buffer, size_t size) {
     }
     WDS_RETURN_IF_ERROR(Failed(Annotate(error), ""));
   }
+}
+
+absl::StatusOr<int64_t> RemoteStream::Skip(int64_t size) {
+  if (size <= 0 || at_end_) return 0;
+  int64_t skipped = 0;
+  if (connected_) {
+    skipped = static_cast<int64_t>(
+        transfer_->Discard(static_cast<size_t>(std::min<int64_t>(size, transfer_->buffered()))));
+    position_ += skipped;
+    attempt_bytes_ += skipped;
+  }
+  const int64_t rest = size - skipped;
+  // A request costs a round trip (and, over HTTP/1.1, a new connection): a
+  // short distance is cheaper read. Without the end known a request could
+  // pass it, and without a validator it could land in another version.
+  if (rest > 0 && rest >= options_.skip_by_request && size_ >= 0 && CanResume()) {
+    const int64_t jump = std::min(rest, size_ - position_);
+    if (connected_) transfer_->Abandon();
+    connected_ = false;
+    position_ += jump;
+    skipped += jump;
+    at_end_ = position_ == size_;
+  }
+  if (skipped > 0) fresh_ = false;
+  return skipped;
 }
 
 absl::Status RemoteStream::Finish() { return absl::OkStatus(); }

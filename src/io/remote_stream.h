@@ -47,10 +47,14 @@ struct ObjectInfo {
 class RemoteStream : public ByteStream {
  public:
   // Open sends the first request (with the retries of `options`) and fails
-  // as Read would: a 404 is NotFound naming `url`, and so on.
+  // as Read would: a 404 is NotFound naming `url`, and so on. A positive
+  // `offset` asks for `Range: bytes=<offset>-` and accepts only a 206 whose
+  // Content-Range starts there and runs to the end (an offset at or past the
+  // end is the server's 416, OutOfRange); the stream then delivers the
+  // object's bytes from `offset` on.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<RemoteStream>> Open(
       std::string url, RemoteTarget target, const RemoteOptions& options,
-      std::shared_ptr<TransferPool> pool);
+      std::shared_ptr<TransferPool> pool, int64_t offset = 0);
   // Head asks for the object's size and ETag, with the same retries.
   [[nodiscard]] static absl::StatusOr<ObjectInfo> Head(const std::string& url,
                                                        const RemoteTarget& target,
@@ -60,6 +64,13 @@ class RemoteStream : public ByteStream {
   ~RemoteStream() override;
 
   absl::StatusOr<size_t> Read(void* buffer, size_t size) override;
+  // Skip drops what is buffered first; a rest of at least
+  // options.skip_by_request bytes ends the current request and moves the
+  // position, so that the next Read asks for `Range: bytes=<position>-` with
+  // the version's validator (If-Match), never past the end. A shorter rest,
+  // an object of unknown length or one without validators is left to the
+  // caller to read (Skip returns what it skipped so far).
+  absl::StatusOr<int64_t> Skip(int64_t size) override;
   absl::Status Finish() override;
   const std::string& url() const override { return url_; }
 
@@ -67,7 +78,7 @@ class RemoteStream : public ByteStream {
   int64_t size() const { return size_; }
   // etag is the object's ETag (empty if the server sent none).
   const std::string& etag() const { return etag_; }
-  // position is how many bytes Read has returned.
+  // position is the object's offset of the next byte Read returns.
   int64_t position() const { return position_; }
 
  private:
@@ -75,10 +86,14 @@ class RemoteStream : public ByteStream {
                std::shared_ptr<TransferPool> pool);
 
   // Connect sends a request for the bytes from position_ on and checks that
-  // the answer is exactly those bytes of the same object version.
+  // the answer is exactly those bytes (of the version read so far, once a
+  // byte was delivered or skipped).
   absl::Status Connect();
   absl::Status CheckFirstResponse(const HttpResponse& r);
   absl::Status CheckResumed(const HttpResponse& r);
+  // CanResume is true when a later request can be checked to be of the same
+  // version: a strong ETag or a Last-Modified.
+  bool CanResume() const;
   // Failed decides whether to retry after `error`: it sleeps the backoff and
   // returns ok, or returns the final error.
   absl::Status Failed(const absl::Status& error, const std::string& retry_after);
@@ -91,7 +106,12 @@ class RemoteStream : public ByteStream {
   std::unique_ptr<HttpTransfer> transfer_;
   bool connected_ = false;
   bool at_end_ = false;
+  // fresh_ holds until a byte was delivered or skipped: until then a retry
+  // is a new first request, which may find a new version.
+  bool fresh_ = true;
   int64_t position_ = 0;
+  // attempt_bytes_ is what the current request has delivered.
+  int64_t attempt_bytes_ = 0;
   int64_t size_ = -1;
   std::string etag_;
   std::string last_modified_;
@@ -112,5 +132,14 @@ bool IsTransientStatus(long status);
 // RetryAfter parses a Retry-After value (seconds or an HTTP date) into a
 // delay; zero when absent or malformed.
 std::chrono::milliseconds RetryAfter(const std::string& value);
+// BackoffDelay is the wait after the `failures`-th failed request in a row
+// (1-based): drawn uniformly from [0, min(backoff_cap, backoff_base *
+// 2^(failures-1))] with `rng` (full jitter, so that readers failing together
+// do not retry together), and never less than `retry_after`.
+std::chrono::milliseconds BackoffDelay(int failures, const RemoteOptions& options,
+                                       std::chrono::milliseconds retry_after, std::mt19937_64& rng);
+// kMinProgress is the least an attempt must deliver, without being cut for
+// slowness, to end a run of failures (see wds/remote.h).
+inline constexpr int64_t kMinProgress = 64 << 10;
 
 }  // namespace wds

@@ -15,14 +15,6 @@ namespace {
 constexpr std::string_view kDefaultGcsEndpoint = "https://storage.googleapis.com";
 constexpr std::string_view kDefaultRegion = "us-east-1";
 
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) {
-    s.remove_suffix(1);
-  }
-  return s;
-}
-
 // Endpoint is "scheme://authority[/prefix]" taken apart.
 struct Endpoint {
   std::string scheme;
@@ -91,17 +83,17 @@ absl::StatusOr<sigv4::Credentials> ParseAwsCredentialsFile(std::string_view text
   bool in_profile = false, found = false;
   sigv4::Credentials c;
   while (std::getline(in, line)) {
-    std::string_view l = Trim(line);
+    std::string_view l = StripWhitespace(line);
     if (l.empty() || l[0] == '#' || l[0] == ';') continue;
     if (l.front() == '[' && l.back() == ']') {
-      in_profile = Trim(l.substr(1, l.size() - 2)) == profile;
+      in_profile = StripWhitespace(l.substr(1, l.size() - 2)) == profile;
       found = found || in_profile;
       continue;
     }
     const size_t eq = l.find('=');
     if (!in_profile || eq == std::string_view::npos) continue;
-    const std::string key = AsciiLower(Trim(l.substr(0, eq)));
-    const std::string value(Trim(l.substr(eq + 1)));
+    const std::string key = AsciiLower(StripWhitespace(l.substr(0, eq)));
+    const std::string value(StripWhitespace(l.substr(eq + 1)));
     if (key == "aws_access_key_id") c.access_key_id = value;
     if (key == "aws_secret_access_key") c.secret_access_key = value;
     if (key == "aws_session_token") c.session_token = value;

@@ -11,10 +11,13 @@
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <sstream>
 #include <utility>
 #include <vector>
 
+#include "io/file_stream.h"
 #include "io/sigv4.h"
 #include "wds/internal/atomic_file.h"
 #include "wds/internal/strings.h"
@@ -77,42 +80,6 @@ bool TryRemoveUnused(const std::string& path, const std::string& also) {
   return removed;
 }
 
-// CachedFileStream reads a complete cached copy under a shared lock, which
-// keeps eviction away while it is open.
-class CachedFileStream : public ByteStream {
- public:
-  CachedFileStream(std::string url, int fd, int64_t size)
-      : url_(std::move(url)), fd_(fd), size_(size) {}
-  ~CachedFileStream() override { close(fd_); }
-
-  absl::StatusOr<size_t> Read(void* buffer, size_t size) override {
-    while (true) {
-      const ssize_t n = read(fd_, buffer, size);
-      if (n >= 0) return static_cast<size_t>(n);
-      if (errno != EINTR) {
-        return absl::ErrnoToStatus(errno, Cat(url_, ": reading its cached copy failed"));
-      }
-    }
-  }
-  absl::StatusOr<int64_t> Skip(int64_t size) override {
-    if (size <= 0) return 0;
-    const off_t at = lseek(fd_, 0, SEEK_CUR);
-    if (at < 0) return absl::ErrnoToStatus(errno, Cat(url_, ": lseek in its cached copy"));
-    const int64_t skipped = std::min<int64_t>(size, std::max<int64_t>(0, size_ - at));
-    if (lseek(fd_, static_cast<off_t>(skipped), SEEK_CUR) < 0) {
-      return absl::ErrnoToStatus(errno, Cat(url_, ": lseek in its cached copy"));
-    }
-    return skipped;
-  }
-  absl::Status Finish() override { return absl::OkStatus(); }
-  const std::string& url() const override { return url_; }
-
- private:
-  std::string url_;
-  int fd_;
-  int64_t size_;
-};
-
 // CachingStream passes a remote stream through while writing it to a locked
 // .part file, renamed into place when the object's announced length arrived.
 // Any failure to write drops the .part and leaves the stream uncached.
@@ -126,6 +93,9 @@ class CachingStream : public ByteStream {
         path_(std::move(path)),
         cache_(std::move(cache)) {}
   ~CachingStream() override { Abandon(); }
+
+  // Skip is not overridden: the caller reads what it skips, which the cache
+  // file needs anyway; a later open of the URL reads it locally.
 
   absl::StatusOr<size_t> Read(void* buffer, size_t size) override {
     absl::StatusOr<size_t> n = remote_->Read(buffer, size);
@@ -195,6 +165,33 @@ class CachingStream : public ByteStream {
   int64_t written_ = 0;
 };
 
+// FirstOpenInProcess is true once per process for each cache directory. It
+// is process-wide on purpose, like libcurl's global init: the directory is
+// shared, and one clean-up per process is what keeps the cost of opening
+// several openers (OpenUrl makes one per call) at a single scan.
+bool FirstOpenInProcess(const std::string& dir) {
+  static std::mutex mu;
+  static auto* seen = new std::set<std::string>();
+  std::lock_guard<std::mutex> lock(mu);
+  return seen->insert(dir).second;
+}
+
+// OpenAtOffset returns a complete copy, open and locked as `fd`, positioned
+// at `offset`.
+absl::StatusOr<std::unique_ptr<ByteStream>> OpenAtOffset(const std::string& url, UniqueFd fd,
+                                                         int64_t size, int64_t offset) {
+  if (offset > 0) {
+    if (offset >= size) {
+      return absl::OutOfRangeError(Cat(url, ": offset ", offset, " is not before the end of its ",
+                                       size, " bytes (cached copy)"));
+    }
+    if (lseek(fd.get(), static_cast<off_t>(offset), SEEK_SET) < 0) {
+      return absl::ErrnoToStatus(errno, Cat(url, ": its cached copy: lseek failed"));
+    }
+  }
+  return MakeFileStream(url, std::move(fd), size, "its cached copy: ");
+}
+
 }  // namespace
 
 ShardCache::ShardCache(std::string dir, int64_t size_limit)
@@ -204,9 +201,10 @@ std::string ShardCache::PathFor(const std::string& url) const {
   return Cat(dir_, "/", sigv4::Sha256Hex(url));
 }
 
-absl::StatusOr<std::unique_ptr<ByteStream>> ShardCache::Open(const std::string& url,
+absl::StatusOr<std::unique_ptr<ByteStream>> ShardCache::Open(const std::string& url, int64_t offset,
                                                              const OpenRemote& open_remote,
                                                              const Revalidate& revalidate) {
+  if (FirstOpenInProcess(dir_)) Evict("");
   const std::string path = PathFor(url);
   const std::string part = Cat(path, kPartSuffix);
   std::optional<ObjectInfo> current;
@@ -233,10 +231,15 @@ absl::StatusOr<std::unique_ptr<ByteStream>> ShardCache::Open(const std::string& 
         }
         if (fresh) {
           futimens(fd, nullptr);  // most recently used
-          return std::make_unique<CachedFileStream>(url, fd, st.st_size);
+          return OpenAtOffset(url, UniqueFd(fd), st.st_size, offset);
         }
       }
       close(fd);
+    }
+    if (offset > 0) {
+      absl::StatusOr<std::unique_ptr<RemoteStream>> remote = open_remote(offset);
+      if (!remote.ok()) return remote.status();
+      return std::unique_ptr<ByteStream>(*std::move(remote));
     }
     std::error_code ec;
     std::filesystem::create_directories(dir_, ec);
@@ -247,7 +250,7 @@ absl::StatusOr<std::unique_ptr<ByteStream>> ShardCache::Open(const std::string& 
     if (flock(part_fd, LOCK_EX | LOCK_NB) != 0 || !Linked(part_fd, part)) {
       // Someone else is downloading it: read it from the server too.
       close(part_fd);
-      absl::StatusOr<std::unique_ptr<RemoteStream>> remote = open_remote();
+      absl::StatusOr<std::unique_ptr<RemoteStream>> remote = open_remote(0);
       if (!remote.ok()) return remote.status();
       return std::unique_ptr<ByteStream>(*std::move(remote));
     }
@@ -262,7 +265,7 @@ absl::StatusOr<std::unique_ptr<ByteStream>> ShardCache::Open(const std::string& 
       close(part_fd);
       return absl::ErrnoToStatus(errno, Cat(url, ": cannot truncate ", part));
     }
-    absl::StatusOr<std::unique_ptr<RemoteStream>> remote = open_remote();
+    absl::StatusOr<std::unique_ptr<RemoteStream>> remote = open_remote(0);
     if (!remote.ok()) {
       unlink(part.c_str());
       close(part_fd);
@@ -272,7 +275,7 @@ absl::StatusOr<std::unique_ptr<ByteStream>> ShardCache::Open(const std::string& 
                                            shared_from_this());
   }
   // Raced three times: read it from the server.
-  absl::StatusOr<std::unique_ptr<RemoteStream>> remote = open_remote();
+  absl::StatusOr<std::unique_ptr<RemoteStream>> remote = open_remote(0);
   if (!remote.ok()) return remote.status();
   return std::unique_ptr<ByteStream>(*std::move(remote));
 }

@@ -7,6 +7,9 @@
 #include <cassert>
 #include <map>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "wds/internal/strings.h"
 
 namespace wds::sigv4 {
@@ -14,19 +17,11 @@ namespace {
 
 // Trim drops leading and trailing white space and collapses inner runs
 // (including folded lines) into one space, as canonical header values want.
+// (absl::RemoveExtraAsciiWhitespace keeps a run's last character, which may
+// be a tab, and also treats \v and \f as space.)
 std::string Trim(std::string_view value) {
-  std::string out;
-  bool space = false;
-  for (char c : value) {
-    if (c == ' ' || c == '\t' || c == '\r' || c == '\n') {
-      space = true;
-      continue;
-    }
-    if (space && !out.empty()) out.push_back(' ');
-    space = false;
-    out.push_back(c);
-  }
-  return out;
+  return absl::StrJoin(absl::StrSplit(ToAbsl(value), absl::ByAnyChar(" \t\r\n"), absl::SkipEmpty()),
+                       " ");
 }
 
 bool IsUnreserved(unsigned char c) {
@@ -36,17 +31,6 @@ bool IsUnreserved(unsigned char c) {
 
 }  // namespace
 
-std::string HexEncode(std::string_view bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out(2 * bytes.size(), '0');
-  for (size_t i = 0; i < bytes.size(); ++i) {
-    const auto b = static_cast<unsigned char>(bytes[i]);
-    out[2 * i] = kDigits[b >> 4];
-    out[2 * i + 1] = kDigits[b & 15];
-  }
-  return out;
-}
-
 std::string Sha256Hex(std::string_view data) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   size_t size = 0;
@@ -54,7 +38,7 @@ std::string Sha256Hex(std::string_view data) {
   const int ok = EVP_Q_digest(nullptr, "SHA256", nullptr, data.data(), data.size(), digest, &size);
   assert(ok == 1 && "EVP_Q_digest(SHA256) failed");
   (void)ok;
-  return HexEncode(std::string_view(reinterpret_cast<const char*>(digest), size));
+  return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(digest), size));
 }
 
 std::string HmacSha256(std::string_view key, std::string_view data) {
@@ -133,7 +117,7 @@ Signature Sign(const Request& request, const Credentials& credentials, std::stri
   const std::string scope = Cat(date, "/", region, "/", service, "/aws4_request");
   s.string_to_sign =
       Cat("AWS4-HMAC-SHA256\n", amz_date, "\n", scope, "\n", Sha256Hex(s.canonical_request));
-  s.signature = HexEncode(HmacSha256(
+  s.signature = absl::BytesToHexString(HmacSha256(
       SigningKey(credentials.secret_access_key, date, region, service), s.string_to_sign));
   s.authorization = Cat("AWS4-HMAC-SHA256 Credential=", credentials.access_key_id, "/", scope,
                         ", SignedHeaders=", s.signed_headers, ", Signature=", s.signature);

@@ -35,7 +35,6 @@ std::string HmacSha256(std::string_view key, std::string_view data);
 // region), service), "aws4_request"); `date` is YYYYMMDD.
 std::string SigningKey(std::string_view secret, std::string_view date, std::string_view region,
                        std::string_view service);
-std::string HexEncode(std::string_view bytes);
 // UriEncode percent-encodes all bytes but the unreserved ones; '/' is kept
 // when keep_slash (paths) and encoded otherwise (query keys and values).
 std::string UriEncode(std::string_view text, bool keep_slash);

@@ -69,6 +69,11 @@ inline bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
 }
 // AsciiLower returns `s` with ASCII letters lower-cased; other bytes are kept.
 inline std::string AsciiLower(std::string_view s) { return absl::AsciiStrToLower(ToAbsl(s)); }
+// StripWhitespace is absl::StripAsciiWhitespace on std::string_view: `s`
+// without leading and trailing ASCII white space (space, \t, \n, \v, \f, \r).
+inline std::string_view StripWhitespace(std::string_view s) {
+  return ToStd(absl::StripAsciiWhitespace(ToAbsl(s)));
+}
 // AsciiLowerInto sets `out` to AsciiLower(s), reusing its storage.
 inline void AsciiLowerInto(std::string_view s, std::string& out) {
   out.assign(s.data(), s.size());

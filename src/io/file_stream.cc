@@ -1,0 +1,75 @@
+// FileStream: reads, and skips by seeking, an open file.
+#include "io/file_stream.h"
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "wds/internal/strings.h"
+
+namespace wds {
+namespace {
+
+// WaitReadable blocks until `fd` has data, end of file or an error.
+void WaitReadable(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  while (poll(&p, 1, -1) < 0 && errno == EINTR) {
+  }
+}
+
+class FileStream : public ByteStream {
+ public:
+  FileStream(std::string url, UniqueFd fd, int64_t size, std::string what)
+      : url_(std::move(url)), fd_(std::move(fd)), size_(size), what_(std::move(what)) {}
+
+  absl::StatusOr<size_t> Read(void* buffer, size_t size) override {
+    return ReadFd(fd_.get(), buffer, size, url_, what_);
+  }
+  absl::StatusOr<int64_t> Skip(int64_t size) override {
+    if (size_ < 0 || size <= 0) return 0;
+    const off_t position = lseek(fd_.get(), 0, SEEK_CUR);
+    if (position < 0) return absl::ErrnoToStatus(errno, Cat(url_, ": ", what_, "lseek failed"));
+    const int64_t skipped = std::min<int64_t>(size, std::max<int64_t>(0, size_ - position));
+    if (lseek(fd_.get(), static_cast<off_t>(skipped), SEEK_CUR) < 0) {
+      return absl::ErrnoToStatus(errno, Cat(url_, ": ", what_, "lseek failed"));
+    }
+    return skipped;
+  }
+  absl::Status Finish() override { return absl::OkStatus(); }
+  const std::string& url() const override { return url_; }
+
+ private:
+  std::string url_;
+  UniqueFd fd_;
+  int64_t size_;
+  std::string what_;
+};
+
+}  // namespace
+
+void UniqueFd::Reset(int fd) {
+  if (fd_ >= 0) close(fd_);
+  fd_ = fd;
+}
+
+absl::StatusOr<size_t> ReadFd(int fd, void* buffer, size_t size, std::string_view url,
+                              std::string_view what) {
+  while (true) {
+    const ssize_t n = read(fd, buffer, size);
+    if (n >= 0) return static_cast<size_t>(n);
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      WaitReadable(fd);
+    } else if (errno != EINTR) {
+      return absl::ErrnoToStatus(errno, Cat(url, ": ", what, "read failed"));
+    }
+  }
+}
+
+std::unique_ptr<ByteStream> MakeFileStream(std::string url, UniqueFd fd, int64_t size,
+                                           std::string what) {
+  return std::make_unique<FileStream>(std::move(url), std::move(fd), size, std::move(what));
+}
+
+}  // namespace wds
