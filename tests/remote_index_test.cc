@@ -27,15 +27,7 @@ using ::testing::HasSubstr;
 using ::wds::testing::FaultServer;
 using ::wds::testing::TarEntry;
 
-RemoteOptions Fast() {
-  RemoteOptions o;
-  o.backoff_base = std::chrono::milliseconds(1);
-  o.backoff_cap = std::chrono::milliseconds(10);
-  o.stall_timeout = std::chrono::milliseconds(2000);
-  o.max_attempts = 2;
-  o.aws_credentials_file = "/nonexistent";
-  return o;
-}
+RemoteOptions Fast() { return testing::FastRemoteOptions(); }
 
 // Shard i holds counts[i] samples "s<i>_<j>" with a text field of varying size.
 std::string MakeShard(int i, int count) {

@@ -75,12 +75,13 @@ class ShardSet {
   std::vector<std::string> tars_;
 };
 
+// Quick: fast retries, but the default stall and connect timeouts (real
+// servers under load may pause).
 RemoteOptions Quick() {
-  RemoteOptions o;
-  o.backoff_base = std::chrono::milliseconds(1);
-  o.backoff_cap = std::chrono::milliseconds(10);
+  RemoteOptions o = testing::FastRemoteOptions();
+  o.stall_timeout = RemoteOptions().stall_timeout;
+  o.connect_timeout = RemoteOptions().connect_timeout;
   o.max_attempts = 3;
-  o.aws_credentials_file = "/nonexistent";
   return o;
 }
 

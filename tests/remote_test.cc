@@ -40,17 +40,7 @@ std::string RandomBytes(size_t size, uint32_t seed = 7) {
   return out;
 }
 
-// Fast limits so that a fault costs milliseconds, not the defaults' seconds.
-RemoteOptions Fast() {
-  RemoteOptions o;
-  o.backoff_base = std::chrono::milliseconds(1);
-  o.backoff_cap = std::chrono::milliseconds(10);
-  o.stall_timeout = std::chrono::milliseconds(300);
-  o.connect_timeout = std::chrono::milliseconds(2000);
-  o.max_attempts = 6;
-  o.aws_credentials_file = "/nonexistent";
-  return o;
-}
+RemoteOptions Fast() { return testing::FastRemoteOptions(); }
 
 absl::StatusOr<std::string> ReadAll(ByteStream& stream, size_t chunk = 100'000) {
   std::string out;

@@ -52,6 +52,17 @@ void SleepMs(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)
 
 }  // namespace
 
+RemoteOptions FastRemoteOptions() {
+  RemoteOptions o;
+  o.backoff_base = std::chrono::milliseconds(1);
+  o.backoff_cap = std::chrono::milliseconds(10);
+  o.stall_timeout = std::chrono::milliseconds(300);
+  o.connect_timeout = std::chrono::milliseconds(2000);
+  o.max_attempts = 6;
+  o.aws_credentials_file = "/nonexistent";
+  return o;
+}
+
 int FreePort() {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in a{};

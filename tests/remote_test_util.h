@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "wds/remote.h"
 
 namespace wds::testing {
 
@@ -185,6 +186,11 @@ class S3Server {
   std::vector<Key> keys_;
   std::unique_ptr<Subprocess> process_;
 };
+
+// FastRemoteOptions are limits under which a fault costs milliseconds, not
+// the defaults' seconds: backoff 1-10 ms, a 300 ms stall timeout, 2 s to
+// connect, 6 attempts, and no credentials file.
+RemoteOptions FastRemoteOptions();
 
 // FreePort returns a port that was free on 127.0.0.1 a moment ago.
 int FreePort();
