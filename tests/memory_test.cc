@@ -8,8 +8,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -19,6 +21,10 @@
 #include "wds/buffer_pool.h"
 #include "wds/loader.h"
 #include "wds/pipeline.h"
+
+#if WDS_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 namespace wds {
 namespace {
@@ -73,8 +79,59 @@ class CountingAllocator final : public HostAllocator {
   std::atomic<bool> fail_{false};
 };
 
-// A CUDA device node exists exactly where pinned memory must work.
-bool HasCudaDevice() { return access("/dev/nvidia0", F_OK) == 0; }
+// PinnedMemoryWorks: pinned memory must work exactly where the library was
+// built with CUDA, a CUDA device node exists and CUDA_VISIBLE_DEVICES does
+// not hide every device ("" or a list starting with an invalid -1).
+bool PinnedMemoryWorks() {
+#if WDS_WITH_CUDA
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (visible != nullptr && (*visible == '\0' || std::string_view(visible).rfind("-1", 0) == 0)) {
+    return false;
+  }
+  return access("/dev/nvidia0", F_OK) == 0;
+#else
+  return false;
+#endif
+}
+
+// ExpectPinnedOn checks that CUDA itself sees `p` as page-locked host memory
+// allocated for `device` (when the test is built without CUDA, the allocator
+// could not have returned any).
+void ExpectPinnedOn(const void* p, int device) {
+#if WDS_WITH_CUDA
+  cudaPointerAttributes attributes{};
+  ASSERT_EQ(cudaPointerGetAttributes(&attributes, p), cudaSuccess);
+  EXPECT_EQ(attributes.type, cudaMemoryTypeHost);
+  EXPECT_EQ(attributes.device, device);
+#else
+  ADD_FAILURE() << "pinned memory " << p << " for device " << device << " without CUDA";
+#endif
+}
+
+// ScopedEnv sets (or, given nullptr, unsets) an environment variable for one
+// test and restores its previous state.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value != nullptr) {
+      setenv(name, value, 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (old_.has_value()) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
 
 // ---------------------------------------------------------- allocators
 
@@ -129,14 +186,14 @@ TEST(AlignedHostAllocatorTest, SmallBlocksShareSlabsThatAreReturnedWhenFree) {
 }
 
 TEST(PinnedHostAllocatorTest, WithoutADeviceIsFailedPrecondition) {
-  if (HasCudaDevice()) GTEST_SKIP() << "this machine has a CUDA device";
+  if (PinnedMemoryWorks()) GTEST_SKIP() << "pinned memory works here";
   absl::StatusOr<std::shared_ptr<HostAllocator>> a = PinnedHostAllocator(0);
   EXPECT_EQ(a.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(a.status().message()), HasSubstr("CUDA"));
 }
 
 TEST(PinnedHostAllocatorTest, WithADeviceAllocatesPinnedMemory) {
-  if (!HasCudaDevice()) GTEST_SKIP() << "no CUDA device on this machine";
+  if (!PinnedMemoryWorks()) GTEST_SKIP() << "no CUDA device (or built without CUDA)";
   absl::StatusOr<std::shared_ptr<HostAllocator>> a = PinnedHostAllocator(0);
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_TRUE((*a)->pinned());
@@ -144,25 +201,54 @@ TEST(PinnedHostAllocatorTest, WithADeviceAllocatesPinnedMemory) {
   absl::StatusOr<void*> p = (*a)->Allocate(1 << 20);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(reinterpret_cast<uintptr_t>(*p) % kHostAlignment, 0u);
+  ExpectPinnedOn(*p, 0);
+  std::memset(*p, 0x5a, 1 << 20);
   (*a)->Deallocate(*p, 1 << 20);
-  EXPECT_EQ(PinnedHostAllocator(1 << 20).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(PinnedHostAllocatorTest, DeviceBeyondTheVisibleOnesIsInvalidArgument) {
+  if (!PinnedMemoryWorks()) GTEST_SKIP() << "no CUDA device (or built without CUDA)";
+  ScopedEnv visible("CUDA_VISIBLE_DEVICES", nullptr);
+  absl::StatusOr<std::shared_ptr<HostAllocator>> a = PinnedHostAllocator(4096);
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(a.status().message()),
+              ::testing::MatchesRegex("CUDA device 4096 is out of range: [0-9]+ devices? (is|are) "
+                                      "visible \\(CUDA_VISIBLE_DEVICES=<unset>\\)"));
+  EXPECT_EQ(PinnedHostAllocator(-1).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(DefaultBatchAllocatorTest, WithoutPinMemoryIsAlignedWithoutNote) {
-  BatchAllocator chosen = DefaultBatchAllocator(false, 3);
-  EXPECT_FALSE(chosen.allocator->pinned());
-  EXPECT_EQ(chosen.allocator->name(), "aligned");
-  EXPECT_EQ(chosen.note, "");
+  absl::StatusOr<BatchAllocator> chosen = DefaultBatchAllocator(false, 3);
+  ASSERT_TRUE(chosen.ok()) << chosen.status();
+  EXPECT_FALSE(chosen->allocator->pinned());
+  EXPECT_EQ(chosen->allocator->name(), "aligned");
+  EXPECT_EQ(chosen->note, "");
 }
 
 TEST(DefaultBatchAllocatorTest, PinMemoryWithoutDeviceFallsBackAndSaysWhy) {
-  if (HasCudaDevice()) GTEST_SKIP() << "this machine has a CUDA device";
-  BatchAllocator chosen = DefaultBatchAllocator(true, 0);
-  EXPECT_FALSE(chosen.allocator->pinned());
-  EXPECT_EQ(chosen.allocator->name(), "aligned");
-  EXPECT_THAT(chosen.note,
-              HasSubstr("pin_memory was requested but pinned memory is unavailable ("));
-  EXPECT_THAT(chosen.note, HasSubstr("); batches use ordinary aligned host memory"));
+  if (PinnedMemoryWorks()) GTEST_SKIP() << "pinned memory works here";
+  // Without a device any device number falls back: none is out of range.
+  for (int device : {0, 4096}) {
+    absl::StatusOr<BatchAllocator> chosen = DefaultBatchAllocator(true, device);
+    ASSERT_TRUE(chosen.ok()) << chosen.status();
+    EXPECT_FALSE(chosen->allocator->pinned());
+    EXPECT_EQ(chosen->allocator->name(), "aligned");
+    EXPECT_THAT(chosen->note,
+                HasSubstr("pin_memory was requested but pinned memory is unavailable ("));
+    EXPECT_THAT(chosen->note, HasSubstr("); batches use ordinary aligned host memory"));
+  }
+}
+
+TEST(DefaultBatchAllocatorTest, PinMemoryOnADeviceThatIsNotThereIsAnErrorNotAFallback) {
+  if (!PinnedMemoryWorks()) GTEST_SKIP() << "no CUDA device (or built without CUDA)";
+  absl::StatusOr<BatchAllocator> chosen = DefaultBatchAllocator(true, 4096);
+  EXPECT_EQ(chosen.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(chosen.status().message()),
+              HasSubstr("CUDA device 4096 is out of range: "));
+  absl::StatusOr<BatchAllocator> device0 = DefaultBatchAllocator(true, 0);
+  ASSERT_TRUE(device0.ok()) << device0.status();
+  EXPECT_EQ(device0->allocator->name(), "cuda_pinned(device 0)");
+  EXPECT_EQ(device0->note, "");
 }
 
 // ------------------------------------------------------------ BufferPool
@@ -395,7 +481,7 @@ std::vector<Sample> ArraySamples(int n) {
 }
 
 TEST(LoaderPoolTest, PinMemoryWithoutDeviceFallsBackWarnsOnceAndWorks) {
-  if (HasCudaDevice()) GTEST_SKIP() << "this machine has a CUDA device";
+  if (PinnedMemoryWorks()) GTEST_SKIP() << "pinned memory works here";
   std::vector<std::string> warnings;
   std::mutex mu;
   LoaderOptions options;
@@ -422,6 +508,38 @@ TEST(LoaderPoolTest, PinMemoryWithoutDeviceFallsBackWarnsOnceAndWorks) {
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_THAT(warnings[0], HasSubstr("loader: pin_memory was requested but pinned memory is "
                                      "unavailable"));
+  EXPECT_GT(loader.pool()->stats().allocations, 0);
+  EXPECT_GT(loader.pool()->stats().reuses, 0);
+}
+
+TEST(LoaderPoolTest, PinMemoryOnLocalRankDeviceGivesPinnedBatchesWithoutWarning) {
+  if (!PinnedMemoryWorks()) GTEST_SKIP() << "no CUDA device (or built without CUDA)";
+  ScopedEnv local_rank("LOCAL_RANK", "0");
+  std::vector<std::string> warnings;
+  std::mutex mu;
+  LoaderOptions options;
+  options.workers = 2;
+  options.pin_memory = true;
+  options.warn = [&](std::string_view w) {
+    std::lock_guard<std::mutex> lock(mu);
+    warnings.emplace_back(w);
+  };
+  Loader loader(Pipeline(VectorSource(ArraySamples(8))).Batched(2), options);
+  EXPECT_TRUE(loader.pool()->pinned());
+  EXPECT_EQ(loader.pool()->allocator().name(), "cuda_pinned(device 0)");
+  std::vector<int64_t> first_pixels;
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    for (const Sample& batch : loader) {
+      const Array* img = batch.GetArray("img");
+      ASSERT_NE(img, nullptr);
+      EXPECT_THAT(img->shape, ElementsAre(2, 4, 4));
+      ExpectPinnedOn(img->data.data(), 0);
+      first_pixels.push_back(img->data_as<uint8_t>()[0]);
+    }
+  }
+  // Each worker streams all 8 samples; batches alternate between workers.
+  EXPECT_THAT(first_pixels, ElementsAre(0, 0, 2, 2, 4, 4, 6, 6, 0, 0, 2, 2, 4, 4, 6, 6));
+  EXPECT_TRUE(warnings.empty());
   EXPECT_GT(loader.pool()->stats().allocations, 0);
   EXPECT_GT(loader.pool()->stats().reuses, 0);
 }
@@ -481,16 +599,6 @@ TEST(LoaderPoolTest, MemberBuffersAreRecycledThroughTheReadPool) {
   EXPECT_EQ(stats.live_bytes, 0u);
 }
 
-// ScopedEnv sets an environment variable for one test.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
-  ~ScopedEnv() { unsetenv(name_); }
-
- private:
-  const char* name_;
-};
-
 TEST(LoaderPoolTest, MalformedLocalRankIsASetupErrorOnlyWithPinMemory) {
   ScopedEnv local_rank("LOCAL_RANK", "two");
   LoaderOptions pinned;
@@ -504,6 +612,26 @@ TEST(LoaderPoolTest, MalformedLocalRankIsASetupErrorOnlyWithPinMemory) {
 
   Loader fine(Pipeline(VectorSource(ArraySamples(2))).Batched(2));
   EXPECT_TRUE(fine.Next().ok());
+}
+
+TEST(LoaderPoolTest, LocalRankBeyondTheVisibleDevicesIsASetupErrorWithoutWarning) {
+  if (!PinnedMemoryWorks()) GTEST_SKIP() << "no CUDA device (or built without CUDA)";
+  ScopedEnv local_rank("LOCAL_RANK", "4096");
+  ScopedEnv visible("CUDA_VISIBLE_DEVICES", nullptr);
+  std::vector<std::string> warnings;
+  LoaderOptions options;
+  options.pin_memory = true;
+  options.warn = [&](std::string_view w) { warnings.emplace_back(w); };
+  Loader loader(Pipeline(VectorSource(ArraySamples(2))).Batched(2), options);
+  absl::StatusOr<std::optional<Sample>> item = loader.Next();
+  EXPECT_EQ(item.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(item.status().message()),
+              ::testing::MatchesRegex(
+                  "LoaderOptions.pin_memory: CUDA device 4096 is out of range: [0-9]+ devices? "
+                  "(is|are) visible \\(CUDA_VISIBLE_DEVICES=<unset>\\); LoaderOptions.device "
+                  "\\(else LOCAL_RANK, SLURM_LOCALID\\) names it"));
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_FALSE(loader.pool()->pinned());
 }
 
 TEST(LoaderPoolTest, NegativeDeviceIsASetupError) {

@@ -1,9 +1,10 @@
 // Host memory for batches: allocators (plain aligned or CUDA page-locked) and
 // a pool that recycles batch buffers.
 //
-//   wds::BatchAllocator chosen = wds::DefaultBatchAllocator(/*pin_memory=*/true, /*device=*/3);
-//   if (!chosen.note.empty()) Log(chosen.note);   // why it is not pinned
-//   auto pool = std::make_shared<wds::BufferPool>(chosen.allocator);
+//   absl::StatusOr<wds::BatchAllocator> chosen =
+//       wds::DefaultBatchAllocator(/*pin_memory=*/true, /*device=*/3);  // error: no GPU 3
+//   if (!chosen->note.empty()) Log(chosen->note);  // why it is not pinned
+//   auto pool = std::make_shared<wds::BufferPool>(chosen->allocator);
 //   absl::StatusOr<wds::Buffer> slot = pool->Acquire(64 * 224 * 224 * 3);
 //   // ... fill slot->mutable_data(), share it; when the last copy of the
 //   // Buffer (or an Array, or a tensor deleter holding one) drops, the storage
@@ -61,7 +62,8 @@ std::shared_ptr<HostAllocator> AlignedHostAllocator();
 // (loader workers, or whichever thread drops a batch's last reference).
 // Errors: FailedPrecondition when the library was built without CUDA or no
 // device is present at run time (the caller falls back to AlignedHostAllocator),
-// InvalidArgument when `device` is out of range.
+// InvalidArgument when `device` is out of range (a misconfiguration, e.g. a
+// LOCAL_RANK beyond the GPUs that CUDA_VISIBLE_DEVICES leaves visible).
 [[nodiscard]] absl::StatusOr<std::shared_ptr<HostAllocator>> PinnedHostAllocator(int device);
 
 // BatchAllocator is DefaultBatchAllocator's choice and the reason for it.
@@ -73,8 +75,11 @@ struct BatchAllocator {
 };
 
 // DefaultBatchAllocator picks pinned memory on `device` when `pin_memory` is
-// set and pinned memory is available, else AlignedHostAllocator().
-BatchAllocator DefaultBatchAllocator(bool pin_memory, int device);
+// set and pinned memory is available (built with CUDA, a device present),
+// else AlignedHostAllocator() with a note. A `device` that does not exist
+// where devices do is PinnedHostAllocator's InvalidArgument, not a fallback:
+// the rank would otherwise train on unpinned memory for a typo.
+[[nodiscard]] absl::StatusOr<BatchAllocator> DefaultBatchAllocator(bool pin_memory, int device);
 
 struct BufferPoolOptions {
   // max_cached_bytes bounds the idle storage the pool keeps for reuse (by

@@ -56,7 +56,8 @@ struct LoaderOptions {
   WarningSink warn;  // null: stderr
   // pin_memory asks for batch storage in CUDA page-locked memory on `device`.
   // When that is unavailable (built without CUDA, no device at run time) the
-  // loader uses aligned host memory and warns once through `warn`.
+  // loader uses aligned host memory and warns once through `warn`; a device
+  // beyond those visible is an InvalidArgument setup error.
   bool pin_memory = false;
   // device is the rank's local GPU; nullopt reads LOCAL_RANK, else
   // SLURM_LOCALID, else 0. Read only when pin_memory is set.

@@ -1,5 +1,6 @@
 // PinnedHostAllocator: CUDA page-locked host memory, compiled only when the
 // CUDA toolkit was found (WDS_WITH_CUDA); otherwise it reports why not.
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -65,8 +66,11 @@ absl::StatusOr<std::shared_ptr<HostAllocator>> PinnedHostAllocator(int device) {
   }
   if (count == 0) return absl::FailedPreconditionError("no CUDA device is present");
   if (device < 0 || device >= count) {
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
     return absl::InvalidArgumentError(
-        Cat("CUDA device ", device, " is out of range: ", count, " devices are present"));
+        Cat("CUDA device ", device, " is out of range: ", count,
+            count == 1 ? " device is" : " devices are",
+            " visible (CUDA_VISIBLE_DEVICES=", visible ? visible : "<unset>", ")"));
   }
   return std::shared_ptr<HostAllocator>(std::make_shared<CudaPinnedAllocator>(device));
 }

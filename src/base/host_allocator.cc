@@ -128,13 +128,15 @@ class PageAllocator final : public HostAllocator {
 
 std::shared_ptr<HostAllocator> AlignedHostAllocator() { return std::make_shared<PageAllocator>(); }
 
-BatchAllocator DefaultBatchAllocator(bool pin_memory, int device) {
-  if (!pin_memory) return {AlignedHostAllocator(), ""};
+absl::StatusOr<BatchAllocator> DefaultBatchAllocator(bool pin_memory, int device) {
+  if (!pin_memory) return BatchAllocator{AlignedHostAllocator(), ""};
   absl::StatusOr<std::shared_ptr<HostAllocator>> pinned = PinnedHostAllocator(device);
-  if (pinned.ok()) return {*std::move(pinned), ""};
-  return {AlignedHostAllocator(),
-          Cat("pin_memory was requested but pinned memory is unavailable (",
-              ToStd(pinned.status().message()), "); batches use ordinary aligned host memory")};
+  if (pinned.ok()) return BatchAllocator{*std::move(pinned), ""};
+  if (pinned.status().code() != absl::StatusCode::kFailedPrecondition) return pinned.status();
+  return BatchAllocator{
+      AlignedHostAllocator(),
+      Cat("pin_memory was requested but pinned memory is unavailable (",
+          ToStd(pinned.status().message()), "); batches use ordinary aligned host memory")};
 }
 
 }  // namespace wds

@@ -378,11 +378,18 @@ struct Loader::Impl {
   }
 
   // MakePool creates the batch pool, pinned when asked for and possible;
-  // falling back to ordinary memory is worth one warning, not an error.
+  // falling back to ordinary memory (no CUDA, no device) is worth one
+  // warning, not an error; a device that does not exist is an error.
   absl::Status MakePool() {
     if (!options.pin_memory) return absl::OkStatus();
     WDS_ASSIGN_OR_RETURN(int device, ResolveDevice(options));
-    BatchAllocator chosen = DefaultBatchAllocator(/*pin_memory=*/true, device);
+    absl::StatusOr<BatchAllocator> allocator = DefaultBatchAllocator(/*pin_memory=*/true, device);
+    if (!allocator.ok()) {
+      return absl::Status(allocator.status().code(),
+                          Cat("LoaderOptions.pin_memory: ", ToStd(allocator.status().message()),
+                              "; LoaderOptions.device (else LOCAL_RANK, SLURM_LOCALID) names it"));
+    }
+    BatchAllocator chosen = *std::move(allocator);
     if (!chosen.note.empty()) {
       const std::string warning = Cat("loader: ", chosen.note);
       if (options.warn) {
