@@ -25,6 +25,9 @@ dir=${WDS_FUZZ_BUILD_DIR:-build-fuzz}
 out=${WDS_FUZZ_CAMPAIGN_DIR:-$dir/campaign}
 jobs=${WDS_FUZZ_JOBS:-2}
 pid_file=${WDS_FUZZ_PIDS:-}
+# libFuzzer's timeout is wall-clock time, and a campaign at nice 19 on a busy
+# machine waits for the processor: 120 s per input by default (fuzz.sh: 20 s).
+timeout=${WDS_FUZZ_TIMEOUT:-120}
 targets=("$@")
 if ((${#targets[@]} == 0)); then
   targets=(npy_fuzz http_fuzz index_fuzz image_fuzz tar_fuzz fields_fuzz urls_fuzz)
@@ -54,7 +57,7 @@ start() {
   local t=$1
   mkdir -p "$out/corpus/$t"
   nice -n 19 "$dir/fuzz/$t" -runs="$runs" ${WDS_FUZZ_SECONDS:+-max_total_time=$WDS_FUZZ_SECONDS} \
-    -rss_limit_mb=2560 -timeout=20 -max_len=65536 \
+    -rss_limit_mb=2560 -timeout="$timeout" -max_len=65536 \
     -dict="fuzz/dicts/${dicts[$t]}.dict" -artifact_prefix="$out/artifacts/$t-" \
     -print_final_stats=1 "$out/corpus/$t" "fuzz/corpus/$t" >>"$out/$t.log" 2>&1 &
   running[$!]=$t
