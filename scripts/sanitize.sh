@@ -5,12 +5,11 @@
 #        is built with the sanitizers), with the tools they run, under AddressSanitizer (leaks
 #        included) + UndefinedBehaviorSanitizer, in the build that scripts/fuzz.sh fuzzes
 #        (${WDS_FUZZ_BUILD_DIR:-build-fuzz}), so the library is compiled once for both. Left out:
-#        limits_test, whose bounds are on peak RSS, which ASan's shadow memory and quarantine
-#        make meaningless (it runs in the Release build of scripts/test.sh).
+#        limits_test, whose bounds are on peak RSS and address space, which ASan's shadow memory
+#        and quarantine make meaningless (it runs in the Release build of scripts/test.sh).
 #  tsan: the tests that run threads (the Loader with its stress test, resume, sample split,
-#        memory and queue tests, shard index scans, the corruption sweeps through the Loader,
-#        parallel image decoding, remote shards against in-process servers) under
-#        ThreadSanitizer, in ${WDS_TSAN_BUILD_DIR:-build-tsan}.
+#        memory and queue tests, shard index scans, parallel image decoding, remote shards
+#        against in-process servers) under ThreadSanitizer, in ${WDS_TSAN_BUILD_DIR:-build-tsan}.
 #
 # Each test binary runs as one process (much faster than ctest's process per test case), two at
 # a time (the longest as two gtest shards); a failing one's output is printed whole. Ends with
