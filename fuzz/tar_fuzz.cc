@@ -1,6 +1,11 @@
 // Tar shards (plain, gzip, zstd, bzip2, xz: detected from the content) through
 // the reader and the grouping, a header-only scan, and a second read started
 // at a sample's offset, which must give the same samples as the full read.
+// A third read gets the same bytes in short reads of a length chosen by the
+// input, so that reads end anywhere inside headers, members and compressed
+// frames, not only where the reader's 1 MiB buffer would end them: it must
+// give exactly what the full read gave.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -15,12 +20,31 @@ namespace {
 
 constexpr int64_t kMaxMember = int64_t{16} << 20;
 
-// Keys reads every sample of `tar` from `start`; false on an error.
-bool Keys(const std::string& tar, int64_t start, std::vector<std::string>& keys) {
+// ChunkedStream serves a stream's bytes in reads of at most `chunk` bytes.
+class ChunkedStream : public wds::ByteStream {
+ public:
+  ChunkedStream(std::unique_ptr<wds::ByteStream> stream, size_t chunk)
+      : stream_(std::move(stream)), chunk_(chunk) {}
+  absl::StatusOr<size_t> Read(void* buffer, size_t size) override {
+    return stream_->Read(buffer, std::min(size, chunk_));
+  }
+  absl::Status Finish() override { return stream_->Finish(); }
+  const std::string& url() const override { return stream_->url(); }
+
+ private:
+  std::unique_ptr<wds::ByteStream> stream_;
+  size_t chunk_;
+};
+
+// Keys reads every sample of `tar` from `start`, in reads of at most `chunk`
+// bytes when it is not 0; false on an error.
+bool Keys(const std::string& tar, int64_t start, std::vector<std::string>& keys, size_t chunk = 0) {
   wds::ShardSampleReaderOptions options;
   options.tar.max_member_size = kMaxMember;
   options.tar.start_offset = start;
-  auto reader = wds::ShardSampleReader::Open(wds::MemoryStream("fuzz.tar", tar), options);
+  std::unique_ptr<wds::ByteStream> stream = wds::MemoryStream("fuzz.tar", tar);
+  if (chunk > 0) stream = std::make_unique<ChunkedStream>(std::move(stream), chunk);
+  auto reader = wds::ShardSampleReader::Open(std::move(stream), options);
   if (!reader.ok()) return false;
   while (true) {
     auto sample = (*reader)->Next();
@@ -36,6 +60,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string tar(reinterpret_cast<const char*>(data), size);
   std::vector<std::string> all;
   const bool complete = Keys(tar, 0, all);
+  // Short reads of 1..4093 bytes, fixed by the input so a crash replays.
+  std::vector<std::string> chunked;
+  const size_t chunk = 1 + (size == 0 ? 0 : (data[size / 2] * 31u + data[size - 1]) % 4093);
+  if (Keys(tar, 0, chunked, chunk) != complete || chunked != all) __builtin_trap();
   auto index = wds::ScanStream(wds::MemoryStream("fuzz.tar", tar));
   if (!complete || !index.ok() || index->samples.size() != all.size()) return 0;
   // A read that starts at sample k gives samples k.. of the full read.

@@ -341,6 +341,32 @@ TEST(NpyHeaderTest, ShapeOverflowIsInvalidArgument) {
                 "is too large");
 }
 
+TEST(NpyHeaderTest, EmptyShapeWhoseOtherDimensionsOverflowIsInvalidArgument) {
+  // Found by fuzz/npy_fuzz (fuzz/regressions/npy_fuzz/): a zero dimension made
+  // the byte count 0 and hid an overflow that the element count then met.
+  // numpy refuses such a shape too ("array is too big").
+  ExpectInvalid(NpyFile("{'descr': '<i1', 'fortran_order': True, "
+                        "'shape': (35555555, 5555555, 55255, 0), }",
+                        ""),
+                "npy shape [35555555, 5555555, 55255, 0] is too large");
+  // Fits in a size_t, not in the int64 that counts elements.
+  ExpectInvalid(NpyFile("{'descr': '<i1', 'fortran_order': False, "
+                        "'shape': (35555555, 5555555, 55255)}",
+                        ""),
+                "npy shape [35555555, 5555555, 55255] is too large");
+}
+
+TEST(NpyDataTest, EmptyShapeWithAZeroDimensionIsAnEmptyArray) {
+  absl::StatusOr<Array> a =
+      DecodeNpy(Buffer::Copy(NpyFile("{'descr': '<f4', 'fortran_order': False, "
+                                     "'shape': (3, 0, 1000000)}",
+                                     "")));
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->shape, (std::vector<int64_t>{3, 0, 1000000}));
+  EXPECT_EQ(a->num_elements(), 0);
+  EXPECT_EQ(a->nbytes(), 0u);
+}
+
 TEST(NpyDataTest, ShortDataIsDataLoss) {
   absl::Status s =
       DecodeError(NpyFile("{'descr': '<i4', 'fortran_order': False, 'shape': (2, 3)}", "12345"));

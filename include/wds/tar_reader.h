@@ -59,12 +59,14 @@ struct TarReaderOptions {
   bool read_data = true;
   // max_member_size is the largest member accepted: a header announcing more
   // is a ResourceExhausted error naming the member, before anything is
-  // allocated for it. Below it, a member's memory is touched only as its
-  // bytes arrive, so a header that lies costs no more than the data sent.
+  // allocated for it. Below it, memory is reserved no faster than bytes
+  // arrive: a member above 32 MiB gets storage that starts at 32 MiB and
+  // doubles as it fills, so a header that lies reserves at most
+  // max(32 MiB, twice the bytes sent).
   int64_t max_member_size = kDefaultMaxMemberSize;
-  // pool, if set, supplies the buffers of members of 4 KiB and more
-  // (recycled when their last reference drops); smaller members, and all of
-  // them without a pool, are allocated on their own.
+  // pool, if set, supplies the buffers of members from 4 KiB to 32 MiB
+  // (recycled when their last reference drops); smaller and larger members,
+  // and all of them without a pool, are allocated on their own.
   std::shared_ptr<BufferPool> pool;
   // start_offset, when positive, starts reading at that offset of the
   // uncompressed tar, which must be where a member's first header starts

@@ -254,17 +254,26 @@ absl::StatusOr<NpyHeader> ParseHeader(std::string_view file) {
                    header_start + header_len};
 }
 
-// CheckedNumElements multiplies the shape, failing instead of overflowing.
+// CheckedByteCount multiplies the item size by the shape, failing instead of
+// overflowing. As in numpy, the product of the non-zero dimensions must fit
+// in an int64 even when a zero dimension makes the array empty: an empty
+// array's element count and strides are products of its dimensions too.
 absl::StatusOr<size_t> CheckedByteCount(const std::vector<int64_t>& shape, size_t item) {
-  size_t n = item;
+  constexpr uint64_t kMax = std::numeric_limits<int64_t>::max();
+  uint64_t n = item;
+  bool empty = false;
   for (int64_t d : shape) {
-    const size_t dim = static_cast<size_t>(d);
-    if (dim != 0 && n > std::numeric_limits<size_t>::max() / dim) {
+    const uint64_t dim = static_cast<uint64_t>(d);
+    if (dim == 0) {
+      empty = true;
+      continue;
+    }
+    if (n > kMax / dim) {
       return absl::InvalidArgumentError(Cat("npy shape ", ShapeString(shape), " is too large"));
     }
     n *= dim;
   }
-  return n;
+  return empty ? 0 : static_cast<size_t>(n);
 }
 
 template <typename U, U (*kSwap)(U)>

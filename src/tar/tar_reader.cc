@@ -19,8 +19,9 @@
 #include <archive_entry.h>
 #include <zlib.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <utility>
@@ -31,13 +32,7 @@
 namespace wds {
 namespace {
 
-// The fuzz build (WDS_BUILD_FUZZERS) reads in 64 KiB: reads then cross
-// buffer boundaries often, and each run stays cheap.
-#ifdef WDS_TAR_READ_BUFFER_SIZE
-constexpr size_t kReadBufferSize = WDS_TAR_READ_BUFFER_SIZE;
-#else
 constexpr size_t kReadBufferSize = size_t{1} << 20;
-#endif
 constexpr int64_t kBlockSize = 512;
 constexpr unsigned char kGzipMagic[] = {0x1f, 0x8b};
 // A ustar, GNU or pax header holds "ustar" at offset 257 (v7 headers, which
@@ -51,6 +46,13 @@ constexpr size_t kGzipChunkSize = size_t{64} << 10;
 // Members below kPooledMemberSize are allocated on their own: a pool block is
 // at least a page, and malloc keeps small blocks without trimming them away.
 constexpr int64_t kPooledMemberSize = 4096;
+// Members above kGrowingMemberSize get storage that grows with the bytes that
+// arrive (kGrowingMemberSize first, then doubling, up to the size announced),
+// so a header that lies about a size below max_member_size reserves at most
+// twice what was actually sent. Below it, a member takes one allocation of
+// its size, as fast as before; above it, glibc's realloc of mmap'ed blocks
+// moves pages (mremap) rather than bytes, so growing costs no copy.
+constexpr int64_t kGrowingMemberSize = int64_t{32} << 20;
 
 std::string_view ArchiveMessage(archive* ar) {
   const char* message = archive_error_string(ar);
@@ -169,6 +171,9 @@ struct TarReader::State {
   int64_t Position() const { return base + archive_filter_bytes(ar, 0); }
   absl::Status SkipRestOfEntry();
   absl::StatusOr<Buffer> ReadData(const char* name, int64_t offset, int64_t size);
+  absl::StatusOr<Buffer> ReadGrowing(const char* name, int64_t offset, int64_t size);
+  absl::Status Fill(uint8_t* data, size_t end, size_t& filled, const char* name, int64_t offset,
+                    int64_t size);
   absl::Status FinishArchive();
   absl::Status HeaderError(int64_t position);
   absl::Status EntryError(std::string_view detail);
@@ -188,6 +193,10 @@ struct TarReader::State {
   // base is the tar offset at which libarchive's input starts (the start
   // offset where the source was seeked or inflated to, else 0).
   int64_t base = 0;
+  // source_offset is the offset in the shard (compressed, where it is) just
+  // past the bytes libarchive was given or skipped; not kept for gzip,
+  // whose decoder names its own offsets.
+  int64_t source_offset = 0;
   // walk_to is a start offset that libarchive reaches by skipping the
   // entries before it (compressions that libarchive inflates).
   int64_t walk_to = 0;
@@ -213,7 +222,10 @@ struct TarReader::State {
 la_ssize_t TarReader::State::ReadCallback(archive* ar, void* client, const void** out) {
   auto* state = static_cast<State*>(client);
   *out = state->buffer.get();
-  if (state->head > 0) return static_cast<la_ssize_t>(std::exchange(state->head, 0));
+  if (state->head > 0) {
+    state->source_offset += static_cast<int64_t>(state->head);
+    return static_cast<la_ssize_t>(std::exchange(state->head, 0));
+  }
   absl::StatusOr<size_t> n = state->gzip != nullptr
                                  ? state->gzip->Read(state->buffer.get(), kGzipChunkSize)
                                  : state->stream->Read(state->buffer.get(), kReadBufferSize);
@@ -222,6 +234,7 @@ la_ssize_t TarReader::State::ReadCallback(archive* ar, void* client, const void*
     archive_set_error(ar, EIO, "%s", std::string(ToStd(n.status().message())).c_str());
     return -1;
   }
+  if (state->gzip == nullptr) state->source_offset += static_cast<int64_t>(*n);
   return static_cast<la_ssize_t>(*n);
 }
 
@@ -237,6 +250,7 @@ la_int64_t TarReader::State::SkipCallback(archive* ar, void* client, la_int64_t 
     archive_set_error(ar, EIO, "%s", std::string(ToStd(n.status().message())).c_str());
     return ARCHIVE_FATAL;
   }
+  state->source_offset += *n;
   return *n;
 }
 
@@ -279,6 +293,7 @@ absl::Status TarReader::State::InflateTo(int64_t start) {
 
 absl::Status TarReader::State::SeekTo(int64_t start) {
   base = start;
+  source_offset = start;
   if (static_cast<size_t>(start) <= head) {
     head -= static_cast<size_t>(start);
     std::memmove(buffer.get(), buffer.get() + start, head);
@@ -330,8 +345,11 @@ absl::Status TarReader::State::OpenArchive() {
     return absl::InvalidArgumentError(
         Cat(stream->url(), ": not a tar archive (", ArchiveMessage(ar), ")"));
   }
+  // libarchive says what is wrong, not where: what was read tells how far
+  // into the shard it found out (for a truncation, the very end).
   return absl::DataLossError(
-      Cat(stream->url(), ": corrupt or truncated compressed data: ", ArchiveMessage(ar)));
+      Cat(stream->url(), ": corrupt or truncated compressed data, detected by compressed offset ",
+          source_offset, ": ", ArchiveMessage(ar)));
 }
 
 std::string TarReader::State::AfterPrevious() const {
@@ -373,6 +391,7 @@ absl::StatusOr<Buffer> TarReader::State::ReadData(const char* name, int64_t offs
     return absl::DataLossError(Cat(stream->url(), ": member ", name, " at offset ", offset,
                                    ": implausible size ", size, " in its header"));
   }
+  if (size > kGrowingMemberSize) return ReadGrowing(name, offset, size);
   Buffer data;
   if (options.pool != nullptr && size >= kPooledMemberSize) {
     absl::StatusOr<Buffer> pooled = options.pool->Acquire(static_cast<size_t>(size));
@@ -390,8 +409,46 @@ absl::StatusOr<Buffer> TarReader::State::ReadData(const char* name, int64_t offs
     }
   }
   size_t filled = 0;
-  while (filled < data.size()) {
-    la_ssize_t n = archive_read_data(ar, data.mutable_data() + filled, data.size() - filled);
+  WDS_RETURN_IF_ERROR(Fill(data.mutable_data(), data.size(), filled, name, offset, size));
+  return data;
+}
+
+// ReadGrowing reads a large member into malloc'ed storage that grows
+// geometrically as its bytes arrive (not from the pool, whose size classes
+// would keep every intermediate block cached).
+absl::StatusOr<Buffer> TarReader::State::ReadGrowing(const char* name, int64_t offset,
+                                                     int64_t size) {
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint8_t, Free> storage;
+  const size_t total = static_cast<size_t>(size);
+  size_t capacity = 0;
+  size_t filled = 0;
+  while (filled < total) {
+    capacity = std::min(total, std::max(static_cast<size_t>(kGrowingMemberSize), 2 * capacity));
+    void* grown = std::realloc(storage.get(), capacity);
+    if (grown == nullptr) {
+      return absl::ResourceExhaustedError(Cat(stream->url(), ": member ", name, " at offset ",
+                                              offset, ": cannot allocate ", capacity, " of ", size,
+                                              " bytes"));
+    }
+    (void)storage.release();  // realloc took it over
+    storage.reset(static_cast<uint8_t*>(grown));
+    WDS_RETURN_IF_ERROR(Fill(storage.get(), capacity, filled, name, offset, size));
+  }
+  uint8_t* bytes = storage.release();
+  std::shared_ptr<const void> owner(bytes, [](const void* p) { std::free(const_cast<void*>(p)); });
+  return Buffer::View(std::move(owner), bytes, total);
+}
+
+// Fill reads the member's bytes into data[filled, end), at most a read
+// buffer's worth per call: archive_read_data drops the count of a call that
+// fails, and `filled` is what the error says arrived.
+absl::Status TarReader::State::Fill(uint8_t* data, size_t end, size_t& filled, const char* name,
+                                    int64_t offset, int64_t size) {
+  while (filled < end) {
+    la_ssize_t n = archive_read_data(ar, data + filled, std::min(end - filled, kReadBufferSize));
     if (n <= 0) {
       std::string where = Cat("member ", name, " at offset ", offset);
       if (!stream_error.ok()) return Annotate(stream_error, where);
@@ -401,7 +458,7 @@ absl::StatusOr<Buffer> TarReader::State::ReadData(const char* name, int64_t offs
     }
     filled += static_cast<size_t>(n);
   }
-  return data;
+  return absl::OkStatus();
 }
 
 absl::Status TarReader::State::FinishArchive() {
