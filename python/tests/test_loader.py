@@ -63,8 +63,19 @@ def test_epochs_length_and_set_epoch(shards):
     loader.set_epoch(0)
     assert keys(loader) == epoch0
     with pytest.raises(TypeError, match=r"len\(\) of a Loader needs a dataset with "
-                                        r"\.with_epoch\(n\)"):
+                                        r"\.with_epoch\(n\) or \.with_length\(n\)"):
         len(wds.Loader(dataset(shards, shardshuffle=False)))
+
+
+def test_len_is_with_length_when_given(shards):
+    # with_length(n) sets len() and nothing else: the epoch stays natural (10 batches).
+    ds = dataset(shards, shardshuffle=False).with_length(3, silent=True)
+    loader = wds.Loader(ds, workers=2)
+    assert len(loader) == len(ds) == 3 and len(list(loader)) == 10
+    # with_length wins over with_epoch for len(), as for the dataset.
+    ds = dataset(shards, shardshuffle=False).with_epoch(5).with_length(9, silent=True)
+    loader = wds.Loader(ds, workers=2)
+    assert len(loader) == len(ds) == 9 and len(list(loader)) == 5
 
 
 def test_torch_output_shares_the_native_batch(shards):

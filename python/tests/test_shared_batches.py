@@ -313,3 +313,38 @@ def test_the_main_process_forgets_blocks_their_worker_freed(shards, monkeypatch)
     fresh = _core.attach_shared(*other.lend(images.ctypes.data, images.nbytes, images),
                                 images.nbytes)
     assert lent[2] not in inodes() and nbytes(fresh) == images.nbytes
+
+
+def test_the_pin_memory_thread_copies_and_gives_every_block_back(shards, monkeypatch):
+    """pin_memory=True: torch's pin thread receives the batches and copies
+    them into page-locked memory. This torch has no CUDA, so the copy is
+    stood in for by clone() (what matters here is that the thread, not the
+    main thread, rebuilds the tensors and drops them after the copy)."""
+    from torch.utils.data._utils import pin_memory as pin_module
+
+    expected = copied_batches(shards, monkeypatch, batch=2)
+    threads = set()
+
+    def copy_as_pinning(data, device=None):
+        import threading
+
+        if not isinstance(data, list):
+            return data  # a worker's end-of-data marker
+        threads.add(threading.current_thread().name)
+        return [t.clone() for t in data]
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    monkeypatch.setattr(pin_module, "pin_memory", copy_as_pinning)
+    it = iter(DataLoader(dataset(shards, batch=2), batch_size=None, num_workers=2,
+                         pin_memory=True, multiprocessing_context="fork"))
+    pids = {w.pid for w in it._workers}
+    got = list(it)  # all held: they are the copies
+    assert len(got) == 20 and threads and "MainThread" not in threads
+    for (images, labels), (want_images, want_labels) in zip(got, expected):
+        assert not in_shared_block(images)
+        assert torch.equal(images, want_images) and torch.equal(labels, want_labels)
+    lent = [m for m in _core.shared_mappings() if m["pid"] in pids]
+    # Every block came back after its copy, so a few blocks served 40 storages.
+    assert lent and len(lent) <= 24 and all(m["held"] == 0 for m in lent)
