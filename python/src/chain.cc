@@ -42,9 +42,15 @@ class ChainIterator {
     // next batch takes one.
     if (shared_blocks_ != nullptr) shared_blocks_->Sweep();
     wds::SampleResult item;
+    SignalCheck signals;
     {
       py::gil_scoped_release release;
+      wds::ScopedInterruptCheck check(signals.check());
       item = stream->Next();
+    }
+    if (signals.raised()) {
+      Close();  // the stream gave up mid-read: its pipe: commands are stopped
+      signals.RethrowIfRaised();
     }
     if (!item.ok()) {
       Close();

@@ -52,10 +52,15 @@ class Loader {
       running_ = true;
     }
     absl::StatusOr<std::optional<wds::Sample>> item;
+    SignalCheck signals;
     {
       py::gil_scoped_release release;
+      wds::ScopedInterruptCheck check(signals.check());
       item = loader_->Next();
     }
+    // A signal handler raised: the epoch goes on (webdataset_cpp.Loader
+    // stops it when the exception leaves its loop).
+    signals.RethrowIfRaised();
     if (!item.ok()) {
       EndEpoch();
       RaiseStatus(item.status(), Phase::kData);

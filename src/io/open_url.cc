@@ -23,6 +23,7 @@
 #include "wds/byte_stream.h"
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"
+#include "wds/interrupt.h"
 #include "wds/remote.h"
 
 extern char** environ;
@@ -64,22 +65,39 @@ class UniqueFd {
   int fd_ = -1;
 };
 
-// WaitReadable blocks until `fd` has data, end of file or an error.
-void WaitReadable(int fd) {
+// PollTimeout is how long a wait may block before calling the thread's
+// interrupt check (wds/interrupt.h): indefinitely when it has none.
+int PollTimeout() {
+  return InterruptCheckInstalled() ? static_cast<int>(kInterruptCheckInterval.count()) : -1;
+}
+
+// WaitReadable blocks until `fd` has data, end of file or an error, or the
+// thread's interrupt check says to give up.
+absl::Status WaitReadable(int fd) {
   pollfd p{fd, POLLIN, 0};
-  while (poll(&p, 1, -1) < 0 && errno == EINTR) {
+  while (true) {
+    const int ready = poll(&p, 1, PollTimeout());
+    if (ready > 0) return absl::OkStatus();
+    if (ready < 0 && errno != EINTR) return absl::OkStatus();  // read() reports it
+    WDS_RETURN_IF_ERROR(CheckInterrupt());
   }
 }
 
 // ReadFd reads once from `fd`, retrying interrupted reads and waiting on a
 // descriptor someone else made non-blocking (standard input may be shared).
-absl::StatusOr<size_t> ReadFd(int fd, void* buffer, size_t size, const std::string& url) {
+// `may_block` says the descriptor may have no data for a long time (not a
+// regular file): with an interrupt check installed, it waits in poll first.
+absl::StatusOr<size_t> ReadFd(int fd, void* buffer, size_t size, const std::string& url,
+                              bool may_block) {
+  if (may_block && InterruptCheckInstalled()) WDS_RETURN_IF_ERROR(WaitReadable(fd));
   while (true) {
     ssize_t n = read(fd, buffer, size);
     if (n >= 0) return static_cast<size_t>(n);
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      WaitReadable(fd);
-    } else if (errno != EINTR) {
+      WDS_RETURN_IF_ERROR(WaitReadable(fd));
+    } else if (errno == EINTR) {
+      WDS_RETURN_IF_ERROR(CheckInterrupt());
+    } else {
       return ErrnoError(errno, Cat(url, ": read failed"));
     }
   }
@@ -94,7 +112,7 @@ class FileStream : public ByteStream {
       : url_(std::move(url)), fd_(std::move(fd)), size_(size) {}
 
   absl::StatusOr<size_t> Read(void* buffer, size_t size) override {
-    return ReadFd(fd_.get(), buffer, size, url_);
+    return ReadFd(fd_.get(), buffer, size, url_, /*may_block=*/size_ < 0);
   }
   absl::StatusOr<int64_t> Skip(int64_t size) override {
     if (size_ < 0 || size <= 0) return 0;
@@ -138,7 +156,7 @@ class StdinStream : public ByteStream {
   explicit StdinStream(std::string url) : url_(std::move(url)) {}
 
   absl::StatusOr<size_t> Read(void* buffer, size_t size) override {
-    return ReadFd(STDIN_FILENO, buffer, size, url_);
+    return ReadFd(STDIN_FILENO, buffer, size, url_, /*may_block=*/true);
   }
   absl::Status Finish() override { return absl::OkStatus(); }
   const std::string& url() const override { return url_; }
@@ -266,14 +284,14 @@ class PipeStream : public ByteStream {
 
  private:
   // AwaitOutput blocks until stdout is readable or closed, draining whatever
-  // stderr the command writes meanwhile.
+  // stderr the command writes meanwhile, or until the thread's interrupt
+  // check says to give up (wds/interrupt.h).
   absl::Status AwaitOutput() {
     std::array<pollfd, 2> fds = {pollfd{out_.get(), POLLIN, 0}, pollfd{err_.get(), POLLIN, 0}};
     // poll ignores negative descriptors, so closed ones simply drop out.
-    if (poll(fds.data(), fds.size(), -1) < 0) {
-      if (errno == EINTR) return absl::OkStatus();
-      return ErrnoError(errno, Cat(url_, ": poll"));
-    }
+    const int ready = poll(fds.data(), fds.size(), PollTimeout());
+    if (ready < 0 && errno != EINTR) return ErrnoError(errno, Cat(url_, ": poll"));
+    if (ready <= 0) return CheckInterrupt();
     if (fds[1].revents != 0) return DrainStderr();
     return absl::OkStatus();
   }
