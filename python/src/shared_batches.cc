@@ -315,6 +315,16 @@ class MappingCache {
     return out;
   }
 
+  // LockForFork drops the unused mappings of blocks their workers no longer
+  // have, so that a child forked now (the next epoch's DataLoader workers)
+  // does not keep their memory alive, and holds the lock across the fork.
+  void LockForFork() {
+    mu_.lock();
+    last_sweep_ = {};
+    SweepLocked();
+  }
+  void UnlockAfterFork() { mu_.unlock(); }
+
  private:
   static absl::StatusOr<std::shared_ptr<Mapping>> Map(int64_t pid, int fd, uint64_t inode,
                                                       size_t map_bytes) {
@@ -397,6 +407,9 @@ struct Lease {
 };
 
 }  // namespace
+
+void SharedMappingsBeforeFork() { Cache().LockForFork(); }
+void SharedMappingsAfterFork() { Cache().UnlockAfterFork(); }
 
 wds::Array AttachShared(int64_t pid, int fd, uint64_t inode, size_t map_bytes, size_t offset,
                         size_t nbytes) {

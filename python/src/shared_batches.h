@@ -96,6 +96,12 @@ class SharedBlocks {
 wds::Array AttachShared(int64_t pid, int fd, uint64_t inode, size_t map_bytes, size_t offset,
                         size_t nbytes);
 
+// Fork handlers (with those of opener.h): before a fork, the mappings of
+// blocks whose workers are gone are dropped (a child would keep their memory
+// alive) and the cache's lock is held across the fork.
+void SharedMappingsBeforeFork();
+void SharedMappingsAfterFork();
+
 void RegisterSharedBatches(py::module_& m);
 
 }  // namespace wdspy

@@ -348,3 +348,22 @@ def test_the_pin_memory_thread_copies_and_gives_every_block_back(shards, monkeyp
     lent = [m for m in _core.shared_mappings() if m["pid"] in pids]
     # Every block came back after its copy, so a few blocks served 40 storages.
     assert lent and len(lent) <= 24 and all(m["held"] == 0 for m in lent)
+
+
+def test_the_next_epochs_workers_do_not_inherit_finished_workers_blocks(shards):
+    def inodes_mapped(pid):
+        with open(f"/proc/{pid}/maps") as f:
+            return {int(line.split()[4]) for line in f if MEMFD in line}
+
+    loader = DataLoader(dataset(shards), batch_size=None, num_workers=2,
+                        multiprocessing_context="fork")
+    first = {block_of(t) for batch in loader for t in batch}  # each batch dropped at once
+    gc.collect()
+    first_pids = {pid for pid, _ in first}
+    # Those workers have exited; their blocks are still mapped here, idle...
+    assert {m["pid"] for m in _core.shared_mappings()} & first_pids
+    it = iter(loader)  # ... until the next workers are forked
+    assert not {m["pid"] for m in _core.shared_mappings()} & first_pids
+    for w in it._workers:
+        assert not inodes_mapped(w.pid) & {inode for _, inode in first}
+    assert sum(len(labels) for _, labels in it) == 40

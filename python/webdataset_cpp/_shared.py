@@ -20,8 +20,9 @@ process copies it, as for any ordinary tensor.
 Bounds: each worker keeps at most ``WDS_SHARED_BATCH_BYTES`` (default 1 GiB)
 of shared blocks; when the main process holds more batches than that, later
 ones are allocated normally and take torch's copying path. ``0`` turns the
-mechanism off. Cached mappings of a worker that has exited go at the next
-shared batch received or released (at most a second later).
+mechanism off. Cached mappings of a worker that has exited go when a batch
+from it is released, at the next batch received (at most once a second), or
+before this process forks (so new workers do not inherit them).
 """
 
 import os
