@@ -6,7 +6,10 @@ reference webdataset package, on the same shards and pipeline:
 
   wds-bench            the C++ Loader, 2 worker threads (tools/wds-bench)
   native-loader        webdataset_cpp.Loader(workers=2) from Python
-  dataloader           webdataset_cpp dataset in torch's DataLoader(num_workers=2)
+  dataloader           webdataset_cpp dataset in torch's DataLoader(num_workers=2): batches
+                       cross in reused shared blocks (webdataset_cpp/_shared.py)
+  dataloader-copy      the same through torch's own transfer (WDS_SHARED_BATCH_BYTES=0):
+                       each batch copied into a fresh shared-memory segment
   reference-loader     the reference's WebLoader(num_workers=2) (= its DataLoader path)
   raw, reference-raw   iteration of undecoded sample dicts in one process
   rss-N                peak RSS of webdataset_cpp.Loader (2 workers, shuffle 1000, no
@@ -73,7 +76,7 @@ def run_mode(mode, args):
     labels = lambda batch: len(batch[1])  # noqa: E731
     if mode == "native-loader":
         result = timed(wds.Loader(pipeline(), workers=2), labels)
-    elif mode in ("dataloader", "reference-loader"):
+    elif mode in ("dataloader", "dataloader-copy", "reference-loader"):
         import torch.utils.data
 
         loader = torch.utils.data.DataLoader(pipeline(), batch_size=None, num_workers=2)
@@ -144,7 +147,10 @@ def measure(mode, args):
            str(args.shards), "--build", args.build]
     if args.reference:
         cmd += ["--reference", args.reference]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    env = dict(os.environ)
+    if mode == "dataloader-copy":
+        env["WDS_SHARED_BATCH_BYTES"] = "0"
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -164,7 +170,7 @@ def main():
     if args.run:
         print(json.dumps(run_mode(args.run, args)))
         return
-    modes = ["wds-bench", "native-loader", "dataloader", "raw"]
+    modes = ["wds-bench", "native-loader", "dataloader", "dataloader-copy", "raw"]
     if args.reference:
         modes += ["reference-loader", "reference-raw"]
     modes += [f"rss-{n}" for n in args.rss.split(",") if n] + ["transfer"]
@@ -205,6 +211,9 @@ def main():
     ratio("native-loader", "wds-bench")
     ratio("native-loader", "reference-loader")
     ratio("dataloader", "reference-loader")
+    ratio("dataloader-copy", "reference-loader")
+    ratio("dataloader", "dataloader-copy")
+    ratio("dataloader", "native-loader")
     ratio("raw", "reference-raw")
 
 
