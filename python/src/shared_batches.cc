@@ -332,6 +332,13 @@ class MappingCache {
     const std::string what =
         wds::Cat("cannot map the batch memory of DataLoader worker ", pid, " (", path, ")");
     const int file = open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (file < 0 && (errno == EACCES || errno == EPERM)) {
+      return MapFailure(errno, path,
+                        wds::Cat(what,
+                                 " (where /proc/<pid>/fd is closed to this process, set "
+                                 "WDS_SHARED_BATCH_BYTES=0: batches then take torch's own "
+                                 "transfer)"));
+    }
     if (file < 0) return MapFailure(errno, path, what);
     struct stat st;
     if (fstat(file, &st) != 0) {

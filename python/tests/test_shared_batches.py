@@ -370,3 +370,30 @@ def test_the_next_epochs_workers_do_not_inherit_finished_workers_blocks(shards):
     for w in it._workers:
         assert not inodes_mapped(w.pid) & {inode for _, inode in first}
     assert sum(len(labels) for _, labels in it) == 40
+
+
+def _attach_as_nobody(conn, lent, nbytes):
+    os.setgid(65534)
+    os.setuid(65534)
+    try:
+        _core.attach_shared(*lent, nbytes)
+        conn.send(None)
+    except OSError as e:
+        conn.send((type(e).__name__, e.errno, e.strerror))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become another user")
+def test_a_process_that_may_not_open_the_block_is_told_how_to_turn_it_off(shards, blocks):
+    images, _ = next(iter(dataset(shards)))
+    lent = blocks.lend(images.ctypes.data, images.nbytes, images)
+    parent, child = multiprocessing.get_context("fork").Pipe()
+    proc = multiprocessing.get_context("fork").Process(target=_attach_as_nobody,
+                                                       args=(child, lent, images.nbytes))
+    proc.start()
+    name, err, message = parent.recv()
+    proc.join(10)
+    assert (name, err) == ("PermissionError", 13)
+    assert message == (f"cannot map the batch memory of DataLoader worker {lent[0]} "
+                       f"(/proc/{lent[0]}/fd/{lent[1]}) (where /proc/<pid>/fd is closed to this "
+                       "process, set WDS_SHARED_BATCH_BYTES=0: batches then take torch's own "
+                       "transfer): Permission denied")
