@@ -16,6 +16,9 @@ reference webdataset package, on the same shards and pipeline:
                        decode) over N shards (links cycling over the data's shards)
   transfer             what torch's DataLoader alone costs per batch: 30 ready-made
                        uint8 [64, 375, 500, 3] batches from 1 worker process
+  costs                (only with --modes costs) per-image costs in one process over the
+                       first shard: PIL's decode, the reference's rgb8 conversion, NumPy
+                       collation, and this package's decode with and without batching
 
 Every measurement runs in a fresh process; rounds alternate the modes. Usage:
 
@@ -87,6 +90,8 @@ def run_mode(mode, args):
         result["bytes"] = None
     elif mode == "transfer":
         result = measure_transfer()
+    elif mode == "costs":
+        return measure_costs(wds, os.path.join(args.data, "imagenet-000000.tar"))
     elif mode.startswith("rss-"):
         links = make_links(args, int(mode[4:]))
         ds = (wds.WebDataset(links, shardshuffle=100, seed=0).shuffle(1000)
@@ -110,6 +115,51 @@ def measure_transfer():
 
     loader = torch.utils.data.DataLoader(Batches(), batch_size=None, num_workers=1)
     return timed(loader, lambda batch: len(batch[1]))
+
+
+def measure_costs(wds, url):
+    """Milliseconds per image of each step, median of 3 passes over one shard."""
+    import io
+
+    import numpy as np
+    import PIL.Image
+
+    jpgs = [s["jpg"] for s in wds.WebDataset(url, shardshuffle=False)]
+    arrays = []
+
+    def pil_decode():
+        for b in jpgs:
+            PIL.Image.open(io.BytesIO(b)).load()
+
+    def reference_rgb8():  # the reference's imagehandler("rgb8")
+        arrays.clear()
+        for b in jpgs:
+            img = PIL.Image.open(io.BytesIO(b))
+            img.load()
+            arrays.append(np.asarray(img.convert("RGB")))
+
+    def collate():
+        for i in range(0, len(arrays), 64):
+            np.stack(arrays[i:i + 64])
+
+    def ours(batched):
+        ds = wds.WebDataset(url, shardshuffle=False).decode("rgb8")
+        if batched:
+            ds = ds.to_tuple("jpg", "cls").batched(64)
+        for _ in ds:
+            pass
+
+    steps = {"pil_decode": pil_decode, "reference_rgb8": reference_rgb8, "collate": collate,
+             "ours_decode": lambda: ours(False), "ours_decode_batched": lambda: ours(True)}
+    out = {}
+    for name, step in steps.items():
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - start)
+        out[name] = statistics.median(times) * 1e3 / len(jpgs)
+    return {"ms_per_image": out, "samples": len(jpgs), "seconds": 1, "first_batch_s": None}
 
 
 def make_links(args, n):
@@ -182,6 +232,9 @@ def main():
                 f"{{000000..{args.shards - 1:06d}}}", f"{i:06d}"), "rb") as f:
             while f.read(1 << 24):
                 pass
+    if modes == ["costs"]:
+        print(json.dumps(measure("costs", args)["ms_per_image"], indent=1))
+        return
     results = {m: [] for m in modes}
     for r in range(args.rounds):
         for mode in modes:
