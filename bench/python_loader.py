@@ -6,13 +6,19 @@ reference webdataset package, on the same shards and pipeline:
 
   wds-bench            the C++ Loader, 2 worker threads (tools/wds-bench)
   native-loader        webdataset_cpp.Loader(workers=2) from Python
-  dataloader           webdataset_cpp dataset in torch's DataLoader(num_workers=2)
+  dataloader           webdataset_cpp dataset in torch's DataLoader(num_workers=2): batches
+                       cross in reused shared blocks (webdataset_cpp/_shared.py)
+  dataloader-copy      the same through torch's own transfer (WDS_SHARED_BATCH_BYTES=0):
+                       each batch copied into a fresh shared-memory segment
   reference-loader     the reference's WebLoader(num_workers=2) (= its DataLoader path)
   raw, reference-raw   iteration of undecoded sample dicts in one process
   rss-N                peak RSS of webdataset_cpp.Loader (2 workers, shuffle 1000, no
                        decode) over N shards (links cycling over the data's shards)
   transfer             what torch's DataLoader alone costs per batch: 30 ready-made
                        uint8 [64, 375, 500, 3] batches from 1 worker process
+  costs                (only with --modes costs) per-image costs in one process over the
+                       first shard: PIL's decode, the reference's rgb8 conversion, NumPy
+                       collation, and this package's decode with and without batching
 
 Every measurement runs in a fresh process; rounds alternate the modes. Usage:
 
@@ -73,7 +79,7 @@ def run_mode(mode, args):
     labels = lambda batch: len(batch[1])  # noqa: E731
     if mode == "native-loader":
         result = timed(wds.Loader(pipeline(), workers=2), labels)
-    elif mode in ("dataloader", "reference-loader"):
+    elif mode in ("dataloader", "dataloader-copy", "reference-loader"):
         import torch.utils.data
 
         loader = torch.utils.data.DataLoader(pipeline(), batch_size=None, num_workers=2)
@@ -84,6 +90,8 @@ def run_mode(mode, args):
         result["bytes"] = None
     elif mode == "transfer":
         result = measure_transfer()
+    elif mode == "costs":
+        return measure_costs(wds, os.path.join(args.data, "imagenet-000000.tar"))
     elif mode.startswith("rss-"):
         links = make_links(args, int(mode[4:]))
         ds = (wds.WebDataset(links, shardshuffle=100, seed=0).shuffle(1000)
@@ -107,6 +115,51 @@ def measure_transfer():
 
     loader = torch.utils.data.DataLoader(Batches(), batch_size=None, num_workers=1)
     return timed(loader, lambda batch: len(batch[1]))
+
+
+def measure_costs(wds, url):
+    """Milliseconds per image of each step, median of 3 passes over one shard."""
+    import io
+
+    import numpy as np
+    import PIL.Image
+
+    jpgs = [s["jpg"] for s in wds.WebDataset(url, shardshuffle=False)]
+    arrays = []
+
+    def pil_decode():
+        for b in jpgs:
+            PIL.Image.open(io.BytesIO(b)).load()
+
+    def reference_rgb8():  # the reference's imagehandler("rgb8")
+        arrays.clear()
+        for b in jpgs:
+            img = PIL.Image.open(io.BytesIO(b))
+            img.load()
+            arrays.append(np.asarray(img.convert("RGB")))
+
+    def collate():
+        for i in range(0, len(arrays), 64):
+            np.stack(arrays[i:i + 64])
+
+    def ours(batched):
+        ds = wds.WebDataset(url, shardshuffle=False).decode("rgb8")
+        if batched:
+            ds = ds.to_tuple("jpg", "cls").batched(64)
+        for _ in ds:
+            pass
+
+    steps = {"pil_decode": pil_decode, "reference_rgb8": reference_rgb8, "collate": collate,
+             "ours_decode": lambda: ours(False), "ours_decode_batched": lambda: ours(True)}
+    out = {}
+    for name, step in steps.items():
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - start)
+        out[name] = statistics.median(times) * 1e3 / len(jpgs)
+    return {"ms_per_image": out, "samples": len(jpgs), "seconds": 1, "first_batch_s": None}
 
 
 def make_links(args, n):
@@ -144,7 +197,10 @@ def measure(mode, args):
            str(args.shards), "--build", args.build]
     if args.reference:
         cmd += ["--reference", args.reference]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    env = dict(os.environ)
+    if mode == "dataloader-copy":
+        env["WDS_SHARED_BATCH_BYTES"] = "0"
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -164,7 +220,7 @@ def main():
     if args.run:
         print(json.dumps(run_mode(args.run, args)))
         return
-    modes = ["wds-bench", "native-loader", "dataloader", "raw"]
+    modes = ["wds-bench", "native-loader", "dataloader", "dataloader-copy", "raw"]
     if args.reference:
         modes += ["reference-loader", "reference-raw"]
     modes += [f"rss-{n}" for n in args.rss.split(",") if n] + ["transfer"]
@@ -176,6 +232,9 @@ def main():
                 f"{{000000..{args.shards - 1:06d}}}", f"{i:06d}"), "rb") as f:
             while f.read(1 << 24):
                 pass
+    if modes == ["costs"]:
+        print(json.dumps(measure("costs", args)["ms_per_image"], indent=1))
+        return
     results = {m: [] for m in modes}
     for r in range(args.rounds):
         for mode in modes:
@@ -205,6 +264,9 @@ def main():
     ratio("native-loader", "wds-bench")
     ratio("native-loader", "reference-loader")
     ratio("dataloader", "reference-loader")
+    ratio("dataloader-copy", "reference-loader")
+    ratio("dataloader", "dataloader-copy")
+    ratio("dataloader", "native-loader")
     ratio("raw", "reference-raw")
 
 

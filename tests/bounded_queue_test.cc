@@ -1,4 +1,4 @@
-// BoundedQueue: order, capacity, Close and CloseInput.
+// BoundedQueue: order, capacity, timed pops, Close and CloseInput.
 #include "wds/internal/bounded_queue.h"
 
 #include <atomic>
@@ -38,6 +38,19 @@ TEST(BoundedQueueTest, PushWaitsForRoom) {
   producer.join();
   EXPECT_TRUE(pushed);
   EXPECT_EQ(q.Pop(), 2);
+}
+
+TEST(BoundedQueueTest, PopForTimesOutOrTakes) {
+  BoundedQueue<int> q(2);
+  bool timed_out = false;
+  EXPECT_EQ(q.PopFor(std::chrono::milliseconds(20), &timed_out), std::nullopt);
+  EXPECT_TRUE(timed_out);
+  ASSERT_TRUE(q.Push(7));
+  EXPECT_EQ(q.PopFor(std::chrono::milliseconds(20), &timed_out), 7);
+  EXPECT_FALSE(timed_out);
+  q.CloseInput();  // ended, not timed out
+  EXPECT_EQ(q.PopFor(std::chrono::milliseconds(20), &timed_out), std::nullopt);
+  EXPECT_FALSE(timed_out);
 }
 
 TEST(BoundedQueueTest, CloseReleasesWaitersAndDropsItems) {

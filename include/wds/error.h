@@ -12,6 +12,10 @@
 //
 // Every error a handler sees is counted per (stage, cause) in ErrorCounters, so
 // nothing is ever lost without a trace. A warning never sleeps.
+//
+// Cancelled errors (an interrupted wait, see wds/interrupt.h, or a stopped
+// loader) are not per-item errors: they reach no handler, are not counted,
+// and end the stream whatever the handler.
 #pragma once
 
 #include <cstdint>

@@ -24,7 +24,9 @@
 // opened in; they are re-opened only after an error.
 //
 // Destroying a Loader mid-epoch stops and joins its threads promptly (a worker
-// inside its stream's Next() finishes that call first).
+// inside its stream's Next() finishes that call first; one waiting on a
+// stalled pipe: command, standard input or FIFO gives up within
+// kInterruptCheckInterval, see wds/interrupt.h).
 // Thread safety: one consumer thread. `warn` is called from worker threads.
 #pragma once
 
@@ -94,7 +96,10 @@ class Loader {
 
   // Next returns the next item of the current epoch (starting one if none is
   // running), nullopt at its end, or the first error. After an error or the
-  // end, the next call starts the next epoch.
+  // end, the next call starts the next epoch. While the calling thread has an
+  // interrupt check (wds/interrupt.h), Next waits in slices and returns the
+  // check's error when it gives up; the epoch then goes on (nothing was
+  // taken) and the next call waits again.
   [[nodiscard]] absl::StatusOr<std::optional<Sample>> Next();
 
   // size is the recipe's length() (WithLength / WithEpoch), else nullopt.

@@ -8,6 +8,7 @@
 #include "errors.h"
 #include "handlers.h"
 #include "opener.h"
+#include "shared_batches.h"
 #include "sources.h"
 #include "wds/batch.h"
 #include "wds/internal/strings.h"
@@ -22,11 +23,13 @@ class ChainIterator {
  public:
   ChainIterator(std::unique_ptr<wds::SampleStream> stream, std::unique_ptr<FieldKinds> kinds,
                 std::shared_ptr<std::atomic<int64_t>> count,
-                std::shared_ptr<wds::ErrorCounters> errors)
+                std::shared_ptr<wds::ErrorCounters> errors,
+                std::shared_ptr<SharedBlocks> shared_blocks)
       : stream_(std::move(stream)),
         kinds_(std::move(kinds)),
         count_(std::move(count)),
-        errors_(std::move(errors)) {}
+        errors_(std::move(errors)),
+        shared_blocks_(std::move(shared_blocks)) {}
 
   py::object Next() {
     if (stream_.inherited()) {
@@ -35,10 +38,19 @@ class ChainIterator {
     }
     wds::SampleStream* stream = stream_.get();
     if (stream == nullptr) throw py::stop_iteration();
+    // Blocks the main process has released go back to the pool before the
+    // next batch takes one.
+    if (shared_blocks_ != nullptr) shared_blocks_->Sweep();
     wds::SampleResult item;
+    SignalCheck signals;
     {
       py::gil_scoped_release release;
+      wds::ScopedInterruptCheck check(signals.check());
       item = stream->Next();
+    }
+    if (signals.raised()) {
+      Close();  // the stream gave up mid-read: its pipe: commands are stopped
+      signals.RethrowIfRaised();
     }
     if (!item.ok()) {
       Close();
@@ -62,6 +74,7 @@ class ChainIterator {
   std::unique_ptr<FieldKinds> kinds_;
   std::shared_ptr<std::atomic<int64_t>> count_;
   std::shared_ptr<wds::ErrorCounters> errors_;
+  std::shared_ptr<SharedBlocks> shared_blocks_;
 };
 
 std::vector<std::shared_ptr<NameSet>> NameSets(py::handle list) {
@@ -92,8 +105,8 @@ void RegisterSources(py::module_& m) {
       [](std::vector<std::string> urls, bool shuffle, bool resampled,
          std::optional<int64_t> nshards, bool split_nodes, bool split_workers, bool allow_empty,
          uint64_t seed, py::handle handler, bool split_samples) {
-        ShardSourceOptions options{shuffle,     resampled, nshards,      split_nodes, split_workers,
-                                   allow_empty, seed,      split_samples};
+        ShardSourceOptions options{shuffle,       resampled,   nshards, split_nodes,
+                                   split_workers, allow_empty, seed,    split_samples};
         StageHandler h = StageHandler::FromPython(handler);
         std::string recipe = "shard_source";
         wds::StreamFactory factory = ShardSource(std::move(urls), options, h, &recipe);
@@ -206,7 +219,7 @@ void RegisterChainClass(py::module_& m) {
           "open",
           [](const Chain& chain, int rank, int world_size, int worker, int num_workers,
              int64_t epoch, int64_t pass, std::optional<int64_t> length, py::object kinds,
-             py::object kind_names) {
+             py::object kind_names, std::shared_ptr<SharedBlocks> shared_blocks) {
             CheckPlacement(rank, world_size, worker, num_workers);
             wds::WorkerContext ctx;
             ctx.rank = rank;
@@ -217,16 +230,19 @@ void RegisterChainClass(py::module_& m) {
             ctx.pass = pass;
             ctx.errors = std::make_shared<wds::ErrorCounters>();
             ctx.warn = PythonWarnings();
+            if (shared_blocks != nullptr) ctx.pool = shared_blocks->pool();
             if (length.has_value() && *length < 0) throw py::value_error("length must be >= 0");
             std::unique_ptr<wds::SampleStream> stream = chain.Recipe(length).Open(ctx);
             return ChainIterator(std::move(stream),
                                  std::make_unique<FieldKinds>(kinds, NameSets(kind_names)),
-                                 chain.count(), ctx.errors);
+                                 chain.count(), ctx.errors, std::move(shared_blocks));
           },
           py::kw_only(), py::arg("rank") = 0, py::arg("world_size") = 1, py::arg("worker") = 0,
           py::arg("num_workers") = 1, py::arg("epoch") = 0, py::arg("pass_") = 0,
           py::arg("length") = py::none(), py::arg("kinds") = py::none(),
-          py::arg("kind_names") = py::none());
+          py::arg("kind_names") = py::none(), py::arg("shared_blocks") = nullptr,
+          "Runs one copy of the chain in this thread; with shared_blocks (a DataLoader "
+          "worker's), batches are collated into that pool's shared memory.");
 }
 
 }  // namespace

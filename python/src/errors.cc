@@ -3,6 +3,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/strings/cord.h"
 #include "py_ref.h"
@@ -127,6 +128,33 @@ py::object ExceptionFromStatus(const absl::Status& status, Phase phase) {
 void RaiseStatus(const absl::Status& status, Phase phase) {
   py::object exception = ExceptionFromStatus(status, phase);
   PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exception.ptr())), exception.ptr());
+  throw py::error_already_set();
+}
+
+SignalCheck::~SignalCheck() {
+  if (!raised() || !PythonIsUsable()) return;
+  py::gil_scoped_acquire gil;
+  Py_XDECREF(type_);
+  Py_XDECREF(value_);
+  Py_XDECREF(trace_);
+}
+
+wds::InterruptCheck SignalCheck::check() {
+  return [this]() -> absl::Status {
+    if (!raised()) {
+      if (!PythonIsUsable()) return absl::OkStatus();
+      py::gil_scoped_acquire gil;
+      if (PyErr_CheckSignals() == 0) return absl::OkStatus();
+      PyErr_Fetch(&type_, &value_, &trace_);
+    }
+    return absl::CancelledError("interrupted by a Python signal handler");
+  };
+}
+
+void SignalCheck::RethrowIfRaised() {
+  if (!raised()) return;
+  PyErr_Restore(std::exchange(type_, nullptr), std::exchange(value_, nullptr),
+                std::exchange(trace_, nullptr));
   throw py::error_already_set();
 }
 

@@ -21,6 +21,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "wds/interrupt.h"
 
 namespace wdspy {
 
@@ -54,6 +55,40 @@ py::object ExceptionFromStatus(const absl::Status& status, Phase phase);
 
 // RaiseStatus raises ExceptionFromStatus(status, phase).
 [[noreturn]] void RaiseStatus(const absl::Status& status, Phase phase);
+
+// SignalCheck lets a native call that released the GIL notice Python
+// signals (Ctrl-C) while it waits on something that may stall (a pipe:
+// command, a loader's workers): install check() around the call with a
+// wds::ScopedInterruptCheck. Every kInterruptCheckInterval of waiting, and on
+// EINTR, it takes the GIL and runs Python's signal handlers; when one raises
+// (KeyboardInterrupt), the wait gives up with a Cancelled status and the
+// exception is kept. After the call, RethrowIfRaised() raises it.
+//
+//   SignalCheck signals;
+//   {
+//     py::gil_scoped_release release;
+//     wds::ScopedInterruptCheck check(signals.check());
+//     result = stream->Next();
+//   }
+//   signals.RethrowIfRaised();
+class SignalCheck {
+ public:
+  SignalCheck() = default;
+  SignalCheck(const SignalCheck&) = delete;
+  SignalCheck& operator=(const SignalCheck&) = delete;
+  ~SignalCheck();
+
+  // check is the interrupt check; sticky once a handler raised.
+  wds::InterruptCheck check();
+  bool raised() const { return type_ != nullptr; }
+  // RethrowIfRaised raises the kept exception. REQUIRES: the GIL is held.
+  void RethrowIfRaised();
+
+ private:
+  PyObject* type_ = nullptr;
+  PyObject* value_ = nullptr;
+  PyObject* trace_ = nullptr;
+};
 
 // ThrowIfError raises for a non-ok status (setup phase).
 inline void ThrowIfError(const absl::Status& status) {

@@ -25,7 +25,7 @@ StageHandler StageHandler::FromPython(py::handle handler) {
 wds::ErrorAction StageHandler::Handle(const wds::WorkerContext& ctx, std::string_view stage,
                                       const absl::Status& error, absl::Status* raised) const {
   *raised = error;
-  if (is_native()) return ctx.Handle(native_, stage, error);
+  if (is_native() || absl::IsCancelled(error)) return ctx.Handle(native_, stage, error);
   if (ctx.errors != nullptr) ctx.errors->Record(stage, error.code());
   py::gil_scoped_acquire gil;
   try {

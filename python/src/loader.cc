@@ -52,10 +52,15 @@ class Loader {
       running_ = true;
     }
     absl::StatusOr<std::optional<wds::Sample>> item;
+    SignalCheck signals;
     {
       py::gil_scoped_release release;
+      wds::ScopedInterruptCheck check(signals.check());
       item = loader_->Next();
     }
+    // A signal handler raised: the epoch goes on (webdataset_cpp.Loader
+    // stops it when the exception leaves its loop).
+    signals.RethrowIfRaised();
     if (!item.ok()) {
       EndEpoch();
       RaiseStatus(item.status(), Phase::kData);
@@ -107,6 +112,17 @@ class Loader {
   bool running() const { return running_; }
   std::optional<int64_t> size() const { return recipe_.length(); }
   bool pinned() const { return loader_ ? loader_->pool()->pinned() : false; }
+  // PoolStats is the batch pool's counters (none before the first epoch).
+  py::dict PoolStats() const {
+    py::dict d;
+    if (!loader_) return d;
+    const wds::BufferPoolStats s = loader_->pool()->stats();
+    d["allocations"] = s.allocations;
+    d["reuses"] = s.reuses;
+    d["live_bytes"] = s.live_bytes;
+    d["cached_bytes"] = s.cached_bytes;
+    return d;
+  }
 
  private:
   // Core is the core loader, made on first use (it starts no thread).
@@ -171,7 +187,9 @@ void RegisterLoader(py::module_& m) {
       .def_property_readonly("epoch", &Loader::epoch)
       .def_property_readonly("running", &Loader::running)
       .def_property_readonly("size", &Loader::size)
-      .def_property_readonly("pinned", &Loader::pinned);
+      .def_property_readonly("pinned", &Loader::pinned)
+      .def_property_readonly("pool_stats", &Loader::PoolStats,
+                             "The batch pool's allocations, reuses, live and cached bytes.");
 }
 
 }  // namespace wdspy

@@ -13,6 +13,7 @@ void RegisterLoader(py::module_& m);
 void RegisterWriters(py::module_& m);
 void RegisterShards(py::module_& m);
 void RegisterFields(py::module_& m);
+void RegisterSharedBatches(py::module_& m);
 }  // namespace wdspy
 
 PYBIND11_MODULE(_core, m) {
@@ -24,4 +25,5 @@ PYBIND11_MODULE(_core, m) {
   wdspy::RegisterWriters(m);
   wdspy::RegisterShards(m);
   wdspy::RegisterFields(m);
+  wdspy::RegisterSharedBatches(m);
 }

@@ -1,6 +1,7 @@
 #include "opener.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 
 #include "errors.h"
 #include "wds/internal/strings.h"
+#include "wds/interrupt.h"
 
 namespace wdspy {
 namespace {
@@ -41,11 +43,26 @@ void CloseRegistered(int fd) {
   close(fd);
 }
 
-absl::StatusOr<size_t> ReadFd(int fd, void* buffer, size_t size, const std::string& url) {
+// ReadFd reads once. A descriptor that may have no data for a long time (a
+// FIFO: `may_block`) is first polled in slices while the thread has an
+// interrupt check (wds/interrupt.h), which is also asked after EINTR.
+absl::StatusOr<size_t> ReadFd(int fd, void* buffer, size_t size, const std::string& url,
+                              bool may_block) {
+  if (may_block && wds::InterruptCheckInstalled()) {
+    pollfd p{fd, POLLIN, 0};
+    while (true) {
+      const int ready = poll(&p, 1, static_cast<int>(wds::kInterruptCheckInterval.count()));
+      if (ready > 0 || (ready < 0 && errno != EINTR)) break;  // read() reports errors
+      absl::Status go_on = wds::CheckInterrupt();
+      if (!go_on.ok()) return go_on;
+    }
+  }
   while (true) {
     const ssize_t n = read(fd, buffer, size);
     if (n >= 0) return static_cast<size_t>(n);
     if (errno != EINTR) return ErrnoStatus(errno, url, wds::Cat(url, ": read failed"));
+    absl::Status go_on = wds::CheckInterrupt();
+    if (!go_on.ok()) return go_on;
   }
 }
 
@@ -56,7 +73,7 @@ class LocalFile : public wds::ByteStream {
   ~LocalFile() override { CloseRegistered(fd_); }
 
   absl::StatusOr<size_t> Read(void* buffer, size_t size) override {
-    return ReadFd(fd_, buffer, size, url_);
+    return ReadFd(fd_, buffer, size, url_, /*may_block=*/size_ < 0);
   }
   absl::StatusOr<int64_t> Skip(int64_t size) override {
     if (size_ < 0 || size <= 0) return 0;
@@ -79,9 +96,11 @@ class LocalFile : public wds::ByteStream {
 
 absl::StatusOr<std::unique_ptr<wds::ByteStream>> OpenLocal(std::string url, std::string path) {
   int fd;
-  do {
-    fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  } while (fd < 0 && errno == EINTR);
+  // Opening a FIFO waits for a writer: a signal may interrupt that wait.
+  while ((fd = open(path.c_str(), O_RDONLY | O_CLOEXEC)) < 0 && errno == EINTR) {
+    absl::Status go_on = wds::CheckInterrupt();
+    if (!go_on.ok()) return go_on;
+  }
   if (fd < 0) return ErrnoStatus(errno, path, wds::Cat("cannot open ", path));
   struct stat st;
   if (fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {

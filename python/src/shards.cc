@@ -11,6 +11,7 @@
 #include "chain.h"
 #include "errors.h"
 #include "opener.h"
+#include "shared_batches.h"
 #include "wds/equalize.h"
 #include "wds/placement.h"
 #include "wds/shard_index.h"
@@ -190,9 +191,18 @@ void RegisterShardLists(py::module_& m) {
 }
 
 void RegisterFork(py::module_& m) {
-  m.def("_before_fork", &BeforeFork);
-  m.def("_after_fork_in_parent", &AfterForkInParent);
-  m.def("_after_fork_in_child", &AfterForkInChild);
+  m.def("_before_fork", [] {
+    BeforeFork();
+    SharedMappingsBeforeFork();
+  });
+  m.def("_after_fork_in_parent", [] {
+    SharedMappingsAfterFork();
+    AfterForkInParent();
+  });
+  m.def("_after_fork_in_child", [] {
+    SharedMappingsAfterFork();
+    AfterForkInChild();
+  });
   m.def("_open_shard_descriptors", &OpenShardDescriptors,
         "Shard descriptors this module holds open (for tests).");
 }

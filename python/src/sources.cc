@@ -221,8 +221,8 @@ wds::StreamFactory ShardSource(std::vector<std::string> urls, const ShardSourceO
   web.nodesplitter = list.nodesplitter;
   web.workersplitter = list.workersplitter;
   web.allow_empty = options.allow_empty;
-  web.split = options.split_samples ? wds::SplitGranularity::kSamples
-                                    : wds::SplitGranularity::kShards;
+  web.split =
+      options.split_samples ? wds::SplitGranularity::kSamples : wds::SplitGranularity::kShards;
   web.handler = handler.native();
   web.opener = PythonOpener();
   absl::StatusOr<wds::Pipeline> pipeline = wds::WebDataset(std::move(urls), std::move(web));

@@ -1,8 +1,6 @@
 """Batching: collation types and shapes like the reference's default, custom
 collation, unbatched, and zero copy between native memory, NumPy and torch."""
 
-import sys
-
 import numpy as np
 import pytest
 import torch
@@ -108,30 +106,94 @@ def test_arrays_share_the_native_buffer(shards):
     assert np.shares_memory(np_view, images)
 
 
-def test_torch_specs_give_tensors_over_the_native_batch(shards):
+@pytest.fixture
+def pool(monkeypatch):
+    """Makes this process's chains collate into a SharedBlocks pool (as a
+    DataLoader worker's do), whose lend() tells whether memory lies in one
+    of its blocks: the proof that an output views the batch block."""
+    from webdataset_cpp import _shared
+
+    blocks = _core.SharedBlocks(1 << 24)
+    monkeypatch.setattr(_shared, "worker_blocks", lambda: blocks)
+    return blocks
+
+
+def in_pool(pool, tensor):
+    nbytes = tensor.element_size() * tensor.nelement()
+    lent = pool.lend(tensor.data_ptr(), nbytes, None)
+    return lent is not None
+
+
+def test_torch_specs_give_tensors_over_the_native_batch(shards, pool):
     ds = wds.WebDataset(shards[0], shardshuffle=False).decode("torchrgb8").to_tuple(
         "jpg;png", "cls").batched(5)
     images, labels = next(iter(ds))
     assert isinstance(images, torch.Tensor) and images.shape == (5, 3, 12, 16)
     assert images.dtype == torch.uint8
+    assert in_pool(pool, images)  # the decoder wrote into the batch block: no copy
     assert type(labels) is np.ndarray  # labels stay NumPy, as in the reference
+    assert in_pool(pool, torch.from_numpy(labels))
+    outside = torch.zeros(4, dtype=torch.uint8)
+    assert not in_pool(pool, outside)
     single = next(iter(wds.WebDataset(shards[0], shardshuffle=False).decode("torchrgb")))
     assert isinstance(single["jpg"], torch.Tensor) and single["jpg"].dtype == torch.float32
 
 
-def test_native_memory_outlives_the_pipeline(shards):
-    ds = wds.WebDataset(shards[0], shardshuffle=False).decode("rgb8").to_tuple("jpg", "cls")
-    it = iter(ds.batched(10))
-    images, _ = next(it)
-    copy = images.copy()
-    tensor = torch.from_dlpack(images.base)
-    owner_refs = sys.getrefcount(images.base)
-    del it, ds, images
+def test_batched_pixels_are_pils(shards):
+    import io
+
+    import PIL.Image
+
+    raw = {s["__key__"]: s["jpg"] for s in wds.WebDataset(shards, shardshuffle=False)}
+    ds = wds.WebDataset(shards, shardshuffle=False).decode("rgb8").to_tuple(
+        "jpg", "__key__").batched(6)
+    halved = wds.WebDataset(shards, shardshuffle=False).decode(
+        "rgb8", size=(6, 8)).to_tuple("jpg", "__key__").batched(6)
+    count = 0
+    for (images, keys), (small, small_keys) in zip(ds, halved):
+        assert keys == small_keys and images.shape == (len(keys), 12, 16, 3)
+        for image, half, key in zip(images, small, keys):
+            expected = PIL.Image.open(io.BytesIO(raw[key]))
+            assert np.array_equal(image, np.array(expected.convert("RGB")))
+            # At half size the JPEG is decoded at DCT scale 1/2, as PIL's draft does.
+            expected = PIL.Image.open(io.BytesIO(raw[key]))
+            expected.draft("RGB", (8, 6))
+            assert expected.size == (8, 6)
+            assert np.array_equal(half, np.array(expected.convert("RGB")))
+            count += 1
+    assert count == 40
+
+
+def test_native_memory_outlives_the_pipeline_and_is_not_reused(shards):
     import gc
 
+    def ranges_overlap(a, b):
+        return a[0] < b[1] and b[0] < a[1]
+
+    def span(array):
+        return (array.ctypes.data, array.ctypes.data + array.nbytes)
+
+    def dataset():
+        return wds.WebDataset(shards, shardshuffle=False).decode("rgb8").to_tuple(
+            "jpg", "cls").batched(4)
+
+    # Control: batches dropped at once come back from the pool, at the same
+    # address, so "not reused" below means something.
+    addresses = [images.ctypes.data for images, _ in dataset()]
+    assert len(addresses) == 10 and len(set(addresses)) < 5
+    it = iter(dataset())
+    images, _ = next(it)
+    copy = images.copy()
+    held = span(images)
+    tensor = torch.from_dlpack(images.base)
+    del images
+    gc.collect()
+    for later, _ in it:  # while the tensor lives, its block is nobody else's
+        assert not ranges_overlap(span(later), held)
+        later[...] = 0
+    del it, later
     gc.collect()
     assert torch.equal(tensor, torch.from_numpy(copy))
-    assert owner_refs >= 2
 
 
 def test_arrays_entering_native_stages_are_not_copied():

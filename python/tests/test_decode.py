@@ -219,13 +219,75 @@ def test_corrupt_image_is_a_data_error():
         decoded_in_pipeline(broken, "rgb8", "jpg")
 
 
+def area_weights(n_in, n_out):
+    """w[i, j]: the share of input pixel j in output pixel i when n_in pixels
+    are averaged down to n_out (each output pixel covers n_in / n_out inputs)."""
+    step = n_in / n_out
+    w = np.zeros((n_out, n_in))
+    for i in range(n_out):
+        for j in range(n_in):
+            w[i, j] = max(0.0, min((i + 1) * step, j + 1) - max(i * step, j)) / step
+    return w
+
+
+def area_average(pixels, height, width):
+    """The exact area average of an [H, W, C] image, in float (a reference
+    computed independently of the package)."""
+    x = pixels.astype(np.float64)
+    return np.einsum("ij,jkc,lk->ilc", area_weights(x.shape[0], height), x,
+                     area_weights(x.shape[1], width))
+
+
+def pil_pixels(data, draft=None):
+    img = PIL.Image.open(io.BytesIO(data))
+    if draft is not None:
+        img.draft("RGB", draft)  # libjpeg's DCT scaling, as the native decoder's
+    return np.array(img.convert("RGB"))
+
+
+@pytest.mark.parametrize("image", ["png_rgb", "webp_lossless", "jpeg_rgb"])
+@pytest.mark.parametrize("size", [(10, 14), (8, 10), (12, 9)])
+def test_shrinking_is_an_area_average(image, size):
+    """Documented: shrinking averages areas; a JPEG is first decoded at the
+    smallest DCT scale covering the target (PIL's draft picks the same)."""
+    data = IMAGES[image]
+    got = decoded_in_pipeline(data, wds.imagehandler("rgb8", size=size), "jpg")
+    assert got.shape == size + (3,) and got.dtype == np.uint8
+    source = pil_pixels(data, draft=size[::-1] if image.startswith("jpeg") else None)
+    # Within 1 of the exact average: rounding (libwebp scales by itself).
+    assert np.abs(got - area_average(source, *size)).max() <= 1.0
+
+
+@pytest.mark.parametrize("image", ["png_rgb", "webp_lossless", "jpeg_rgb"])
+def test_a_center_crop_is_the_middle_then_an_area_average(image):
+    data = IMAGES[image]
+    got = decoded_in_pipeline(data, wds.imagehandler("rgb8", size=(16, 16), crop="center"), "jpg")
+    # 20 x 28 to a square: the middle 20 x 20 (columns 4..23), then 20 -> 16.
+    expected = area_average(pil_pixels(data)[:, 4:24], 16, 16)
+    assert np.abs(got - expected).max() <= 1.0
+    as_torch = next(iter(wds.decode("torchrgb", size=(16, 16), crop="center")(
+        iter([{"jpg": data}]))))["jpg"]
+    assert tuple(as_torch.shape) == (3, 16, 16) and as_torch.dtype == torch.float32
+    assert torch.equal(as_torch, torch.from_numpy(got.transpose(2, 0, 1) / np.float32(255)))
+
+
+def test_enlarging_is_bilinear():
+    data = IMAGES["png_rgb"]
+    got = decoded_in_pipeline(data, wds.imagehandler("rgb8", size=(40, 56)), "jpg")
+    expected = np.array(PIL.Image.open(io.BytesIO(data)).convert("RGB").resize(
+        (56, 40), PIL.Image.BILINEAR))
+    assert np.abs(got.astype(int) - expected).max() <= 1  # PIL's bilinear, up to rounding
+
+
+def test_hflip_mirrors_the_resized_image():
+    data = IMAGES["png_rgb"]
+    plain = decoded_in_pipeline(data, wds.imagehandler("rgb8", size=(10, 14)), "jpg")
+    flipped = decoded_in_pipeline(data, wds.imagehandler("rgb8", size=(10, 14), hflip=1.0), "jpg")
+    assert np.array_equal(flipped, plain[:, ::-1])
+
+
 def test_scaled_and_cropped_decode():
     data = IMAGES["jpeg_rgb"]
-    got = decoded_in_pipeline(data, wds.imagehandler("rgb8", size=(8, 10)), "jpg")
-    assert got.shape == (8, 10, 3) and got.dtype == np.uint8
-    got = next(iter(wds.decode("torchrgb", size=(16, 16), crop="center")(
-        iter([{"jpg": data}]))))["jpg"]
-    assert tuple(got.shape) == (3, 16, 16) and got.dtype == torch.float32
 
     def random_crops(seed):
         ds = wds.DataPipeline([[{"__key__": str(i), "jpg": data} for i in range(4)]],

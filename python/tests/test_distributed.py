@@ -2,6 +2,7 @@
 and a torchrun job with 3 ranks on 7 uneven shards."""
 
 import json
+import multiprocessing
 import os
 import socket
 import subprocess
@@ -123,3 +124,172 @@ def test_sample_split_needs_the_native_source(uneven, monkeypatch):
         wds.WebDataset(uneven, shardshuffle=False, split="rows")
     with pytest.raises(ValueError, match="split='samples' needs a native handler"):
         sample_split_keys(uneven, 0, 1, 0, 1, monkeypatch, handler=lambda e: True)
+
+
+# ------------------------------------------------ rank sources and Gloo groups
+
+
+def _gloo_rank(rank, world_size, store_path, pattern, epoch, out):
+    """One rank of a Gloo group made from a FileStore (no launcher). The
+    environment claims another placement: torch.distributed must win."""
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader
+
+    os.environ["RANK"], os.environ["WORLD_SIZE"] = str(world_size - 1 - rank), str(3 - world_size)
+    dist.init_process_group("gloo", store=dist.FileStore(store_path, world_size), rank=rank,
+                            world_size=world_size)
+    try:
+        result = {"node_info": wds.utils.node_info(),
+                  "split": list(wds.split_by_node(iter(range(10))))}
+        try:
+            result["single_node_only"] = len(list(wds.WebDataset(pattern, shardshuffle=False)))
+        except ValueError as e:
+            result["single_node_only"] = str(e)
+        dataset = (wds.WebDataset(pattern, shardshuffle=100, nodesplitter=wds.split_by_node,
+                                  seed=11).decode().to_tuple("cls", "__key__")
+                   .batched(2, partial=False))
+        dataset.set_epoch(epoch)
+        for policy in ("drop", "wrap"):
+            steps = wds.agreed_steps(dataset, num_workers=2, policy=policy)
+            keys, ran = [], 0
+            dataset.set_epoch(epoch)
+            loader = DataLoader(dataset.with_epoch(steps), batch_size=None, num_workers=2)
+            for _, batch_keys in loader:
+                step = torch.ones(1)
+                dist.all_reduce(step)  # a rank that ran out early would hang the others
+                keys += batch_keys
+                ran += 1
+            result[policy] = (steps, ran, keys)
+        out.put((rank, result))
+    finally:
+        dist.destroy_process_group()
+
+
+def run_gloo_group(world_size, tmp_path, pattern, epoch=0):
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    store = str(tmp_path / f"store-{world_size}")
+    procs = [ctx.Process(target=_gloo_rank, args=(r, world_size, store, pattern, epoch, out))
+             for r in range(world_size)]
+    for p in procs:
+        p.start()
+    results = dict(out.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(30)
+        assert p.exitcode == 0
+    return [results[r] for r in range(world_size)]
+
+
+def uneven_epoch(uneven):
+    """An epoch in which the two ranks' step counts differ: (epoch, {policy:
+    [rank 0's local steps, rank 1's]})."""
+    ds = wds.WebDataset(uneven, shardshuffle=100, nodesplitter=wds.split_by_node,
+                        seed=11).batched(2, partial=False)
+    for epoch in range(20):
+        plans = [wds.plan_epoch(ds, num_workers=2, epoch=epoch, rank=r, world_size=2)
+                 for r in range(2)]
+        steps = {policy: [p.local_steps(policy) for p in plans] for policy in ("drop", "wrap")}
+        if steps["drop"][0] != steps["drop"][1] and steps["wrap"][0] != steps["wrap"][1]:
+            return epoch, steps
+    raise AssertionError("no uneven epoch")
+
+
+def natural_keys(pattern, rank, epoch, monkeypatch):
+    """The keys rank `rank` of 2 reads in `epoch` with 2 workers, left alone."""
+    keys = set()
+    for worker in range(2):
+        for name, value in (("RANK", rank), ("WORLD_SIZE", 2), ("WORKER", worker),
+                            ("NUM_WORKERS", 2)):
+            monkeypatch.setenv(name, str(value))
+        ds = (wds.WebDataset(pattern, shardshuffle=100, nodesplitter=wds.split_by_node,
+                             seed=11).batched(2, partial=False))
+        ds.set_epoch(epoch)
+        keys |= {k for b in ds for k in b["__key__"]}
+    for name in ("RANK", "WORLD_SIZE", "WORKER", "NUM_WORKERS"):
+        monkeypatch.delenv(name)
+    return keys
+
+
+def test_a_gloo_group_wins_over_the_environment_and_agrees_on_steps(uneven, tmp_path,
+                                                                   monkeypatch):
+    epoch, natural = uneven_epoch(uneven)
+    ranks = run_gloo_group(2, tmp_path, uneven, epoch)
+    own = [natural_keys(uneven, r, epoch, monkeypatch) for r in range(2)]
+    assert [r["node_info"] for r in ranks] == [(0, 2), (1, 2)]  # not the environment's
+    assert [r["split"] for r in ranks] == [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]]
+    assert [r["single_node_only"] for r in ranks] == [
+        "you need to add an explicit nodesplitter to your input pipeline for multi-node "
+        "training"] * 2
+    drop = [r["drop"] for r in ranks]
+    wrap = [r["wrap"] for r in ranks]
+    # drop: every rank runs the smaller count; no sample twice.
+    low = min(natural["drop"])
+    assert [(steps, ran) for steps, ran, _ in drop] == [(low, low)] * 2
+    dropped = drop[0][2] + drop[1][2]
+    assert len(dropped) == len(set(dropped))
+    assert set(drop[0][2]) < own[0] or set(drop[1][2]) < own[1]  # some left out
+    # wrap: every rank runs the larger count, the smaller rank repeating some
+    # of its samples, so every sample of the epoch is seen.
+    high = max(natural["wrap"])
+    assert [(steps, ran) for steps, ran, _ in wrap] == [(high, high)] * 2
+    short = natural["wrap"].index(min(natural["wrap"]))
+    assert len(wrap[short][2]) > len(set(wrap[short][2]))
+    assert set(wrap[0][2]) >= own[0] and set(wrap[1][2]) >= own[1]
+
+
+def test_a_group_of_one_wins_over_an_environment_of_two(uneven, tmp_path):
+    (rank,) = run_gloo_group(1, tmp_path, uneven)
+    assert rank["node_info"] == (0, 1)
+    assert rank["split"] == list(range(10))
+    assert rank["single_node_only"] == sum(COUNTS)  # the environment said 2 ranks
+
+
+def test_slurm_variables_count_when_torchrun_sets_none(monkeypatch):
+    for name in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SLURM_PROCID", "2")
+    monkeypatch.setenv("SLURM_NTASKS", "3")
+    assert wds.utils.node_info() == (2, 3)
+    assert list(wds.split_by_node(iter(range(8)))) == [2, 5]
+    with pytest.raises(ValueError, match="explicit nodesplitter"):
+        list(wds.single_node_only(iter(range(8))))
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert wds.utils.node_info() == (1, 4)  # torchrun's variables come first
+    monkeypatch.delenv("RANK")
+    monkeypatch.delenv("WORLD_SIZE")
+    monkeypatch.delenv("SLURM_NTASKS")
+    with pytest.raises(ValueError, match="SLURM_NTASKS"):
+        wds.utils.node_info()
+
+
+def test_the_all_reduce_runs_where_the_backend_reduces(monkeypatch):
+    import torch
+    import torch.distributed as dist
+
+    from webdataset_cpp import distributed
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    for backend, device in [("nccl", torch.device("cuda", 3)), ("gloo", torch.device("cpu")),
+                            ("cpu:gloo,cuda:nccl", torch.device("cpu")),
+                            ("mpi", torch.device("cpu"))]:
+        monkeypatch.setattr(dist, "get_backend", lambda group=None, b=backend: b)
+        assert distributed.reduce_device() == device
+    # agreed_steps reduces a tensor made on that device (here: a stand-in).
+    calls = []
+
+    def all_reduce(tensor, op, group):
+        calls.append((tensor.device, op, group))
+        tensor.fill_(5)
+
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "all_reduce", all_reduce)
+    monkeypatch.setattr(distributed, "reduce_device",
+                        lambda group=None: calls.append(("device for", group)) or
+                        torch.device("cpu"))
+    ds = wds.WebDataset(os.devnull, shardshuffle=False).batched(2)
+    monkeypatch.setattr(distributed, "plan_epoch", lambda *a, **kw: type(
+        "Plan", (), {"local_steps": lambda self, policy: 7})())
+    assert wds.agreed_steps(ds, policy="wrap", group="g") == 5
+    assert calls == [("device for", "g"), (torch.device("cpu"), dist.ReduceOp.MAX, "g")]

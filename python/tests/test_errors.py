@@ -201,8 +201,9 @@ def large_images(tmp_path_factory):
 
 def test_python_thread_progresses_while_native_code_decodes(large_images):
     """The GIL is released while native stages read, decode and wait: a Python
-    thread that ticks every millisecond keeps ticking during each batch (with
-    the GIL held it could only tick between batches)."""
+    thread that ticks every millisecond keeps ticking while each batch is
+    being made, not only between batches (with the GIL held, the ticker could
+    not run at all inside next())."""
     ds = wds.WebDataset([large_images] * 2, shardshuffle=False).decode("rgb8").batched(16)
     ticks = []
     stop = threading.Event()
@@ -217,8 +218,23 @@ def test_python_thread_progresses_while_native_code_decodes(large_images):
         stop.clear()
         thread = threading.Thread(target=ticker)
         thread.start()
-        batches = sum(1 for _ in source)
+        intervals = []  # (asked, received) of each batch
+        it = iter(source)
+        while True:
+            asked = time.monotonic()
+            batch = next(it, None)
+            if batch is None:
+                break
+            intervals.append((asked, time.monotonic()))
         stop.set()
         thread.join()
-        assert batches == 4
-        assert len(ticks) >= 10 * batches
+        assert len(intervals) == 4
+        # Decoding 16 images of 384 x 512 takes tens of milliseconds: the
+        # ticker ran all through each of those batches, never leaving a gap
+        # of half the batch's time.
+        long = [(a, b) for a, b in intervals if b - a >= 0.02]
+        assert long, intervals
+        for a, b in long:
+            inside = [a] + [t for t in ticks if a < t < b] + [b]
+            assert len(inside) >= 5, (b - a, len(inside))
+            assert max(y - x for x, y in zip(inside, inside[1:])) < (b - a) / 2

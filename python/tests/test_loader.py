@@ -2,6 +2,7 @@
 
 import io
 import os
+import time
 
 import numpy as np
 import pytest
@@ -63,16 +64,44 @@ def test_epochs_length_and_set_epoch(shards):
     loader.set_epoch(0)
     assert keys(loader) == epoch0
     with pytest.raises(TypeError, match=r"len\(\) of a Loader needs a dataset with "
-                                        r"\.with_epoch\(n\)"):
+                                        r"\.with_epoch\(n\) or \.with_length\(n\)"):
         len(wds.Loader(dataset(shards, shardshuffle=False)))
 
 
+def test_len_is_with_length_when_given(shards):
+    # with_length(n) sets len() and nothing else: the epoch stays natural (10 batches).
+    ds = dataset(shards, shardshuffle=False).with_length(3, silent=True)
+    loader = wds.Loader(ds, workers=2)
+    assert len(loader) == len(ds) == 3 and len(list(loader)) == 10
+    # with_length wins over with_epoch for len(), as for the dataset.
+    ds = dataset(shards, shardshuffle=False).with_epoch(5).with_length(9, silent=True)
+    loader = wds.Loader(ds, workers=2)
+    assert len(loader) == len(ds) == 9 and len(list(loader)) == 5
+
+
 def test_torch_output_shares_the_native_batch(shards):
+    import gc
+
     loader = wds.Loader(dataset(shards, shardshuffle=False), workers=1, to_torch=True)
-    images, labels, names = next(iter(loader))
+    it = iter(loader)
+    images, labels, names = next(it)
     assert isinstance(images, torch.Tensor) and images.shape == (4, 12, 16, 3)
     assert isinstance(labels, torch.Tensor) and labels.dtype == torch.int64
     assert names == ["s0_000", "s0_001", "s0_002", "s0_003"]
+    for rest in it:  # the rest of the epoch, each batch dropped as it comes
+        del rest
+    gc.collect()
+    # The tensors hold the loader's pooled blocks themselves (no copy): those
+    # blocks stay live exactly as long as the tensors do.
+    live = loader._core.pool_stats["live_bytes"]
+    assert live >= 4 * 12 * 16 * 3 + 4 * 8
+    del images
+    gc.collect()
+    after_images = loader._core.pool_stats["live_bytes"]
+    assert 0 < after_images <= live - 4 * 12 * 16 * 3
+    del labels
+    gc.collect()
+    assert loader._core.pool_stats["live_bytes"] == 0
     numpy_loader = wds.Loader(dataset(shards, shardshuffle=False), workers=1)
     arrays, _, _ = next(iter(numpy_loader))
     assert isinstance(arrays.base, _core.NativeArray)
@@ -158,3 +187,40 @@ def test_load_state_dict_refuses_another_recipe(shards):
     next(running)
     with pytest.raises(ValueError, match="put Shuffle before Batched"):
         shuffled_batches.state_dict()
+
+
+def test_unordered_takes_batches_as_they_come(shards):
+    # Worker 0 reads shards 0 and 2 through a command that first sleeps.
+    slow = [f"pipe:sleep 0.5 && cat {shards[0]}", shards[1],
+            f"pipe:sleep 0.5 && cat {shards[2]}", shards[3]]
+    ordered = keys(wds.Loader(dataset(slow, shardshuffle=False), workers=2))
+    unordered = keys(wds.Loader(dataset(slow, shardshuffle=False), workers=2, ordered=False))
+    assert sorted(ordered) == sorted(unordered) == sorted(
+        f"s{s}_{i:03d}" for s in range(4) for i in range(10))
+    assert ordered[:4] == ["s0_000", "s0_001", "s0_002", "s0_003"]  # round-robin waits
+    assert {k[:2] for k in unordered[:20]} == {"s1", "s3"}  # the fast worker's come first
+
+
+def test_prefetch_bounds_how_far_workers_run_ahead(shards, tmp_path):
+    def started_after_first_batch(prefetch):
+        log = tmp_path / f"started-{prefetch}"
+        log.write_text("")
+        urls = [f"pipe:echo {i} >> {log} && cat {shard}" for i, shard in enumerate(shards)]
+        ds = wds.WebDataset(urls, shardshuffle=False).to_tuple("cls").batched(10)
+        it = iter(wds.Loader(ds, workers=1, prefetch=prefetch))
+        next(it)  # shard 0's batch
+        deadline = time.monotonic() + 5
+        expected = min(len(shards), 2 + prefetch)
+        while time.monotonic() < deadline and len(log.read_text().split()) < expected:
+            time.sleep(0.05)
+        time.sleep(0.3)  # room for a run-away worker to show itself
+        started = len(log.read_text().split())
+        it.close()
+        return started
+
+    # One batch per shard: after the first is taken, `prefetch` more wait in
+    # the queue and the worker holds one more it cannot push yet.
+    assert started_after_first_batch(1) == 3
+    assert started_after_first_batch(2) == 4
+    with pytest.raises(ValueError, match="prefetch must be >= 1, got 0"):
+        wds.Loader(dataset(shards, shardshuffle=False), prefetch=0)

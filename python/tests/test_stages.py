@@ -218,13 +218,34 @@ def test_with_statement_closes_iterations(shards):
         iter(ds)
 
 
+def test_round_robin_stops_at_the_first_exhausted_source_unless_longest():
+    sources = [[1, 2, 3, 4], [10], [20, 30]]
+    # The reference's round_robin_shortest / round_robin_longest orders.
+    assert list(wds.RoundRobin(sources)) == [1, 10, 20, 2]
+    assert list(wds.RoundRobin(sources, longest=True)) == [1, 10, 20, 2, 30, 3, 4]
+    assert list(wds.RoundRobin([[1, 2], [10, 20]])) == [1, 10, 2, 20]
+
+
+def test_random_mix_is_seeded_and_follows_its_probabilities():
+    def draws(seed, probs=(3, 1), n=4000):
+        return list(wds.RandomMix([[0] * n, [1] * n], probs=list(probs), seed=seed))[:n]
+
+    first = draws(5)
+    assert first == draws(5) and first != draws(6)
+    # 3:1 odds: 75% zeros (the binomial's standard deviation is 0.7% here).
+    assert abs(first.count(0) / len(first) - 0.75) < 0.03
+    assert draws(1, probs=(1, 0), n=50) == [0] * 50
+    # Default: ends when a chosen source is exhausted; longest: drains every source.
+    short = list(wds.RandomMix([[0] * 5, [1] * 50], seed=3))
+    assert short.count(0) == 5 and short.count(1) < 50
+    both = list(wds.RandomMix([[0] * 5, [1] * 50], longest=True, seed=3))
+    assert sorted(both) == [0] * 5 + [1] * 50
+    assert both[:len(short)] == short  # the same choices until the first source ran out
+    with pytest.raises(ValueError, match="RandomMix: 2 datasets but 1 probs"):
+        wds.RandomMix([[0], [1]], probs=[1])
+
+
 def test_mixing_and_helpers():
-    assert list(wds.RoundRobin([[1, 2, 3], [10, 20]])) == [1, 10, 2, 20, 3]
-    assert list(wds.RoundRobin([[1, 2, 3], [10, 20]], longest=True)) == [1, 10, 2, 20, 3]
-    mixed = list(wds.RandomMix([[1] * 50, [2] * 50], probs=[1, 0], seed=1))
-    assert mixed == [1] * 50
-    both = list(wds.RandomMix([[1] * 5, [2] * 5], longest=True, seed=3))
-    assert sorted(both) == [1] * 5 + [2] * 5
     assert list(wds.MockDataset({"a": 1}, 3)) == [{"a": 1}] * 3
     assert list(wds.extract_keys("*.jpg", "cls")(iter([{"x.jpg": 1, "cls": 2}]))) == [(1, 2)]
     assert list(wds.rename_keys(img="*.jpg")(iter([{"x.jpg": 1, "cls": 2}]))) == [{"img": 1}]

@@ -162,8 +162,11 @@ class NativeSegment:
         return chain, fn, kinds.name_sets
 
     def open(self, upstream, ctx, length=None):
+        from ._shared import worker_blocks
+
         chain, fn, names = self.build(upstream, ctx)
-        it = chain.open(**ctx.open_args(), length=length, kinds=fn, kind_names=names)
+        it = chain.open(**ctx.open_args(), length=length, kinds=fn, kind_names=names,
+                        shared_blocks=worker_blocks())
         return _iterate(it, self.source if self.kind == "shards" else None, ctx)
 
     def fully_native(self):

@@ -85,10 +85,24 @@ def agreed_steps(dataset, num_workers=1, policy="drop", epoch=None, group=None):
     dist = getattr(torch, "distributed", None) if torch is not None else None
     if dist is None or not dist.is_available() or not dist.is_initialized():
         return steps
-    value = torch.tensor([steps], dtype=torch.int64)
+    value = torch.tensor([steps], dtype=torch.int64, device=reduce_device(group))
     op = dist.ReduceOp.MIN if policy == "drop" else dist.ReduceOp.MAX
     dist.all_reduce(value, op=op, group=group)
     return int(value.item())
+
+
+def reduce_device(group=None):
+    """Where a tensor must be for an all-reduce over `group`: the current CUDA
+    device when its backend is NCCL alone (NCCL reduces only CUDA tensors),
+    else the CPU (Gloo, MPI, UCC, and groups that also have a CPU backend,
+    such as "cpu:gloo,cuda:nccl")."""
+    import torch
+    import torch.distributed as dist
+
+    backend = str(dist.get_backend(group)).lower()
+    if "nccl" in backend and "cpu:" not in backend:
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 def count_samples(url):

@@ -82,6 +82,9 @@ class Loader:
                                                           dataset.seed))
         chain, kinds, names = segment.build(None, ctx, kinds_extra=_plan.TORCH if to_torch else 0)
         self._length = dataset.epoch_length
+        # len() is what the dataset's len() is: with_length(n)'s n (which
+        # changes nothing else), else with_epoch(n)'s.
+        self._size = dataset.size if dataset.size is not None else dataset.epoch_length
         self._core = _core.Loader(chain, length=self._length, workers=workers, prefetch=prefetch,
                                   ordered=ordered, pin_memory=pin_memory, rank=rank,
                                   world_size=world_size, device=device, kinds=kinds,
@@ -122,9 +125,10 @@ class Loader:
         self._core.restore(state_dict[_STATE_KEY])
 
     def __len__(self):
-        if self._length is None:
-            raise TypeError("len() of a Loader needs a dataset with .with_epoch(n)")
-        return self._length
+        if self._size is None:
+            raise TypeError("len() of a Loader needs a dataset with .with_epoch(n) or "
+                            ".with_length(n)")
+        return self._size
 
     def __iter__(self):
         core = self._core

@@ -85,6 +85,9 @@ void ErrorCounters::Reset() {
 
 ErrorAction ApplyHandler(Handler handler, std::string_view stage, const absl::Status& error,
                          ErrorCounters* counters, const WarningSink& warn) {
+  // An interruption is not the item's fault: skipping it would only go on
+  // to the next shard (wds/interrupt.h).
+  if (absl::IsCancelled(error)) return ErrorAction::kRaise;
   if (counters != nullptr) counters->Record(stage, error.code());
   const bool warns = handler == Handler::kWarnAndContinue || handler == Handler::kWarnAndStop;
   if (warns) {

@@ -7,15 +7,22 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"
+#include "wds/interrupt.h"
 
 namespace wds {
 namespace {
 
-// WaitReadable blocks until `fd` has data, end of file or an error.
-void WaitReadable(int fd) {
+// WaitReadable blocks until `fd` has data, end of file or an error, or the
+// thread's interrupt check says to give up.
+absl::Status WaitReadable(int fd) {
   pollfd p{fd, POLLIN, 0};
-  while (poll(&p, 1, -1) < 0 && errno == EINTR) {
+  while (true) {
+    const int ready = poll(&p, 1, InterruptPollTimeout());
+    if (ready > 0) return absl::OkStatus();
+    if (ready < 0 && errno != EINTR) return absl::OkStatus();  // read() reports it
+    WDS_RETURN_IF_ERROR(CheckInterrupt());
   }
 }
 
@@ -25,7 +32,7 @@ class FileStream : public ByteStream {
       : url_(std::move(url)), fd_(std::move(fd)), size_(size), what_(std::move(what)) {}
 
   absl::StatusOr<size_t> Read(void* buffer, size_t size) override {
-    return ReadFd(fd_.get(), buffer, size, url_, what_);
+    return ReadFd(fd_.get(), buffer, size, url_, what_, /*may_block=*/size_ < 0);
   }
   absl::StatusOr<int64_t> Skip(int64_t size) override {
     if (size_ < 0 || size <= 0) return 0;
@@ -54,14 +61,21 @@ void UniqueFd::Reset(int fd) {
   fd_ = fd;
 }
 
+int InterruptPollTimeout() {
+  return InterruptCheckInstalled() ? static_cast<int>(kInterruptCheckInterval.count()) : -1;
+}
+
 absl::StatusOr<size_t> ReadFd(int fd, void* buffer, size_t size, std::string_view url,
-                              std::string_view what) {
+                              std::string_view what, bool may_block) {
+  if (may_block && InterruptCheckInstalled()) WDS_RETURN_IF_ERROR(WaitReadable(fd));
   while (true) {
     const ssize_t n = read(fd, buffer, size);
     if (n >= 0) return static_cast<size_t>(n);
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      WaitReadable(fd);
-    } else if (errno != EINTR) {
+      WDS_RETURN_IF_ERROR(WaitReadable(fd));
+    } else if (errno == EINTR) {
+      WDS_RETURN_IF_ERROR(CheckInterrupt());
+    } else {
       return absl::ErrnoToStatus(errno, Cat(url, ": ", what, "read failed"));
     }
   }

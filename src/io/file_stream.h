@@ -43,9 +43,19 @@ class UniqueFd {
 
 // ReadFd reads once from `fd`, retrying interrupted reads and waiting on a
 // descriptor someone else made non-blocking (standard input may be shared).
-// Errors name `url` and what is read (`what`, e.g. "its cached copy: ").
+// `may_block` says the descriptor may have no data for a long time (not a
+// regular file): with an interrupt check installed on the thread
+// (wds/interrupt.h) it waits in poll(2) first, calling the check every
+// kInterruptCheckInterval, so a Cancelled error ends a wait on a stalled
+// command or FIFO. Errors name `url` and what is read (`what`, e.g. "its
+// cached copy: ").
 [[nodiscard]] absl::StatusOr<size_t> ReadFd(int fd, void* buffer, size_t size, std::string_view url,
-                                            std::string_view what = "");
+                                            std::string_view what = "", bool may_block = false);
+
+// InterruptPollTimeout is the poll(2) timeout of a wait that must call the
+// thread's interrupt check: kInterruptCheckInterval when one is installed,
+// else -1 (no timeout).
+int InterruptPollTimeout();
 
 // MakeFileStream takes ownership of `fd`, read from its current offset.
 // `size` is the file's size for a regular file, which then skips by seeking

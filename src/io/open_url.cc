@@ -24,6 +24,7 @@
 #include "wds/byte_stream.h"
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"
+#include "wds/interrupt.h"
 #include "wds/remote.h"
 
 extern char** environ;
@@ -64,7 +65,7 @@ class StdinStream : public ByteStream {
   explicit StdinStream(std::string url) : url_(std::move(url)) {}
 
   absl::StatusOr<size_t> Read(void* buffer, size_t size) override {
-    return ReadFd(STDIN_FILENO, buffer, size, url_);
+    return ReadFd(STDIN_FILENO, buffer, size, url_, "", /*may_block=*/true);
   }
   absl::Status Finish() override { return absl::OkStatus(); }
   const std::string& url() const override { return url_; }
@@ -192,14 +193,14 @@ class PipeStream : public ByteStream {
 
  private:
   // AwaitOutput blocks until stdout is readable or closed, draining whatever
-  // stderr the command writes meanwhile.
+  // stderr the command writes meanwhile, or until the thread's interrupt
+  // check says to give up (wds/interrupt.h).
   absl::Status AwaitOutput() {
     std::array<pollfd, 2> fds = {pollfd{out_.get(), POLLIN, 0}, pollfd{err_.get(), POLLIN, 0}};
     // poll ignores negative descriptors, so closed ones simply drop out.
-    if (poll(fds.data(), fds.size(), -1) < 0) {
-      if (errno == EINTR) return absl::OkStatus();
-      return ErrnoError(errno, Cat(url_, ": poll"));
-    }
+    const int ready = poll(fds.data(), fds.size(), InterruptPollTimeout());
+    if (ready < 0 && errno != EINTR) return ErrnoError(errno, Cat(url_, ": poll"));
+    if (ready <= 0) return CheckInterrupt();
     if (fds[1].revents != 0) return DrainStderr();
     return absl::OkStatus();
   }

@@ -13,6 +13,7 @@
 #include "wds/internal/resume_channel.h"
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"
+#include "wds/interrupt.h"
 #include "wds/placement.h"
 
 namespace wds {
@@ -172,10 +173,19 @@ class WorkerGroup {
   }
 
   // Take returns the next item or error in loader order, or nullopt once every
-  // worker has ended.
-  SampleResult Take() {
+  // worker has ended. When the calling thread's interrupt check gives up
+  // (wds/interrupt.h), Take returns its error with *interrupted set, and
+  // nothing was taken.
+  SampleResult Take(bool* interrupted) {
+    *interrupted = false;
     while (active_ > 0) {
-      std::optional<Entry> entry = ordered_ ? TakeOrdered() : queues_[0]->Pop();
+      absl::StatusOr<std::optional<Entry>> popped =
+          ordered_ ? TakeOrdered() : PopInterruptibly(*queues_[0]);
+      if (!popped.ok()) {
+        *interrupted = true;
+        return popped.status();
+      }
+      std::optional<Entry>& entry = *popped;
       if (!entry.has_value()) return absl::CancelledError("the loader's workers were stopped");
       if (!IsEnd(entry->result)) {
         if (entry->result.ok()) {
@@ -202,6 +212,11 @@ class WorkerGroup {
  private:
   static void Run(const Pipeline& pipeline, const WorkerContext& ctx, BoundedQueue<Entry>& queue,
                   bool endless) {
+    // A worker waiting on a stalled source (a pipe: command) gives up once
+    // the loader stops, so that stopping joins promptly.
+    ScopedInterruptCheck stopped([&queue] {
+      return queue.closed() ? absl::CancelledError("the loader was stopped") : absl::OkStatus();
+    });
     std::unique_ptr<SampleStream> stream = OpenGuarded(pipeline, ctx, endless);
     ResumeChannel& resume = *ctx.resume;
     while (!queue.closed()) {
@@ -224,13 +239,26 @@ class WorkerGroup {
     for (std::thread& t : threads_) t.join();
   }
 
-  // TakeOrdered pops from the next worker in the rotation that has not ended.
-  std::optional<Entry> TakeOrdered() {
+  // TakeOrdered pops from the next worker in the rotation that has not ended;
+  // the rotation moves on only when that worker's turn was taken.
+  absl::StatusOr<std::optional<Entry>> TakeOrdered() {
     const int workers = static_cast<int>(queues_.size());
     while (ended_[cursor_]) cursor_ = (cursor_ + 1) % workers;
-    const int worker = cursor_;
-    cursor_ = (cursor_ + 1) % workers;
-    return queues_[worker]->Pop();
+    absl::StatusOr<std::optional<Entry>> entry = PopInterruptibly(*queues_[cursor_]);
+    if (entry.ok()) cursor_ = (cursor_ + 1) % workers;
+    return entry;
+  }
+
+  // PopInterruptibly pops, waiting in slices while the calling thread has an
+  // interrupt check, and returns the check's error when it gives up.
+  static absl::StatusOr<std::optional<Entry>> PopInterruptibly(BoundedQueue<Entry>& queue) {
+    if (!InterruptCheckInstalled()) return queue.Pop();
+    while (true) {
+      bool timed_out = false;
+      std::optional<Entry> entry = queue.PopFor(kInterruptCheckInterval, &timed_out);
+      if (!timed_out) return entry;
+      WDS_RETURN_IF_ERROR(CheckInterrupt());
+    }
   }
 
   const bool ordered_;
@@ -459,7 +487,9 @@ struct Loader::Impl {
       FinishEpoch(/*failed=*/true);
       return started;
     }
-    SampleResult result = group->Take();
+    bool interrupted = false;
+    SampleResult result = group->Take(&interrupted);
+    if (interrupted) return result;  // the epoch goes on: the next call waits again
     if (!result.ok()) {
       FinishEpoch(/*failed=*/true);
       return result;

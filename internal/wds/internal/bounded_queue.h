@@ -11,6 +11,7 @@
 // Thread-safe.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -51,6 +52,26 @@ class BoundedQueue {
     {
       std::unique_lock<std::mutex> lock(mu_);
       not_empty_.wait(lock, [this] { return closed_ || input_closed_ || !items_.empty(); });
+      if (closed_ || items_.empty()) return std::nullopt;
+      item.emplace(std::move(items_.front()));
+      items_.pop_front();
+    }
+    not_full_.notify_one();
+    return item;
+  }
+
+  // PopFor is Pop that waits at most `timeout`: when the time runs out first
+  // it returns nullopt and sets *timed_out (which is false otherwise).
+  std::optional<T> PopFor(std::chrono::milliseconds timeout, bool* timed_out) {
+    std::optional<T> item;
+    *timed_out = false;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (!not_empty_.wait_for(lock, timeout,
+                               [this] { return closed_ || input_closed_ || !items_.empty(); })) {
+        *timed_out = true;
+        return std::nullopt;
+      }
       if (closed_ || items_.empty()) return std::nullopt;
       item.emplace(std::move(items_.front()));
       items_.pop_front();

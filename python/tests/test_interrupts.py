@@ -1,0 +1,128 @@
+"""Ctrl-C while native code waits: a stalled pipe: command or FIFO must not
+delay KeyboardInterrupt, and nothing may be left behind (no thread, no
+child process)."""
+
+import os
+import signal
+import threading
+import time
+import warnings
+
+import pytest
+
+import webdataset_cpp as wds
+
+
+def children():
+    """PIDs of this process's child processes (every thread's)."""
+    out = set()
+    for tid in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{tid}/children") as f:
+            out |= {int(p) for p in f.read().split()}
+    return out
+
+
+def threads():
+    return len(os.listdir("/proc/self/task"))
+
+
+def process_group_gone(pgid, within=2.0):
+    """Whether process group `pgid` is empty within `within` seconds (its
+    members may take a moment to die and be reaped by init)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+class SigintAfter:
+    """Sends SIGINT to this process `delay` seconds from now (from a timer
+    thread), noting when, and which children existed just before."""
+
+    def __init__(self, delay):
+        self.sent = None
+        self.children = set()
+        self.timer = threading.Timer(delay, self._fire)
+        self.timer.start()
+
+    def _fire(self):
+        self.children = children()
+        self.sent = time.monotonic()
+        os.kill(os.getpid(), signal.SIGINT)
+
+
+def stalled(shards, seconds=60):
+    """A pipe: URL that says nothing for `seconds`, then gives a real shard."""
+    return f"pipe:sleep {seconds} && cat {shards[0]}"
+
+
+def assert_interrupted_promptly(run, expect_children=1):
+    before_threads, before_children = threads(), children()
+    timer = SigintAfter(0.5)
+    with pytest.raises(KeyboardInterrupt):
+        run()
+    elapsed = time.monotonic() - timer.sent
+    assert elapsed < 1.0, elapsed
+    # The command was running (a shell, in its own process group) and is gone.
+    started = timer.children - before_children
+    assert len(started) == expect_children
+    for pid in started:
+        assert process_group_gone(pid)
+    assert children() == before_children
+    assert threads() == before_threads
+
+
+def test_a_stalled_pipe_in_a_single_process_chain(shards):
+    ds = wds.WebDataset(stalled(shards), shardshuffle=False).decode("rgb8").batched(4)
+    assert_interrupted_promptly(lambda: list(ds))
+
+
+def test_handlers_do_not_swallow_the_interrupt(shards):
+    ds = wds.WebDataset([stalled(shards), shards[1]], shardshuffle=False,
+                        handler=wds.warn_and_continue)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert_interrupted_promptly(lambda: list(ds))
+    assert caught == []  # the interrupted shard was not "skipped with a warning"
+
+
+def test_a_stalled_pipe_in_the_native_loader(shards):
+    ds = wds.WebDataset([stalled(shards), stalled(shards)], shardshuffle=False).batched(4)
+    loader = wds.Loader(ds, workers=2)
+    # Both workers are stalled; leaving the loop stops and joins them.
+    assert_interrupted_promptly(lambda: list(loader), expect_children=2)
+    assert not loader._core.running and loader.epoch == 1
+
+
+def test_a_fifo_without_data(tmp_path):
+    fifo = str(tmp_path / "shard.tar")
+    os.mkfifo(fifo)
+    keep_open = os.open(fifo, os.O_RDWR)  # a writer that never writes
+    try:
+        assert_interrupted_promptly(lambda: list(wds.WebDataset(fifo, shardshuffle=False)),
+                                    expect_children=0)
+    finally:
+        os.close(keep_open)
+
+
+def test_a_fifo_without_a_writer(tmp_path):
+    fifo = str(tmp_path / "shard.tar")
+    os.mkfifo(fifo)  # open() itself waits for a writer
+    assert_interrupted_promptly(lambda: list(wds.WebDataset(fifo, shardshuffle=False)),
+                                expect_children=0)
+
+
+def test_a_handler_that_does_not_raise_lets_the_wait_go_on(shards):
+    calls = []
+    previous = signal.signal(signal.SIGINT, lambda *args: calls.append(time.monotonic()))
+    try:
+        ds = wds.WebDataset(stalled(shards, seconds=1), shardshuffle=False)
+        timer = SigintAfter(0.3)
+        keys = [s["__key__"] for s in ds]
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert len(keys) == 10 and len(calls) == 1 and calls[0] - timer.sent < 0.5
