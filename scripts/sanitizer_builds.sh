@@ -7,8 +7,10 @@
 #       fuzz targets of fuzz/ and the tests and tools, on one copy of the library
 #   ${WDS_TSAN_BUILD_DIR:-build-tsan}  ThreadSanitizer: the library and the
 #       tests that run threads
-# Both are RelWithDebInfo (-O2 -g): the sanitizers catch the same errors as at
-# -O0, and the tests and fuzzers run several times faster.
+# Both build at -O2 (the sanitizers catch the same errors as at -O0, and the
+# tests and fuzzers run several times faster) with assertions on (no NDEBUG:
+# broken invariants assert) and line tables only for debug information
+# (reports name files and lines; full -g costs CI minutes of compiling).
 fuzz_build_dir=${WDS_FUZZ_BUILD_DIR:-build-fuzz}
 tsan_build_dir=${WDS_TSAN_BUILD_DIR:-build-tsan}
 
@@ -16,6 +18,8 @@ sanitizer_cmake() {
   local launcher=()
   if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
   CC=clang-14 CXX=clang++-14 cmake -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -gline-tables-only" \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -gline-tables-only" \
     -DWDS_BUILD_BENCHMARKS=OFF -DWDS_BUILD_PYTHON=OFF -DWDS_WITH_TORCH=OFF -DWDS_WITH_CUDA=OFF \
     "${launcher[@]}" "$@" >/dev/null
 }
