@@ -23,8 +23,9 @@ absl::StatusOr<std::unique_ptr<ZstdFileSink>> ZstdFileSink::Create(const std::st
   // Neither call can fail: both values are in range.
   if (level >= 0) ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_compressionLevel, level);
   ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_checksumFlag, 1);
-  if (path == "-")
+  if (path == "-") {
     return std::unique_ptr<ZstdFileSink>(new ZstdFileSink(1, false, std::move(cctx)));
+  }
   const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
   if (fd < 0) return absl::ErrnoToStatus(errno, Cat(path, ": cannot create"));
   return std::unique_ptr<ZstdFileSink>(new ZstdFileSink(fd, true, std::move(cctx)));
