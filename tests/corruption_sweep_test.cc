@@ -1,15 +1,15 @@
 // Truncation and corruption sweeps: a small shard (plain, gzip, zstd) cut at
 // every byte, a bit flipped in every byte of every tar header, and (gzip,
 // zstd) a bit flipped in every byte of the compressed stream, read through
-// the Loader with each handler. Whatever the damage, the reader yields only
-// complete samples whose bytes are the originals', in order, then (with
-// reraise) an error naming the shard and the offset where the reader knows
-// it; a continue handler skips the damaged shard and goes on with the next;
-// every handler counts the one error, and the warn handlers report it once;
-// nothing crashes, hangs or leaks half a sample.
-#include <zstd.h>
-
+// the Loader with each handler. The shards are what TarWriter writes (for
+// gzip, the same tar through libarchive's gzip filter). Whatever the damage,
+// the reader yields only complete samples whose bytes are the originals', in
+// order, then (with reraise) an error naming the shard and the offset where
+// the reader knows it; a continue handler skips the damaged shard and goes on
+// with the next; every handler counts the one error, and the warn handlers
+// report it once; nothing crashes, hangs or leaks half a sample.
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <mutex>
 #include <regex>
@@ -18,9 +18,11 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tar/zstd_file_sink.h"
 #include "test_util.h"
 #include "wds/loader.h"
 #include "wds/pipeline.h"
+#include "wds/tar_writer.h"
 
 namespace wds {
 namespace {
@@ -29,7 +31,6 @@ using testing::Compression;
 using ::testing::Contains;
 using ::testing::HasSubstr;
 using testing::TarEntry;
-using testing::TarFormat;
 
 constexpr int kSamples = 4;
 
@@ -51,20 +52,33 @@ std::vector<TarEntry> Entries(Original& original) {
   return entries;
 }
 
-// ZstdWithChecksum is `data` as one zstd frame with a content checksum, as
-// zstd(1) (and so tar --zstd) writes by default. libarchive's zstd writer
-// (testing::Compress, TarWriter) leaves the checksum out, and in a frame
-// without one a flipped bit in a literal is undetectable: nothing in the frame
-// says what the bytes were (docs/RELIABILITY.md).
-std::string ZstdWithChecksum(const std::string& data) {
-  ZSTD_CCtx* cctx = ZSTD_createCCtx();
-  EXPECT_FALSE(ZSTD_isError(ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1)));
-  std::string out(ZSTD_compressBound(data.size()), '\0');
-  const size_t n = ZSTD_compress2(cctx, out.data(), out.size(), data.data(), data.size());
-  ZSTD_freeCCtx(cctx);
-  EXPECT_FALSE(ZSTD_isError(n));
-  out.resize(n);
-  return out;
+// WrittenShard is `entries` as TarWriter writes them with `compression`.
+std::string WrittenShard(const std::vector<TarEntry>& entries, TarCompression compression) {
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/shard";
+  absl::StatusOr<std::unique_ptr<TarWriter>> w =
+      TarWriter::Create(path, {.compression = compression});
+  EXPECT_TRUE(w.ok()) << w.status();
+  if (!w.ok()) return "";
+  for (const TarEntry& e : entries) EXPECT_TRUE((*w)->WriteMember(e.name, e.data).ok());
+  EXPECT_TRUE((*w)->Close().ok());
+  return testing::ReadFile(path);
+}
+
+// ZstdAsWritten is `data` compressed as TarWriter compresses a zstd shard: one
+// frame with a content checksum. Without the checksum (libarchive's zstd
+// writer, which TarWriter once used) a flipped bit in a literal is
+// undetectable: nothing in the frame says what the bytes were. The frame goes
+// through a file at `path`, removed again (ext4, auto_da_alloc, flushes a truncated and
+// rewritten file to disk on close: reusing one would cost milliseconds each).
+std::string ZstdAsWritten(const std::string& data, const std::string& path) {
+  absl::StatusOr<std::unique_ptr<ZstdFileSink>> sink = ZstdFileSink::Create(path, -1);
+  EXPECT_TRUE(sink.ok()) << sink.status();
+  if (!sink.ok()) return "";
+  EXPECT_TRUE((*sink)->Write(data) && (*sink)->Finish()) << (*sink)->error_message();
+  std::string frame = testing::ReadFile(path);
+  std::remove(path.c_str());
+  return frame;
 }
 
 std::vector<Handler> AllHandlers() {
@@ -186,8 +200,30 @@ class CorruptionSweepTest : public ::testing::TestWithParam<Compression> {
  protected:
   void SetUp() override {
     entries_ = Entries(original_);
-    plain_ = testing::MakeTar(entries_, TarFormat::kUstar);
-    intact_ = Compressed(plain_);
+    plain_ = WrittenShard(entries_, TarCompression::kNone);
+    // Plain ustar headers (no pax): the header sweep finds them by size.
+    size_t size = 1024;  // the end-of-archive blocks
+    for (const TarEntry& e : entries_) size += 512 + (e.data.size() + 511) / 512 * 512;
+    ASSERT_EQ(plain_.size(), size);
+    switch (GetParam()) {
+      case Compression::kNone:
+        intact_ = plain_;
+        break;
+      case Compression::kZstd:
+        intact_ = WrittenShard(entries_, TarCompression::kZstd);
+        // Damaged tars are compressed exactly as the writer compresses.
+        ASSERT_EQ(Compressed(plain_), intact_);
+        break;
+      default: {
+        intact_ = WrittenShard(entries_, TarCompression::kGzip);
+        // The same but for the time stamp in the gzip header (bytes 4-7),
+        // which TarWriter leaves at 0.
+        std::string compressed = Compressed(plain_);
+        ASSERT_GT(compressed.size(), 8u);
+        compressed.replace(4, 4, 4, '\0');
+        ASSERT_EQ(compressed, intact_);
+      }
+    }
     for (const auto& [key, fields] : original_) order_.push_back(key);
   }
   std::string Compressed(const std::string& tar) const {
@@ -195,7 +231,7 @@ class CorruptionSweepTest : public ::testing::TestWithParam<Compression> {
       case Compression::kNone:
         return tar;
       case Compression::kZstd:
-        return ZstdWithChecksum(tar);
+        return ZstdAsWritten(tar, dir_.path() + "/damaged.tar.zst");
       default:
         return testing::Compress(tar, GetParam());
     }
@@ -230,6 +266,7 @@ class CorruptionSweepTest : public ::testing::TestWithParam<Compression> {
     }
   }
 
+  testing::TempDir dir_;  // for the zstd frames of damaged tars
   Original original_;
   std::vector<TarEntry> entries_;
   std::string plain_;

@@ -594,36 +594,48 @@ TEST(WdsShardCreateTest, KilledAtRandomPointsNeverLeavesAPartialShardUnderAFinal
   }
 }
 
+// kCompressions: plain tars are written by libarchive, zstd ones through
+// ZstdFileSink; both must fail alike.
+const std::vector<std::string> kCompressions = {"none", "zst"};
+
 TEST(WdsShardCreateTest, FileSizeLimitIsAnErrorNamingTheFileAndLeavesNothingPartial) {
   if (access("/usr/bin/prlimit", X_OK) != 0) GTEST_SKIP() << "prlimit(1) is needed";
-  TempDir dir;
-  MakeRandomTree(dir, 100);
-  // Shards of ~200 KB against a 100 KB limit on any file written: the first
-  // write past it fails (EFBIG), as on a full disk.
-  ToolRun run = Shell(dir, "/usr/bin/prlimit --fsize=100000 " + kTool +
-                               " create --maxcount 10 --output out/s-%04d.tar in");
-  EXPECT_EQ(run.status, 1) << run.err;
-  EXPECT_THAT(run.err, HasSubstr("out/s-0000.tar"));
-  EXPECT_THAT(run.err, HasSubstr("File too large"));
-  EXPECT_THAT(ListDir(dir.path() + "/out"), ::testing::IsEmpty());
+  for (const std::string& compression : kCompressions) {
+    SCOPED_TRACE(compression);
+    TempDir dir;
+    MakeRandomTree(dir, 100);
+    // Shards of ~200 KB (random bytes: as large compressed) against a 100 KB
+    // limit on any file written: the first write past it fails (EFBIG), as on
+    // a full disk.
+    ToolRun run = Shell(dir, "/usr/bin/prlimit --fsize=100000 " + kTool + " create --compress " +
+                                 compression + " --maxcount 10 --output out/s-%04d.tar in");
+    EXPECT_EQ(run.status, 1) << run.err;
+    EXPECT_THAT(run.err, HasSubstr("out/s-0000.tar"));
+    EXPECT_THAT(run.err, HasSubstr("File too large"));
+    EXPECT_THAT(ListDir(dir.path() + "/out"), ::testing::IsEmpty());
+  }
 }
 
 TEST(WdsShardCreateTest, FullDiskIsAnErrorNamingTheFileAndLeavesNothingPartial) {
-  TempDir dir;
-  MakeRandomTree(dir, 100);
-  std::filesystem::create_directories(dir.path() + "/out");
-  if (testing::RunShell("mount -t tmpfs -o size=300k tmpfs " + dir.path() + "/out 2>/dev/null") !=
-      0) {
-    GTEST_SKIP() << "mounting a small tmpfs needs root";
+  for (const std::string& compression : kCompressions) {
+    SCOPED_TRACE(compression);
+    TempDir dir;
+    MakeRandomTree(dir, 100);
+    std::filesystem::create_directories(dir.path() + "/out");
+    if (testing::RunShell("mount -t tmpfs -o size=300k tmpfs " + dir.path() + "/out 2>/dev/null") !=
+        0) {
+      GTEST_SKIP() << "mounting a small tmpfs needs root";
+    }
+    ToolRun run = Shell(dir, kTool + " create --compress " + compression +
+                                 " --maxcount 10 --output out/s-%04d.tar in");
+    std::vector<std::string> left = ListDir(dir.path() + "/out");
+    testing::RunShell("umount " + dir.path() + "/out");
+    EXPECT_EQ(run.status, 1) << run.err;
+    EXPECT_THAT(run.err, HasSubstr("No space left on device"));
+    EXPECT_THAT(run.err, HasSubstr("out/s-0001.tar"));
+    // The first shard (about 200 KB) was finished and kept; nothing else.
+    EXPECT_THAT(left, ::testing::ElementsAre("s-0000.tar"));
   }
-  ToolRun run = Shell(dir, kTool + " create --maxcount 10 --output out/s-%04d.tar in");
-  std::vector<std::string> left = ListDir(dir.path() + "/out");
-  testing::RunShell("umount " + dir.path() + "/out");
-  EXPECT_EQ(run.status, 1) << run.err;
-  EXPECT_THAT(run.err, HasSubstr("No space left on device"));
-  EXPECT_THAT(run.err, HasSubstr("out/s-0001.tar"));
-  // The first shard (about 200 KB) was finished and kept; nothing else.
-  EXPECT_THAT(left, ::testing::ElementsAre("s-0000.tar"));
 }
 
 TEST(WdsShardCreateTest, NoProgressLineWhenStderrIsNotATerminal) {

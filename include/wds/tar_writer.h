@@ -9,7 +9,7 @@
 // owner "bigdata" (as the reference writer), fields in sorted order, so the
 // same samples give byte-identical shards (gzip output carries no timestamp
 // either). Readers: this library, the reference Python package, GNU tar,
-// bsdtar.
+// bsdtar, and for compressed shards gzip(1) and zstd(1).
 // Thread safety: one thread at a time.
 #pragma once
 
@@ -28,8 +28,16 @@ namespace wds {
 enum class TarCompression { kNone, kGzip, kZstd };
 
 struct TarWriterOptions {
+  // compression: kGzip writes one gzip member (with its CRC-32); kZstd writes
+  // one zstd frame with a content checksum (XXH64), as zstd(1) does by
+  // default, so that a reader detects a flipped bit anywhere in the frame
+  // (where the frame ends: docs/RELIABILITY.md). Shards written before this
+  // library added the checksum (libarchive's zstd writer has none) read as
+  // before, unchecked.
   TarCompression compression = TarCompression::kNone;
-  // level: compressor level; -1 keeps the compressor's default.
+  // level: compressor level, gzip 0..9, zstd 0..22; a negative one (-1) keeps the
+  // compressor's default (gzip 6, zstd 3). Above the range, Create is
+  // InvalidArgument.
   int level = -1;
   // mtime stamped on every member (seconds since the epoch).
   int64_t mtime = 0;

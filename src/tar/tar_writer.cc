@@ -10,17 +10,17 @@
 #include <optional>
 #include <vector>
 
+#include "tar/zstd_file_sink.h"
 #include "wds/internal/strings.h"
 
 namespace wds {
 namespace {
 
-// ArchiveError reports a failed libarchive call, with the system's reason
-// when there is one ("Write error (No space left on device)"): a full disk is
-// the usual cause, and the one the user can act on.
-absl::Status ArchiveError(const std::string& path, struct archive* a, std::string_view what) {
-  const char* message = archive_error_string(a);
-  const int error_number = archive_errno(a);
+// WriteError reports a failed write, with the system's reason when there is
+// one ("Write error (No space left on device)"): a full disk is the usual
+// cause, and the one the user can act on.
+absl::Status WriteError(const std::string& path, std::string_view what, const char* message,
+                        int error_number) {
   const std::string reason = error_number > 0 ? Cat(" (", std::strerror(error_number), ")") : "";
   const absl::StatusCode code =
       error_number == ENOSPC || error_number == EFBIG || error_number == EDQUOT
@@ -28,6 +28,11 @@ absl::Status ArchiveError(const std::string& path, struct archive* a, std::strin
           : absl::StatusCode::kInternal;
   return absl::Status(code,
                       Cat(path, ": ", what, ": ", message ? message : "unknown error", reason));
+}
+
+// ArchiveError reports a failed libarchive call.
+absl::Status ArchiveError(const std::string& path, struct archive* a, std::string_view what) {
+  return WriteError(path, what, archive_error_string(a), archive_errno(a));
 }
 
 int AddFilter(struct archive* a, const TarWriterOptions& options) {
@@ -40,12 +45,26 @@ int AddFilter(struct archive* a, const TarWriterOptions& options) {
       // not to, which would make every run's bytes differ.
       return archive_write_set_filter_option(a, "gzip", "timestamp", nullptr);
     case TarCompression::kZstd:
-      return archive_write_add_filter_zstd(a);
+      // The tar goes out uncompressed, to ZstdFileSink (see OpenOutput).
+      return archive_write_add_filter_none(a);
   }
   return ARCHIVE_FATAL;
 }
 
-int OpenOutput(struct archive* a, const std::string& path) {
+// WriteToZstd is libarchive's output callback for zstd shards.
+la_ssize_t WriteToZstd(struct archive* a, void* sink, const void* data, size_t size) {
+  ZstdFileSink& zstd = *static_cast<ZstdFileSink*>(sink);
+  if (zstd.Write(std::string_view(static_cast<const char*>(data), size))) {
+    return static_cast<la_ssize_t>(size);
+  }
+  archive_set_error(a, zstd.error_number(), "%s", zstd.error_message().c_str());
+  return -1;
+}
+
+// OpenOutput opens `path` ("-": standard output), or starts writing into `zstd`
+// when there is one, which has opened `path` itself.
+int OpenOutput(struct archive* a, const std::string& path, ZstdFileSink* zstd) {
+  if (zstd != nullptr) return archive_write_open2(a, zstd, nullptr, WriteToZstd, nullptr, nullptr);
   if (path == "-") return archive_write_open_fd(a, 1);
   return archive_write_open_filename(a, path.c_str());
 }
@@ -70,8 +89,6 @@ int WriteHeader(struct archive* a, struct archive_entry* entry) {
   return rc == ARCHIVE_WARN ? ARCHIVE_OK : rc;
 }
 
-const char* FilterName(TarCompression c) { return c == TarCompression::kGzip ? "gzip" : "zstd"; }
-
 // FieldBytes is what the reference writer stores for bytes, text and numbers
 // (numbers rendered into `scratch`); arrays and lists need an encoder chosen
 // by the caller (e.g. npy), so they are refused.
@@ -86,52 +103,54 @@ std::optional<std::string_view> FieldBytes(const Value& value, std::string& scra
 }  // namespace
 
 struct TarWriter::State {
-  State(std::string p, TarWriterOptions o, struct archive* a)
-      : path(std::move(p)), options(o), archive(a) {}
+  State(std::string p, TarWriterOptions o) : path(std::move(p)), options(o) {}
   ~State() {
-    if (archive != nullptr) archive_write_free(archive);
+    if (archive == nullptr) return;
+    archive_write_free(archive);  // writes out what it holds, into zstd if there
+    if (zstd != nullptr) (void)zstd->Finish();
   }
 
   std::string path;
   TarWriterOptions options;
-  struct archive* archive;  // null once closed
+  struct archive* archive = archive_write_new();  // null once closed
+  // zstd compresses the tar for TarCompression::kZstd (null otherwise).
+  std::unique_ptr<ZstdFileSink> zstd;
   int64_t bytes_written = 0;
   int64_t tar_bytes = 0;
 };
 
 absl::StatusOr<std::unique_ptr<TarWriter>> TarWriter::Create(const std::string& path,
                                                              TarWriterOptions options) {
-  struct archive* a = archive_write_new();
+  auto state = std::make_unique<State>(path, options);
+  struct archive* a = state->archive;
   // pax_restricted writes plain ustar headers unless a name or size needs pax.
   if (archive_write_set_format_pax_restricted(a) != ARCHIVE_OK ||
       AddFilter(a, options) != ARCHIVE_OK) {
-    absl::Status s = ArchiveError(path, a, "setting up the writer");
-    archive_write_free(a);
-    return s;
+    return ArchiveError(path, a, "setting up the writer");
   }
-  if (options.compression != TarCompression::kNone && options.level >= 0) {
-    std::string level = Cat(options.level);
-    if (archive_write_set_filter_option(a, FilterName(options.compression), "compression-level",
-                                        level.c_str()) != ARCHIVE_OK) {
-      absl::Status s = absl::InvalidArgumentError(
+  if (options.compression == TarCompression::kGzip && options.level >= 0) {
+    if (archive_write_set_filter_option(a, "gzip", "compression-level",
+                                        Cat(options.level).c_str()) != ARCHIVE_OK) {
+      return absl::InvalidArgumentError(
           Cat(path, ": compression level ", options.level, " is out of range"));
-      archive_write_free(a);
-      return s;
     }
   }
   // Tar files are padded to whole 10 KiB records by default; one block suffices.
   archive_write_set_bytes_in_last_block(a, 1);
-  if (OpenOutput(a, path) != ARCHIVE_OK) {
+  if (options.compression == TarCompression::kZstd) {
+    // Checks the level, then creates the file.
+    absl::StatusOr<std::unique_ptr<ZstdFileSink>> zstd = ZstdFileSink::Create(path, options.level);
+    if (!zstd.ok()) return zstd.status();
+    state->zstd = *std::move(zstd);
+  }
+  if (OpenOutput(a, path, state->zstd.get()) != ARCHIVE_OK) {
     // The system's reason decides the code: a missing directory is NotFound.
     const int error_number = archive_errno(a);
-    absl::Status s =
-        error_number > 0
-            ? absl::ErrnoToStatus(error_number, Cat(path, ": cannot create"))
-            : absl::PermissionDeniedError(Cat(path, ": cannot create: ", archive_error_string(a)));
-    archive_write_free(a);
-    return s;
+    return error_number > 0 ? absl::ErrnoToStatus(error_number, Cat(path, ": cannot create"))
+                            : absl::PermissionDeniedError(
+                                  Cat(path, ": cannot create: ", archive_error_string(a)));
   }
-  return std::unique_ptr<TarWriter>(new TarWriter(std::make_unique<State>(path, options, a)));
+  return std::unique_ptr<TarWriter>(new TarWriter(std::move(state)));
 }
 
 TarWriter::TarWriter(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -207,8 +226,14 @@ absl::Status TarWriter::Close() {
   s.tar_bytes = archive_filter_bytes(s.archive, 0);
   absl::Status status =
       rc == ARCHIVE_OK ? absl::OkStatus() : ArchiveError(s.path, s.archive, "closing");
+  // The frame is ended here, not in a libarchive close callback: libarchive
+  // ignores what that returns, and a full disk must not go unreported.
+  if (status.ok() && s.zstd != nullptr && !s.zstd->Finish()) {
+    status = WriteError(s.path, "closing", s.zstd->error_message().c_str(), s.zstd->error_number());
+  }
   archive_write_free(s.archive);
   s.archive = nullptr;
+  s.zstd.reset();
   return status;
 }
 
