@@ -66,6 +66,7 @@ def assert_interrupted_promptly(run, expect_children=1):
     with pytest.raises(KeyboardInterrupt):
         run()
     elapsed = time.monotonic() - timer.sent
+    timer.timer.join()  # the timer's own thread may still be finishing after the kill
     assert elapsed < 1.0, elapsed
     # The command was running (a shell, in its own process group) and is gone.
     started = timer.children - before_children
