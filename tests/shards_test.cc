@@ -232,6 +232,16 @@ TEST(ExpandBracesTest, HugeExpansionIsInvalidArgument) {
   ExpectInvalid("{0..9999}{0..9999}", "expands to more than 16777216 names");
 }
 
+TEST(ExpandBracesTest, ExpansionToTooManyBytesIsRefusedBeforeItIsMade) {
+  // 2^20 names are allowed, but not 2^20 copies of a 1 KiB literal (1 GiB).
+  const std::string blob(1024, 'x');
+  ExpectInvalid("{0..1048575}" + blob, "expands to more than 268435456 bytes of names");
+  ExpectInvalid(blob + "{0..1048575}", "expands to more than 268435456 bytes of names");
+  ExpectInvalid("{" + blob + "a," + blob + "b}{0..262143}",
+                "expands to more than 268435456 bytes of names");
+  EXPECT_EQ(Expand("{0..262143}" + std::string(100, 'x')).size(), 262144u);
+}
+
 // --- "::" lists ------------------------------------------------------------
 
 TEST(ExpandUrlsTest, SplitsOnDoubleColonThenExpandsEachPart) {
@@ -239,6 +249,15 @@ TEST(ExpandUrlsTest, SplitsOnDoubleColonThenExpandsEachPart) {
   ASSERT_TRUE(urls.ok()) << urls.status();
   EXPECT_THAT(*urls, ElementsAre("a/train-000.tar", "a/train-001.tar", "a/train-002.tar",
                                  "b/extra.tar", "c1", "c2"));
+}
+
+TEST(ExpandUrlsTest, TheLimitsBoundTheWholeList) {
+  // Each part is within the limit on bytes; together they are not.
+  const std::string part = "{0..131071}" + std::string(1024, 'x');  // 128 MiB and a little
+  absl::StatusOr<Names> urls = ExpandUrls(part + "::" + part);
+  EXPECT_EQ(urls.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(urls.status().message()),
+              HasSubstr("expands to more than 268435456 bytes of names"));
 }
 
 TEST(ExpandUrlsTest, SingleColonIsNotASeparator) {

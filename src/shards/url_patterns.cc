@@ -13,14 +13,36 @@ namespace {
 
 using Names = std::vector<std::string>;
 
-// A pattern expanding to more names than this is almost surely a typo
-// ("{0..99999999999}"), and would exhaust memory before anything could read it.
+// A pattern expanding to more names, or to more bytes of names, than these is
+// almost surely a typo ("{0..99999999999}", a range before a pasted blob), and
+// would exhaust memory before anything could read it. Both bound a whole
+// "::" list as well as each pattern.
 constexpr uint64_t kMaxNames = uint64_t{1} << 24;
+constexpr uint64_t kMaxBytes = uint64_t{1} << 28;
 // Expansion recurses once per nesting level; this bounds the stack it needs.
 constexpr size_t kMaxDepth = 100;
 
 absl::Status TooManyNames() {
   return absl::InvalidArgumentError(Cat("it expands to more than ", kMaxNames, " names"));
+}
+
+absl::Status TooManyBytes() {
+  return absl::InvalidArgumentError(Cat("it expands to more than ", kMaxBytes, " bytes of names"));
+}
+
+uint64_t TotalBytes(const Names& names) {
+  uint64_t bytes = 0;
+  for (const std::string& s : names) bytes += s.size();
+  return bytes;
+}
+
+// CheckAppend says whether `names` more names of `bytes` bytes may join a list
+// that holds `have_names` of `have_bytes`.
+absl::Status CheckAppend(uint64_t have_names, uint64_t have_bytes, uint64_t names,
+                         uint64_t bytes) {
+  if (have_names + names > kMaxNames) return TooManyNames();
+  if (have_bytes + bytes > kMaxBytes) return TooManyBytes();
+  return absl::OkStatus();
 }
 
 // CheckBalanced rejects a stray '}', an unclosed '{' or absurd nesting, naming
@@ -199,9 +221,12 @@ absl::StatusOr<Names> ExpandGroup(std::string_view body) {
     for (std::string& s : out) s = Cat('{', s, '}');
     return out;
   }
+  uint64_t bytes = 0;
   for (std::string_view item : items) {
     WDS_ASSIGN_OR_RETURN(Names names, ExpandPattern(item));
-    if (out.size() + names.size() > kMaxNames) return TooManyNames();
+    const uint64_t item_bytes = TotalBytes(names);
+    WDS_RETURN_IF_ERROR(CheckAppend(out.size(), bytes, names.size(), item_bytes));
+    bytes += item_bytes;
     for (std::string& s : names) out.push_back(std::move(s));
   }
   return out;
@@ -210,11 +235,16 @@ absl::StatusOr<Names> ExpandGroup(std::string_view body) {
 // AppendEach replaces `prefixes` by their product with `suffixes`, the left
 // side varying slowest.
 absl::Status AppendEach(Names& prefixes, const Names& suffixes) {
+  // Each prefix appears once per suffix and each suffix once per prefix.
+  // Both factors are at most kMaxNames (2^24) and their byte totals at most
+  // kMaxBytes (2^28), so no product below overflows 64 bits.
+  const uint64_t bytes =
+      TotalBytes(prefixes) * suffixes.size() + TotalBytes(suffixes) * prefixes.size();
+  WDS_RETURN_IF_ERROR(CheckAppend(0, 0, uint64_t{prefixes.size()} * suffixes.size(), bytes));
   if (suffixes.size() == 1) {
     for (std::string& p : prefixes) p += suffixes[0];
     return absl::OkStatus();
   }
-  if (prefixes.size() * suffixes.size() > kMaxNames) return TooManyNames();
   Names out;
   out.reserve(prefixes.size() * suffixes.size());
   for (const std::string& p : prefixes) {
@@ -264,6 +294,7 @@ absl::StatusOr<std::vector<std::string>> ExpandBraces(std::string_view pattern) 
 
 absl::StatusOr<std::vector<std::string>> ExpandUrls(std::string_view urls) {
   std::vector<std::string> out;
+  uint64_t bytes = 0;
   size_t start = 0;
   while (true) {
     const size_t sep = urls.find("::", start);
@@ -273,6 +304,12 @@ absl::StatusOr<std::vector<std::string>> ExpandUrls(std::string_view urls) {
           Cat("shard list \"", urls, "\" has an empty URL at position ", start));
     }
     WDS_ASSIGN_OR_RETURN(std::vector<std::string> names, ExpandBraces(part));
+    const uint64_t part_bytes = TotalBytes(names);
+    if (absl::Status fits = CheckAppend(out.size(), bytes, names.size(), part_bytes); !fits.ok()) {
+      return absl::InvalidArgumentError(
+          Cat("shard list \"", urls.substr(0, 200), "\": ", ToStd(fits.message())));
+    }
+    bytes += part_bytes;
     for (std::string& name : names) {
       if (name.empty()) {
         return absl::InvalidArgumentError(Cat("brace pattern \"", part, "\" yields an empty URL"));
