@@ -38,8 +38,7 @@ uint64_t TotalBytes(const Names& names) {
 
 // CheckAppend says whether `names` more names of `bytes` bytes may join a list
 // that holds `have_names` of `have_bytes`.
-absl::Status CheckAppend(uint64_t have_names, uint64_t have_bytes, uint64_t names,
-                         uint64_t bytes) {
+absl::Status CheckAppend(uint64_t have_names, uint64_t have_bytes, uint64_t names, uint64_t bytes) {
   if (have_names + names > kMaxNames) return TooManyNames();
   if (have_bytes + bytes > kMaxBytes) return TooManyBytes();
   return absl::OkStatus();
