@@ -12,7 +12,8 @@
 #        against in-process servers) under ThreadSanitizer, in ${WDS_TSAN_BUILD_DIR:-build-tsan}.
 #
 # Each test binary runs as one process (much faster than ctest's process per test case), two at
-# a time (the longest as two gtest shards); a failing one's output is printed whole. Ends with
+# a time (the longest as two gtest shards), for at most ${WDS_SANITIZE_TIMEOUT:-900} seconds (a
+# deadlock fails the run instead of hanging CI); a failing one's output is printed whole. Ends with
 # "sanitize: N passed, M failed" (processes) and exits non-zero when any failed or a sanitizer
 # reported anything.
 set -euo pipefail
@@ -36,6 +37,7 @@ tsan_tests=(loader_test resume_test sample_split_test memory_test bounded_queue_
 # gtest shards, so that both cores work until the end.
 declare -A shards=([corruption_sweep_test]=2)
 
+time_limit=${WDS_SANITIZE_TIMEOUT:-900}
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 passed=0
@@ -52,7 +54,8 @@ run_tests() {
     n=${shards[$t]:-1}
     for ((i = 0; i < n; i++)); do
       while ((${#pids[@]} >= 2)); do wait_one; done
-      (cd "$dir/tests" && GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$i exec "./$t" --gtest_brief=1) \
+      (cd "$dir/tests" && GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$i \
+        exec timeout -k 10 "$time_limit" "./$t" --gtest_brief=1) \
         >"$logs/$label-$t-$i.log" 2>&1 &
       pids[$!]=$t-$i
       started[$!]=$SECONDS
@@ -79,7 +82,9 @@ wait_one() {
       "$((SECONDS - started[$pid])) s)"
   else
     failed+=("$label/$t")
-    echo "$label: $t FAILED (exit $status):" >&2
+    local why="exit $status"
+    ((status != 124 && status != 137)) || why="killed after the $time_limit s limit"
+    echo "$label: $t FAILED ($why):" >&2
     cat "$log" >&2
   fi
 }
