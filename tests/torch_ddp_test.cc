@@ -90,14 +90,19 @@ std::vector<int64_t> JsonInts(const std::string& json, const std::string& name) 
 
 class DdpTest : public ::testing::Test {
  protected:
+  explicit DdpTest(std::vector<int> sizes = {std::begin(kShardSizes), std::end(kShardSizes)})
+      : sizes_(std::move(sizes)) {}
+
   void SetUp() override {
-    for (int s = 0; s < 5; ++s) {
-      shards_.push_back(
-          dir_.Write("shard-" + std::to_string(s) + ".tar", MakeShard(s, kShardSizes[s])));
+    for (size_t s = 0; s < sizes_.size(); ++s) {
+      shards_.push_back(dir_.Write("shard-" + std::to_string(s) + ".tar",
+                                   MakeShard(static_cast<int>(s), sizes_[s])));
     }
   }
 
-  std::string Pattern() const { return dir_.path() + "/shard-{0..4}.tar"; }
+  std::string Pattern() const {
+    return dir_.path() + "/shard-{0.." + std::to_string(sizes_.size() - 1) + "}.tar";
+  }
 
   // Train runs `world` ranks of wds-train (each killed after 50 s at most)
   // and collects their results.
@@ -150,9 +155,19 @@ class DdpTest : public ::testing::Test {
     return std::set<std::string>(keys.begin(), keys.end()).size();
   }
 
+  const std::vector<int> sizes_;
   testing::TempDir dir_;
   std::vector<std::string> shards_;
   int runs_ = 0;
+};
+
+// The case that whole-shard splitting cannot balance: 7 shards of 5 to 610
+// samples (1,385 in all) over 3 ranks, batch 32. Split by shards, one rank's
+// shards held fewer samples than a batch, so dropping trained 0 steps, and
+// wrapping repeated that rank's few samples dozens of times.
+class SevenUnevenShardsDdpTest : public DdpTest {
+ protected:
+  SevenUnevenShardsDdpTest() : DdpTest({5, 610, 40, 300, 120, 90, 220}) {}
 };
 
 // Rank 0 reads shards 0, 2, 4 (170 samples: 17 batches of 10), rank 1 shards
@@ -215,7 +230,9 @@ TEST_F(DdpTest, SampleSplitGivesEveryRankAnEqualShare) {
     EXPECT_THAT(r.samples, ElementsAre(384, 384)) << r.json;
   }
   EXPECT_THAT(results[0].stderr, HasSubstr("split samples, equalize drop"));
-  EXPECT_THAT(results[0].stderr, HasSubstr("epoch 0: rank 0 holds 390 samples"));
+  EXPECT_THAT(results[0].stderr,
+              HasSubstr("epoch 0: 1170 samples over 3 rank(s), 390 each; equalize drop: batches "
+                        "per rank 24 24 24 -> 24 steps; 1152 samples trained, 18 left out"));
   std::set<std::string> epochs[2];
   for (int epoch : {0, 1}) {
     const std::vector<std::string> keys = AllKeys(results, epoch);
@@ -224,6 +241,50 @@ TEST_F(DdpTest, SampleSplitGivesEveryRankAnEqualShare) {
     epochs[epoch].insert(keys.begin(), keys.end());
   }
   EXPECT_NE(epochs[0], epochs[1]);
+}
+
+// wds-train's defaults (sample split, drop) on the seven uneven shards: each
+// rank holds 461 or 462 samples, 14 full batches of 32, so every rank runs 14
+// steps in each epoch, 3 * 14 * 32 = 1,344 distinct samples are trained per
+// epoch and the 41 left out (the partial batches) differ between epochs.
+TEST_F(SevenUnevenShardsDdpTest, DefaultsGiveEqualStepsAndTrainAllButThePartialBatches) {
+  std::vector<RankResult> results = Train(3, "--epochs 2 --batch-size 32 --seed 3");
+  for (const RankResult& r : results) {
+    ASSERT_EQ(r.exit_code, 0) << r.stderr;
+    EXPECT_THAT(r.batches, ElementsAre(14, 14)) << r.json;
+    EXPECT_THAT(r.samples, ElementsAre(448, 448)) << r.json;
+  }
+  for (int epoch : {0, 1}) {
+    EXPECT_THAT(results[0].stderr,
+                HasSubstr("epoch " + std::to_string(epoch) +
+                          ": 1385 samples over 3 rank(s), 461 to 462 each; equalize drop: batches "
+                          "per rank 14 14 14 -> 14 steps; 1344 samples trained, 41 left out"));
+  }
+  std::set<std::string> trained[2];
+  for (int epoch : {0, 1}) {
+    const std::vector<std::string> keys = AllKeys(results, epoch);
+    EXPECT_EQ(keys.size(), 1344u);
+    trained[epoch].insert(keys.begin(), keys.end());
+    EXPECT_EQ(trained[epoch].size(), 1344u) << "a sample was trained on twice in epoch " << epoch;
+  }
+  EXPECT_NE(trained[0], trained[1]);
+}
+
+// ... and with --equalize wrap every one of the 1,385 samples is trained in
+// each epoch, exactly once: 15 steps on every rank (14 full batches and a
+// partial one of 13 or 14 samples), none of them from a next pass.
+TEST_F(SevenUnevenShardsDdpTest, WrapTrainsEverySampleOfTheEpoch) {
+  std::vector<RankResult> results = Train(3, "--epochs 1 --batch-size 32 --equalize wrap");
+  for (const RankResult& r : results) {
+    ASSERT_EQ(r.exit_code, 0) << r.stderr;
+    EXPECT_THAT(r.batches, ElementsAre(15)) << r.json;
+  }
+  const std::vector<std::string> keys = AllKeys(results, 0);
+  EXPECT_EQ(Distinct(keys), 1385u);
+  EXPECT_EQ(keys.size(), 1385u);
+  EXPECT_THAT(results[0].stderr,
+              HasSubstr("epoch 0: 1385 samples over 3 rank(s), 461 to 462 each; equalize wrap: "
+                        "batches per rank 15 15 15 -> 15 steps; every sample trained"));
 }
 
 // Two loader workers per rank: rank 0's workers hold 120 and 50 samples (12 and

@@ -14,15 +14,16 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <csignal>
 #include <chrono>
 #include <cinttypes>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <numeric>
 #include <optional>
 #include <regex>
 #include <sstream>
@@ -226,7 +227,8 @@ Options ParseOptions(int argc, char** argv) {
       if (value != "samples" && value != "shards") {
         Die("--split wants samples or shards, not \"" + std::string(value) + "\"");
       }
-      o.split = value == "samples" ? wds::SplitGranularity::kSamples : wds::SplitGranularity::kShards;
+      o.split =
+          value == "samples" ? wds::SplitGranularity::kSamples : wds::SplitGranularity::kShards;
     } else if (flag == "--equalize") {
       absl::StatusOr<wds::EqualizePolicy> policy = wds::ParseEqualizePolicy(value);
       if (!policy.ok()) Die(Message(policy.status()));
@@ -583,7 +585,7 @@ class Run {
           counts_);
       if (!plan.ok()) Die(Message(plan.status()));
       const wds::EqualizedSteps steps = wds::AgreeOnSteps(dist_, *plan, o_.equalize);
-      if (dist_.is_main()) LogPlan(epoch, *plan, steps);
+      LogPlan(epoch, *plan, steps);
       recipe = recipe.WithLength(steps.steps);
     }
     auto loader = std::make_unique<wds::Loader>(
@@ -596,11 +598,36 @@ class Run {
     return loader;
   }
 
+  // LogPlan has rank 0 report what the epoch will train: the samples of all
+  // ranks, each rank's share, the agreed steps and, under kDrop, how many
+  // samples they reach and how many are left out. Every rank must call it
+  // (it gathers the ranks' counts).
   void LogPlan(int epoch, const wds::RankEpochPlan& plan, const wds::EqualizedSteps& steps) const {
-    std::cerr << "epoch " << epoch << ": rank 0 holds " << plan.samples() << " samples; equalize "
-              << wds::EqualizePolicyName(o_.equalize) << ": batches per rank";
+    const std::vector<int64_t> held = dist_.AllGather(plan.samples());
+    const int64_t trained =
+        o_.equalize == wds::EqualizePolicy::kDrop
+            ? dist_.AllReduce(plan.SamplesInFirst(steps.steps), wds::ReduceOp::kSum)
+            : 0;
+    if (!dist_.is_main()) return;
+    const int64_t total = std::accumulate(held.begin(), held.end(), int64_t{0});
+    const auto [fewest, most] = std::minmax_element(held.begin(), held.end());
+    std::cerr << "epoch " << epoch << ": " << total << " samples over " << held.size()
+              << " rank(s), " << *fewest << (*most != *fewest ? " to " + std::to_string(*most) : "")
+              << " each; equalize " << wds::EqualizePolicyName(o_.equalize) << ": batches per rank";
     for (int64_t p : steps.proposals) std::cerr << " " << p;
-    std::cerr << " -> " << steps.steps << " steps\n";
+    std::cerr << " -> " << steps.steps << " steps";
+    switch (o_.equalize) {
+      case wds::EqualizePolicy::kDrop:
+        std::cerr << "; " << trained << " samples trained, " << total - trained
+                  << " left out (the partial batches and the ranks' excess)\n";
+        break;
+      case wds::EqualizePolicy::kWrap:
+        std::cerr << "; every sample trained, ranks that run out continue into their next pass\n";
+        break;
+      case wds::EqualizePolicy::kOff:
+        std::cerr << "\n";
+        break;
+    }
   }
 
   // NextBatch takes the next batch, timing the wait; with --join every rank
@@ -653,8 +680,9 @@ class Run {
     if (!state.ok()) Die("checkpoint: " + Message(state.status()));
     const torch::Tensor rng = torch::globalContext().defaultGenerator(torch::kCPU).get_state();
     std::ostringstream text;
-    text << kRankStateHeader << "\n" << stats.batches << " " << stats.samples << " "
-         << stats.correct << " " << std::hexfloat << stats.loss_sum << std::defaultfloat << "\n";
+    text << kRankStateHeader << "\n"
+         << stats.batches << " " << stats.samples << " " << stats.correct << " " << std::hexfloat
+         << stats.loss_sum << std::defaultfloat << "\n";
     const auto* bytes = rng.data_ptr<uint8_t>();
     char hex[3];
     for (int64_t i = 0; i < rng.numel(); ++i) {
