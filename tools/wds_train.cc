@@ -514,7 +514,32 @@ class Trainer {
   std::unique_ptr<wds::GradientSync> grads_;
 };
 
-constexpr const char* kRankStateHeader = "wds-train rank state v1";
+// A rank state holds, a line each: this header, the epoch's counters, the CPU
+// generator's state, the training device's generator state (empty on CPU)
+// and the loader's state. (v1 lacked the device's line.)
+constexpr const char* kRankStateHeader = "wds-train rank state v2";
+
+// GeneratorHex is the state of `device`'s default random generator, in hex.
+std::string GeneratorHex(torch::Device device) {
+  const torch::Tensor state = torch::globalContext().defaultGenerator(device).get_state();
+  std::string hex(2 * state.numel(), '0');
+  const auto* bytes = state.data_ptr<uint8_t>();
+  for (int64_t i = 0; i < state.numel(); ++i) {
+    std::snprintf(&hex[2 * i], 3, "%02x", bytes[i]);
+  }
+  return hex;
+}
+
+// RestoreGenerator sets `device`'s default generator to a GeneratorHex state.
+void RestoreGenerator(torch::Device device, const std::string& hex) {
+  torch::Tensor state = torch::empty({static_cast<int64_t>(hex.size() / 2)}, torch::kUInt8);
+  for (int64_t i = 0; i < state.numel(); ++i) {
+    state.data_ptr<uint8_t>()[i] =
+        static_cast<uint8_t>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  }
+  at::Generator generator = torch::globalContext().defaultGenerator(device);  // shares its state
+  generator.set_state(state);
+}
 
 std::vector<std::string> ExpandOrDie(const std::string& pattern) {
   absl::StatusOr<std::vector<std::string>> shards = wds::ExpandUrls(pattern);
@@ -678,18 +703,15 @@ class Run {
   void SaveMidEpoch(CheckpointAt at, const wds::Loader& loader, const EpochStats& stats) {
     absl::StatusOr<std::string> state = loader.State();
     if (!state.ok()) Die("checkpoint: " + Message(state.status()));
-    const torch::Tensor rng = torch::globalContext().defaultGenerator(torch::kCPU).get_state();
+    // Dropout draws from the training device's generator, the rest from the CPU's.
+    const torch::Device device = dist_.device();
     std::ostringstream text;
     text << kRankStateHeader << "\n"
          << stats.batches << " " << stats.samples << " " << stats.correct << " " << std::hexfloat
-         << stats.loss_sum << std::defaultfloat << "\n";
-    const auto* bytes = rng.data_ptr<uint8_t>();
-    char hex[3];
-    for (int64_t i = 0; i < rng.numel(); ++i) {
-      std::snprintf(hex, sizeof(hex), "%02x", bytes[i]);
-      text << hex;
-    }
-    text << "\n" << *state << "\n";
+         << stats.loss_sum << std::defaultfloat << "\n"
+         << GeneratorHex(torch::kCPU) << "\n"
+         << (device.is_cuda() ? GeneratorHex(device) : "") << "\n"
+         << *state << "\n";
     std::filesystem::create_directories(o_.checkpoint_dir);
     const std::string path = trainer_.RankStatePath(at);
     const std::string temporary = wds::TemporaryPath(path);
@@ -708,22 +730,24 @@ class Run {
   void LoadRankState(CheckpointAt at, wds::Loader& loader, EpochStats& stats) {
     const std::string path = trainer_.RankStatePath(at);
     std::ifstream in(path, std::ios::binary);
-    std::string header, counters, rng_hex, state;
-    if (!std::getline(in, header) || header != kRankStateHeader || !std::getline(in, counters) ||
-        !std::getline(in, rng_hex) || !std::getline(in, state)) {
-      Die("checkpoint: cannot read " + path + " (missing or not a wds-train rank state)");
+    std::string header, counters, cpu_rng, device_rng, state;
+    const bool read = std::getline(in, header) && header == kRankStateHeader &&
+                      std::getline(in, counters) && std::getline(in, cpu_rng) &&
+                      std::getline(in, device_rng) && std::getline(in, state);
+    if (!read) {
+      Die("checkpoint: cannot read " + path + " (missing or not a " + kRankStateHeader + ")");
+    }
+    const torch::Device device = dist_.device();
+    if (device.is_cuda() && device_rng.empty()) {
+      Die("checkpoint: " + path + " holds no generator state of " + device.str() +
+          " (it was written by a run on the CPU)");
     }
     std::istringstream numbers(counters);
     std::string loss;
     numbers >> stats.batches >> stats.samples >> stats.correct >> loss;
     stats.loss_sum = std::strtod(loss.c_str(), nullptr);
-    torch::Tensor rng = torch::empty({static_cast<int64_t>(rng_hex.size() / 2)}, torch::kUInt8);
-    for (int64_t i = 0; i < rng.numel(); ++i) {
-      rng.data_ptr<uint8_t>()[i] =
-          static_cast<uint8_t>(std::stoi(rng_hex.substr(2 * i, 2), nullptr, 16));
-    }
-    at::Generator generator = torch::globalContext().defaultGenerator(torch::kCPU);
-    generator.set_state(rng);
+    RestoreGenerator(torch::kCPU, cpu_rng);
+    if (device.is_cuda()) RestoreGenerator(device, device_rng);
     if (absl::Status s = loader.Restore(state); !s.ok()) Die(path + ": " + Message(s));
   }
 
