@@ -325,15 +325,27 @@ absl::Status TarReader::State::OpenArchive() {
   }
   ar = archive_read_new();
   if (ar == nullptr) return absl::ResourceExhaustedError("archive_read_new failed");
-  // Only the compressors a shard may use, by name: support_filter_all would
-  // also run external programs (lrzip, grzip, lzop) on whatever bytes come in.
-  archive_read_support_filter_bzip2(ar);
-  archive_read_support_filter_xz(ar);
-  archive_read_support_filter_lzma(ar);
-  archive_read_support_filter_zstd(ar);
-  archive_read_support_filter_lz4(ar);
   archive_read_support_format_tar(ar);
   archive_read_set_format_option(ar, "tar", "read_concatenated_archives", "1");
+  if (base > 0) {
+    // The input starts at a header inside an uncompressed tar (seeked or
+    // inflated to): no filter may claim it, and the format is known. Without
+    // set_format libarchive would bid on that header as on a first one, with
+    // stricter checks of its number fields than when it reads the same header
+    // in sequence, and refuse what a full read accepts. (After the option:
+    // setting an option forgets a format that was set.)
+    if (archive_read_set_format(ar, ARCHIVE_FORMAT_TAR) != ARCHIVE_OK) {
+      return absl::InternalError(Cat("archive_read_set_format: ", ArchiveMessage(ar)));
+    }
+  } else {
+    // Only the compressors a shard may use, by name: support_filter_all would
+    // also run external programs (lrzip, grzip, lzop) on whatever bytes come in.
+    archive_read_support_filter_bzip2(ar);
+    archive_read_support_filter_xz(ar);
+    archive_read_support_filter_lzma(ar);
+    archive_read_support_filter_zstd(ar);
+    archive_read_support_filter_lz4(ar);
+  }
   archive_read_set_read_callback(ar, &ReadCallback);
   archive_read_set_skip_callback(ar, &SkipCallback);
   archive_read_set_callback_data(ar, this);
