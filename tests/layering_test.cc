@@ -62,6 +62,7 @@ const std::map<std::string, std::string> kHeaderLayers = {
     {"wds/internal/bounded_queue.h", "base"},
     {"wds/internal/resume_channel.h", "base"},
     {"wds/internal/shard_roller.h", "tar"},
+    {"wds/internal/shard_scan.h", "tar"},
     {"wds/internal/status_macros.h", "base"},
     {"wds/internal/strings.h", "base"},
     {"wds/internal/tar_grouping.h", "tar"},

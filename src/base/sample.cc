@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "base/value_kind.h"
+
 namespace wds {
 
 const Value* Sample::Find(std::string_view name) const {
