@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "batch/collate.h"
 #include "benchmark/benchmark.h"
 #include "wds/batch.h"
 #include "wds/buffer_pool.h"

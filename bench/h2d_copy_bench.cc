@@ -38,6 +38,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/host_allocator.h"
 #include "wds/buffer_pool.h"
 #include "wds/loader.h"
 #include "wds/pipeline.h"

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "tar/index_lookup.h"
 #include "wds/shard_index.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

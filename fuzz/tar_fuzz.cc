@@ -13,7 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "tar/index_lookup.h"
 #include "wds/byte_stream.h"
+#include "wds/internal/shard_scan.h"
 #include "wds/internal/tar_grouping.h"
 #include "wds/shard_index.h"
 

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "batch/collate.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "test_util.h"

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/host_allocator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "test_util.h"

@@ -10,6 +10,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "loader/launcher_env.h"
 #include "loader/slurm_nodelist.h"
 
 namespace wds {

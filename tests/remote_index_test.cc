@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "remote_test_util.h"
+#include "tar/index_lookup.h"
 #include "test_util.h"
 #include "wds/internal/strings.h"
 #include "wds/loader.h"

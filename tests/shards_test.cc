@@ -8,6 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "shards/shard_streams.h"
+#include "shards/url_patterns.h"
 #include "wds/internal/strings.h"
 #include "wds/shard_list.h"
 

@@ -634,6 +634,17 @@ TEST(SplitMemberNameTest, NewlinesFollowTheReferenceRegex) {
   EXPECT_EQ(Split("a.b\n"), KF("a", "b\n"));
 }
 
+TEST(IsWritableKeyTest, BasenameMustBeNonEmptyAndDotFree) {
+  for (std::string_view key : {"a", "dir/a", "dir.x/a", "a b", "/a", "a/b/c"}) {
+    EXPECT_TRUE(IsWritableKey(key)) << key;
+    // What the writers accept reads back under the same key.
+    EXPECT_EQ(Split(std::string(key) + ".seg.jpg"), KF(std::string(key), "seg.jpg")) << key;
+  }
+  for (std::string_view key : {"", "a.b", "dir/a.b", "dir/", "/", ".hidden", "dir/.hidden", "a."}) {
+    EXPECT_FALSE(IsWritableKey(key)) << key;
+  }
+}
+
 TEST(IsMetadataNameTest, TopLevelDunderNames) {
   EXPECT_TRUE(IsMetadataName("__key__"));
   EXPECT_TRUE(IsMetadataName("__"));

@@ -24,6 +24,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "loader/launcher_env.h"
 #include "test_util.h"
 #include "wds/torch/distributed.h"
 

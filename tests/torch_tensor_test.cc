@@ -17,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
+#include "torch/torch_dtype.h"
 #include "wds/loader.h"
 #include "wds/pipeline.h"
 #include "wds/torch/prefetcher.h"
@@ -599,11 +600,8 @@ TEST(DevicePrefetcherTest, StateExcludesTheBatchDrawnAheadAndRestoresExactly) {
     }
     urls.push_back(dir.Write("s" + std::to_string(s) + ".tar", testing::MakeTar(entries)));
   }
-  const Pipeline recipe = WebDataset(urls, {.seed = 3, .shardshuffle = true})
-                              .value()
-                              .Shuffle(4, 2)
-                              .Decode()
-                              .Batched(2);
+  const Pipeline recipe =
+      WebDataset(urls, {.seed = 3, .shardshuffle = true}).value().Shuffle(4, 2).Decode().Batched(2);
   auto labels = [](DevicePrefetcher& p, int64_t n) {
     std::vector<int64_t> out;
     for (int64_t i = 0; i < n; ++i) {

@@ -33,10 +33,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
-#include <vector>
+#include <string_view>
 
-#include "absl/status/statusor.h"
-#include "wds/buffer_pool.h"
 #include "wds/error.h"
 #include "wds/sample.h"
 #include "wds/stage.h"
@@ -75,11 +73,5 @@ struct BatchOptions {
 // the stream owns. batch_size 0 without a budget makes it a FailingStage
 // (InvalidArgument).
 StageFactory BatchedStage(size_t batch_size, BatchOptions options = {});
-
-// Collate turns `samples` (REQUIRES: not empty) into one batch, taking every
-// array's storage from `pool`. Errors name the URL and key of the sample at
-// fault and the field.
-[[nodiscard]] absl::StatusOr<Batch> Collate(const std::vector<Sample>& samples,
-                                            const BatchOptions& options, BufferPool& pool);
 
 }  // namespace wds

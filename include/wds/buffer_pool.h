@@ -1,24 +1,21 @@
-// Host memory for batches: allocators (plain aligned or CUDA page-locked) and
+// Host memory for batches: the allocator interface, the aligned allocator, and
 // a pool that recycles batch buffers.
 //
-//   absl::StatusOr<wds::BatchAllocator> chosen =
-//       wds::DefaultBatchAllocator(/*pin_memory=*/true, /*device=*/3);  // error: no GPU 3
-//   if (!chosen->note.empty()) Log(chosen->note);  // why it is not pinned
-//   auto pool = std::make_shared<wds::BufferPool>(chosen->allocator);
+//   auto pool = std::make_shared<wds::BufferPool>(wds::AlignedHostAllocator());
 //   absl::StatusOr<wds::Buffer> slot = pool->Acquire(64 * 224 * 224 * 3);
 //   // ... fill slot->mutable_data(), share it; when the last copy of the
 //   // Buffer (or an Array, or a tensor deleter holding one) drops, the storage
 //   // goes back to the pool for the next Acquire of the same size class.
 //
-// wds::core has no CUDA headers in its API: the pinned allocator is compiled
-// only when the CUDA toolkit was found at build time, and chosen at run time
-// only when a device is present.
+// Page-locked (CUDA pinned) batches come from the Loader: LoaderOptions::
+// pin_memory. wds::core has no CUDA headers in its API: the pinned allocator
+// is compiled only when the CUDA toolkit was found at build time, and chosen
+// at run time only when a device is present.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <string>
 #include <string_view>
 
 #include "absl/status/statusor.h"
@@ -53,33 +50,6 @@ class HostAllocator {
 // slab is returned when its last block is). Meant to sit under a BufferPool,
 // which recycles blocks by size class.
 std::shared_ptr<HostAllocator> AlignedHostAllocator();
-
-// PinnedHostAllocator returns an allocator of CUDA page-locked memory
-// (cudaHostAlloc) for `device`. Every CUDA call it makes is preceded by
-// cudaSetDevice(device) on the calling thread, which is its only way of
-// choosing a device: it never creates a context on device 0 by accident.
-// That call leaves `device` current on the threads that allocate or free
-// (loader workers, or whichever thread drops a batch's last reference).
-// Errors: FailedPrecondition when the library was built without CUDA or no
-// device is present at run time (the caller falls back to AlignedHostAllocator),
-// InvalidArgument when `device` is out of range (a misconfiguration, e.g. a
-// LOCAL_RANK beyond the GPUs that CUDA_VISIBLE_DEVICES leaves visible).
-[[nodiscard]] absl::StatusOr<std::shared_ptr<HostAllocator>> PinnedHostAllocator(int device);
-
-// BatchAllocator is DefaultBatchAllocator's choice and the reason for it.
-struct BatchAllocator {
-  std::shared_ptr<HostAllocator> allocator;
-  // note is empty when the choice is what was asked for; otherwise it says
-  // why pinned memory was asked for but not used (for a one-time warning).
-  std::string note;
-};
-
-// DefaultBatchAllocator picks pinned memory on `device` when `pin_memory` is
-// set and pinned memory is available (built with CUDA, a device present),
-// else AlignedHostAllocator() with a note. A `device` that does not exist
-// where devices do is PinnedHostAllocator's InvalidArgument, not a fallback:
-// the rank would otherwise train on unpinned memory for a typo.
-[[nodiscard]] absl::StatusOr<BatchAllocator> DefaultBatchAllocator(bool pin_memory, int device);
 
 struct BufferPoolOptions {
   // max_cached_bytes bounds the idle storage the pool keeps for reuse (by

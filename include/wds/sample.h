@@ -32,10 +32,6 @@ using TextList = std::vector<std::string>;
 using BytesList = std::vector<Buffer>;
 using Value = std::variant<Buffer, std::string, int64_t, double, Array, TextList, BytesList>;
 
-// ValueKindName names the kind of `value` for messages: "bytes", "text",
-// "an integer", "a float", "an array", "a list of texts", "a list of bytes".
-std::string_view ValueKindName(const Value& value);
-
 // kKeyField and kUrlField name the two fields every tar sample carries.
 inline constexpr std::string_view kKeyField = "__key__";
 inline constexpr std::string_view kUrlField = "__url__";

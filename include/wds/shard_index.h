@@ -34,7 +34,6 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -42,7 +41,6 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "wds/byte_stream.h"
 
 namespace wds {
 
@@ -80,31 +78,11 @@ struct ShardIndex {
 
 // IndexPath names the index sidecar of a shard: "<shard>.idx".
 std::string IndexPath(std::string_view shard);
-// HasSidecar is true when `url` is a local file whose sidecar exists.
-bool HasSidecar(std::string_view url);
-
-// IndexOf returns the index of `url`: its sidecar when HasSidecar(url); for
-// a remote URL, "<url>.idx" fetched through `opener` when the server has it;
-// otherwise a header scan (ScanStream) of the stream `opener` opens (for a
-// remote shard, a read of the whole object).
-[[nodiscard]] absl::StatusOr<ShardIndex> IndexOf(std::string_view url, const Opener& opener);
-
-// SampleStartOffsets gives, per sample of `index`, the tar offset at which
-// reading starts with that sample (TarReaderOptions::start_offset): 0 for the
-// first, else the end of the previous sample's last member data, padded to
-// 512 bytes, where the next header starts.
-std::vector<int64_t> SampleStartOffsets(const ShardIndex& index);
 
 // ScanShard builds the index of `url` (any URL OpenUrl takes) from the tar
 // headers alone: member data is skipped (seeked over in a local uncompressed
 // file), never read into memory. Errors name the URL and offset.
 [[nodiscard]] absl::StatusOr<ShardIndex> ScanShard(std::string_view url);
-
-// ScanStream is ScanShard over an open stream (taking ownership of it);
-// `stream_bytes`, when not null, receives how many bytes the stream
-// delivered or skipped: the shard's size, also for a remote one.
-[[nodiscard]] absl::StatusOr<ShardIndex> ScanStream(std::unique_ptr<ByteStream> stream,
-                                                    int64_t* stream_bytes = nullptr);
 
 // CountSamples returns the number of samples of the shard at `url`: from its
 // sidecar IndexPath(url) when that exists (only the first line is read),

@@ -25,7 +25,6 @@
 
 namespace wds {
 
-[[nodiscard]] absl::StatusOr<std::vector<std::string>> ExpandBraces(std::string_view pattern);
 // ExpandUrls splits `urls` on "::" and brace-expands each part, in order.
 [[nodiscard]] absl::StatusOr<std::vector<std::string>> ExpandUrls(std::string_view urls);
 

@@ -168,18 +168,12 @@ py::dtype NumpyDType(wds::DType dtype) {
 }
 
 std::optional<wds::DType> DTypeOf(const py::dtype& dtype) {
-  const char kind = dtype.kind();
-  const size_t size = static_cast<size_t>(dtype.itemsize());
-  const char order = dtype.attr("byteorder").cast<std::string>()[0];
-  if (order == '>') return std::nullopt;
-  for (int i = 0; i <= static_cast<int>(wds::DType::kFloat64); ++i) {
-    const auto d = static_cast<wds::DType>(i);
-    if (wds::DTypeSize(d) != size) continue;
-    const std::string name(wds::DTypeName(d));
-    const char d_kind = name == "bool" ? 'b' : name[0] == 'u' ? 'u' : name[0] == 'f' ? 'f' : 'i';
-    if (d_kind == kind) return d;
-  }
-  return std::nullopt;
+  // numpy names a dtype by kind and size whatever its byte order ("float32"
+  // for '<f4' and '>f4'), as wds::DTypeName does.
+  if (dtype.attr("byteorder").cast<std::string>() == ">") return std::nullopt;
+  absl::StatusOr<wds::DType> parsed = wds::ParseDType(dtype.attr("name").cast<std::string>());
+  if (!parsed.ok()) return std::nullopt;
+  return *parsed;
 }
 
 py::object TorchFromDLPack() {

@@ -13,6 +13,7 @@
 #include "wds/batch.h"
 #include "wds/internal/strings.h"
 #include "wds/stages.h"
+#include "worker_context.h"
 
 namespace wdspy {
 namespace {
@@ -220,14 +221,8 @@ void RegisterChainClass(py::module_& m) {
           [](const Chain& chain, int rank, int world_size, int worker, int num_workers,
              int64_t epoch, int64_t pass, std::optional<int64_t> length, py::object kinds,
              py::object kind_names, std::shared_ptr<SharedBlocks> shared_blocks) {
-            CheckPlacement(rank, world_size, worker, num_workers);
-            wds::WorkerContext ctx;
-            ctx.rank = rank;
-            ctx.world_size = world_size;
-            ctx.worker = worker;
-            ctx.num_workers = num_workers;
-            ctx.epoch = epoch;
-            ctx.pass = pass;
+            wds::WorkerContext ctx =
+                CheckedWorkerContext(rank, world_size, worker, num_workers, epoch, pass);
             ctx.errors = std::make_shared<wds::ErrorCounters>();
             ctx.warn = PythonWarnings();
             if (shared_blocks != nullptr) ctx.pool = shared_blocks->pool();

@@ -12,6 +12,7 @@
 #include "errors.h"
 #include "wds/decode.h"
 #include "wds/image.h"
+#include "wds/internal/strings.h"
 #include "wds/random.h"
 
 namespace wdspy {
@@ -38,7 +39,7 @@ py::object DecodeImage(const py::bytes& data, const std::string& spec, py::objec
     array = wds::DecodeImage(buffer.view(), *parsed, options, rng);
   }
   if (!array.ok()) RaiseStatus(array.status(), Phase::kData);
-  const bool torch = spec.rfind("torch", 0) == 0;
+  const bool torch = wds::StartsWith(spec, "torch");
   return torch ? ArrayToTorch(*std::move(array)) : ArrayToNumpy(*std::move(array));
 }
 

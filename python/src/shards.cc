@@ -17,6 +17,7 @@
 #include "wds/shard_index.h"
 #include "wds/shard_list.h"
 #include "wds/tar_reader.h"
+#include "worker_context.h"
 
 namespace wdspy {
 namespace {
@@ -35,20 +36,6 @@ wds::ShardListOptions ListOptions(bool shuffle, bool split_nodes, bool split_wor
   o.workersplitter = split_workers ? wds::ShardSplitter(wds::SplitByWorker) : nullptr;
   o.allow_empty = allow_empty;
   return o;
-}
-
-wds::WorkerContext Context(int rank, int world_size, int worker, int num_workers, int64_t epoch,
-                           int64_t pass, uint64_t seed) {
-  CheckPlacement(rank, world_size, worker, num_workers);
-  wds::WorkerContext ctx;
-  ctx.rank = rank;
-  ctx.world_size = world_size;
-  ctx.worker = worker;
-  ctx.num_workers = num_workers;
-  ctx.epoch = epoch;
-  ctx.pass = pass;
-  ctx.seed = seed;
-  return ctx;
 }
 
 // TarMembers iterates (name, bytes) over one shard's regular members.
@@ -112,7 +99,8 @@ void RegisterPlan(py::module_& m) {
       [](const std::vector<std::string>& urls, bool shuffle, bool split_nodes, bool split_workers,
          int rank, int world_size, int num_workers, int64_t epoch, uint64_t seed,
          int64_t batch_size, bool partial, bool split_samples) {
-        wds::WorkerContext ctx = Context(rank, world_size, 0, num_workers, epoch, 0, seed);
+        wds::WorkerContext ctx =
+            CheckedWorkerContext(rank, world_size, 0, num_workers, epoch, 0, seed);
         wds::EpochBatching batching{batch_size, partial};
         wds::ShardSampleCounts counts;
         absl::StatusOr<wds::RankEpochPlan> plan;
@@ -141,7 +129,7 @@ void RegisterShardLists(py::module_& m) {
          int64_t pass, uint64_t seed) {
         return ValueOrRaise(wds::ShardsForWorker(
             urls, ListOptions(shuffle, split_nodes, split_workers, allow_empty),
-            Context(rank, world_size, worker, num_workers, epoch, pass, seed)));
+            CheckedWorkerContext(rank, world_size, worker, num_workers, epoch, pass, seed)));
       },
       py::arg("urls"), py::kw_only(), py::arg("shuffle") = false, py::arg("split_nodes") = true,
       py::arg("split_workers") = true, py::arg("allow_empty") = false, py::arg("rank") = 0,

@@ -12,6 +12,7 @@
 #include "opener.h"
 #include "py_ref.h"
 #include "wds/internal/strings.h"
+#include "wds/internal/tar_grouping.h"
 #include "wds/shard_writer.h"
 #include "wds/tar_writer.h"
 
@@ -174,6 +175,11 @@ void RegisterWriters(py::module_& m) {
       .def("close", &ShardWriter::Close)
       .def_property_readonly("shards_written", &ShardWriter::shards)
       .def_property_readonly("samples_written", &ShardWriter::samples);
+  m.def(
+      "is_writable_key", [](const std::string& key) { return wds::IsWritableKey(key); },
+      py::arg("key"),
+      "Whether members '<key>.<field>' read back under `key`: a non-empty basename "
+      "without a dot.");
 }
 
 }  // namespace wdspy

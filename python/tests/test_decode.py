@@ -4,7 +4,10 @@ custom decoders mixed with native ones, and decode errors."""
 import gzip
 import io
 import json
+import os
 import pickle
+import sys
+import types
 
 import numpy as np
 import PIL.Image
@@ -171,6 +174,32 @@ def test_continue_and_handle_extension():
     for got in (next(iter(wds.decode(unwrap, triple)(iter([dict(sample)])))),
                 wds.Decoder([unwrap, triple])(dict(sample))):
         assert got == {"__key__": "k", "cls.box": 42, "a.seg.bin": b"ababab", "b.bin": b"cd"}
+
+
+def test_torch_video_and_audio_read_a_temporary_file_of_the_fields_extension(monkeypatch):
+    # torchvision and torchaudio read files only (stand-ins here: neither is a
+    # dependency); the file must hold the field's bytes under its extension
+    # and be gone once the decoder returns.
+    seen = []
+
+    def load(fname, **kwargs):
+        with open(fname, "rb") as f:
+            seen.append((os.path.basename(fname), f.read(), kwargs))
+        return fname
+
+    audio = types.ModuleType("torchaudio")
+    audio.load = load
+    vision, vision_io = types.ModuleType("torchvision"), types.ModuleType("torchvision.io")
+    vision_io.read_video = load
+    vision.io = vision_io
+    monkeypatch.setitem(sys.modules, "torchaudio", audio)
+    monkeypatch.setitem(sys.modules, "torchvision", vision)
+    monkeypatch.setitem(sys.modules, "torchvision.io", vision_io)
+    paths = [wds.torch_audio("a.seg.flac", b"fLaC"), wds.torch_video("v.mp4", b"\x00ftyp")]
+    assert seen == [("file.flac", b"fLaC", {}), ("file.mp4", b"\x00ftyp", {"pts_unit": "sec"})]
+    assert not any(os.path.exists(p) for p in paths)
+    assert wds.torch_audio("a.mp4", b"") is None and wds.torch_video("v.flac", b"") is None
+    assert len(seen) == 2
 
 
 def test_only_and_partial():

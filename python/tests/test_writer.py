@@ -99,6 +99,12 @@ def test_writer_errors(tmp_path):
     assert str(e.value) == f"[Errno 2] No such file or directory: '{missing}'"
     with pytest.raises(ValueError, match="owner bigdata"):
         wds.TarWriter(path, user="me")
+    with wds.TarWriter(path) as sink:
+        with pytest.raises(ValueError, match=r"^key 'd/\.x' cannot be written: its basename is "):
+            sink.write({"__key__": "d/.x", "txt": "x"})
+        sink.write({"__key__": "d.x/a", "txt": "x"})  # a dot in a directory is fine
+    with pytest.raises(ValueError, match="^write to a closed TarWriter$"):
+        sink.write({"__key__": "a", "txt": "x"})
 
 
 def test_shard_writer_rolls_over_and_indexes(tmp_path, capsys):
@@ -132,6 +138,8 @@ def test_shard_writer_maxsize_and_bad_keys(tmp_path):
             sink.write({"__key__": "a.b", "txt": "x"})
     assert str(e.value) == ("key 'a.b' cannot be written: its basename is empty or holds a dot, "
                             "so a reader would split its member names differently")
+    with pytest.raises(ValueError, match="^write to a closed ShardWriter$"):
+        sink.write({"__key__": "a", "txt": "x"})
     with pytest.raises(ValueError, match="is not a %-format pattern"):
         wds.ShardWriter(str(tmp_path / "{0}.tar"))
     with pytest.raises(ValueError, match=r"opener=\.\.\.\) is not supported"):

@@ -383,6 +383,16 @@ class Decoder:
         return torch
 
 
+def _load_from_file(data, extension, load):
+    """Returns load(path) for a temporary file "file.<extension>" holding
+    `data`: for decoders that read files only (the file is removed after)."""
+    with tempfile.TemporaryDirectory() as dirname:
+        fname = os.path.join(dirname, f"file.{extension}")
+        with open(fname, "wb") as stream:
+            stream.write(data)
+        return load(fname)
+
+
 def torch_video(key, data):
     """Decodes video fields with torchvision.io.read_video (needs torchvision)."""
     extension = re.sub(r".*[.]", "", key)
@@ -390,11 +400,8 @@ def torch_video(key, data):
         return None
     import torchvision.io
 
-    with tempfile.TemporaryDirectory() as dirname:
-        fname = os.path.join(dirname, f"file.{extension}")
-        with open(fname, "wb") as stream:
-            stream.write(data)
-        return torchvision.io.read_video(fname, pts_unit="sec")
+    return _load_from_file(data, extension,
+                           lambda fname: torchvision.io.read_video(fname, pts_unit="sec"))
 
 
 def torch_audio(key, data):
@@ -404,11 +411,7 @@ def torch_audio(key, data):
         return None
     import torchaudio
 
-    with tempfile.TemporaryDirectory() as dirname:
-        fname = os.path.join(dirname, f"file.{extension}")
-        with open(fname, "wb") as stream:
-            stream.write(data)
-        return torchaudio.load(fname)
+    return _load_from_file(data, extension, torchaudio.load)
 
 
 default_pre_handlers = [gzfilter]

@@ -190,8 +190,7 @@ def _members(obj, keep_meta):
     if "__key__" not in obj:
         raise ValueError("object must contain a __key__")
     key = obj["__key__"]
-    basename = key.rsplit("/", 1)[-1]
-    if not basename or "." in basename:
+    if not _core.is_writable_key(key):
         raise ValueError(f"key {key!r} cannot be written: its basename is empty or holds a dot, "
                          f"so a reader would split its member names differently")
     members = []
@@ -209,7 +208,24 @@ def _members(obj, keep_meta):
     return members
 
 
-class TarWriter:
+class _NativeWriter:
+    """What TarWriter and ShardWriter share: a context manager over one
+    native writer (`_writer`, None once closed) and the sample encoder."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *args):
+        self.close()
+
+    def _encode(self, obj):
+        """The encoded sample; a ValueError once the writer is closed."""
+        if self._writer is None:
+            raise ValueError(f"write to a closed {type(self).__name__}")
+        return self.encoder(obj)
+
+
+class TarWriter(_NativeWriter):
     """Writes samples as "key.field" tar members (see the module doc).
 
     fileobj: a path (or "-" for standard output), or a binary file object
@@ -236,18 +252,10 @@ class TarWriter:
         self._writer = _core.TarWriter(path, _compression(compress, path), level,
                                        0 if mtime is None else int(mtime))
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *args):
-        self.close()
-
     def write(self, obj):
         """Writes one sample; returns the bytes of data written (no headers)."""
-        if self._writer is None:
-            raise ValueError("write to a closed TarWriter")
-        obj = self.encoder(obj)
-        return self._writer.write_members(_members(obj, self.keep_meta))
+        members = _members(self._encode(obj), self.keep_meta)
+        return self._writer.write_members(members)
 
     def close(self):
         """Finishes the archive (and copies it into a file object)."""
@@ -264,7 +272,7 @@ class TarWriter:
                 os.unlink(self.path)
 
 
-class ShardWriter:
+class ShardWriter(_NativeWriter):
     """Writes samples into shards pattern % 0, pattern % 1, ... (see the module
     doc), each at most maxcount samples and maxsize bytes of tar.
 
@@ -302,19 +310,9 @@ class ShardWriter:
         if self.post is not None:
             self.post(path)
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *args):
-        self.close()
-
     def write(self, obj):
         """Writes one sample."""
-        if self._writer is None:
-            raise ValueError("write to a closed ShardWriter")
-        obj = self.encoder(obj)
-        if "__key__" not in obj:
-            raise ValueError("object must contain a __key__")
+        obj = self._encode(obj)
         members = _members(obj, keep_meta=False)
         prefix = len(obj["__key__"]) + 1
         self._writer.write(obj["__key__"], [(name[prefix:], data) for name, data in members])

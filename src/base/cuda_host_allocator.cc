@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "base/host_allocator.h"
 #include "wds/buffer_pool.h"
 #include "wds/internal/strings.h"
 

@@ -7,6 +7,8 @@
 // while a decoder writes a 36 MB batch; malloc would hand out 4 KiB pages and
 // trim them back to the kernel whenever the heap's top frees, so a shuffle
 // buffer refilling would fault them in again.
+#include "base/host_allocator.h"
+
 #include <sys/mman.h>
 
 #include <cassert>

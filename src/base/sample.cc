@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "base/value_kind.h"
+#include "wds/internal/strings.h"
+
 namespace wds {
 
 const Value* Sample::Find(std::string_view name) const {
@@ -77,7 +80,7 @@ std::string_view ValueKindName(const Value& value) {
 }
 
 bool IsMetadataField(std::string_view name) {
-  return name.size() >= 4 && name.substr(0, 2) == "__" && name.substr(name.size() - 2) == "__";
+  return name.size() >= 4 && StartsWith(name, "__") && EndsWith(name, "__");
 }
 
 }  // namespace wds

@@ -138,7 +138,7 @@ class BatchStream final : public SampleStream {
       std::vector<Sample> samples = std::exchange(batch_, {});
       budget_.Reset();
       if (samples.empty() || (!*complete && !options_->partial)) break;
-      absl::StatusOr<Batch> batch = CollateBatch(samples, *options_, *pool_, slots_.get());
+      absl::StatusOr<Batch> batch = Collate(samples, *options_, *pool_, slots_.get());
       if (batch.ok()) return std::optional<Sample>(*std::move(batch));
       switch (ctx_.Handle(options_->handler, kBatchedStage, batch.status())) {
         case ErrorAction::kRaise:

@@ -13,6 +13,7 @@
 #include <variant>
 #include <vector>
 
+#include "base/value_kind.h"
 #include "stages/transform_stream.h"
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"
@@ -373,8 +374,8 @@ Column GetColumn(const std::vector<Sample>& samples, size_t position) {
 
 }  // namespace
 
-absl::StatusOr<Batch> CollateBatch(const std::vector<Sample>& samples, const BatchOptions& options,
-                                   BufferPool& pool, BatchSlots* slots) {
+absl::StatusOr<Batch> Collate(const std::vector<Sample>& samples, const BatchOptions& options,
+                              BufferPool& pool, BatchSlots* slots) {
   WDS_RETURN_IF_ERROR(CheckSameFields(samples));
   const Sample& first = samples[0];
   Batch batch;
@@ -397,11 +398,6 @@ absl::StatusOr<Batch> CollateBatch(const std::vector<Sample>& samples, const Bat
   for (Sample::Field& field : lengths)
     batch.Append(std::move(field.first), std::move(field.second));
   return batch;
-}
-
-absl::StatusOr<Batch> Collate(const std::vector<Sample>& samples, const BatchOptions& options,
-                              BufferPool& pool) {
-  return CollateBatch(samples, options, pool, nullptr);
 }
 
 }  // namespace wds

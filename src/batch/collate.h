@@ -14,10 +14,12 @@ namespace wds {
 // kBatchedStage names the Batched stage in messages and error counters.
 inline constexpr std::string_view kBatchedStage = "batched";
 
-// CollateBatch is Collate, taking the arrays that sit in `slots` (may be
-// null) in place instead of copying them.
-[[nodiscard]] absl::StatusOr<Batch> CollateBatch(const std::vector<Sample>& samples,
-                                                 const BatchOptions& options, BufferPool& pool,
-                                                 BatchSlots* slots);
+// Collate turns `samples` (REQUIRES: not empty) into one batch, taking every
+// array's storage from `pool`, except the arrays that sit in `slots` (when not
+// null): those are taken in place instead of copied. Errors name the URL and
+// key of the sample at fault and the field.
+[[nodiscard]] absl::StatusOr<Batch> Collate(const std::vector<Sample>& samples,
+                                            const BatchOptions& options, BufferPool& pool,
+                                            BatchSlots* slots = nullptr);
 
 }  // namespace wds

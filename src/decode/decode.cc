@@ -13,6 +13,7 @@
 #include <memory>
 #include <utility>
 
+#include "base/value_kind.h"
 #include "stages/transform_stream.h"
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "base/handlers.h"
+#include "base/host_allocator.h"
+#include "loader/launcher_env.h"
 #include "wds/internal/bounded_queue.h"
 #include "wds/internal/resume_channel.h"
 #include "wds/internal/status_macros.h"

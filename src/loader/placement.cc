@@ -6,6 +6,7 @@
 #include <system_error>
 #include <vector>
 
+#include "loader/launcher_env.h"
 #include "loader/slurm_nodelist.h"
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"

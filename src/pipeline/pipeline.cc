@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "shards/shard_streams.h"
 #include "stages/passes.h"
+#include "tar/index_lookup.h"
 #include "tar/tar_samples.h"
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"

@@ -1,4 +1,6 @@
 // Brace expansion and "::" lists of shard URLs (the reference's rules).
+#include "shards/url_patterns.h"
+
 #include <cassert>
 #include <charconv>
 #include <cstdio>

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "tar/index_lookup.h"
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"
 
@@ -33,9 +34,9 @@ absl::StatusOr<int64_t> ShardCatalog::StartOffset(const std::string& url, int64_
   std::lock_guard<std::mutex> lock(mu_);
   WDS_ASSIGN_OR_RETURN(const std::vector<int64_t>* starts, StartsLocked(url));
   if (sample >= static_cast<int64_t>(starts->size())) {
-    return absl::FailedPreconditionError(
-        Cat(url, ": cannot start at sample ", sample, ": its index lists ", starts->size(),
-            " samples (a stale sidecar or dataset index?)"));
+    return absl::FailedPreconditionError(Cat(url, ": cannot start at sample ", sample,
+                                             ": its index lists ", starts->size(),
+                                             " samples (a stale sidecar or dataset index?)"));
   }
   return (*starts)[sample];
 }

@@ -9,8 +9,10 @@
 #include <optional>
 #include <sstream>
 
+#include "tar/index_lookup.h"
 #include "wds/byte_stream.h"
 #include "wds/internal/atomic_file.h"
+#include "wds/internal/shard_scan.h"
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"
 #include "wds/internal/tar_grouping.h"

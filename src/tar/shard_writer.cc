@@ -24,11 +24,7 @@ absl::Status CheckKey(const Sample& sample, std::string_view pattern) {
   if (key == nullptr || key->empty()) {
     return absl::InvalidArgumentError(Cat(pattern, ": sample has no __key__"));
   }
-  const size_t slash = key->rfind('/');
-  const std::string_view base = slash == std::string::npos
-                                    ? std::string_view(*key)
-                                    : std::string_view(*key).substr(slash + 1);
-  if (base.empty() || base.find('.') != std::string_view::npos) {
+  if (!IsWritableKey(*key)) {
     return absl::InvalidArgumentError(
         Cat(pattern, ": key '", *key,
             "' cannot be written: its basename is empty or holds a dot, so a reader would split "

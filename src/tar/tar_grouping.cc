@@ -55,6 +55,12 @@ bool IsMetadataName(std::string_view name) {
   return slash >= 4 && name.substr(slash - 2, 2) == "__";
 }
 
+bool IsWritableKey(std::string_view key) {
+  const size_t slash = key.rfind('/');
+  const std::string_view base = slash == std::string_view::npos ? key : key.substr(slash + 1);
+  return !base.empty() && base.find('.') == std::string_view::npos;
+}
+
 absl::StatusOr<std::unique_ptr<ShardSampleReader>> ShardSampleReader::Open(
     std::unique_ptr<ByteStream> stream, ShardSampleReaderOptions options) {
   absl::StatusOr<std::unique_ptr<TarReader>> reader =

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "loader/launcher_env.h"
 #include "torch/distributed_impl.h"
 #include "torch/torch_errors.h"
 #include "wds/internal/strings.h"

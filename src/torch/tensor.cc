@@ -6,6 +6,7 @@
 #include <utility>
 #include <variant>
 
+#include "torch/torch_dtype.h"
 #include "torch/torch_errors.h"
 #include "wds/internal/strings.h"
 

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "wds/byte_stream.h"
 #include "wds/internal/strings.h"
 #include "wds/internal/tar_grouping.h"
@@ -61,7 +62,7 @@ absl::StatusOr<int64_t> ParseSize(std::string_view text) {
   std::string_view unit = text.substr(digits);
   int shift = 0;
   if (!unit.empty()) {
-    const char u = static_cast<char>(unit[0] & ~0x20);
+    const char u = absl::ascii_toupper(static_cast<unsigned char>(unit[0]));
     shift = u == 'K' ? 10 : u == 'M' ? 20 : u == 'G' ? 30 : u == 'T' ? 40 : 0;
     if (shift > 0) unit.remove_prefix(1);
   }

@@ -18,6 +18,7 @@
 
 #include "commands.h"
 #include "common.h"
+#include "wds/internal/shard_scan.h"
 #include "wds/remote.h"
 #include "wds/shard_index.h"
 #include "wds/shard_list.h"

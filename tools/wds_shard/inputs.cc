@@ -43,9 +43,7 @@ absl::Status CheckField(std::string_view field, std::string_view where) {
 }
 
 absl::Status CheckKey(std::string_view key, std::string_view where) {
-  const size_t slash = key.rfind('/');
-  std::string_view base = slash == std::string_view::npos ? key : key.substr(slash + 1);
-  if (base.empty() || base.find('.') != std::string_view::npos) {
+  if (!IsWritableKey(key)) {
     return absl::InvalidArgumentError(
         Cat(where, ": key '", key, "': its last path segment must be non-empty and hold no dot"));
   }

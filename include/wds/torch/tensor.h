@@ -63,10 +63,6 @@ struct ToTensorOptions {
   bool widen_unsigned = false;
 };
 
-// ToTorchDType maps bool, (u)int8, int16/32/64 and float16/32/64 to the torch
-// type of the same size and kind. Throws c10::TypeError for uint16/32/64.
-torch::Dtype ToTorchDType(DType dtype);
-
 // ToTensor returns a CPU tensor of the Array's shape sharing its bytes (see the
 // header comment), or, for widened unsigned dtypes, a converted copy.
 // Throws c10::TypeError for an unsigned dtype with no torch type, and

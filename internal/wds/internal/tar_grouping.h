@@ -43,6 +43,10 @@ struct MemberName {
 std::optional<MemberName> SplitMemberName(std::string_view name);
 // IsMetadataName is true for "__x__" at the top level and "__x__/...".
 bool IsMetadataName(std::string_view name);
+// IsWritableKey is true when members "<key>.<field>" group back under `key`:
+// its basename (after the last '/') is not empty and holds no dot. Writers
+// refuse other keys (ShardWriter, wds-shard create, the Python writers).
+bool IsWritableKey(std::string_view key);
 
 // SampleMember is one member of a grouped sample and its field.
 struct SampleMember {

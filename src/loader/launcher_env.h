@@ -1,0 +1,49 @@
+// What the launcher's environment says besides rank and world size (those are
+// ResolvePlacement's, wds/placement.h): the local rank, which picks this
+// process's GPU (for the Loader's pinned memory and the LibTorch layer's
+// device), and the address where rank 0 listens (for the LibTorch layer's
+// rendezvous). Same precedence and errors as ResolvePlacement.
+//
+// Thread safety: the functions read the environment and hold no state; do not
+// call them while another thread runs setenv.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "wds/placement.h"
+
+namespace wds {
+
+// ResolveLocalRank returns `local_rank` if set, else LOCAL_RANK, else
+// SLURM_LOCALID, else 0. A negative value is an error. In messages,
+// `option_name` names the option and `what` the value ("device -1 from
+// SLURM_LOCALID must be >= 0" for the Loader's device).
+[[nodiscard]] absl::StatusOr<int> ResolveLocalRank(
+    std::optional<int> local_rank, std::string_view option_name = "PlacementOptions.local_rank",
+    std::string_view what = "local rank");
+
+// Rendezvous is where rank 0 listens for the others.
+struct Rendezvous {
+  std::string addr;
+  int port = 0;
+};
+
+// kDefaultSlurmPortBase is the first port derived from SLURM_JOB_ID: jobs get
+// kDefaultSlurmPortBase + SLURM_JOB_ID % 10000, below the Linux ephemeral range
+// (32768 and up) so that an outgoing connection never holds it.
+inline constexpr int kDefaultSlurmPortBase = 20000;
+
+// kDefaultMasterPort is torchrun's default port, for a job that names none.
+inline constexpr int kDefaultMasterPort = 29500;
+
+// ResolveRendezvous returns rank 0's address and port. The address is
+// options.master_addr, else MASTER_ADDR, else the first host of
+// SLURM_JOB_NODELIST (else SLURM_NODELIST); finding none is an InvalidArgument
+// error naming MASTER_ADDR. The port is options.master_port, else MASTER_PORT,
+// else one derived from SLURM_JOB_ID (see above), else kDefaultMasterPort.
+[[nodiscard]] absl::StatusOr<Rendezvous> ResolveRendezvous(const PlacementOptions& options);
+
+}  // namespace wds
