@@ -104,9 +104,10 @@ void RegisterSources(py::module_& m) {
       "shard_source",
       [](std::vector<std::string> urls, bool shuffle, bool resampled,
          std::optional<int64_t> nshards, bool split_nodes, bool split_workers, bool allow_empty,
-         uint64_t seed, py::handle handler, bool split_samples) {
-        ShardSourceOptions options{shuffle,       resampled,   nshards, split_nodes,
-                                   split_workers, allow_empty, seed,    split_samples};
+         uint64_t seed, py::handle handler, bool split_samples, std::string dataset_index) {
+        ShardSourceOptions options{shuffle,     resampled,     nshards,
+                                   split_nodes, split_workers, allow_empty,
+                                   seed,        split_samples, std::move(dataset_index)};
         StageHandler h = StageHandler::FromPython(handler);
         std::string recipe = "shard_source";
         wds::StreamFactory factory = ShardSource(std::move(urls), options, h, &recipe);
@@ -116,8 +117,10 @@ void RegisterSources(py::module_& m) {
       py::arg("nshards") = py::none(), py::arg("split_nodes") = true,
       py::arg("split_workers") = true, py::arg("allow_empty") = false, py::arg("seed") = 0,
       py::arg("handler") = "reraise", py::arg("split_samples") = false,
+      py::arg("dataset_index") = "",
       "Shards read as the core's WebDataset() reads them (permuted per epoch, split by node "
-      "and worker, in whole shards or, with split_samples, in equal runs of samples).");
+      "and worker, in whole shards or, with split_samples, in equal runs of samples); counts "
+      "come from the dataset index file, sidecars or scans, cached per process.");
   m.def(
       "url_source",
       [](py::handle iterator, py::handle handler) {
