@@ -2,6 +2,7 @@
 
 #include <pybind11/stl.h>
 
+#include <tuple>
 #include <utility>
 
 #include "decoders.h"
@@ -11,6 +12,7 @@
 #include "shared_batches.h"
 #include "sources.h"
 #include "wds/batch.h"
+#include "wds/internal/resume_channel.h"
 #include "wds/internal/strings.h"
 #include "wds/stages.h"
 #include "worker_context.h"
@@ -22,15 +24,21 @@ namespace {
 // releases the GIL while native stages read, decode and batch.
 class ChainIterator {
  public:
+  // `resume` is the stream's ResumeChannel; `restored`, the checkpoint it
+  // was opened at, if any.
   ChainIterator(std::unique_ptr<wds::SampleStream> stream, std::unique_ptr<FieldKinds> kinds,
                 std::shared_ptr<std::atomic<int64_t>> count,
                 std::shared_ptr<wds::ErrorCounters> errors,
-                std::shared_ptr<SharedBlocks> shared_blocks)
+                std::shared_ptr<SharedBlocks> shared_blocks,
+                std::shared_ptr<wds::ResumeChannel> resume,
+                std::optional<wds::StreamCheckpoint> restored)
       : stream_(std::move(stream)),
         kinds_(std::move(kinds)),
         count_(std::move(count)),
         errors_(std::move(errors)),
-        shared_blocks_(std::move(shared_blocks)) {}
+        shared_blocks_(std::move(shared_blocks)),
+        resume_(std::move(resume)),
+        checkpoint_(restored) {}
 
   py::object Next() {
     if (stream_.inherited()) {
@@ -53,6 +61,8 @@ class ChainIterator {
       Close();  // the stream gave up mid-read: its pipe: commands are stopped
       signals.RethrowIfRaised();
     }
+    // A stage that could not restore as asked reports it at the first item.
+    if (!resume_->error.ok()) item = resume_->error;
     if (!item.ok()) {
       Close();
       RaiseStatus(item.status(), Phase::kData);
@@ -61,7 +71,23 @@ class ChainIterator {
       Close();
       throw py::stop_iteration();
     }
+    NoteCheckpoint();
     return SampleToPython(**std::move(item), kinds_.get());
+  }
+
+  // Checkpoint is where the stream stood after the last item it yielded
+  // (the checkpoint it was restored at before its first), nullopt before
+  // any; ValueError when its positions cannot be recorded. Still answers
+  // after Close().
+  std::optional<wds::StreamCheckpoint> Checkpoint() const {
+    if (!checkpointable_) {
+      throw py::value_error(
+          "this pipeline's position cannot be recorded: its shard source must be the native "
+          "one with a native handler (one tar source), and at most one shuffle stage may follow "
+          "it, fed sample by sample (shuffle before batched, no sample skipped by a handler "
+          "between them)");
+    }
+    return checkpoint_;
   }
 
   // Close ends the chain now: open shards are closed, pipe: commands stopped.
@@ -76,6 +102,18 @@ class ChainIterator {
   std::shared_ptr<std::atomic<int64_t>> count_;
   std::shared_ptr<wds::ErrorCounters> errors_;
   std::shared_ptr<SharedBlocks> shared_blocks_;
+  std::shared_ptr<wds::ResumeChannel> resume_;
+  std::optional<wds::StreamCheckpoint> checkpoint_;
+  bool checkpointable_ = true;
+
+  // NoteCheckpoint copies the stream's position after an item, as the core's
+  // Loader does for each item it queues (src/loader/loader.cc).
+  void NoteCheckpoint() {
+    const wds::ResumeChannel& r = *resume_;
+    checkpointable_ = checkpointable_ && r.sources == 1 && r.shuffles <= 1 &&
+                      (r.shuffles == 0 || r.shuffle_in == r.position.source_out);
+    checkpoint_ = r.position;
+  }
 };
 
 std::vector<std::shared_ptr<NameSet>> NameSets(py::handle list) {
@@ -105,9 +143,10 @@ void RegisterSources(py::module_& m) {
       "shard_source",
       [](std::vector<std::string> urls, bool shuffle, bool resampled,
          std::optional<int64_t> nshards, bool split_nodes, bool split_workers, bool allow_empty,
-         uint64_t seed, py::handle handler, bool split_samples) {
-        ShardSourceOptions options{shuffle,       resampled,   nshards, split_nodes,
-                                   split_workers, allow_empty, seed,    split_samples};
+         uint64_t seed, py::handle handler, bool split_samples, std::string dataset_index) {
+        ShardSourceOptions options{shuffle,     resampled,     nshards,
+                                   split_nodes, split_workers, allow_empty,
+                                   seed,        split_samples, std::move(dataset_index)};
         StageHandler h = StageHandler::FromPython(handler);
         std::string recipe = "shard_source";
         wds::StreamFactory factory = ShardSource(std::move(urls), options, h, &recipe);
@@ -117,8 +156,10 @@ void RegisterSources(py::module_& m) {
       py::arg("nshards") = py::none(), py::arg("split_nodes") = true,
       py::arg("split_workers") = true, py::arg("allow_empty") = false, py::arg("seed") = 0,
       py::arg("handler") = "reraise", py::arg("split_samples") = false,
+      py::arg("dataset_index") = "",
       "Shards read as the core's WebDataset() reads them (permuted per epoch, split by node "
-      "and worker, in whole shards or, with split_samples, in equal runs of samples).");
+      "and worker, in whole shards or, with split_samples, in equal runs of samples); counts "
+      "come from the dataset index file, sidecars or scans, cached per process.");
   m.def(
       "url_source",
       [](py::handle iterator, py::handle handler) {
@@ -205,6 +246,15 @@ void RegisterChainClass(py::module_& m) {
       .def("__next__", &ChainIterator::Next)
       .def("close", &ChainIterator::Close)
       .def_property_readonly("count", &ChainIterator::count, "Samples the source yielded so far.")
+      .def_property_readonly(
+          "checkpoint",
+          [](const ChainIterator& self) -> py::object {
+            std::optional<wds::StreamCheckpoint> c = self.Checkpoint();
+            if (!c.has_value()) return py::none();
+            return py::make_tuple(c->pass, c->source_out, c->shuffle_out);
+          },
+          "(pass, source_out, shuffle_out) after the last item, None before any; ValueError "
+          "when the chain's position cannot be recorded.")
       .def_property_readonly("errors", [](const ChainIterator& self) {
         py::list out;
         for (const auto& e : self.errors().Snapshot()) {
@@ -216,28 +266,50 @@ void RegisterChainClass(py::module_& m) {
       .def(py::init<Source, std::vector<Stage>, uint64_t>(), py::arg("source"), py::arg("stages"),
            py::arg("seed") = 0)
       .def_property_readonly("python_steps", &Chain::PythonSteps)
+      .def_property_readonly(
+          "recipe", [](const Chain& chain) { return chain.Recipe(std::nullopt).recipe(); },
+          "The chain's description (source, stages, parameters), as a Loader state records it.")
+      .def_property_readonly(
+          "checkpoint_blocker",
+          [](const Chain& chain) { return chain.Recipe(std::nullopt).checkpoint_blocker(); },
+          "The stage whose position a checkpoint cannot record (slice); empty if none.")
       .def(
           "open",
           [](const Chain& chain, int rank, int world_size, int worker, int num_workers,
              int64_t epoch, int64_t pass, std::optional<int64_t> length, py::object kinds,
-             py::object kind_names, std::shared_ptr<SharedBlocks> shared_blocks) {
+             py::object kind_names, std::shared_ptr<SharedBlocks> shared_blocks,
+             std::optional<std::tuple<int64_t, int64_t, int64_t>> restore) {
             wds::WorkerContext ctx =
                 CheckedWorkerContext(rank, world_size, worker, num_workers, epoch, pass);
             ctx.errors = std::make_shared<wds::ErrorCounters>();
             ctx.warn = PythonWarnings();
             if (shared_blocks != nullptr) ctx.pool = shared_blocks->pool();
             if (length.has_value() && *length < 0) throw py::value_error("length must be >= 0");
+            ctx.resume = std::make_shared<wds::ResumeChannel>();
+            std::optional<wds::StreamCheckpoint> restored;
+            if (restore.has_value()) {
+              restored = wds::StreamCheckpoint{std::get<0>(*restore), std::get<1>(*restore),
+                                               std::get<2>(*restore)};
+              if (restored->pass < 0 || restored->source_out < 0 || restored->shuffle_out < -1) {
+                throw py::value_error("restore: a checkpoint's positions must be >= 0");
+              }
+              ctx.resume->restore = restored;
+              ctx.pass = restored->pass;
+            }
             std::unique_ptr<wds::SampleStream> stream = chain.Recipe(length).Open(ctx);
-            return ChainIterator(std::move(stream),
-                                 std::make_unique<FieldKinds>(kinds, NameSets(kind_names)),
-                                 chain.count(), ctx.errors, std::move(shared_blocks));
+            return ChainIterator(
+                std::move(stream), std::make_unique<FieldKinds>(kinds, NameSets(kind_names)),
+                chain.count(), ctx.errors, std::move(shared_blocks), ctx.resume, restored);
           },
           py::kw_only(), py::arg("rank") = 0, py::arg("world_size") = 1, py::arg("worker") = 0,
           py::arg("num_workers") = 1, py::arg("epoch") = 0, py::arg("pass_") = 0,
           py::arg("length") = py::none(), py::arg("kinds") = py::none(),
           py::arg("kind_names") = py::none(), py::arg("shared_blocks") = nullptr,
+          py::arg("restore") = py::none(),
           "Runs one copy of the chain in this thread; with shared_blocks (a DataLoader "
-          "worker's), batches are collated into that pool's shared memory.");
+          "worker's), batches are collated into that pool's shared memory. restore, a "
+          "ChainIterator.checkpoint of a copy of this chain with the same placement, epoch and "
+          "length, makes it continue where that copy stood (its pass replaces pass_).");
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "chain.h"
+#include "dataset_counts.h"
 #include "errors.h"
 #include "opener.h"
 #include "shared_batches.h"
@@ -73,6 +74,38 @@ class TarMembers {
   ProcessLocal<wds::TarReader> reader_;
 };
 
+// PlanWithCachedCounts is wds::PlanRankEpoch with the counts it reads taken
+// from (and added to) this process's cache: those of every shard for a
+// sample-granular split, else those of the shards this rank's workers read.
+absl::StatusOr<wds::RankEpochPlan> PlanWithCachedCounts(const std::vector<std::string>& urls,
+                                                        const wds::ShardListOptions& list,
+                                                        const wds::WorkerContext& ctx,
+                                                        const wds::EpochBatching& batching,
+                                                        DatasetCounts& cached) {
+  std::vector<std::string> needed;
+  if (list.split == wds::SplitGranularity::kSamples) {
+    needed = urls;
+  } else {
+    // A worker without shards is PlanRankEpoch's error to report.
+    wds::ShardListOptions lenient = list;
+    lenient.allow_empty = true;
+    for (int w = 0; w < ctx.num_workers; ++w) {
+      wds::WorkerContext worker = ctx;
+      worker.worker = w;
+      absl::StatusOr<std::vector<std::string>> mine = wds::ShardsForWorker(urls, lenient, worker);
+      if (!mine.ok()) return mine.status();
+      needed.insert(needed.end(), mine->begin(), mine->end());
+    }
+  }
+  wds::ShardSampleCounts counts;
+  for (const std::string& url : needed) {
+    absl::StatusOr<int64_t> n = cached.Count(url);
+    if (!n.ok()) return n.status();
+    counts.Set(url, *n);
+  }
+  return wds::PlanRankEpoch(urls, list, ctx, batching, counts);
+}
+
 void RegisterPlan(py::module_& m) {
   py::class_<wds::WorkerPlan>(m, "WorkerPlan", "One loader worker's pass over its shards.")
       .def_readonly("shards", &wds::WorkerPlan::shards)
@@ -98,24 +131,32 @@ void RegisterPlan(py::module_& m) {
       "plan_rank_epoch",
       [](const std::vector<std::string>& urls, bool shuffle, bool split_nodes, bool split_workers,
          int rank, int world_size, int num_workers, int64_t epoch, uint64_t seed,
-         int64_t batch_size, bool partial, bool split_samples) {
+         int64_t batch_size, bool partial, bool split_samples, const std::string& dataset_index) {
         wds::WorkerContext ctx =
             CheckedWorkerContext(rank, world_size, 0, num_workers, epoch, 0, seed);
         wds::EpochBatching batching{batch_size, partial};
-        wds::ShardSampleCounts counts;
+        std::shared_ptr<DatasetCounts> cached = CountsFor(urls, dataset_index);
         absl::StatusOr<wds::RankEpochPlan> plan;
         {
           py::gil_scoped_release release;
           wds::ShardListOptions list = ListOptions(shuffle, split_nodes, split_workers, false);
           if (split_samples) list.split = wds::SplitGranularity::kSamples;
-          plan = wds::PlanRankEpoch(urls, list, ctx, batching, counts);
+          plan = PlanWithCachedCounts(urls, list, ctx, batching, *cached);
         }
         return ValueOrRaise(std::move(plan));
       },
       py::arg("urls"), py::kw_only(), py::arg("shuffle"), py::arg("split_nodes"),
       py::arg("split_workers"), py::arg("rank"), py::arg("world_size"), py::arg("num_workers"),
       py::arg("epoch"), py::arg("seed"), py::arg("batch_size"), py::arg("partial"),
-      py::arg("split_samples") = false);
+      py::arg("split_samples") = false, py::arg("dataset_index") = "");
+  m.def(
+      "counts_known",
+      [](const std::vector<std::string>& urls, const std::string& dataset_index) {
+        return CountsFor(urls, dataset_index)->known();
+      },
+      py::arg("urls"), py::arg("dataset_index") = "",
+      "Whether every shard's count is known without reading the shard (listed in the dataset "
+      "index, or a local file with an .idx sidecar), as this process first saw it.");
 }
 
 void RegisterShardLists(py::module_& m) {
@@ -182,12 +223,15 @@ void RegisterFork(py::module_& m) {
   m.def("_before_fork", [] {
     BeforeFork();
     SharedMappingsBeforeFork();
+    CountsBeforeFork();
   });
   m.def("_after_fork_in_parent", [] {
+    CountsAfterFork();
     SharedMappingsAfterFork();
     AfterForkInParent();
   });
   m.def("_after_fork_in_child", [] {
+    CountsAfterFork();
     SharedMappingsAfterFork();
     AfterForkInChild();
   });

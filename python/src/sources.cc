@@ -3,6 +3,7 @@
 #include <functional>
 #include <utility>
 
+#include "dataset_counts.h"
 #include "errors.h"
 #include "opener.h"
 #include "wds/internal/strings.h"
@@ -225,6 +226,18 @@ wds::StreamFactory ShardSource(std::vector<std::string> urls, const ShardSourceO
       options.split_samples ? wds::SplitGranularity::kSamples : wds::SplitGranularity::kShards;
   web.handler = handler.native();
   web.opener = PythonOpener();
+  if (!options.resampled) {
+    // The pipeline's catalog starts with every count this process knows; a
+    // sample-granular split needs them all, read here once per process. A
+    // count that cannot be read is left to the catalog, which reports it
+    // when the stream starts, as without the cache.
+    std::shared_ptr<DatasetCounts> counts = CountsFor(urls, options.dataset_index);
+    if (options.split_samples) {
+      py::gil_scoped_release release;
+      (void)counts->Counts(urls);
+    }
+    web.dataset_index = counts->Known();
+  }
   absl::StatusOr<wds::Pipeline> pipeline = wds::WebDataset(std::move(urls), std::move(web));
   ThrowIfError(pipeline.status());
   if (recipe != nullptr) *recipe = pipeline->recipe();

@@ -32,6 +32,9 @@ struct ShardSourceOptions {
   // split_samples splits by samples instead of whole shards
   // (wds::SplitGranularity::kSamples); it needs a native handler.
   bool split_samples = false;
+  // dataset_index is the path of a dataset index (wds-shard index) giving
+  // shard counts; empty: none. Counts are cached per process (CountsFor).
+  std::string dataset_index;
 };
 
 // ShardSource reads `urls` as the core's WebDataset() does (per-epoch

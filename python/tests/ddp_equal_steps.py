@@ -1,6 +1,10 @@
-"""One rank of test_distributed's torchrun job: every rank must run the same
+"""One rank of test_distributed's torchrun jobs: every rank must run the same
 number of steps on uneven shards, each step an all-reduce (a rank that ran out
-early would make the others hang until the timeout)."""
+early would make the others hang until the timeout).
+
+Arguments: shard pattern, output directory, epochs, split ("shards", or
+"default": WebDataset's default, which shares out samples when the shards
+have sidecars)."""
 
 import datetime
 import json
@@ -14,11 +18,11 @@ from torch.utils.data import DataLoader
 import webdataset_cpp as wds
 
 
-def main(pattern, out_dir, epochs):
+def main(pattern, out_dir, epochs, split):
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
     rank, world = dist.get_rank(), dist.get_world_size()
     dataset = (wds.WebDataset(pattern, shardshuffle=100, nodesplitter=wds.split_by_node,
-                              seed=11)
+                              seed=11, split=None if split == "default" else split)
                .decode().to_tuple("cls", "__key__").batched(2, partial=False))
     report = {"rank": rank, "world_size": world, "epochs": []}
     for epoch in range(epochs):
@@ -33,7 +37,9 @@ def main(pattern, out_dir, epochs):
             ran += 1
         plan = wds.plan_epoch(dataset, num_workers=2, epoch=epoch)
         report["epochs"].append({"steps": steps, "ran": ran, "keys": keys,
-                                 "natural": plan.batches, "drop": plan.local_steps("drop")})
+                                 "natural": plan.batches, "drop": plan.local_steps("drop"),
+                                 "samples": plan.samples,
+                                 "worker_samples": [w.samples for w in plan.workers]})
     dist.barrier()
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(report, f)
@@ -41,4 +47,4 @@ def main(pattern, out_dir, epochs):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4])

@@ -1,5 +1,9 @@
 """Equal steps on every rank: epoch plans from .idx sidecars, an all-reduce,
-and a torchrun job with 3 ranks on 7 uneven shards."""
+and torchrun jobs with 3 ranks on 7 uneven shards.
+
+The shards have sidecars, so WebDataset's default split shares out samples;
+the tests of shard-granular behaviour (the reference's) ask for
+split="shards"."""
 
 import json
 import multiprocessing
@@ -34,7 +38,7 @@ def ranks_keys(pattern, world_size, workers, epoch, batch, monkeypatch):
             monkeypatch.setenv("WORKER", str(worker))
             monkeypatch.setenv("NUM_WORKERS", str(workers))
             ds = (wds.WebDataset(pattern, shardshuffle=100, nodesplitter=wds.split_by_node,
-                                 seed=11).batched(batch, partial=False))
+                                 seed=11, split="shards").batched(batch, partial=False))
             ds.set_epoch(epoch)
             out[rank, worker] = [len(b["__key__"]) for b in ds]
     for name in ("RANK", "WORLD_SIZE", "WORKER", "NUM_WORKERS"):
@@ -43,8 +47,8 @@ def ranks_keys(pattern, world_size, workers, epoch, batch, monkeypatch):
 
 
 def test_plans_match_what_the_workers_read(uneven, monkeypatch):
-    ds = wds.WebDataset(uneven, shardshuffle=100, nodesplitter=wds.split_by_node,
-                        seed=11).decode().to_tuple("cls").batched(2, partial=False)
+    ds = wds.WebDataset(uneven, shardshuffle=100, nodesplitter=wds.split_by_node, seed=11,
+                        split="shards").decode().to_tuple("cls").batched(2, partial=False)
     read = ranks_keys(uneven, 3, 2, 1, 2, monkeypatch)
     for rank in range(3):
         plan = wds.plan_epoch(ds, num_workers=2, epoch=1, rank=rank, world_size=3)
@@ -72,15 +76,20 @@ def free_port():
         return s.getsockname()[1]
 
 
-def test_torchrun_three_ranks_run_equal_steps(uneven, tmp_path):
+def run_torchrun(pattern, tmp_path, split, epochs=2):
+    """The reports of ddp_equal_steps.py's 3 ranks."""
     script = os.path.join(os.path.dirname(__file__), "ddp_equal_steps.py")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1",
            "--nproc_per_node", "3", "--master_addr", "127.0.0.1", "--master_port",
-           str(free_port()), "--log_dir", str(tmp_path / "logs"), script, uneven,
-           str(tmp_path), "2"]
+           str(free_port()), "--log_dir", str(tmp_path / "logs"), script, pattern,
+           str(tmp_path), str(epochs), split]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    reports = [json.load(open(tmp_path / f"rank{r}.json")) for r in range(3)]
+    return [json.load(open(tmp_path / f"rank{r}.json")) for r in range(3)]
+
+
+def test_torchrun_three_ranks_run_equal_steps(uneven, tmp_path):
+    reports = run_torchrun(uneven, tmp_path, "shards")
     natural_counts = set()
     for epoch in range(2):
         runs = [r["epochs"][epoch] for r in reports]
@@ -95,14 +104,47 @@ def test_torchrun_three_ranks_run_equal_steps(uneven, tmp_path):
     assert reports[0]["epochs"][0]["keys"] != reports[0]["epochs"][1]["keys"]
 
 
-def sample_split_keys(pattern, rank, world_size, worker, workers, monkeypatch, **kw):
+def sample_split_keys(pattern, rank, world_size, worker, workers, monkeypatch, epoch=1, **kw):
     for name, value in (("RANK", rank), ("WORLD_SIZE", world_size), ("WORKER", worker),
                         ("NUM_WORKERS", workers)):
         monkeypatch.setenv(name, str(value))
     ds = wds.WebDataset(pattern, shardshuffle=100, nodesplitter=wds.split_by_node, seed=11,
                         split="samples", **kw)
-    ds.set_epoch(1)
+    ds.set_epoch(epoch)
     return [s["__key__"] for s in ds]
+
+
+def test_torchrun_sample_split_reads_each_sample_once(uneven, tmp_path, monkeypatch):
+    """The default split of shards with sidecars shares out samples: the 3 ranks hold 16, 17
+    and 17 of the 50 samples, run equal steps, and read no sample twice; left out are only
+    what does not fill a worker's last batch (here one sample on two workers)."""
+    from webdataset_cpp._plan import worker_share
+
+    reports = run_torchrun(uneven, tmp_path, "default")
+    for epoch in range(2):
+        runs = [r["epochs"][epoch] for r in reports]
+        steps = {run["steps"] for run in runs}
+        assert len(steps) == 1 and all(run["ran"] == run["steps"] for run in runs)
+        steps = steps.pop()
+        assert [run["samples"] for run in runs] == [16, 17, 17]
+        assert [run["worker_samples"] for run in runs] == [[8, 8], [8, 9], [8, 9]]
+        keys = [k for run in runs for k in run["keys"]]
+        assert len(keys) == len(set(keys))
+        # Each worker's slice, read in this process: the ranks saw exactly the first
+        # ceil((steps - w) / 2) batches of every worker w's slice.
+        expected, left_out = set(), []
+        for rank in range(3):
+            for worker in range(2):
+                mine = sample_split_keys(uneven, rank, 3, worker, 2, monkeypatch, epoch=epoch)
+                n = 2 * worker_share(steps, worker, 2)
+                expected |= set(mine[:n])
+                left_out += mine[n:]
+        assert set(keys) == expected
+        assert len(keys) == 48 and len(left_out) == 2
+        assert set(keys) | set(left_out) == {
+            k for r in range(3) for w in range(2)
+            for k in sample_split_keys(uneven, r, 3, w, 2, monkeypatch, epoch=epoch)}
+    assert reports[0]["epochs"][0]["keys"] != reports[0]["epochs"][1]["keys"]
 
 
 def test_sample_split_gives_every_rank_an_equal_share(uneven, monkeypatch):
@@ -120,7 +162,7 @@ def test_sample_split_gives_every_rank_an_equal_share(uneven, monkeypatch):
 
 
 def test_sample_split_needs_the_native_source(uneven, monkeypatch):
-    with pytest.raises(ValueError, match="split must be 'shards' or 'samples', not 'rows'"):
+    with pytest.raises(ValueError, match="split must be None, 'shards' or 'samples', not 'rows'"):
         wds.WebDataset(uneven, shardshuffle=False, split="rows")
     with pytest.raises(ValueError, match="split='samples' needs a native handler"):
         sample_split_keys(uneven, 0, 1, 0, 1, monkeypatch, handler=lambda e: True)
@@ -147,7 +189,7 @@ def _gloo_rank(rank, world_size, store_path, pattern, epoch, out):
         except ValueError as e:
             result["single_node_only"] = str(e)
         dataset = (wds.WebDataset(pattern, shardshuffle=100, nodesplitter=wds.split_by_node,
-                                  seed=11).decode().to_tuple("cls", "__key__")
+                                  seed=11, split="shards").decode().to_tuple("cls", "__key__")
                    .batched(2, partial=False))
         dataset.set_epoch(epoch)
         for policy in ("drop", "wrap"):
@@ -185,7 +227,7 @@ def uneven_epoch(uneven):
     """An epoch in which the two ranks' step counts differ: (epoch, {policy:
     [rank 0's local steps, rank 1's]})."""
     ds = wds.WebDataset(uneven, shardshuffle=100, nodesplitter=wds.split_by_node,
-                        seed=11).batched(2, partial=False)
+                        seed=11, split="shards").batched(2, partial=False)
     for epoch in range(20):
         plans = [wds.plan_epoch(ds, num_workers=2, epoch=epoch, rank=r, world_size=2)
                  for r in range(2)]
@@ -203,7 +245,7 @@ def natural_keys(pattern, rank, epoch, monkeypatch):
                             ("NUM_WORKERS", 2)):
             monkeypatch.setenv(name, str(value))
         ds = (wds.WebDataset(pattern, shardshuffle=100, nodesplitter=wds.split_by_node,
-                             seed=11).batched(2, partial=False))
+                             seed=11, split="shards").batched(2, partial=False))
         ds.set_epoch(epoch)
         keys |= {k for b in ds for k in b["__key__"]}
     for name in ("RANK", "WORLD_SIZE", "WORKER", "NUM_WORKERS"):

@@ -34,6 +34,8 @@ class Context:
     epoch: int = 0
     pass_: int = 0
     seed: int = 0
+    # The Position of the iteration this context runs (see DataPipeline.state_dict).
+    position: object = dataclasses.field(default=None, compare=False, repr=False)
 
     @classmethod
     def current(cls, epoch=0, seed=0, group=None):
@@ -162,23 +164,31 @@ class NativeSegment:
         return chain, fn, kinds.name_sets
 
     def open(self, upstream, ctx, length=None):
+        """Runs the chain. The shard source's chain reports to ctx.position
+        and starts at its pending restore, if any."""
         from ._shared import worker_blocks
 
         chain, fn, names = self.build(upstream, ctx)
+        position = ctx.position if self.kind == "shards" else None
+        restore = position.take_restore() if position is not None else None
         it = chain.open(**ctx.open_args(), length=length, kinds=fn, kind_names=names,
-                        shared_blocks=worker_blocks())
-        return _iterate(it, self.source if self.kind == "shards" else None, ctx)
+                        shared_blocks=worker_blocks(), restore=restore)
+        if position is not None:
+            position.chain = it
+        # A chain restored after some samples is not empty, whatever follows.
+        restored = restore is not None and restore[1] > 0
+        return _iterate(it, self.source if self.kind == "shards" else None, ctx, restored)
 
     def fully_native(self):
         return self.kind == "shards"
 
 
-def _iterate(it, shard_source, ctx):
+def _iterate(it, shard_source, ctx, restored=False):
     """Yields from a native iterator, closing it when abandoned, and runs the
     source's empty check at the end."""
     try:
         yield from it
-        if shard_source is not None:
+        if shard_source is not None and not restored:
             shard_source.check_count(it.count, ctx)
     finally:
         it.close()
@@ -274,13 +284,15 @@ def worker_share(n, worker, num_workers):
     return max(0, (n - worker + num_workers - 1) // num_workers)
 
 
-def take_passes(run_pass, share, what):
-    """Yields `share` items (None: forever) from passes 0, 1, ... of run_pass."""
-    taken = 0
-    if share == 0:
+def take_passes(run_pass, share, what, first_pass=0, taken=0):
+    """Yields `share` items (None: forever) from passes 0, 1, ... of run_pass.
+
+    A restored iteration starts at `first_pass`, `taken` items in (which then
+    had items, so it is not empty however few more it yields)."""
+    if share is not None and taken >= share:
         return
-    for pass_ in itertools.count():
-        got = 0
+    for pass_ in itertools.count(first_pass):
+        got = 1 if taken > 0 and pass_ == first_pass else 0
         it = run_pass(pass_)
         try:
             for item in it:
@@ -296,3 +308,104 @@ def take_passes(run_pass, share, what):
         if got == 0:
             raise ValueError(f"{what}: pass {pass_} of this worker's data yielded nothing "
                              f"({taken} of {share} items so far)")
+
+
+# ------------------------------------------------------------ checkpoints
+
+
+class Position:
+    """Where one iteration of a pipeline stands, in positions, not data: what
+    DataPipeline.state_dict() records.
+
+    The shard source's chain keeps the core's checkpoint (its pass, and how
+    many samples its source and its shuffle buffer yielded) after each item;
+    the iteration counts the items it yielded and notes its end. `restore`
+    is a checkpoint the next shard chain of the iteration opens at.
+    """
+
+    def __init__(self, ctx, restore=None, yielded=0, ended=False):
+        self.ctx = dataclasses.replace(ctx, position=None)
+        self.restore = restore
+        self.yielded = yielded
+        self.ended = ended
+        self.chain = None
+        self.recipe = None
+
+    def take_restore(self):
+        restore, self.restore = self.restore, None
+        return restore
+
+    def checkpoint(self):
+        """[pass, source_out, shuffle_out] of the shard chain, None before its
+        first item; ValueError when the chain's position cannot be recorded."""
+        if self.restore is not None:
+            return list(self.restore)
+        if self.chain is None:
+            return None
+        checkpoint = self.chain.checkpoint
+        return None if checkpoint is None else list(checkpoint)
+
+
+def _step_name(step):
+    if isinstance(step, Stage):
+        return getattr(step, "name", None) or type(step).__name__
+    return getattr(step, "__qualname__", None) or type(step).__name__
+
+
+def _holds_items(step):
+    """Whether a Python step is known to hold items between two outputs."""
+    from . import filters
+
+    if isinstance(step, filters.Cached):
+        return True
+    return isinstance(step, filters.PythonFilter) and step.f in (filters._unbatched,
+                                                                 filters._unlisted)
+
+
+def resume_recipe(stages, ctx):
+    """What a state records of the pipeline (its native chains' recipes and
+    its Python steps' names); ValueError naming what a state cannot record.
+
+    A state holds the shard chain's position only. Everything after it starts
+    afresh at a restore, which is exact when nothing there holds items between
+    two outputs: native chains without a shuffle or slice, and Python steps
+    that take what they give (map, select, to_tuple, batched...). Python steps
+    are the user's to keep so; unbatched, unlisted and Cached are refused."""
+    from . import filters
+
+    steps = plan(stages, ctx)
+    first = steps[0] if steps else None
+    if not isinstance(first, NativeSegment) or first.kind != "shards":
+        raise ValueError(
+            "state_dict: the pipeline must start with the native shard source (a WebDataset, or "
+            "SimpleShardList, epoch_shuffle, split_by_node, split_by_worker and "
+            "tarfile_to_samples with a native handler); the position of a Python source cannot "
+            "be recorded")
+    if first.source.resampled:
+        raise ValueError("state_dict: resampled shards have no position to record (draws are "
+                         "endless); resume them by epoch")
+    if not isinstance(first.source.tar.core_handler(), str):
+        raise ValueError("state_dict: a Python handler callable reads the shards one at a time, "
+                         "which a state cannot record (use a named handler such as "
+                         "warn_and_continue)")
+    parts = []
+    for i, step in enumerate(steps):
+        if not isinstance(step, NativeSegment):
+            if _holds_items(step):
+                raise ValueError(f"state_dict: {_step_name(step)} holds items between its "
+                                 "outputs, which a state cannot record")
+            parts.append(_step_name(step))
+            continue
+        if i > 0 and step.kind == "urls":
+            raise ValueError("state_dict: a tar reader fed by Python (tarfile_to_samples after "
+                             "a Python stage) cannot record its position")
+        chain = step.build(iter(()), ctx)[0]
+        if chain.checkpoint_blocker:
+            raise ValueError(f"state_dict: the {chain.checkpoint_blocker} stage keeps a position "
+                             "a state cannot record")
+        if i > 0 and any(isinstance(s, filters.Shuffle) for s in step.stages):
+            raise ValueError("state_dict: a shuffle after a Python stage holds samples the "
+                             "shard source's position does not describe (shuffle before any "
+                             "Python stage)")
+        parts.append(chain.recipe)
+    return "|".join(parts)

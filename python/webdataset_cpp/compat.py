@@ -129,12 +129,19 @@ class WebDataset(DataPipeline, FluidInterface):
       naming the counts) and samples after.
     * A callable handler is consulted once per failing shard; returning True
       skips the rest of that shard.
-    * split="samples" (not in the reference) shares out samples instead of
+    * split (not in the reference): "samples" shares out samples instead of
       whole shards: with nodesplitter=split_by_node every rank reads an
       equal run of N / world_size samples of the epoch's shard list (and each
       worker an equal part of it), slices starting and ending inside shards,
       so that ranks run equal steps and each sample is read once per epoch.
-      Counts come from SHARD.idx sidecars (write_index), else a header scan.
+      "shards" shares out whole shards, as the reference does. None (the
+      default) is "samples" when every shard's count is known without
+      reading it (dataset_index lists it, or it is a local file with a
+      SHARD.idx sidecar from write_index) and the handler is native, else
+      "shards" (so shards without counts read as in the reference).
+    * dataset_index (not in the reference): the path of a dataset index
+      (``wds-shard index --json``) giving every shard's count from one file,
+      read once per process (counts are cached per process either way).
     * cache_dir caches remote (http, pipe:) shards; local files are read in
       place. repeat, verbose, url_to_name, mode and detshuffle are accepted and
       have no effect (as in the reference, for most of them).
@@ -144,7 +151,7 @@ class WebDataset(DataPipeline, FluidInterface):
                  shardshuffle=None, cache_size=-1, cache_dir=None, url_to_name=None,
                  detshuffle=False, nodesplitter=single_node_only, workersplitter=split_by_worker,
                  select_files=None, rename_files=None, empty_check=True, verbose=False,
-                 seed=None, split="shards"):
+                 seed=None, split=None, dataset_index=None):
         super().__init__()
         if resampled and shardshuffle not in (False, None):
             warnings.warn("WebDataset(shardshuffle=...) is ignored for resampled datasets")
@@ -161,7 +168,7 @@ class WebDataset(DataPipeline, FluidInterface):
         if resampled:
             self.append(ResampledShards(shard_urls, seed=self.seed))
         else:
-            self.append(SimpleShardList(shard_urls, split=split))
+            self.append(SimpleShardList(shard_urls, split=split, dataset_index=dataset_index))
             if shardshuffle:
                 self.append(epoch_shuffle())
         if nodesplitter is not None:

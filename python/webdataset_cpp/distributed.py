@@ -3,10 +3,11 @@
 DDP hangs when ranks run different numbers of steps. Before an epoch every
 rank plans it exactly as it will run: the epoch's shard permutation and
 rank/worker split (the same code the shard source uses), per-shard sample
-counts from the ``.idx`` sidecars (``wds-shard index`` or
-``webdataset_cpp.write_index``; else a header-only scan of the tar), and one
-batch sequence per DataLoader worker taken round-robin. An all-reduce then
-agrees on the number of steps, which ``with_epoch`` enforces.
+counts from the dataset's ``dataset_index``, the ``.idx`` sidecars (``wds-shard
+index`` or ``webdataset_cpp.write_index``; else a header-only scan of the tar),
+read once per process, and one batch sequence per DataLoader worker taken
+round-robin. An all-reduce then agrees on the number of steps, which
+``with_epoch`` enforces.
 
 >>> import torch
 >>> import webdataset_cpp as wds
@@ -22,8 +23,12 @@ agrees on the number of steps, which ``with_epoch`` enforces.
 ...     loader = torch.utils.data.DataLoader(dataset.with_epoch(steps), batch_size=None,
 ...                                          num_workers=2)
 ...     print(epoch, steps, sum(1 for _ in loader))    # exactly `steps` batches per rank
-0 7 7
-1 7 7
+0 6 6
+1 6 6
+
+(The shards have sidecars, so samples are shared out: 15 per worker, 3 full
+batches each. With split="shards" the workers would read 3 and 2 whole
+shards: 16 and 14 samples, or 21 and 9, depending on the epoch.)
 
 Policies: "drop" (the smallest rank's batches that repeat no sample: some
 samples of the larger ranks are left out this epoch) and "wrap" (the largest
@@ -70,7 +75,8 @@ def plan_epoch(dataset, num_workers=1, epoch=None, rank=None, world_size=None, g
     return _core.plan_rank_epoch(source.urls, **source.list_args(ctx), rank=rank,
                                  world_size=world_size, num_workers=num_workers, epoch=epoch,
                                  seed=source.seed(ctx), batch_size=batch_size, partial=partial,
-                                 split_samples=source.split_samples)
+                                 split_samples=source.split_samples,
+                                 dataset_index=source.dataset_index)
 
 
 def agreed_steps(dataset, num_workers=1, policy="drop", epoch=None, group=None):

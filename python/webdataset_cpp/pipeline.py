@@ -20,9 +20,17 @@ Epochs: each ``iter()`` runs epoch ``self.epoch`` and then advances it;
 ``set_epoch(e)`` chooses the next one (call it before each epoch when a
 DataLoader's workers are re-created every epoch; WebLoader does it for you).
 The epoch drives the shard permutation, shuffle and random crops.
+
+Checkpoints: ``state_dict()`` / ``load_state_dict()`` follow torchdata's
+StatefulDataLoader protocol. In a DataLoader worker (or the main process with
+num_workers=0) ``state_dict()`` is the position of the iteration running
+there: a small dict of positions, not data. After ``load_state_dict(state)``
+the next ``iter()`` continues exactly where that iteration stood, shuffle
+buffer included (re-read by seeking, not by replaying the epoch).
 """
 
 import copy
+import dataclasses
 import os
 import sys
 import warnings
@@ -71,6 +79,8 @@ class DataPipeline(IterableDataset):
         self.epoch = 0
         self._closed = False
         self._live = weakref.WeakSet()
+        self._position = None  # of the latest iteration started in this process
+        self._restore = None  # the state the next iteration continues
         for arg in args:
             if arg is None:
                 continue
@@ -84,11 +94,14 @@ class DataPipeline(IterableDataset):
     def __getstate__(self):
         state = dict(self.__dict__)
         state.pop("_live", None)
+        state.pop("_position", None)  # running state stays in its process
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._live = weakref.WeakSet()
+        self._position = None
+        self.__dict__.setdefault("_restore", None)
 
     def __copy__(self):
         result = type(self).__new__(type(self))
@@ -122,8 +135,11 @@ class DataPipeline(IterableDataset):
     # -------------------------------------------------------- epochs
 
     def set_epoch(self, epoch):
-        """The epoch the next iteration runs."""
+        """The epoch the next iteration runs. A state loaded for another epoch
+        is dropped (that epoch is not continued)."""
         self.epoch = int(epoch)
+        if self._restore is not None and self._restore["epoch"] != self.epoch:
+            self._restore = None
 
     def with_epoch(self, nsamples=-1, nbatches=-1):
         """Makes every epoch exactly n = max(nsamples, nbatches) items, in place.
@@ -178,27 +194,31 @@ class DataPipeline(IterableDataset):
         """One pass over the stages."""
         return _plan.run_stages(self.pipeline, ctx or self.context())
 
-    def iterator(self, ctx):
+    def iterator(self, ctx, first_pass=0, taken=0):
+        """The items of one epoch. A restored iteration (ctx.position holding
+        the checkpoint to start at) starts at pass `first_pass`, `taken`
+        items in."""
         if self.epoch_length is not None or self.nsamples > 0 and self.repetitions == sys.maxsize:
-            return self._epoch(ctx)
+            return self._epoch(ctx, first_pass, taken)
         if self.repetitions != 1 or self.nsamples > 0:
-            return self._repeated(ctx)
-        return self.iterator1(ctx)
+            return self._repeated(ctx, first_pass, taken)
+        return self.iterator1(ctx.with_pass(first_pass))
 
-    def _epoch(self, ctx):
+    def _epoch(self, ctx, first_pass=0, taken=0):
         share = None
         if self.epoch_length is not None:
             share = _plan.worker_share(self.epoch_length, ctx.worker, ctx.num_workers)
             segment = _plan.single_native_segment(self.pipeline, ctx)
             if segment is not None:
-                return segment.open(None, ctx, length=share)
+                return segment.open(None, ctx.with_pass(first_pass),
+                                    length=max(0, share - taken))
         return _plan.take_passes(lambda p: self.iterator1(ctx.with_pass(p)), share,
-                                 f"with_epoch({self.epoch_length})")
+                                 f"with_epoch({self.epoch_length})", first_pass, taken)
 
-    def _repeated(self, ctx):
-        count = 0
-        for p in range(self.repetitions):
-            got = 0
+    def _repeated(self, ctx, first_pass=0, taken=0):
+        count = taken
+        for p in range(first_pass, self.repetitions):
+            got = 1 if taken > 0 and p == first_pass else 0
             it = self.iterator1(ctx.with_pass(p))
             try:
                 for item in it:
@@ -218,9 +238,68 @@ class DataPipeline(IterableDataset):
         if self._closed:
             raise ValueError(f"I/O operation on a closed {type(self).__name__}")
         ctx = self.context()
+        start, self._restore = self._restore, None
+        if start is not None:
+            _check_placement(start, ctx)
+            position = _plan.Position(ctx, _tuple_or_none(start["checkpoint"]), start["yielded"],
+                                      start["ended"])
+        else:
+            position = _plan.Position(ctx)
+        self._position = position
         self.epoch += 1
-        it = self._tracked(self.iterator(ctx))
-        return it
+        if position.ended:
+            return self._tracked(iter(()))
+        checkpoint = position.restore
+        ctx = dataclasses.replace(ctx, position=position)
+        it = self.iterator(ctx, checkpoint[0] if checkpoint else 0, position.yielded)
+        return self._tracked(_counted(it, position))
+
+    # -------------------------------------------------------- checkpoints
+
+    def state_dict(self):
+        """The position of the latest iteration started in this process (in
+        a DataLoader worker: that worker's), for a checkpoint: a small
+        picklable dict (the epoch, items yielded, and the shard source's
+        checkpoint: its pass and how many samples its source and shuffle
+        buffer yielded), no data. Before any iteration, just the epoch.
+        ValueError for a pipeline whose position cannot be recorded (see
+        docs/PYTHON.md, "Resuming mid-epoch")."""
+        position = self._position
+        if position is None:
+            return {"format": _STATE_FORMAT, "version": _STATE_VERSION, "epoch": self.epoch,
+                    "started": False}
+        if position.recipe is None:
+            position.recipe = self._recipe(position.ctx)
+        ctx = position.ctx
+        return {"format": _STATE_FORMAT, "version": _STATE_VERSION, "recipe": position.recipe,
+                "placement": [ctx.rank, ctx.world_size, ctx.worker, ctx.num_workers],
+                "epoch": ctx.epoch, "started": True, "ended": position.ended,
+                "yielded": position.yielded, "checkpoint": position.checkpoint()}
+
+    def load_state_dict(self, state_dict):
+        """Makes the next iter() continue the iteration `state_dict` describes
+        (from state_dict() of this pipeline, in the same rank and DataLoader
+        worker): the same items in the same order, shuffle buffer included.
+        A state taken after its iteration ended gives an empty iteration;
+        the next one runs the following epoch. A state of another pipeline
+        (shards, seed, stages and their parameters, epoch sizing), placement
+        or version raises ValueError."""
+        state = _checked_state(state_dict)
+        if not state["started"]:
+            self.epoch = state["epoch"]
+            self._restore = None
+            return
+        ctx = self.context(state["epoch"])
+        _check_placement(state, ctx)
+        if self._recipe(ctx) != state["recipe"]:
+            raise ValueError("load_state_dict: the state was taken with another pipeline (its "
+                             "shards, seed, stages, their parameters or its epoch sizing differ)")
+        self.epoch = state["epoch"]
+        self._restore = state
+
+    def _recipe(self, ctx):
+        return (f"{_plan.resume_recipe(self.pipeline, ctx)};epoch_length={self.epoch_length},"
+                f"repetitions={self.repetitions},nsamples={self.nsamples}")
 
     def _tracked(self, it):
         try:
@@ -246,6 +325,59 @@ class DataPipeline(IterableDataset):
 
     def __exit__(self, *args):
         self.close()
+
+
+_STATE_FORMAT = "webdataset_cpp.DataPipeline"
+_STATE_VERSION = 1
+_STATE_KEYS = {"recipe": str, "placement": list, "epoch": int, "ended": bool, "yielded": int,
+               "checkpoint": (list, tuple, type(None))}
+
+
+def _checked_state(state):
+    """`state` if it is a DataPipeline state of this version, else ValueError."""
+    if not isinstance(state, dict) or state.get("format") != _STATE_FORMAT:
+        raise ValueError("load_state_dict: not a webdataset_cpp DataPipeline state (no "
+                         f"'format': {_STATE_FORMAT!r})")
+    if state.get("version") != _STATE_VERSION:
+        raise ValueError(f"load_state_dict: DataPipeline state version {state.get('version')!r} "
+                         f"is unknown (this version reads {_STATE_VERSION})")
+    keys = _STATE_KEYS if state.get("started") else {"epoch": int}
+    for key, kind in keys.items():
+        if not isinstance(state.get(key), kind):
+            raise ValueError(f"load_state_dict: the state's {key!r} is missing or malformed")
+    checkpoint = state.get("checkpoint")
+    if checkpoint is not None and (len(checkpoint) != 3 or
+                                   not all(isinstance(v, int) for v in checkpoint)):
+        raise ValueError("load_state_dict: the state's 'checkpoint' is malformed")
+    return state
+
+
+def _check_placement(state, ctx):
+    mine = [ctx.rank, ctx.world_size, ctx.worker, ctx.num_workers]
+    if list(state["placement"]) != mine:
+        r, w, k, n = state["placement"]
+        raise ValueError(
+            f"load_state_dict: the state was taken by rank {r} of {w}, DataLoader worker {k} of "
+            f"{n}, not rank {mine[0]} of {mine[1]}, worker {mine[2]} of {mine[3]} (load each "
+            "worker's state in that worker, as StatefulDataLoader does; another layout is not "
+            "supported)")
+
+
+def _tuple_or_none(checkpoint):
+    return None if checkpoint is None else tuple(checkpoint)
+
+
+def _counted(it, position):
+    """Yields from `it`, counting items and noting the end in `position`."""
+    try:
+        for item in it:
+            position.yielded += 1
+            yield item
+        position.ended = True
+    finally:
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()
 
 
 class _Closing:

@@ -72,15 +72,26 @@ class SimpleShardList(PipelineStage):
     split="samples" makes the split_by_node / split_by_worker that follow it
     share out samples instead of whole shards: every rank (worker) reads an
     equal run of the epoch's samples, starting and ending inside shards
-    (counts from SHARD.idx sidecars, else one header scan per shard). It
-    needs the native shard source (a native handler, no Python stage between
-    the list and tarfile_to_samples).
+    (counts from the dataset index, SHARD.idx sidecars, else one header scan
+    per shard). It needs the native shard source (a native handler, no
+    Python stage between the list and tarfile_to_samples). split=None (the
+    default) chooses "samples" when the native source reads the list and
+    every shard's count is known without reading it (listed in
+    dataset_index, or a local file with a sidecar), else "shards", as the
+    C++ WebDataset does.
+
+    dataset_index: the path of a dataset index (``wds-shard index --json``,
+    the reference's wids shard index) giving every shard's count from one
+    file, read once per process. Its URLs must match the list's (relative
+    ones are relative to the index's directory).
     """
 
-    def __init__(self, urls, seed=None, split="shards"):
-        if split not in ("shards", "samples"):
-            raise ValueError(f"SimpleShardList: split must be 'shards' or 'samples', not {split!r}")
+    def __init__(self, urls, seed=None, split=None, dataset_index=None):
+        if split not in (None, "shards", "samples"):
+            raise ValueError(f"SimpleShardList: split must be None, 'shards' or 'samples', not "
+                             f"{split!r}")
         self.split = split
+        self.dataset_index = None if dataset_index is None else os.fspath(dataset_index)
         self.urls = expand_urls(urls)
         if not self.urls:
             raise ValueError("SimpleShardList: the shard list is empty")
@@ -234,11 +245,17 @@ def check_empty(source):
 
 
 class ShardSource:
-    """The fused first stages: the core's shard source."""
+    """The fused first stages: the core's shard source.
+
+    split: "samples", "shards" or None (samples when every count is known
+    without reading a shard and the handler is native; see SimpleShardList).
+    """
 
     def __init__(self, urls, resampled, nshards, shuffle, shuffle_seed, nodesplitter,
-                 split_workers, tar, empty_check, split_samples=False):
-        self.split_samples = split_samples and not resampled
+                 split_workers, tar, empty_check, split=None, dataset_index=None):
+        self.split = split
+        self.dataset_index = dataset_index or ""
+        self._split_samples = None
         self.urls = urls
         self.resampled = resampled
         self.nshards = nshards
@@ -248,6 +265,20 @@ class ShardSource:
         self.split_workers = split_workers
         self.tar = tar
         self.empty_check = empty_check
+
+    @property
+    def split_samples(self):
+        """Whether samples (not whole shards) are shared out."""
+        if self._split_samples is None:
+            if self.resampled:
+                self._split_samples = False
+            elif self.split is not None:
+                self._split_samples = self.split == "samples"
+            else:
+                # The counts and whether they are known are cached per process.
+                self._split_samples = (isinstance(self.tar.core_handler(), str) and
+                                       _core.counts_known(self.urls, self.dataset_index))
+        return self._split_samples
 
     def seed(self, ctx):
         return ctx.seed if self.shuffle_seed is None else self.shuffle_seed
@@ -265,7 +296,8 @@ class ShardSource:
         return _core.shard_source(
             self.urls, **self.list_args(ctx), resampled=self.resampled, nshards=self.nshards,
             allow_empty=not self.empty_check, seed=self.seed(ctx),
-            handler=self.tar.core_handler(), split_samples=self.split_samples)
+            handler=self.tar.core_handler(), split_samples=self.split_samples,
+            dataset_index=self.dataset_index)
 
     def check_shards(self, ctx):
         try:
@@ -321,4 +353,5 @@ def fuse_source(stages, ctx):
     if empty_check:
         i += 1
     return ShardSource(urls, resampled, nshards, shuffle, shuffle_seed, node, split_workers, tar,
-                       empty_check, getattr(first, "split", "shards") == "samples"), i
+                       empty_check, getattr(first, "split", "shards"),
+                       getattr(first, "dataset_index", None)), i
