@@ -41,6 +41,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "wds/byte_stream.h"
 
 namespace wds {
 
@@ -89,6 +90,15 @@ std::string IndexPath(std::string_view shard);
 // otherwise by ScanShard. A sidecar is trusted as it is: `wds-shard verify`
 // checks it against its shard.
 [[nodiscard]] absl::StatusOr<int64_t> CountSamples(std::string_view url);
+
+// HasSidecar is true when `url` is a local file whose sidecar exists.
+bool HasSidecar(std::string_view url);
+
+// IndexOf returns the index of `url`: its sidecar when HasSidecar(url); for
+// a remote URL, "<url>.idx" fetched through `opener` when the server has it;
+// otherwise a header scan of the stream `opener` opens (for a remote shard, a
+// read of the whole object).
+[[nodiscard]] absl::StatusOr<ShardIndex> IndexOf(std::string_view url, const Opener& opener);
 
 struct DatasetShard {
   std::string url;
