@@ -265,7 +265,8 @@ class ShardSource:
         return _core.shard_source(
             self.urls, **self.list_args(ctx), resampled=self.resampled, nshards=self.nshards,
             allow_empty=not self.empty_check, seed=self.seed(ctx),
-            handler=self.tar.core_handler(), split_samples=self.split_samples)
+            handler=self.tar.core_handler(), split_samples=self.split_samples,
+            remote=self.tar.core_remote())
 
     def check_shards(self, ctx):
         try:
