@@ -19,6 +19,7 @@
 #include "remote_test_util.h"
 #include "test_util.h"
 #include "wds/internal/strings.h"
+#include "wds/interrupt.h"
 #include "wds/loader.h"
 #include "wds/pipeline.h"
 #include "wds/tar_reader.h"
@@ -158,6 +159,54 @@ TEST_F(RemoteStreamTest, StallBeforeTheHeadersIsAbandoned) {
   const auto start = std::chrono::steady_clock::now();
   ExpectExact();
   EXPECT_LT(Seconds(start), 1.4);
+}
+
+// StopAfter makes the calling thread's interrupt check fail with "stopped"
+// `ms` milliseconds after construction (as a Loader stopping its workers, or
+// Python on Ctrl-C, does).
+class StopAfter {
+ public:
+  explicit StopAfter(int ms)
+      : deadline_(std::chrono::steady_clock::now() + std::chrono::milliseconds(ms)), check_([this] {
+          return std::chrono::steady_clock::now() < deadline_ ? absl::OkStatus()
+                                                              : absl::CancelledError("stopped");
+        }) {}
+
+ private:
+  std::chrono::steady_clock::time_point deadline_;
+  ScopedInterruptCheck check_;
+};
+
+TEST_F(RemoteStreamTest, AnInterruptCheckEndsAStalledReadUnretried) {
+  FirstThen({.stall_after = 200'000, .stall_ms = 10'000});
+  RemoteOptions o = Fast();
+  o.stall_timeout = std::chrono::seconds(30);
+  absl::StatusOr<std::unique_ptr<ByteStream>> s = MakeOpener(o)(url());
+  ASSERT_TRUE(s.ok()) << s.status();
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status status;
+  {
+    StopAfter stop(300);
+    status = ReadAll(**s).status();
+  }
+  EXPECT_TRUE(absl::IsCancelled(status)) << status;
+  EXPECT_EQ(Message(status), Cat(url(), ": stopped"));
+  EXPECT_LT(Seconds(start), 1.5);
+  EXPECT_EQ(server_.requests(), 1);
+}
+
+TEST_F(RemoteStreamTest, AnInterruptCheckEndsTheWaitBeforeARetry) {
+  FirstThen({.status = 503, .body = "busy", .extra_headers = "Retry-After: 30\r\n"});
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status status;
+  {
+    StopAfter stop(300);
+    status = MakeOpener(Fast())(url()).status();
+  }
+  EXPECT_TRUE(absl::IsCancelled(status)) << status;
+  EXPECT_EQ(Message(status), "stopped");
+  EXPECT_LT(Seconds(start), 1.5);
+  EXPECT_EQ(server_.requests(), 1);
 }
 
 TEST_F(RemoteStreamTest, ASlowReaderIsNotAStall) {

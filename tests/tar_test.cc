@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/cord.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "shards/shard_streams.h"
@@ -479,7 +480,9 @@ class EventStream : public ByteStream {
       : data_(std::move(data)), fail_at_(fail_at), finished_at_end_(finished_at_end) {}
   absl::StatusOr<size_t> Read(void* buffer, size_t size) override {
     if (fail_at_.has_value() && position_ >= *fail_at_) {
-      return absl::UnavailableError("mem://flaky: connection reset");
+      absl::Status error = absl::UnavailableError("mem://flaky: connection reset");
+      error.SetPayload("wds-test/origin", absl::Cord("flaky stream"));
+      return error;
     }
     size_t n = std::min({size, data_.size() - position_, size_t{1000},
                          fail_at_.value_or(data_.size()) - position_});
@@ -501,13 +504,16 @@ class EventStream : public ByteStream {
   bool* finished_at_end_;
 };
 
-TEST(TarReaderTest, StreamErrorKeepsItsCodeAndSaysWhere) {
+TEST(TarReaderTest, StreamErrorKeepsItsCodeAndPayloadsAndSaysWhere) {
   bool finished = false;
   Members r = ReadMembers(std::make_unique<EventStream>(UstarTar(ThreeMembers()), 3500, &finished));
   EXPECT_THAT(Names(r.members), ElementsAre("a.bin", "a.cls"));
   EXPECT_EQ(r.status.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(Message(r.status),
               HasSubstr("mem://flaky: connection reset (member b.bin at offset 2560)"));
+  // What the opener attached for its callers (the Python bindings' URL and
+  // errno) survives the reader.
+  EXPECT_EQ(r.status.GetPayload("wds-test/origin"), absl::Cord("flaky stream"));
   EXPECT_FALSE(finished);
 }
 

@@ -12,8 +12,9 @@
 //   wds::SampleResult item = stream->Next();   // CANCELLED soon after `stop`
 //
 // While a check is installed, the calling thread's blocking waits in this
-// library (reading a pipe: command's output, standard input or a FIFO, and
-// Loader::Next waiting for its workers) wake at least every
+// library (reading a pipe: command's output, standard input or a FIFO, a
+// remote shard's server and the sleep before its retry, and Loader::Next
+// waiting for its workers) wake at least every
 // kInterruptCheckInterval, and whenever a signal interrupts them, and call
 // the check; a non-OK status ends the wait, and the call returns that status.
 // Without a check, waits block as before. Work that does not wait (decoding,

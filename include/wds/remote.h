@@ -99,8 +99,13 @@
 // Costs: a stream buffers at most read_ahead plus one libcurl chunk (512 KiB)
 // ahead of its reader, and copies each byte once more than a file read
 // (libcurl's receive buffer into the reader's). A thread in a retry sleeps
-// up to backoff_cap (or the server's Retry-After, within max_retry_time),
-// which also bounds how long stopping a Loader can wait for it.
+// up to backoff_cap (or the server's Retry-After, within max_retry_time).
+//
+// Interrupts: a thread with an interrupt check (wds/interrupt.h: a Loader
+// worker being stopped, a Python caller on Ctrl-C) has it called at least
+// every kInterruptCheckInterval while it waits for a server or sleeps
+// before a retry; a non-OK check ends the read with that status, not
+// retried.
 //
 // Thread safety: RemoteOptions is a value. An Opener from MakeOpener may be
 // called from any thread; each stream it returns is used by one thread.

@@ -143,29 +143,34 @@ void RegisterSources(py::module_& m) {
       "shard_source",
       [](std::vector<std::string> urls, bool shuffle, bool resampled,
          std::optional<int64_t> nshards, bool split_nodes, bool split_workers, bool allow_empty,
-         uint64_t seed, py::handle handler, bool split_samples, std::string dataset_index) {
+         uint64_t seed, py::handle handler, bool split_samples, std::string dataset_index,
+         py::handle remote) {
         ShardSourceOptions options{shuffle,     resampled,     nshards,
                                    split_nodes, split_workers, allow_empty,
                                    seed,        split_samples, std::move(dataset_index)};
         StageHandler h = StageHandler::FromPython(handler);
         std::string recipe = "shard_source";
-        wds::StreamFactory factory = ShardSource(std::move(urls), options, h, &recipe);
+        wds::StreamFactory factory =
+            ShardSource(std::move(urls), options, h, RemoteAccess::FromPython(remote), &recipe);
         return Source{std::move(factory), h.is_native(), nullptr, std::move(recipe)};
       },
       py::arg("urls"), py::kw_only(), py::arg("shuffle") = false, py::arg("resampled") = false,
       py::arg("nshards") = py::none(), py::arg("split_nodes") = true,
       py::arg("split_workers") = true, py::arg("allow_empty") = false, py::arg("seed") = 0,
       py::arg("handler") = "reraise", py::arg("split_samples") = false,
-      py::arg("dataset_index") = "",
+      py::arg("dataset_index") = "", py::arg("remote") = py::none(),
       "Shards read as the core's WebDataset() reads them (permuted per epoch, split by node "
       "and worker, in whole shards or, with split_samples, in equal runs of samples); counts "
-      "come from the dataset index file, sidecars or scans, cached per process.");
+      "come from the dataset index file, sidecars or scans, cached per process; remote URLs "
+      "with the options of `remote` (RemoteOptions._native()).");
   m.def(
       "url_source",
-      [](py::handle iterator, py::handle handler) {
-        return Source{UrlSource(iterator, StageHandler::FromPython(handler)), false, nullptr};
+      [](py::handle iterator, py::handle handler, py::handle remote) {
+        return Source{UrlSource(iterator, StageHandler::FromPython(handler),
+                                RemoteAccess::FromPython(remote)),
+                      false, nullptr};
       },
-      py::arg("iterator"), py::arg("handler") = "reraise",
+      py::arg("iterator"), py::arg("handler") = "reraise", py::arg("remote") = py::none(),
       "The shards a Python iterator of URLs (or {'url': ...} dicts) names.");
   m.def(
       "sample_source",

@@ -1,5 +1,6 @@
 #include "errors.h"
 
+#include <cerrno>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -14,6 +15,7 @@ namespace {
 
 constexpr char kErrnoPayload[] = "webdataset_cpp/errno";
 constexpr char kPathPayload[] = "webdataset_cpp/path";
+constexpr char kRemotePayload[] = "webdataset_cpp/remote-url";
 
 // PendingError is a Python exception on its way through native stages.
 struct PendingError {
@@ -43,11 +45,11 @@ std::string Message(const absl::Status& status) {
 
 py::object Make(py::handle type, const std::string& message) { return type(py::str(message)); }
 
-// ErrnoException is OSError(err, strerror, path), which Python turns into the
+// OsError is OSError(err, reason, path), which Python turns into the
 // subclass for err (FileNotFoundError for ENOENT).
-py::object ErrnoException(int err, const std::string& path) {
+py::object OsError(int err, const std::string& reason, const std::string& path) {
   py::object exception = py::reinterpret_steal<py::object>(
-      PyObject_CallFunction(PyExc_OSError, "isO", err, std::strerror(err), py::str(path).ptr()));
+      PyObject_CallFunction(PyExc_OSError, "isO", err, reason.c_str(), py::str(path).ptr()));
   if (!exception) throw py::error_already_set();
   return exception;
 }
@@ -88,12 +90,45 @@ py::handle TypeFor(absl::StatusCode code, Phase phase) {
   }
 }
 
+// RemoteException is the exception of a RemoteStatus error (see errors.h).
+py::object RemoteException(const absl::Status& status, const std::string& url, Phase phase) {
+  const std::string message = Message(status);
+  std::string reason = message;
+  if (reason.size() > url.size() + 2 && reason.compare(0, url.size(), url) == 0 &&
+      reason.compare(url.size(), 2, ": ") == 0) {
+    reason.erase(0, url.size() + 2);
+  }
+  switch (status.code()) {
+    case absl::StatusCode::kNotFound:
+      return OsError(ENOENT, reason, url);
+    case absl::StatusCode::kPermissionDenied:
+      return OsError(EACCES, reason, url);
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kDeadlineExceeded:
+      return Make(PyExc_ConnectionError, message);
+    case absl::StatusCode::kDataLoss:
+    case absl::StatusCode::kAborted:
+      return Make(ProjectException("DataError"), message);
+    case absl::StatusCode::kInvalidArgument:
+      return Make(PyExc_ValueError, message);
+    default:
+      return Make(TypeFor(status.code(), phase), message);
+  }
+}
+
 }  // namespace
 
 absl::Status ErrnoStatus(int err, std::string_view path, std::string_view what) {
   absl::Status status = absl::ErrnoToStatus(err, wds::ToAbsl(what));
   status.SetPayload(kErrnoPayload, absl::Cord(std::to_string(err)));
   status.SetPayload(kPathPayload, absl::Cord(wds::ToAbsl(path)));
+  return status;
+}
+
+absl::Status RemoteStatus(absl::Status status, std::string_view url) {
+  if (status.ok() || absl::IsCancelled(status)) return status;
+  status.SetPayload(kRemotePayload, absl::Cord(wds::ToAbsl(url)));
   return status;
 }
 
@@ -118,9 +153,13 @@ py::object ExceptionFromStatus(const absl::Status& status, Phase phase) {
   if (status.code() == absl::StatusCode::kAborted && pending.has_value()) {
     return PendingException(status);
   }
+  if (auto url = status.GetPayload(kRemotePayload)) {
+    return RemoteException(status, std::string(*url), phase);
+  }
   if (auto err = status.GetPayload(kErrnoPayload)) {
     auto path = status.GetPayload(kPathPayload);
-    return ErrnoException(std::stoi(std::string(*err)), path ? std::string(*path) : "");
+    const int number = std::stoi(std::string(*err));
+    return OsError(number, std::strerror(number), path ? std::string(*path) : "");
   }
   return Make(TypeFor(status.code(), phase), Message(status));
 }

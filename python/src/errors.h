@@ -8,6 +8,18 @@
 //   InvalidArgument / FailedPrecondition at setup ValueError
 //   anything else                               RuntimeError
 //
+// Errors of remote shards (RemoteStatus) follow the conventions of Python's
+// own clients:
+//
+//   HTTP 404, 410 (NotFound)                   FileNotFoundError(ENOENT, reason, url)
+//   HTTP 401, 403 (PermissionDenied)           PermissionError(EACCES, reason, url)
+//   retries exhausted, TLS verification        ConnectionError (an OSError)
+//   the object changed while read, bad ranges  webdataset_cpp.DataError
+//   HTTP 400, a malformed URL or setting        ValueError
+//
+// where reason is the message after the URL ("HTTP 404 Not Found: <what the
+// server said>").
+//
 // A Python exception raised by Python code that a native stage called (a
 // Python stage feeding a native one, a Python decoder or handler) travels
 // through the native stages as an Aborted Status, while the exception object
@@ -34,6 +46,10 @@ enum class Phase { kSetup, kData };
 // ErrnoStatus is the error of a failed system call on `path`; it converts to
 // OSError(err, strerror(err), path), so a missing shard is FileNotFoundError.
 absl::Status ErrnoStatus(int err, std::string_view path, std::string_view what);
+
+// RemoteStatus marks `status` (unless ok or Cancelled) as the error of the
+// remote URL `url`, for the exception types above; code and message stay.
+absl::Status RemoteStatus(absl::Status status, std::string_view url);
 
 // StorePythonError keeps the Python exception being handled (e) in this
 // thread's slot and returns the Status that stands for it. `field`, when not

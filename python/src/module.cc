@@ -14,6 +14,7 @@ void RegisterWriters(py::module_& m);
 void RegisterShards(py::module_& m);
 void RegisterFields(py::module_& m);
 void RegisterSharedBatches(py::module_& m);
+void RegisterRemote(py::module_& m);
 }  // namespace wdspy
 
 PYBIND11_MODULE(_core, m) {
@@ -26,4 +27,5 @@ PYBIND11_MODULE(_core, m) {
   wdspy::RegisterShards(m);
   wdspy::RegisterFields(m);
   wdspy::RegisterSharedBatches(m);
+  wdspy::RegisterRemote(m);
 }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <mutex>
 #include <set>
 #include <string>
@@ -13,12 +14,14 @@
 #include "errors.h"
 #include "wds/internal/strings.h"
 #include "wds/interrupt.h"
+#include "wds/remote.h"
 
 namespace wdspy {
 namespace {
 
 // The registry of descriptors opened here. Heap-allocated and never freed:
-// it must outlive every stream, including those destroyed at exit.
+// it must outlive every stream, including those destroyed at exit. Its lock
+// also guards the RemoteAccess sessions (the fork handlers hold it).
 struct Registry {
   std::mutex mu;
   std::set<int> fds;
@@ -113,27 +116,41 @@ absl::StatusOr<std::unique_ptr<wds::ByteStream>> OpenLocal(std::string url, std:
   return std::make_unique<LocalFile>(std::move(url), Register(fd), size);
 }
 
-// ShellQuote quotes `s` for /bin/sh.
-std::string ShellQuote(std::string_view s) {
-  std::string out = "'";
-  for (char c : s) {
-    if (c == '\'') {
-      out += "'\\''";
-    } else {
-      out.push_back(c);
-    }
+// RemoteShard passes a remote stream through, marking its errors with its
+// URL (RemoteStatus) for the Python exception types.
+class RemoteShard : public wds::ByteStream {
+ public:
+  explicit RemoteShard(std::unique_ptr<wds::ByteStream> stream) : stream_(std::move(stream)) {}
+
+  absl::StatusOr<size_t> Read(void* buffer, size_t size) override {
+    absl::StatusOr<size_t> n = stream_->Read(buffer, size);
+    if (!n.ok()) return RemoteStatus(n.status(), url());
+    return n;
   }
-  out.push_back('\'');
-  return out;
+  absl::StatusOr<int64_t> Skip(int64_t size) override {
+    absl::StatusOr<int64_t> n = stream_->Skip(size);
+    if (!n.ok()) return RemoteStatus(n.status(), url());
+    return n;
+  }
+  absl::Status Finish() override { return RemoteStatus(stream_->Finish(), url()); }
+  const std::string& url() const override { return stream_->url(); }
+
+ private:
+  std::unique_ptr<wds::ByteStream> stream_;
+};
+
+std::shared_ptr<const RemoteAccess> EnvironmentAccess() {
+  absl::StatusOr<wds::RemoteOptions> options = wds::RemoteOptions::ParseFromEnvironment();
+  if (!options.ok()) {
+    return std::make_shared<RemoteAccess>(wds::RemoteOptions::FromEnvironment(), options.status());
+  }
+  return std::make_shared<RemoteAccess>(*std::move(options), absl::OkStatus());
 }
 
-absl::StatusOr<std::unique_ptr<wds::ByteStream>> Open(std::string_view url) {
+absl::StatusOr<std::unique_ptr<wds::ByteStream>> Open(const RemoteAccess& remote,
+                                                      std::string_view url) {
   if (url == "-" || wds::StartsWith(url, "pipe:")) return wds::OpenUrl(url);
-  if (wds::StartsWith(url, "http://") || wds::StartsWith(url, "https://")) {
-    // The reference package's gopen reads http(s) the same way.
-    return wds::OpenUrl(wds::Cat(
-        "pipe:curl --connect-timeout 30 --retry 30 --retry-delay 2 -f -s -L ", ShellQuote(url)));
-  }
+  if (wds::IsRemoteUrl(url)) return remote.Open(url);
   std::string_view path = url;
   if (wds::StartsWith(path, "file://")) {
     path.remove_prefix(7);
@@ -143,14 +160,113 @@ absl::StatusOr<std::unique_ptr<wds::ByteStream>> Open(std::string_view url) {
              scheme != std::string_view::npos && path.find('/') > scheme) {
     return absl::UnimplementedError(
         wds::Cat(url, ": no handler for the URL scheme \"", path.substr(0, scheme),
-                 "\" (local paths, file:, pipe:, http:, https: and - are read)"));
+                 "\" (local paths, file:, pipe:, -, http:, https:, s3: and gs: are read)"));
   }
   return OpenLocal(std::string(url), std::string(path));
 }
 
+// Seconds converts a Python number of seconds (at least `least`, and more
+// than 0 when `positive`) to a duration, rounding up to the duration's unit
+// so that a small positive time never becomes zero.
+template <typename Duration>
+Duration Seconds(py::handle value, const char* name, int least, bool positive) {
+  const double seconds = value.cast<double>();
+  if (!(seconds >= least) || (positive && seconds <= 0) || seconds > 1e9) {
+    throw py::value_error(wds::Cat("RemoteOptions: ", name, " must be ",
+                                   positive ? "more than 0" : wds::Cat("at least ", least),
+                                   " seconds, got ", py::repr(value).cast<std::string>()));
+  }
+  return std::chrono::ceil<Duration>(std::chrono::duration<double>(seconds));
+}
+
+int64_t AtLeast(py::handle value, const char* name, int64_t least) {
+  const int64_t n = value.cast<int64_t>();
+  if (n < least) {
+    throw py::value_error(
+        wds::Cat("RemoteOptions: ", name, " must be at least ", least, ", got ", n));
+  }
+  return n;
+}
+
+// Apply sets the option `name` of `o` to `value`.
+void Apply(wds::RemoteOptions& o, const std::string& name, py::handle value) {
+  using std::chrono::milliseconds;
+  using std::chrono::seconds;
+  if (name == "cache_dir") {
+    o.cache_dir = value.cast<std::string>();
+  } else if (name == "cache_size") {
+    o.cache_size = AtLeast(value, "cache_size", 0);
+  } else if (name == "ca_file") {
+    o.ca_file = value.cast<std::string>();
+  } else if (name == "verify_tls") {
+    o.verify_tls = value.cast<bool>();
+  } else if (name == "connect_timeout") {
+    o.connect_timeout = Seconds<milliseconds>(value, "connect_timeout", 0, true);
+  } else if (name == "stall_timeout") {
+    o.stall_timeout = Seconds<milliseconds>(value, "stall_timeout", 0, true);
+  } else if (name == "low_speed_limit") {
+    o.low_speed_limit = AtLeast(value, "low_speed_limit", 0);
+  } else if (name == "low_speed_time") {
+    o.low_speed_time = Seconds<seconds>(value, "low_speed_time", 1, false);
+  } else if (name == "max_attempts") {
+    o.max_attempts = static_cast<int>(AtLeast(value, "max_attempts", 1));
+  } else if (name == "max_retry_time") {
+    o.max_retry_time = Seconds<milliseconds>(value, "max_retry_time", 0, false);
+  } else {
+    throw py::type_error(wds::Cat("RemoteOptions: no option named '", name, "'"));
+  }
+}
+
+// ApplyAll applies the entries of a dict of options (None values: unset).
+void ApplyAll(wds::RemoteOptions& o, py::handle given) {
+  for (auto [name, value] : given.cast<py::dict>()) {
+    if (!value.is_none()) Apply(o, name.cast<std::string>(), value);
+  }
+}
+
 }  // namespace
 
-wds::Opener PythonOpener() { return Open; }
+RemoteAccess::RemoteAccess(wds::RemoteOptions options, absl::Status environment_error)
+    : options_(std::move(options)), environment_error_(std::move(environment_error)) {}
+
+std::shared_ptr<const RemoteAccess> RemoteAccess::FromPython(py::handle given) {
+  std::shared_ptr<const RemoteAccess> environment = EnvironmentAccess();
+  if (given.is_none()) return environment;
+  wds::RemoteOptions options = environment->options_;
+  ApplyAll(options, given);
+  return std::make_shared<RemoteAccess>(std::move(options), environment->environment_error_);
+}
+
+void RemoteAccess::Check(py::handle given) {
+  wds::RemoteOptions options;
+  ApplyAll(options, given);
+}
+
+wds::RemoteOpener RemoteAccess::Session() const {
+  std::lock_guard<std::mutex> lock(Fds().mu);
+  // Empty in the process that has not opened a remote URL yet, including a
+  // forked child, which abandons (leaks) the parent's session.
+  if (!session_) {
+    session_ = ProcessLocal<wds::RemoteOpener>(std::make_unique<wds::RemoteOpener>(options_));
+  }
+  return *session_.get();
+}
+
+absl::StatusOr<std::unique_ptr<wds::ByteStream>> RemoteAccess::Open(std::string_view url) const {
+  if (!environment_error_.ok()) {
+    return RemoteStatus(
+        absl::InvalidArgumentError(wds::Cat(url, ": ", wds::ToStd(environment_error_.message()))),
+        url);
+  }
+  absl::StatusOr<std::unique_ptr<wds::ByteStream>> stream = Session().Open(url);
+  if (!stream.ok()) return RemoteStatus(stream.status(), url);
+  return std::make_unique<RemoteShard>(*std::move(stream));
+}
+
+wds::Opener PythonOpener(std::shared_ptr<const RemoteAccess> remote) {
+  if (remote == nullptr) remote = EnvironmentAccess();
+  return [remote = std::move(remote)](std::string_view url) { return Open(*remote, url); };
+}
 
 void BeforeFork() { Fds().mu.lock(); }
 

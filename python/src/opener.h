@@ -1,9 +1,13 @@
 // Opening shards for Python, and what a fork must not inherit.
 //
 // PythonOpener opens local paths and file: URLs itself (descriptors it keeps
-// track of) and hands "-" and pipe: URLs to wds::OpenUrl; http:// and https://
-// URLs are read through curl, as the reference package does. A file that
-// cannot be opened is an errno error (FileNotFoundError in Python) naming it.
+// track of), hands "-" and pipe: URLs to wds::OpenUrl, and reads http://,
+// https://, s3:// and gs:// URLs with the core's remote reader
+// (wds/remote.h: resumed byte-exactly after faults, retried with backoff,
+// signed for S3, optionally through the shared cache) as its RemoteAccess
+// says. A file that cannot be opened is an errno error (FileNotFoundError
+// in Python) naming it; a remote error carries its URL (RemoteStatus in
+// errors.h), so that a 404 is FileNotFoundError too.
 //
 // Fork safety (torch DataLoader workers are forked): no native thread exists
 // unless a webdataset_cpp.Loader is being iterated, and a forked child must
@@ -11,19 +15,31 @@
 // child closes every shard descriptor this module opened, and every native
 // object made before the fork (ProcessLocal) is abandoned in the child, never
 // destroyed there: destroying it could kill the parent's pipe: commands or
-// join threads that do not exist in the child.
+// join threads that do not exist in the child. A RemoteAccess's libcurl
+// session (its connections, TLS sessions and handles) is such an object: a
+// child abandons the parent's and makes its own at its first remote open, so
+// that it never writes to (or closes with a TLS alert) a connection the
+// parent is using.
 #pragma once
 
+#include <pybind11/pybind11.h>
 #include <unistd.h>
 
 #include <memory>
 #include <utility>
 
 #include "wds/byte_stream.h"
+#include "wds/remote.h"
 
 namespace wdspy {
 
-wds::Opener PythonOpener();
+namespace py = pybind11;
+
+class RemoteAccess;
+
+// PythonOpener opens URLs as described above; `remote` null means a
+// RemoteAccess with wds::RemoteOptions from the environment.
+wds::Opener PythonOpener(std::shared_ptr<const RemoteAccess> remote = nullptr);
 
 // Fork handlers (os.register_at_fork): before takes the descriptor registry's
 // lock so that no other thread holds it across the fork.
@@ -75,6 +91,43 @@ class ProcessLocal {
  private:
   std::unique_ptr<T> object_;
   pid_t pid_ = 0;
+};
+
+// RemoteAccess is how PythonOpener reads remote URLs: its options, and the
+// libcurl session (connection pool, shared cache) that every stream opened
+// through it in one process shares, made at the first remote open in each
+// process (see fork safety above). Thread-safe.
+class RemoteAccess {
+ public:
+  // `environment_error` is what RemoteOptions::ParseFromEnvironment found
+  // malformed (a WDS_CACHE_SIZE that is not a size): returned by the first
+  // remote open, so that local reading does not depend on remote settings.
+  RemoteAccess(wds::RemoteOptions options, absl::Status environment_error);
+
+  // FromPython is the environment's options overridden by the entries of
+  // `given` (a dict, as webdataset_cpp.RemoteOptions' _native() makes it, or
+  // None): cache_dir, cache_size, ca_file, verify_tls, connect_timeout,
+  // stall_timeout, low_speed_limit, low_speed_time, max_attempts,
+  // max_retry_time (times in seconds). An unknown name is a TypeError, a
+  // value out of range a ValueError. REQUIRES: the GIL is held.
+  static std::shared_ptr<const RemoteAccess> FromPython(py::handle given);
+  // Check raises as FromPython would for `given`, reading no environment.
+  static void Check(py::handle given);
+
+  // Open opens a remote URL (IsRemoteUrl) through this process's session;
+  // errors are RemoteStatus errors naming the URL.
+  absl::StatusOr<std::unique_ptr<wds::ByteStream>> Open(std::string_view url) const;
+
+  const wds::RemoteOptions& options() const { return options_; }
+
+ private:
+  wds::RemoteOpener Session() const;
+
+  wds::RemoteOptions options_;
+  absl::Status environment_error_;
+  // session_ is guarded by the descriptor registry's lock, which the fork
+  // handlers hold across a fork.
+  mutable ProcessLocal<wds::RemoteOpener> session_;
 };
 
 }  // namespace wdspy

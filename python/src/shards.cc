@@ -40,20 +40,35 @@ wds::ShardListOptions ListOptions(bool shuffle, bool split_nodes, bool split_wor
 }
 
 // TarMembers iterates (name, bytes) over one shard's regular members.
+// Waits release the GIL and run Python's signal handlers (Ctrl-C).
 class TarMembers {
  public:
-  explicit TarMembers(const std::string& url) {
-    auto stream = ValueOrRaise(PythonOpener()(url), Phase::kData);
-    reader_ = ProcessLocal<wds::TarReader>(
-        ValueOrRaise(wds::TarReader::Open(std::move(stream)), Phase::kData));
+  TarMembers(const std::string& url, py::handle remote) {
+    wds::Opener open = PythonOpener(RemoteAccess::FromPython(remote));
+    absl::StatusOr<std::unique_ptr<wds::TarReader>> reader;
+    SignalCheck signals;
+    {
+      py::gil_scoped_release release;
+      wds::ScopedInterruptCheck check(signals.check());
+      absl::StatusOr<std::unique_ptr<wds::ByteStream>> stream = open(url);
+      reader = stream.ok() ? wds::TarReader::Open(*std::move(stream)) : stream.status();
+    }
+    signals.RethrowIfRaised();
+    reader_ = ProcessLocal<wds::TarReader>(ValueOrRaise(std::move(reader), Phase::kData));
   }
 
   py::object Next() {
     if (!reader_) throw py::stop_iteration();
     absl::StatusOr<std::optional<wds::TarMember>> member;
+    SignalCheck signals;
     {
       py::gil_scoped_release release;
+      wds::ScopedInterruptCheck check(signals.check());
       member = reader_->Next();
+    }
+    if (signals.raised()) {
+      reader_.reset();
+      signals.RethrowIfRaised();
     }
     if (!member.ok()) {
       reader_.reset();
@@ -213,7 +228,8 @@ void RegisterShardLists(py::module_& m) {
       },
       "(rank, world_size) from RANK/WORLD_SIZE, else SLURM_PROCID/SLURM_NTASKS, else (0, 1).");
   py::class_<TarMembers>(m, "TarMembers", "The regular members of one shard: (name, bytes).")
-      .def(py::init<const std::string&>(), py::arg("url"))
+      .def(py::init<const std::string&, py::handle>(), py::arg("url"),
+           py::arg("remote") = py::none())
       .def("__iter__", [](py::object self) { return self; })
       .def("__next__", &TarMembers::Next)
       .def("close", &TarMembers::Close);

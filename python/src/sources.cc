@@ -23,13 +23,14 @@ bool IsStopHandler(wds::Handler h) {
 
 // OneShard opens the core's reader over one URL, unsplit.
 std::unique_ptr<wds::SampleStream> OneShard(const std::string& url, wds::Handler handler,
+                                            const wds::Opener& opener,
                                             const wds::WorkerContext& ctx) {
   wds::WebDatasetOptions options;
   options.nodesplitter = nullptr;
   options.workersplitter = nullptr;
   options.allow_empty = true;
   options.handler = handler;
-  options.opener = PythonOpener();
+  options.opener = opener;
   absl::StatusOr<wds::Pipeline> one = wds::WebDataset(std::vector<std::string>{url}, options);
   if (!one.ok()) return wds::ErrorStream(one.status());
   return one->Open(ctx);
@@ -40,8 +41,12 @@ std::unique_ptr<wds::SampleStream> OneShard(const std::string& url, wds::Handler
 // shard); a Python handler is asked once per failing shard.
 class ShardByShard : public wds::SampleStream {
  public:
-  ShardByShard(NextUrl next_url, StageHandler handler, const wds::WorkerContext& ctx)
-      : next_url_(std::move(next_url)), handler_(std::move(handler)), ctx_(ctx) {
+  ShardByShard(NextUrl next_url, StageHandler handler, wds::Opener opener,
+               const wds::WorkerContext& ctx)
+      : next_url_(std::move(next_url)),
+        handler_(std::move(handler)),
+        opener_(std::move(opener)),
+        ctx_(ctx) {
     shard_ctx_ = ctx;
     // A Python handler counts the errors itself (StageHandler::Handle).
     if (!handler_.is_native()) shard_ctx_.errors = nullptr;
@@ -83,7 +88,7 @@ class ShardByShard : public wds::SampleStream {
     if (!url->has_value()) return false;
     errors_before_ = ctx_.errors ? ctx_.errors->Total() : 0;
     shard_ = OneShard(**url, handler_.is_native() ? handler_.native() : wds::Handler::kReraise,
-                      shard_ctx_);
+                      opener_, shard_ctx_);
     return true;
   }
 
@@ -101,6 +106,7 @@ class ShardByShard : public wds::SampleStream {
 
   NextUrl next_url_;
   StageHandler handler_;
+  wds::Opener opener_;
   wds::WorkerContext ctx_;
   wds::WorkerContext shard_ctx_;
   std::unique_ptr<wds::SampleStream> shard_;
@@ -190,8 +196,10 @@ wds::ShardListOptions ListOptions(const ShardSourceOptions& o) {
 }  // namespace
 
 wds::StreamFactory ShardSource(std::vector<std::string> urls, const ShardSourceOptions& options,
-                               StageHandler handler, std::string* recipe) {
+                               StageHandler handler, std::shared_ptr<const RemoteAccess> remote,
+                               std::string* recipe) {
   if (urls.empty()) throw py::value_error("the shard list is empty");
+  wds::Opener opener = PythonOpener(std::move(remote));
   if (!handler.is_native()) {
     if (options.split_samples) {
       throw py::value_error(
@@ -200,8 +208,8 @@ wds::StreamFactory ShardSource(std::vector<std::string> urls, const ShardSourceO
     }
     auto shared = std::make_shared<const std::vector<std::string>>(std::move(urls));
     const wds::ShardListOptions list = ListOptions(options);
-    return [shared, list,
-            handler](const wds::WorkerContext& ctx) -> std::unique_ptr<wds::SampleStream> {
+    return [shared, list, handler,
+            opener](const wds::WorkerContext& ctx) -> std::unique_ptr<wds::SampleStream> {
       absl::StatusOr<std::vector<std::string>> mine = wds::ShardsForWorker(*shared, list, ctx);
       if (!mine.ok()) return wds::ErrorStream(mine.status());
       auto pending = std::make_shared<std::vector<std::string>>(*std::move(mine));
@@ -210,7 +218,7 @@ wds::StreamFactory ShardSource(std::vector<std::string> urls, const ShardSourceO
         if (*next == pending->size()) return std::nullopt;
         return (*pending)[(*next)++];
       };
-      return std::make_unique<ShardByShard>(std::move(next_url), handler, ctx);
+      return std::make_unique<ShardByShard>(std::move(next_url), handler, opener, ctx);
     };
   }
   wds::WebDatasetOptions web;
@@ -225,7 +233,7 @@ wds::StreamFactory ShardSource(std::vector<std::string> urls, const ShardSourceO
   web.split =
       options.split_samples ? wds::SplitGranularity::kSamples : wds::SplitGranularity::kShards;
   web.handler = handler.native();
-  web.opener = PythonOpener();
+  web.opener = std::move(opener);
   if (!options.resampled) {
     // The pipeline's catalog starts with every count this process knows; a
     // sample-granular split needs them all, read here once per process. A
@@ -246,10 +254,12 @@ wds::StreamFactory ShardSource(std::vector<std::string> urls, const ShardSourceO
   };
 }
 
-wds::StreamFactory UrlSource(py::handle iterator, StageHandler handler) {
+wds::StreamFactory UrlSource(py::handle iterator, StageHandler handler,
+                             std::shared_ptr<const RemoteAccess> remote) {
   NextUrl next_url = PythonUrls(std::make_shared<PyRef>(iterator));
-  return [next_url, handler](const wds::WorkerContext& ctx) {
-    return std::make_unique<ShardByShard>(next_url, handler, ctx);
+  wds::Opener opener = PythonOpener(std::move(remote));
+  return [next_url, handler, opener](const wds::WorkerContext& ctx) {
+    return std::make_unique<ShardByShard>(next_url, handler, opener, ctx);
   };
 }
 

@@ -14,6 +14,7 @@
 
 #include "convert.h"
 #include "handlers.h"
+#include "opener.h"
 #include "wds/pipeline.h"
 #include "wds/stage.h"
 
@@ -43,13 +44,16 @@ struct ShardSourceOptions {
 // be read one at a time, the callable deciding after each failing shard.
 // Setup errors (an empty list) raise ValueError.
 // `recipe`, when not null, receives the source's wds::Pipeline::recipe().
+// Shards are opened by PythonOpener(remote).
 wds::StreamFactory ShardSource(std::vector<std::string> urls, const ShardSourceOptions& options,
-                               StageHandler handler, std::string* recipe = nullptr);
+                               StageHandler handler, std::shared_ptr<const RemoteAccess> remote,
+                               std::string* recipe = nullptr);
 
 // UrlSource reads the shards a Python iterator yields (str URLs or dicts with
 // a "url"), one at a time, with `handler` deciding after a failing shard.
-// REQUIRES: the GIL is held.
-wds::StreamFactory UrlSource(py::handle iterator, StageHandler handler);
+// Shards are opened by PythonOpener(remote). REQUIRES: the GIL is held.
+wds::StreamFactory UrlSource(py::handle iterator, StageHandler handler,
+                             std::shared_ptr<const RemoteAccess> remote);
 
 // SampleSource is a Python iterator of samples (dicts or tuples) as a
 // native stream. Fields that held torch tensors are added to `tensor_names`.

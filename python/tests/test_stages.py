@@ -260,5 +260,5 @@ def test_mixing_and_helpers():
     with pytest.raises(OSError, match="^exit 3: exit 3$|exit 3"):
         with wds.gopen("pipe:exit 3") as stream:
             stream.read()
-    with pytest.raises(ValueError, match="^s3://b/x: no gopen handler defined$"):
-        wds.gopen("s3://b/x")
+    with pytest.raises(ValueError, match="^hdfs://b/x: no gopen handler defined$"):
+        wds.gopen("hdfs://b/x")

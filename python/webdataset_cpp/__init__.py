@@ -18,7 +18,7 @@ import os as _os
 
 from . import _core
 from . import autodecode, cache, compat, distributed, extradatasets, filters, loader
-from . import handlers, mix, pipeline, pytorch, shardlists, tariterators, utils, writer
+from . import handlers, mix, pipeline, pytorch, remote, shardlists, tariterators, utils, writer
 from .autodecode import (Continue, Decoder, gzfilter, handle_extension, imagehandler,
                          pytorch_weights_only, torch_audio, torch_loads, torch_video)
 from .cache import LRUCleanup, pipe_cleaner
@@ -36,6 +36,7 @@ from .handlers import (ignore_and_continue, ignore_and_stop, reraise_exception,
 from .loader import Loader
 from .mix import RandomMix, RoundRobin
 from .pipeline import DataPipeline
+from .remote import RemoteOptions
 from .shardlists import (ResampledShards, SimpleShardList, epoch_shuffle, non_empty, resampled,
                          shardspec, single_node_only, split_by_node, split_by_worker)
 from .tariterators import tarfile_samples, tarfile_to_samples
@@ -58,6 +59,7 @@ __all__ = [
     "MockDataset",
     "PipelineStage",
     "RandomMix",
+    "RemoteOptions",
     "ResampledShards",
     "RoundRobin",
     "ShardWriter",
@@ -105,6 +107,7 @@ __all__ = [
     "pytorch_weights_only",
     "pytorch_worker_info",
     "pytorch_worker_seed",
+    "remote",
     "rename",
     "rename_keys",
     "repeatedly",

@@ -148,7 +148,8 @@ class NativeSegment:
         elif self.kind == "urls":
             from .shardlists import secure_urls
 
-            source = _core.url_source(secure_urls(upstream), self.source.core_handler())
+            source = _core.url_source(secure_urls(upstream), self.source.core_handler(),
+                                      self.source.core_remote())
             kinds = FieldKinds()
         else:
             source = _core.sample_source(upstream)

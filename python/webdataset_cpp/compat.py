@@ -9,6 +9,7 @@
 import warnings
 
 from . import filters
+from .cache import cache_options, warn_uncached_pipes
 from .handlers import reraise_exception
 from .pipeline import DataPipeline
 from .shardlists import (ResampledShards, SimpleShardList, check_empty, epoch_shuffle,
@@ -114,7 +115,7 @@ class WebDataset(DataPipeline, FluidInterface):
     """Samples of WebDataset shards: the reference's WebDataset.
 
     urls: a brace pattern ("train-{000000..000099}.tar", "::" joins several),
-    or a list of URLs (local paths, file:, pipe:CMD, http(s):// through curl).
+    or a list of URLs (local paths, file:, pipe:CMD, http(s)://, s3://, gs://).
 
     Differences from the reference (docs/PYTHON.md has them all):
 
@@ -142,16 +143,22 @@ class WebDataset(DataPipeline, FluidInterface):
     * dataset_index (not in the reference): the path of a dataset index
       (``wds-shard index --json``) giving every shard's count from one file,
       read once per process (counts are cached per process either way).
-    * cache_dir caches remote (http, pipe:) shards; local files are read in
-      place. repeat, verbose, url_to_name, mode and detshuffle are accepted and
-      have no effect (as in the reference, for most of them).
+    * Remote shards (http(s)://, s3://, gs://) are read in-process, resumed
+      byte-exactly after faults; remote=RemoteOptions(...) (not in the
+      reference) sets their TLS, timeouts and retries.
+    * cache_dir (else $WDS_CACHE) caches remote shards under the SHA-256 of
+      their URL, shared by processes; cache_size (else $WDS_CACHE_SIZE)
+      bounds it, least recently used first; 0 turns caching off. Local files
+      are read in place and pipe: shards are not cached (the reference caches
+      their output). repeat, verbose, url_to_name, mode and detshuffle are
+      accepted and have no effect (as in the reference, for most of them).
     """
 
     def __init__(self, urls, handler=reraise_exception, mode=None, resampled=False, repeat=False,
                  shardshuffle=None, cache_size=-1, cache_dir=None, url_to_name=None,
                  detshuffle=False, nodesplitter=single_node_only, workersplitter=split_by_worker,
                  select_files=None, rename_files=None, empty_check=True, verbose=False,
-                 seed=None, split=None, dataset_index=None):
+                 seed=None, split=None, dataset_index=None, remote=None):
         super().__init__()
         if resampled and shardshuffle not in (False, None):
             warnings.warn("WebDataset(shardshuffle=...) is ignored for resampled datasets")
@@ -175,12 +182,10 @@ class WebDataset(DataPipeline, FluidInterface):
             self.append(nodesplitter)
         if workersplitter:
             self.append(workersplitter)
-        if cache_dir is not None:
-            from .cache import cached_urls
-
-            self.append(cached_urls(cache_dir, cache_size))
+        remote = cache_options(cache_dir, cache_size, remote)
+        warn_uncached_pipes(shard_urls, remote)
         self.append(tarfile_to_samples(handler=handler, select_files=select_files,
-                                       rename_files=rename_files))
+                                       rename_files=rename_files, remote=remote))
         if empty_check:
             self.append(check_empty)
 

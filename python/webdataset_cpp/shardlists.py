@@ -297,7 +297,7 @@ class ShardSource:
             self.urls, **self.list_args(ctx), resampled=self.resampled, nshards=self.nshards,
             allow_empty=not self.empty_check, seed=self.seed(ctx),
             handler=self.tar.core_handler(), split_samples=self.split_samples,
-            dataset_index=self.dataset_index)
+            dataset_index=self.dataset_index, remote=self.tar.core_remote())
 
     def check_shards(self, ctx):
         try:

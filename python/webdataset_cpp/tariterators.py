@@ -7,7 +7,9 @@ Python callables on member names). Grouping follows the format's rules: key =
 directory + basename up to the first dot, field = the rest, lower-cased;
 consecutive members with one key form a sample; names without a dot in the
 basename and metadata names (``__x__``) belong to no sample; a sample never
-spans shards; a repeated field is an error.
+spans shards; a repeated field is an error. Remote URLs (http(s)://, s3://,
+gs://) are read by the native remote reader, with ``remote=RemoteOptions(...)``
+when given (an extension of the reference's signatures).
 
 >>> from webdataset_cpp.tariterators import base_plus_ext
 >>> base_plus_ext("dir.x/a.seg.png")
@@ -19,6 +21,7 @@ from . import handlers as _handlers
 from ._plan import Stage
 from .errors import DataError
 from .handlers import reraise_exception
+from .remote import native_options
 
 
 def base_plus_ext(path):
@@ -49,17 +52,19 @@ def _url_of(item):
     return item["url"] if isinstance(item, dict) else item
 
 
-def tar_file_expander(data, handler=reraise_exception, select_files=None, rename_files=None):
+def tar_file_expander(data, handler=reraise_exception, select_files=None, rename_files=None, *,
+                      remote=None):
     """Yields {"fname", "data", "__url__"} for every member of every shard,
     and an empty dict after each shard (so that grouping never spans shards)."""
     from .shardlists import check_secure
 
+    options = native_options(remote)
     for source in data:
         url = _url_of(source)
         check_secure([url])
         members = None
         try:
-            members = _core.TarMembers(url)
+            members = _core.TarMembers(url, options)
             for name, payload in members:
                 if rename_files is not None:
                     name = rename_files(name)
@@ -109,10 +114,11 @@ def group_by_keys(data, keys=base_plus_ext, lcase=True, suffixes=None, handler=r
         yield current
 
 
-def tarfile_samples(src, handler=reraise_exception, select_files=None, rename_files=None):
+def tarfile_samples(src, handler=reraise_exception, select_files=None, rename_files=None, *,
+                    remote=None):
     """Samples of the shards `src` names, grouped in Python."""
     members = tar_file_expander(src, handler=handler, select_files=select_files,
-                                rename_files=rename_files)
+                                rename_files=rename_files, remote=remote)
     return group_by_keys(members, handler=handler)
 
 
@@ -121,10 +127,13 @@ class TarfileToSamples(Stage):
 
     reads_urls = True
 
-    def __init__(self, handler=reraise_exception, select_files=None, rename_files=None):
+    def __init__(self, handler=reraise_exception, select_files=None, rename_files=None,
+                 remote=None):
+        native_options(remote)  # a TypeError now rather than at the first read
         self.handler = handler
         self.select_files = select_files
         self.rename_files = rename_files
+        self.remote = remote
 
     def is_native(self, ctx):
         return self.select_files is None and self.rename_files is None
@@ -135,20 +144,25 @@ class TarfileToSamples(Stage):
     def core_handler(self):
         return _handlers.for_native(self.handler)
 
+    def core_remote(self):
+        return native_options(self.remote)
+
     def python(self, src, ctx):
         return tarfile_samples(src, handler=self.handler, select_files=self.select_files,
-                               rename_files=self.rename_files)
+                               rename_files=self.rename_files, remote=self.remote)
 
 
-def tarfile_to_samples(handler=reraise_exception, select_files=None, rename_files=None):
-    """Reads the shards of an iterator of URLs (or {"url": ...} dicts).
+def tarfile_to_samples(handler=reraise_exception, select_files=None, rename_files=None, *,
+                       remote=None):
+    """Reads the shards of an iterator of URLs (or {"url": ...} dicts);
+    remote URLs with `remote` (a RemoteOptions) when given.
 
     >>> import webdataset_cpp as wds
     >>> pipeline = wds.DataPipeline(wds.SimpleShardList("data-{000..009}.tar"),
     ...                             wds.split_by_worker, wds.tarfile_to_samples())
     """
     return TarfileToSamples(handler=handler, select_files=select_files,
-                            rename_files=rename_files)
+                            rename_files=rename_files, remote=remote)
 
 
 def url_opener(data, handler=reraise_exception, **kw):

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "wds/internal/strings.h"
+#include "wds/interrupt.h"
 
 namespace wds {
 namespace {
@@ -99,6 +100,7 @@ void HttpTransfer::Reset() {
   attached_ = false;
   headers_done_ = done_ = paused_ = stalled_ = false;
   result_ = CURLE_OK;
+  interrupted_ = absl::OkStatus();
   error_text_[0] = '\0';
   response_ = HttpResponse();
   dest_ = nullptr;
@@ -166,6 +168,7 @@ absl::Status HttpTransfer::Begin(const HttpRequest& request, const RemoteOptions
   if (!headers_done_ && done_ && result_ == CURLE_OK && response_.status >= 200) {
     headers_done_ = true;
   }
+  if (!interrupted_.ok()) return interrupted_;
   if (!headers_done_) {
     if (result_ != CURLE_OK || stalled_) return TransferError();
     return absl::UnavailableError("the connection closed before a response");
@@ -303,9 +306,20 @@ void HttpTransfer::Pump(bool for_headers) {
     return;
   }
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(stall_timeout_ - idle);
+  const bool checked = InterruptCheckInstalled();
+  const auto longest = checked ? std::min(kMaxPollWait, kInterruptCheckInterval) : kMaxPollWait;
   const int wait_ms =
-      static_cast<int>(std::clamp(left, std::chrono::milliseconds(1), kMaxPollWait).count());
+      static_cast<int>(std::clamp(left, std::chrono::milliseconds(1), longest).count());
   curl_multi_poll(multi_, nullptr, 0, wait_ms, nullptr);
+  if (!checked) return;
+  if (absl::Status go_on = CheckInterrupt(); !go_on.ok()) {
+    // Abandoned like a stall, but not retried: the status is not Unavailable.
+    interrupted_ = std::move(go_on);
+    result_ = CURLE_ABORTED_BY_CALLBACK;
+    done_ = true;
+    curl_multi_remove_handle(multi_, easy_);
+    attached_ = false;
+  }
 }
 
 absl::StatusOr<size_t> HttpTransfer::Read(void* buffer, size_t size) {
@@ -327,6 +341,7 @@ absl::StatusOr<size_t> HttpTransfer::Read(void* buffer, size_t size) {
     if (dest_filled_ > 0) return dest_filled_;
     if (pending_pos_ < pending_.size()) return Read(buffer, size);
   }
+  if (!interrupted_.ok()) return interrupted_;
   if (result_ == CURLE_OK && !stalled_) return 0;
   return TransferError();
 }

@@ -7,6 +7,10 @@
 //   if (s.ok() && transfer.response().status == 200)
 //     while ((n = *transfer.Read(buffer, size)) > 0) ...
 //
+// A thread with an interrupt check (wds/interrupt.h) has it called at least
+// every kInterruptCheckInterval while it waits for the server; a non-OK
+// check abandons the request and Begin or Read returns that status.
+//
 // Errors: a failure the same request may overcome when sent again
 // (connection refused or reset, closed early, timeouts, no data for
 // limits.stall_timeout, HTTP/2 stream errors) is Unavailable; a permanent one
@@ -124,6 +128,8 @@ class HttpTransfer {
   bool paused_ = false;
   bool stalled_ = false;
   CURLcode result_ = CURLE_OK;  // once done_
+  // interrupted_ is the interrupt check's status that abandoned the request.
+  absl::Status interrupted_;
   char error_text_[256] = {};
   HttpResponse response_;
   // Body bytes arrive first into the reader's buffer when a Read waits for

@@ -9,6 +9,7 @@
 
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"
+#include "wds/interrupt.h"
 
 namespace wds {
 namespace {
@@ -53,6 +54,22 @@ std::string ServerMessage(std::string_view body) {
 }
 
 bool IsStrongEtag(const std::string& etag) { return !etag.empty() && !StartsWith(etag, "W/"); }
+
+// Backoff sleeps for `delay`, waking every kInterruptCheckInterval to ask
+// the thread's interrupt check, if it has one (a wait may last minutes).
+absl::Status Backoff(std::chrono::milliseconds delay) {
+  const auto until = std::chrono::steady_clock::now() + delay;
+  if (!InterruptCheckInstalled()) {
+    std::this_thread::sleep_until(until);
+    return absl::OkStatus();
+  }
+  while (std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_until(
+        std::min(until, std::chrono::steady_clock::now() + kInterruptCheckInterval));
+    WDS_RETURN_IF_ERROR(CheckInterrupt());
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -295,8 +312,7 @@ absl::Status RemoteStream::Failed(const absl::Status& error, const std::string& 
     return give_up(Cat(" (the next wait, ", delay.count(), " ms, would pass max_retry_time of ",
                        options_.max_retry_time.count(), " ms)"));
   }
-  std::this_thread::sleep_for(delay);
-  return absl::OkStatus();
+  return Backoff(delay);
 }
 
 absl::StatusOr<size_t> RemoteStream::Read(void* buffer, size_t size) {

@@ -26,6 +26,7 @@
 #include <new>
 #include <utility>
 
+#include "absl/strings/cord.h"
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"
 
@@ -59,9 +60,13 @@ std::string_view ArchiveMessage(archive* ar) {
   return message == nullptr ? std::string_view("unexpected end of data") : message;
 }
 
-// Annotate keeps a stream error's code and adds where the reader was.
+// Annotate keeps a stream error's code and payloads (what an opener attached
+// for its callers, e.g. an errno) and adds where the reader was.
 absl::Status Annotate(const absl::Status& error, std::string_view where) {
-  return absl::Status(error.code(), Cat(ToStd(error.message()), " (", where, ")"));
+  absl::Status annotated(error.code(), Cat(ToStd(error.message()), " (", where, ")"));
+  error.ForEachPayload(
+      [&annotated](auto type, const absl::Cord& payload) { annotated.SetPayload(type, payload); });
+  return annotated;
 }
 
 bool IsRegularFile(archive_entry* entry) {

@@ -1,0 +1,553 @@
+"""Remote shards read by the native remote reader, against servers this file
+starts on 127.0.0.1: remote_server.py (an HTTP/1.1 object server with Range,
+If-Match and planned faults, in a process of its own, plain or TLS) and, when
+scripts/deps.sh installed it, s3rver (tests/s3), which checks SigV4
+signatures. Every read must give the samples of the local files, byte for
+byte; every failure the documented exception naming the URL."""
+
+import errno
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import warnings
+
+import pytest
+
+import webdataset_cpp as wds
+from conftest import write_shards
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, "..", "..")
+SHARDS = 4
+PER_SHARD = 10
+PATTERN = "shard-{000000..000003}.tar"
+NAMES = [f"shard-{i:06d}.tar" for i in range(SHARDS)]
+# Every test ends within this many seconds or fails (SIGALRM raises in the
+# test's thread, also inside native waits, which run Python's signal handlers).
+TEST_SECONDS = 60
+
+
+@pytest.fixture(autouse=True)
+def bounded_time():
+    def expired(*args):
+        raise TimeoutError(f"the test ran longer than {TEST_SECONDS} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, TEST_SECONDS)
+    yield
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch):
+    """No setting of the machine running the tests leaks in."""
+    for name in ("WDS_CACHE", "WDS_CACHE_SIZE", "WDS_TLS_VERIFY", "CURL_CA_BUNDLE",
+                 "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                 "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION",
+                 "STORAGE_EMULATOR_HOST", "GOOGLE_OAUTH_ACCESS_TOKEN", "http_proxy",
+                 "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+
+
+class Server:
+    """remote_server.py serving `root`, in its own process."""
+
+    def __init__(self, root, work, tls=None):
+        port_file = os.path.join(work, "port")
+        args = [sys.executable, os.path.join(HERE, "remote_server.py"), root, port_file]
+        if tls is not None:
+            args += ["--tls", *tls]
+        self.process = subprocess.Popen(args)
+        deadline = time.monotonic() + 20
+        while not os.path.exists(port_file):
+            assert self.process.poll() is None, "remote_server.py exited"
+            assert time.monotonic() < deadline, "remote_server.py did not start"
+            time.sleep(0.02)
+        with open(port_file) as f:
+            self.port = int(f.read())
+        scheme = "https" if tls else "http"
+        self.base = f"{scheme}://127.0.0.1:{self.port}"
+        # Control requests go over plain HTTP only when the server speaks it.
+        self.control = None if tls else urllib.request.build_opener(
+            urllib.request.ProxyHandler({}))
+
+    def url(self, path):
+        return f"{self.base}/{path}"
+
+    def fault(self, path, **plan):
+        request = urllib.request.Request(f"{self.base}/__fault__", method="POST",
+                                         data=json.dumps({"path": "/" + path, **plan}).encode())
+        assert self.control.open(request, timeout=10).read() == b"ok"
+
+    def log(self):
+        return json.loads(self.control.open(f"{self.base}/__log__", timeout=10).read())
+
+    def gets(self):
+        return [entry["path"] for entry in self.log() if entry["method"] == "GET"]
+
+    def stop(self):
+        self.process.terminate()
+        self.process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def www(tmp_path_factory):
+    """A document root: the shards at the top and in bucket/, their local paths."""
+    root = tmp_path_factory.mktemp("www")
+    paths = write_shards(str(root), SHARDS, PER_SHARD)
+    os.makedirs(root / "bucket")
+    for path in paths:
+        shutil.copy(path, root / "bucket")
+    return str(root), paths
+
+
+@pytest.fixture(scope="module")
+def local_samples(www):
+    return samples_of(wds.WebDataset(www[1], shardshuffle=False))
+
+
+@pytest.fixture
+def server(www, tmp_path):
+    s = Server(www[0], str(tmp_path))
+    yield s
+    s.stop()
+
+
+def samples_of(dataset):
+    """The samples as comparable dicts: every field but __url__, in order."""
+    return [{k: v for k, v in sample.items() if k != "__url__"} for sample in dataset]
+
+
+def remote(server, pattern=PATTERN, **kw):
+    return wds.WebDataset(server.url(pattern), shardshuffle=False, **kw)
+
+
+def sha256(text):
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# --- reading
+
+
+def test_http_shards_are_the_local_files_sample_for_sample(server, local_samples):
+    dataset = remote(server)
+    got = list(dataset)
+    assert [s["__url__"] for s in got] == [server.url(n) for n in NAMES for _ in range(PER_SHARD)]
+    assert samples_of(got) == local_samples
+    assert len(local_samples) == SHARDS * PER_SHARD
+    # One request per shard, none through a subprocess.
+    assert server.gets() == ["/" + n for n in NAMES]
+
+
+def test_a_connection_cut_mid_object_is_resumed_byte_exactly(server, local_samples, www):
+    server.fault(NAMES[1], cut_after=10_000)
+    assert samples_of(remote(server)) == local_samples
+    log = [e for e in server.log() if e["path"] == "/" + NAMES[1]]
+    assert len(log) == 2
+    assert "range" not in log[0]["headers"]
+    assert log[1]["headers"]["range"] == "bytes=10000-"
+    with open(www[1][1], "rb") as f:
+        etag = '"' + hashlib.sha256(f.read()).hexdigest()[:16] + '"'
+    assert log[1]["headers"]["if-match"] == etag
+
+
+def test_python_stages_between_list_and_reader_read_remote_urls_too(server, local_samples):
+    # A Python stage before tarfile_to_samples makes the reader take URLs
+    # from Python (url_source); select_files makes it group in Python.
+    urls = [server.url(n) for n in NAMES]
+    options = wds.RemoteOptions(max_attempts=3)
+    server.fault(NAMES[2], cut_after=5_000)
+    piped = wds.DataPipeline(wds.SimpleShardList(urls), lambda src: (u for u in src),
+                             wds.tarfile_to_samples(remote=options))
+    assert samples_of(piped) == local_samples
+    server.fault(NAMES[3], cut_after=7_000)
+    grouped = wds.DataPipeline(wds.SimpleShardList(urls),
+                               wds.tarfile_to_samples(select_files=lambda name: True,
+                                                      remote=options))
+    assert samples_of(grouped) == local_samples
+
+
+def test_a_dataset_with_remote_options_pickles(server, local_samples):
+    import pickle
+
+    dataset = remote(server, remote=wds.RemoteOptions(max_attempts=4, stall_timeout=5))
+    copy = pickle.loads(pickle.dumps(dataset))
+    server.fault(NAMES[0], cut_after=2_000)
+    assert samples_of(copy) == local_samples
+
+
+def test_gopen_reads_remote_urls_natively(server, www):
+    server.fault(NAMES[0], cut_after=3_000)
+    with open(www[1][0], "rb") as f:
+        want = f.read()
+    with wds.gopen(server.url(NAMES[0])) as stream:
+        assert stream.read() == want
+    # The cut was resumed by the native reader, not by re-running a command.
+    assert [e["headers"].get("range") for e in server.log()] == [None, "bytes=3000-"]
+    with pytest.raises(FileNotFoundError) as caught:
+        wds.gopen(server.url("missing.tar"))
+    assert caught.value.filename == server.url("missing.tar")
+
+
+def test_dataloader_with_two_forked_workers_reads_every_sample_once(server, local_samples):
+    from torch.utils.data import DataLoader
+
+    # The parent is reading through its own connection when the workers fork:
+    # they must make their own, and the parent's read must go on intact.
+    parent = iter(remote(server))
+    first = next(parent)
+    loader = DataLoader(remote(server), batch_size=None, num_workers=2,
+                        multiprocessing_context="fork", timeout=50)
+    got = samples_of(loader)
+    assert sorted(s["__key__"] for s in got) == sorted(s["__key__"] for s in local_samples)
+    by_key = {s["__key__"]: s for s in local_samples}
+    for sample in got:
+        assert sample == by_key[sample["__key__"]]
+    assert samples_of([first, *parent]) == local_samples
+
+
+def test_the_native_loader_reads_remote_shards(server, local_samples):
+    server.fault(NAMES[3], cut_after=20_000)
+    loader = wds.Loader(remote(server), workers=2)
+    got = samples_of(loader)
+    assert sorted(s["__key__"] for s in got) == sorted(s["__key__"] for s in local_samples)
+    by_key = {s["__key__"]: s for s in local_samples}
+    assert all(sample == by_key[sample["__key__"]] for sample in got)
+
+
+def _read_in_child(chain, conn):
+    conn.send([s["__key__"] for s in chain.open()])
+    conn.close()
+
+
+def test_a_forked_child_makes_its_own_connections(server, local_samples):
+    import multiprocessing
+
+    # One chain, so one remote session: the parent's idle connection is in
+    # its pool when the child forks. The child must not send a request over
+    # it (the parent may use it at the same time): its requests come on new
+    # connections, and the parent's pool keeps working.
+    chain = wds._core.Chain(wds._core.shard_source([server.url(n) for n in NAMES],
+                                                   split_workers=False), [], 0)
+    keys = [s["__key__"] for s in local_samples]
+    assert [s["__key__"] for s in chain.open()] == keys
+    parent_ports = {e["peer"] for e in server.log()}
+    assert len(parent_ports) == 1  # one connection, reused shard after shard
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe()
+    child = context.Process(target=_read_in_child, args=(chain, send))
+    child.start()
+    assert receive.poll(50)
+    assert receive.recv() == keys
+    child.join(10)
+    assert child.exitcode == 0
+    child_ports = {e["peer"] for e in server.log()[SHARDS:]}
+    assert child_ports and not child_ports & parent_ports
+    assert [s["__key__"] for s in chain.open()] == keys
+    assert {e["peer"] for e in server.log()[2 * SHARDS:]} == parent_ports
+
+
+# --- errors
+
+
+def test_a_missing_shard_is_file_not_found_naming_the_url(server):
+    url = server.url("missing.tar")
+    with pytest.raises(FileNotFoundError) as caught:
+        list(wds.WebDataset(url, shardshuffle=False))
+    e = caught.value
+    assert (e.errno, e.filename) == (errno.ENOENT, url)
+    assert e.strerror == "HTTP 404 Not Found: no such object: /missing.tar"
+
+
+def test_a_forbidden_shard_is_permission_error_with_the_servers_message(server):
+    server.fault(NAMES[0], status=403,
+                 body="<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>")
+    with pytest.raises(PermissionError) as caught:
+        list(remote(server, NAMES[0]))
+    e = caught.value
+    assert (e.errno, e.filename) == (errno.EACCES, server.url(NAMES[0]))
+    assert e.strerror == "HTTP 403 Forbidden: AccessDenied: Access Denied"
+
+
+def test_handlers_skip_a_missing_remote_shard(server, local_samples):
+    urls = [server.url(NAMES[0]), server.url("missing.tar"), server.url(NAMES[1])]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = samples_of(wds.WebDataset(urls, shardshuffle=False,
+                                        handler=wds.warn_and_continue))
+    assert got == local_samples[:2 * PER_SHARD]
+    assert [str(w.message) for w in caught if urls[1] in str(w.message)] != []
+
+
+def test_an_object_replaced_while_read_is_a_data_error(server):
+    server.fault(NAMES[0], cut_after=6_000)
+    server.fault(NAMES[0], etag='"replaced"')
+    with pytest.raises(wds.DataError, match=re.escape(
+            f"{server.url(NAMES[0])}: the object changed while it was read (HTTP 412 to a "
+            "request for offset 6000 with If-Match: ")):
+        list(remote(server, NAMES[0]))
+
+
+def test_retries_exhausted_at_open_are_connection_error(server):
+    server.fault(NAMES[0], status=503, body="busy", times=10)
+    with pytest.raises(ConnectionError,
+                       match=re.escape(f"{server.url(NAMES[0])}: giving up at offset 0 after 2 "
+                                       "failed attempt(s) in a row; last error: HTTP 503 "
+                                       "Service Unavailable: busy")):
+        list(remote(server, NAMES[0], remote=wds.RemoteOptions(max_attempts=2)))
+
+
+def test_retries_exhausted_mid_object_are_connection_error(server):
+    # Each attempt delivers 4000 bytes and is cut: no progress, one run.
+    server.fault(NAMES[0], cut_after=4_000, times=10)
+    with pytest.raises(ConnectionError,
+                       match=re.escape(f"{server.url(NAMES[0])}: giving up at offset 8000 of ")):
+        list(remote(server, NAMES[0], remote=wds.RemoteOptions(max_attempts=2)))
+
+
+def test_nothing_listening_is_connection_error(tmp_path):
+    url = "http://127.0.0.1:9/shard.tar"  # the discard port: nothing listens on loopback
+    with pytest.raises(ConnectionError, match=re.escape(f"{url}: giving up at offset 0 after 1 ")):
+        list(wds.WebDataset(url, shardshuffle=False, remote=wds.RemoteOptions(max_attempts=1)))
+
+
+def test_remote_options_are_checked():
+    with pytest.raises(ValueError, match="max_attempts must be at least 1, got 0"):
+        wds.RemoteOptions(max_attempts=0)
+    with pytest.raises(ValueError, match="connect_timeout must be more than 0 seconds, got 0"):
+        wds.RemoteOptions(connect_timeout=0)
+    with pytest.raises(ValueError, match="low_speed_time must be at least 1 seconds, got 0.5"):
+        wds.RemoteOptions(low_speed_time=0.5)
+    with pytest.raises(ValueError, match="cache_size must be at least 0"):
+        wds.RemoteOptions(cache_size=-5)
+    with pytest.raises(TypeError, match="takes a webdataset_cpp.RemoteOptions"):
+        wds.WebDataset("a.tar", shardshuffle=False, remote={"max_attempts": 3})
+
+
+def test_a_malformed_environment_setting_is_value_error_at_the_first_remote_read(
+        server, monkeypatch, www):
+    monkeypatch.setenv("WDS_CACHE_SIZE", "lots")
+    assert len(list(wds.WebDataset(www[1][0], shardshuffle=False))) == PER_SHARD
+    with pytest.raises(ValueError, match=re.escape(
+            f"{server.url(NAMES[0])}: WDS_CACHE_SIZE='lots' is not a byte count")):
+        list(remote(server, NAMES[0]))
+
+
+# --- Ctrl-C
+
+
+def sigint_after(seconds):
+    sent = []
+
+    def fire():
+        sent.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    timer = threading.Timer(seconds, fire)
+    timer.start()
+    return timer, sent
+
+
+@pytest.mark.parametrize("fault", [dict(stall=30, stall_after=1_000),
+                                   dict(status=503, headers={"Retry-After": "30"})],
+                         ids=["stalled server", "retry wait"])
+def test_ctrl_c_ends_a_remote_wait_promptly(server, fault):
+    server.fault(NAMES[0], **fault)
+    timer, sent = sigint_after(0.5)
+    with pytest.raises(KeyboardInterrupt):
+        list(remote(server, NAMES[0]))
+    timer.join()
+    assert time.monotonic() - sent[0] < 1.0
+
+
+# --- cache
+
+
+def cache_listing(cache):
+    return sorted(os.listdir(cache))
+
+
+def test_the_cache_serves_the_second_epoch(server, local_samples, tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    urls = [server.url(n) for n in NAMES]
+    dataset = remote(server, cache_dir=str(cache))
+    assert samples_of(dataset) == local_samples
+    hashes = sorted(sha256(u) for u in urls)
+    assert cache_listing(cache) == sorted(hashes + [h + ".meta" for h in hashes])
+    requests = len(server.log())
+    assert requests == SHARDS
+    # Another dataset, another epoch: no request reaches the server.
+    again = remote(server, cache_dir=str(cache))
+    got = list(again)
+    assert samples_of(got) == local_samples
+    assert [s["__url__"] for s in got][::PER_SHARD] == urls
+    assert len(server.log()) == requests
+
+
+def test_the_environment_names_the_cache_and_its_size(server, local_samples, tmp_path,
+                                                      monkeypatch, www):
+    cache = tmp_path / "env-cache"
+    cache.mkdir()
+    monkeypatch.setenv("WDS_CACHE", str(cache))
+    shard_bytes = os.path.getsize(www[1][0])
+    monkeypatch.setenv("WDS_CACHE_SIZE", str(shard_bytes + shard_bytes // 2))
+    assert samples_of(remote(server)) == local_samples
+    # Least recently used first: only the last shard fits.
+    last = sha256(server.url(NAMES[-1]))
+    assert cache_listing(cache) == [last, last + ".meta"]
+    # cache_size=0 turns the cache off (as in the reference).
+    os.remove(cache / last)
+    os.remove(cache / (last + ".meta"))
+    assert samples_of(remote(server, cache_size=0)) == local_samples
+    assert cache_listing(cache) == []
+
+
+def test_cache_size_bounds_the_cache(server, local_samples, tmp_path, www):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    two = os.path.getsize(www[1][0]) + os.path.getsize(www[1][1])
+    assert samples_of(remote(server, cache_dir=str(cache), cache_size=two)) == local_samples
+    kept = [sha256(server.url(n)) for n in NAMES[2:]]
+    assert cache_listing(cache) == sorted(kept + [h + ".meta" for h in kept])
+
+
+def test_workers_share_the_cache(server, local_samples, tmp_path):
+    from torch.utils.data import DataLoader
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for _ in range(2):
+        loader = DataLoader(remote(server, cache_dir=str(cache)), batch_size=None,
+                            num_workers=2, multiprocessing_context="fork", timeout=50)
+        assert sorted(s["__key__"] for s in loader) == sorted(
+            s["__key__"] for s in local_samples)
+    assert len(server.gets()) == SHARDS
+    assert len(cache_listing(cache)) == 2 * SHARDS
+
+
+# --- TLS
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory):
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed (scripts/deps.sh)")
+    work = tmp_path_factory.mktemp("tls")
+    cert, key = str(work / "cert.pem"), str(work / "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
+                    "-out", cert, "-days", "2", "-subj", "/CN=127.0.0.1", "-addext",
+                    "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True, timeout=30)
+    return cert, key
+
+
+@pytest.fixture
+def tls_server(www, tmp_path, certificate):
+    s = Server(www[0], str(tmp_path), tls=certificate)
+    yield s
+    s.stop()
+
+
+def test_https_with_the_servers_ca_file(tls_server, local_samples, certificate, monkeypatch):
+    options = wds.RemoteOptions(ca_file=certificate[0])
+    assert samples_of(remote(tls_server, remote=options)) == local_samples
+    monkeypatch.setenv("CURL_CA_BUNDLE", certificate[0])
+    assert samples_of(remote(tls_server)) == local_samples
+
+
+def test_https_with_an_unknown_certificate_is_connection_error(tls_server, local_samples):
+    with pytest.raises(ConnectionError, match=re.escape(tls_server.url(NAMES[0])) + ".*certif"):
+        list(remote(tls_server, NAMES[0], remote=wds.RemoteOptions(max_attempts=1)))
+    insecure = wds.RemoteOptions(verify_tls=False)
+    assert samples_of(remote(tls_server, remote=insecure)) == local_samples
+
+
+# --- s3:// and gs://
+
+SIGV4 = re.compile(r"AWS4-HMAC-SHA256 Credential=AKIDWDSTEST/\d{8}/eu-west-3/s3/aws4_request, "
+                   r"SignedHeaders=[a-z0-9;-]*\bhost\b[a-z0-9;-]*, Signature=[0-9a-f]{64}")
+
+
+def test_s3_requests_are_signed_with_sigv4(server, local_samples, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", server.base)
+    monkeypatch.setenv("AWS_REGION", "eu-west-3")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDWDSTEST")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    got = list(wds.WebDataset(f"s3://bucket/{PATTERN}", shardshuffle=False))
+    assert samples_of(got) == local_samples
+    assert got[0]["__url__"] == "s3://bucket/shard-000000.tar"
+    log = server.log()
+    assert [e["path"] for e in log] == [f"/bucket/{n}" for n in NAMES]
+    for entry in log:
+        headers = entry["headers"]
+        assert SIGV4.fullmatch(headers["authorization"]), headers["authorization"]
+        assert re.fullmatch(r"\d{8}T\d{6}Z", headers["x-amz-date"])
+        assert headers["x-amz-content-sha256"] == hashlib.sha256(b"").hexdigest()
+
+
+def test_gs_requests_carry_the_bearer_token(server, local_samples, monkeypatch):
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", server.base)
+    monkeypatch.setenv("GOOGLE_OAUTH_ACCESS_TOKEN", "ya29.token")
+    assert samples_of(wds.WebDataset(f"gs://bucket/{PATTERN}", shardshuffle=False)) == \
+        local_samples
+    log = server.log()
+    assert [e["path"] for e in log] == [f"/bucket/{n}" for n in NAMES]
+    assert {e["headers"]["authorization"] for e in log} == {"Bearer ya29.token"}
+
+
+@pytest.fixture(scope="module")
+def s3rver(www, tmp_path_factory):
+    """s3rver (tests/s3) serving bucket/ of the document root, signed keys only."""
+    script = os.path.join(ROOT, "tests", "s3", "s3.js")
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed (scripts/deps.sh)")
+    if not os.path.isdir(os.path.join(ROOT, "tests", "s3", "node_modules", "@20minutes",
+                                      "s3rver")):
+        pytest.skip("tests/s3's npm packages are not installed (scripts/deps.sh)")
+    work = tmp_path_factory.mktemp("s3")
+    os.makedirs(work / "root")
+    os.symlink(os.path.join(www[0], "bucket"), work / "root" / "shards")
+    port_file = str(work / "port")
+    log = open(work / "log", "wb")
+    process = subprocess.Popen(["node", "--no-warnings", script, "serve", "--root",
+                                str(work / "root"), "--port-file", port_file, "--access-key",
+                                "S3TESTKEY", "--secret-key", "s3testsecret"],
+                               stdout=log, stderr=log)
+    deadline = time.monotonic() + 50
+    while not os.path.exists(port_file):
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"s3rver did not start: {open(work / 'log').read()}")
+        time.sleep(0.05)
+    with open(port_file) as f:
+        yield f"http://127.0.0.1:{int(f.read())}"
+    process.terminate()
+    process.wait(timeout=10)
+    log.close()
+
+
+def test_s3_through_s3rver_checks_the_signatures(s3rver, local_samples, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3rver)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "S3TESTKEY")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3testsecret")
+    assert samples_of(wds.WebDataset(f"s3://shards/{PATTERN}", shardshuffle=False)) == \
+        local_samples
+    with pytest.raises(FileNotFoundError) as missing:
+        list(wds.WebDataset("s3://shards/nope.tar", shardshuffle=False))
+    assert missing.value.strerror == ("HTTP 404 Not Found: NoSuchKey: The specified key does not "
+                                      "exist.")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrongsecret")
+    with pytest.raises(PermissionError) as denied:
+        list(wds.WebDataset("s3://shards/shard-000000.tar", shardshuffle=False))
+    assert denied.value.filename == "s3://shards/shard-000000.tar"
+    assert denied.value.strerror.startswith("HTTP 403 Forbidden: SignatureDoesNotMatch: ")

@@ -1,0 +1,82 @@
+"""How remote shards (http://, https://, s3://, gs://) are read.
+
+Remote URLs are read in-process by the native remote reader (the C++
+library's, ``wds/remote.h``): a connection cut or a transient HTTP status is
+retried with backoff and resumed byte-exactly (``Range`` with ``If-Match``),
+s3:// is signed with AWS Signature Version 4, and an optional cache directory
+keeps complete copies, named by the SHA-256 of the URL and shared by processes.
+
+``RemoteOptions`` holds the settings a program may want to choose; ``None``
+leaves one to the environment variable in brackets, else to the default in
+parentheses. Credentials, endpoints and regions come from the environment
+only (``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` / ``AWS_SESSION_TOKEN``,
+``AWS_PROFILE`` and ``~/.aws/credentials``, ``AWS_ENDPOINT_URL``, ``AWS_REGION``,
+``GOOGLE_OAUTH_ACCESS_TOKEN``, ``STORAGE_EMULATOR_HOST``; docs/PYTHON.md lists them).
+
+>>> import webdataset_cpp as wds
+>>> options = wds.RemoteOptions(max_attempts=20, ca_file="/etc/ssl/certs/ca-certificates.crt")
+>>> dataset = wds.WebDataset("https://example.com/train-{000000..000099}.tar",
+...                          shardshuffle=100, cache_dir="/tmp", remote=options)
+"""
+
+import dataclasses
+import os
+from typing import Optional
+
+from . import _core
+
+
+@dataclasses.dataclass(frozen=True)
+class RemoteOptions:
+    """Settings of the native remote reader; None: the environment, else the default.
+
+    cache_dir: keep complete copies of remote shards here, named by the
+        SHA-256 of the URL; "" for none [WDS_CACHE] (none).
+    cache_size: bytes of complete copies kept, least recently used evicted
+        first; 0 for no limit [WDS_CACHE_SIZE, e.g. "50G"] (0).
+    ca_file: PEM bundle of the certificate authorities to trust
+        [CURL_CA_BUNDLE] (the system's).
+    verify_tls: check the server's certificate and host name; turn off only
+        for tests [WDS_TLS_VERIFY=0] (True).
+    connect_timeout: seconds for TCP connect and TLS handshake (10).
+    stall_timeout: seconds without a byte before a request is abandoned and
+        retried (30).
+    low_speed_limit, low_speed_time: a request slower than low_speed_limit
+        bytes/s for low_speed_time seconds is abandoned and retried (1024, 60).
+    max_attempts: failed requests in a row before giving up; 1 for no retry
+        (10).
+    max_retry_time: seconds from the first of a run of failures to giving
+        up (300).
+    """
+
+    cache_dir: Optional[str] = None
+    cache_size: Optional[int] = None
+    ca_file: Optional[str] = None
+    verify_tls: Optional[bool] = None
+    connect_timeout: Optional[float] = None
+    stall_timeout: Optional[float] = None
+    low_speed_limit: Optional[int] = None
+    low_speed_time: Optional[float] = None
+    max_attempts: Optional[int] = None
+    max_retry_time: Optional[float] = None
+
+    def __post_init__(self):
+        _core.check_remote_options(self._native())
+
+    def _native(self):
+        """The settings given, as the native calls take them."""
+        given = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        for path in ("cache_dir", "ca_file"):
+            if given.get(path):
+                given[path] = os.path.expanduser(given[path])
+        return given
+
+
+def native_options(remote):
+    """RemoteOptions (or None) as the native calls take them."""
+    if remote is None:
+        return None
+    if not isinstance(remote, RemoteOptions):
+        raise TypeError(f"remote= takes a webdataset_cpp.RemoteOptions, not {type(remote)}")
+    return remote._native()
+
