@@ -239,6 +239,45 @@ TEST_P(TarReaderCompressionTest, DecompressesByContent) {
   EXPECT_EQ(r.members[1].data.view(), "hello");
 }
 
+// The read buffer's size changes how the stream is read, never what: the
+// smallest buffer gives every member of every compression byte for byte, and
+// so does a read started at the second member (seeked or inflated to).
+TEST_P(TarReaderCompressionTest, AnyReadBufferSizeReadsTheSameMembers) {
+  const std::string big = RandomBytes(200000);
+  const std::string tar =
+      MakeTar({{"a.bin", big}, {"a.txt", "hello"}, {"b.txt", "b"}}, TarFormat::kPax, GetParam());
+  Members whole = ReadMembers(MemoryStream("mem://shard", tar));
+  ASSERT_TRUE(whole.status.ok()) << whole.status;
+  ASSERT_EQ(whole.members.size(), 3u);
+  for (size_t buffer : {size_t{4096}, size_t{5000}, kDefaultReadBufferSize}) {
+    SCOPED_TRACE(buffer);
+    Members r = ReadMembers(MemoryStream("mem://shard", tar), {.read_buffer_size = buffer});
+    ASSERT_TRUE(r.status.ok()) << r.status;
+    ASSERT_EQ(r.members.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(r.members[i].name, whole.members[i].name);
+      EXPECT_EQ(r.members[i].data_offset, whole.members[i].data_offset);
+      EXPECT_TRUE(r.members[i].data.view() == whole.members[i].data.view());
+    }
+    Members tail =
+        ReadMembers(MemoryStream("mem://shard", tar),
+                    {.start_offset = whole.members[1].offset, .read_buffer_size = buffer});
+    ASSERT_TRUE(tail.status.ok()) << tail.status;
+    EXPECT_THAT(Names(tail.members), ElementsAre("a.txt", "b.txt"));
+  }
+}
+
+TEST(TarReaderTest, ReadBufferSizeOutOfBoundsIsInvalidArgument) {
+  for (size_t size : {size_t{0}, size_t{4095}, (size_t{1} << 30) + 1}) {
+    Members r = ReadMembers(MemoryStream("mem://shard", UstarTar(ThreeMembers())),
+                            {.read_buffer_size = size});
+    EXPECT_EQ(r.status.code(), absl::StatusCode::kInvalidArgument) << size;
+    EXPECT_THAT(
+        std::string(r.status.message()),
+        HasSubstr(absl::StrCat("read_buffer_size ", size, " is not within 4096 to 1073741824")));
+  }
+}
+
 TEST_P(TarReaderCompressionTest, TruncatedCompressedStreamIsDataLossAtEveryCut) {
   const std::string data = MakeTar({{"a.bin", RandomBytes(30000)},
                                     {"a.txt", std::string(20000, 't')},

@@ -54,6 +54,10 @@ struct TarMember {
 // training sample usually holds, little enough to survive a lying header.
 inline constexpr int64_t kDefaultMaxMemberSize = int64_t{1} << 30;
 
+// kDefaultReadBufferSize is 1 MiB: large enough that reading a local shard
+// costs few system calls, small beside the members a loader holds.
+inline constexpr size_t kDefaultReadBufferSize = size_t{1} << 20;
+
 struct TarReaderOptions {
   // read_data = false skips every member's data (TarMember::data is empty).
   bool read_data = true;
@@ -77,6 +81,10 @@ struct TarReaderOptions {
   // members and messages still count from the start of the tar; the end of
   // the archive is checked as without it.
   int64_t start_offset = 0;
+  // read_buffer_size is how many bytes the reader asks its stream for at a
+  // time (a gzip shard's compressed input likewise), from 4 KiB to 1 GiB
+  // (InvalidArgument from Open otherwise). What is read never depends on it.
+  size_t read_buffer_size = kDefaultReadBufferSize;
 };
 
 // TarReader reads one tar stream. Not thread-safe.

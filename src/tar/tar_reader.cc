@@ -33,8 +33,13 @@
 namespace wds {
 namespace {
 
-constexpr size_t kReadBufferSize = size_t{1} << 20;
+// kDataChunkSize bounds what one archive_read_data call fills of a member.
+constexpr size_t kDataChunkSize = size_t{1} << 20;
 constexpr int64_t kBlockSize = 512;
+// The read buffer holds at least a tar header (to recognise a plain tar
+// before seeking) and a gzip magic number; 4 KiB is a page.
+constexpr size_t kMinReadBufferSize = 4096;
+constexpr size_t kMaxReadBufferSize = size_t{1} << 30;
 constexpr unsigned char kGzipMagic[] = {0x1f, 0x8b};
 // A ustar, GNU or pax header holds "ustar" at offset 257 (v7 headers, which
 // predate it, are too rare in shards to seek for).
@@ -84,9 +89,10 @@ const char* EntryName(archive_entry* entry) {
 // after the last member that do not start another one are left unread.
 class GzipDecoder {
  public:
-  // `head` holds the first bytes already read from `stream`.
-  GzipDecoder(ByteStream& stream, std::string_view head)
-      : stream_(stream), input_(new unsigned char[kReadBufferSize]) {
+  // `head` holds the first bytes already read from `stream`; the decoder
+  // reads up to `input_size` (at least head.size()) compressed bytes at a time.
+  GzipDecoder(ByteStream& stream, std::string_view head, size_t input_size)
+      : stream_(stream), input_(new unsigned char[input_size]), input_size_(input_size) {
     std::memcpy(input_.get(), head.data(), head.size());
     z_.next_in = input_.get();
     z_.avail_in = static_cast<uInt>(head.size());
@@ -127,7 +133,7 @@ class GzipDecoder {
     std::memmove(input_.get(), z_.next_in, z_.avail_in);
     z_.next_in = input_.get();
     WDS_ASSIGN_OR_RETURN(size_t n,
-                         stream_.Read(input_.get() + z_.avail_in, kReadBufferSize - z_.avail_in));
+                         stream_.Read(input_.get() + z_.avail_in, input_size_ - z_.avail_in));
     z_.avail_in += static_cast<uInt>(n);
     read_ += static_cast<int64_t>(n);
     if (n == 0) input_at_end_ = true;
@@ -149,6 +155,7 @@ class GzipDecoder {
 
   ByteStream& stream_;
   std::unique_ptr<unsigned char[]> input_;
+  size_t input_size_;
   z_stream z_{};
   bool ok_ = false;
   bool finished_ = false;
@@ -161,7 +168,7 @@ class GzipDecoder {
 
 struct TarReader::State {
   State(std::unique_ptr<ByteStream> s, TarReaderOptions o)
-      : stream(std::move(s)), options(o), buffer(new char[kReadBufferSize]) {}
+      : stream(std::move(s)), options(o), buffer(new char[o.read_buffer_size]) {}
   ~State() {
     if (ar != nullptr) archive_read_free(ar);
   }
@@ -231,9 +238,11 @@ la_ssize_t TarReader::State::ReadCallback(archive* ar, void* client, const void*
     state->source_offset += static_cast<int64_t>(state->head);
     return static_cast<la_ssize_t>(std::exchange(state->head, 0));
   }
-  absl::StatusOr<size_t> n = state->gzip != nullptr
-                                 ? state->gzip->Read(state->buffer.get(), kGzipChunkSize)
-                                 : state->stream->Read(state->buffer.get(), kReadBufferSize);
+  absl::StatusOr<size_t> n =
+      state->gzip != nullptr
+          ? state->gzip->Read(state->buffer.get(),
+                              std::min(kGzipChunkSize, state->options.read_buffer_size))
+          : state->stream->Read(state->buffer.get(), state->options.read_buffer_size);
   if (!n.ok()) {
     state->stream_error = n.status();
     archive_set_error(ar, EIO, "%s", std::string(ToStd(n.status().message())).c_str());
@@ -265,13 +274,15 @@ absl::Status TarReader::State::StartSource() {
   // or, to start later, the magic of a plain tar's first header.
   const size_t wanted = start > 0 ? kBlockSize : sizeof(kGzipMagic);
   while (head < wanted) {
-    WDS_ASSIGN_OR_RETURN(size_t n, stream->Read(buffer.get() + head, kReadBufferSize - head));
+    WDS_ASSIGN_OR_RETURN(size_t n,
+                         stream->Read(buffer.get() + head, options.read_buffer_size - head));
     if (n == 0) break;
     head += n;
   }
   if (head >= sizeof(kGzipMagic) &&
       std::memcmp(buffer.get(), kGzipMagic, sizeof(kGzipMagic)) == 0) {
-    gzip = std::make_unique<GzipDecoder>(*stream, std::string_view(buffer.get(), head));
+    gzip = std::make_unique<GzipDecoder>(*stream, std::string_view(buffer.get(), head),
+                                         options.read_buffer_size);
     head = 0;
     return start > 0 ? InflateTo(start) : absl::OkStatus();
   }
@@ -287,7 +298,8 @@ absl::Status TarReader::State::StartSource() {
 
 absl::Status TarReader::State::InflateTo(int64_t start) {
   for (int64_t done = 0; done < start;) {
-    const size_t want = static_cast<size_t>(std::min<int64_t>(start - done, kReadBufferSize));
+    const size_t want =
+        static_cast<size_t>(std::min<int64_t>(start - done, options.read_buffer_size));
     WDS_ASSIGN_OR_RETURN(size_t n, gzip->Read(buffer.get(), want));
     if (n == 0) return EndsBefore(done, start);
     done += static_cast<int64_t>(n);
@@ -308,7 +320,8 @@ absl::Status TarReader::State::SeekTo(int64_t start) {
   while (done < start) {
     WDS_ASSIGN_OR_RETURN(int64_t skipped, stream->Skip(start - done));
     if (skipped == 0) {
-      const size_t want = static_cast<size_t>(std::min<int64_t>(start - done, kReadBufferSize));
+      const size_t want =
+          static_cast<size_t>(std::min<int64_t>(start - done, options.read_buffer_size));
       WDS_ASSIGN_OR_RETURN(size_t n, stream->Read(buffer.get(), want));
       if (n == 0) return EndsBefore(done, start);
       skipped = static_cast<int64_t>(n);
@@ -465,7 +478,7 @@ absl::StatusOr<Buffer> TarReader::State::ReadGrowing(const char* name, int64_t o
 absl::Status TarReader::State::Fill(uint8_t* data, size_t end, size_t& filled, const char* name,
                                     int64_t offset, int64_t size) {
   while (filled < end) {
-    la_ssize_t n = archive_read_data(ar, data + filled, std::min(end - filled, kReadBufferSize));
+    la_ssize_t n = archive_read_data(ar, data + filled, std::min(end - filled, kDataChunkSize));
     if (n <= 0) {
       std::string where = Cat("member ", name, " at offset ", offset);
       if (!stream_error.ok()) return Annotate(stream_error, where);
@@ -487,7 +500,7 @@ absl::Status TarReader::State::FinishArchive() {
   // Whatever follows the compressed stream is read too, so that the stream's
   // Finish (a pipe command's exit status) judges a fully consumed source.
   while (true) {
-    WDS_ASSIGN_OR_RETURN(size_t n, stream->Read(buffer.get(), kReadBufferSize));
+    WDS_ASSIGN_OR_RETURN(size_t n, stream->Read(buffer.get(), options.read_buffer_size));
     if (n == 0) break;
   }
   return stream->Finish();
@@ -554,6 +567,12 @@ TarReader::~TarReader() = default;
 absl::StatusOr<std::unique_ptr<TarReader>> TarReader::Open(std::unique_ptr<ByteStream> stream,
                                                            TarReaderOptions options) {
   if (stream == nullptr) return absl::InvalidArgumentError("TarReader::Open: null stream");
+  if (options.read_buffer_size < kMinReadBufferSize ||
+      options.read_buffer_size > kMaxReadBufferSize) {
+    return absl::InvalidArgumentError(Cat("TarReader::Open: read_buffer_size ",
+                                          options.read_buffer_size, " is not within ",
+                                          kMinReadBufferSize, " to ", kMaxReadBufferSize));
+  }
   return std::unique_ptr<TarReader>(
       new TarReader(std::make_unique<State>(std::move(stream), options)));
 }
