@@ -233,7 +233,20 @@ TEST(ExpandBracesTest, HugeExpansionIsInvalidArgument) {
   ExpectInvalid("{0..9999}{0..9999}", "expands to more than 16777216 names");
 }
 
+TEST(ExpandBracesTest, PaddingOfAnyWidthIsKept) {
+  // Names as wide as the wider endpoint, the sign first, as Python's
+  // "{:0{width}d}" pads them: here 71 and 72 characters.
+  const std::string zeros(70, '0');
+  EXPECT_THAT(Expand("{" + zeros + "8..10}"),
+              ElementsAre(zeros + "8", zeros + "9", std::string(69, '0') + "10"));
+  EXPECT_THAT(Expand("{-" + zeros + "1..1}"),
+              ElementsAre("-" + zeros + "1", std::string(72, '0'), std::string(71, '0') + "1"));
+}
+
 TEST(ExpandBracesTest, ExpansionToTooManyBytesIsRefusedBeforeItIsMade) {
+  // 2^20 names padded to 300 characters: 300 MiB.
+  ExpectInvalid("{" + std::string(299, '0') + "0..1048575}",
+                "expands to more than 268435456 bytes of names");
   // 2^20 names are allowed, but not 2^20 copies of a 1 KiB literal (1 GiB).
   const std::string blob(1024, 'x');
   ExpectInvalid("{0..1048575}" + blob, "expands to more than 268435456 bytes of names");

@@ -141,12 +141,17 @@ uint64_t ParseStep(std::optional<std::string_view> field) {
   return step == 0 ? 1 : step;
 }
 
+// RangeCount is how many values RangeValues(from, to, step) lists.
+uint64_t RangeCount(int64_t from, int64_t to, uint64_t step) {
+  const uint64_t span = from <= to ? uint64_t(to) - uint64_t(from) : uint64_t(from) - uint64_t(to);
+  return span / step + 1;
+}
+
 // RangeValues lists from, from +- step, ... up to `to` inclusive, in either
 // direction.
 absl::StatusOr<std::vector<int64_t>> RangeValues(int64_t from, int64_t to, uint64_t step) {
   const bool up = from <= to;
-  const uint64_t span = up ? uint64_t(to) - uint64_t(from) : uint64_t(from) - uint64_t(to);
-  const uint64_t count = span / step + 1;
+  const uint64_t count = RangeCount(from, to, step);
   if (count > kMaxNames) return TooManyNames();
   std::vector<int64_t> values;
   values.reserve(count);
@@ -164,6 +169,16 @@ bool IsPadded(std::string_view s) {
   return s[0] == '0' || (s.size() > 1 && s[0] == '-' && s[1] == '0');
 }
 
+// Padded prints `v` zero-padded to `width` characters, the sign first (as
+// Python's "{:0{width}d}", so for any width).
+std::string Padded(int64_t v, size_t width) {
+  char digits[24];
+  const int n = std::snprintf(digits, sizeof(digits), "%lld", static_cast<long long>(v));
+  std::string out(digits, static_cast<size_t>(n));
+  if (out.size() < width) out.insert(v < 0 ? 1 : 0, width - out.size(), '0');
+  return out;
+}
+
 absl::StatusOr<Names> IntRange(std::string_view from, std::string_view to,
                                std::optional<std::string_view> step) {
   int64_t a = 0, b = 0;
@@ -172,15 +187,18 @@ absl::StatusOr<Names> IntRange(std::string_view from, std::string_view to,
       return absl::InvalidArgumentError(Cat("range endpoint ", text, " does not fit in 64 bits"));
     }
   }
-  const int width = IsPadded(from) || IsPadded(to) ? int(std::max(from.size(), to.size())) : 0;
-  WDS_ASSIGN_OR_RETURN(std::vector<int64_t> values, RangeValues(a, b, ParseStep(step)));
+  const size_t width = IsPadded(from) || IsPadded(to) ? std::max(from.size(), to.size()) : 0;
+  const uint64_t step_size = ParseStep(step);
+  // No name is longer than the longer endpoint as written (the padding is
+  // that long, and the values lie between the endpoints).
+  const uint64_t count = RangeCount(a, b, step_size);
+  if (count <= kMaxNames && count * std::max(from.size(), to.size()) > kMaxBytes) {
+    return TooManyBytes();
+  }
+  WDS_ASSIGN_OR_RETURN(std::vector<int64_t> values, RangeValues(a, b, step_size));
   Names out;
   out.reserve(values.size());
-  for (int64_t v : values) {
-    char buf[64];
-    std::snprintf(buf, sizeof(buf), "%0*lld", width, static_cast<long long>(v));
-    out.emplace_back(buf);
-  }
+  for (int64_t v : values) out.push_back(Padded(v, width));
   return out;
 }
 
