@@ -83,7 +83,7 @@ wait_one() {
   else
     failed+=("$label/$t")
     local why="exit $status"
-    ((status != 124 && status != 137)) || why="killed after the $time_limit s limit"
+    ((status != 124)) || why="stopped at the $time_limit s limit"
     echo "$label: $t FAILED ($why):" >&2
     cat "$log" >&2
   fi

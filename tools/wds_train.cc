@@ -530,8 +530,12 @@ std::string GeneratorHex(torch::Device device) {
   return hex;
 }
 
-// RestoreGenerator sets `device`'s default generator to a GeneratorHex state.
-void RestoreGenerator(torch::Device device, const std::string& hex) {
+// RestoreGenerator sets `device`'s default generator to a GeneratorHex state
+// read from `path`.
+void RestoreGenerator(torch::Device device, const std::string& hex, const std::string& path) {
+  if (hex.size() % 2 != 0 || hex.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    Die("checkpoint: " + path + ": the generator state of " + device.str() + " is not hex");
+  }
   torch::Tensor state = torch::empty({static_cast<int64_t>(hex.size() / 2)}, torch::kUInt8);
   for (int64_t i = 0; i < state.numel(); ++i) {
     state.data_ptr<uint8_t>()[i] =
@@ -623,10 +627,10 @@ class Run {
     return loader;
   }
 
-  // LogPlan has rank 0 report what the epoch will train: the samples of all
-  // ranks, each rank's share, the agreed steps and, under kDrop, how many
-  // samples they reach and how many are left out. Every rank must call it
-  // (it gathers the ranks' counts).
+  // LogPlan has rank 0 report what an equalized epoch will train: the samples
+  // of all ranks, each rank's share, the agreed steps and, under kDrop, how
+  // many samples they reach and how many are left out. Every rank must call
+  // it (it gathers the ranks' counts). REQUIRES: o_.equalize is not kOff.
   void LogPlan(int epoch, const wds::RankEpochPlan& plan, const wds::EqualizedSteps& steps) const {
     const std::vector<int64_t> held = dist_.AllGather(plan.samples());
     const int64_t trained =
@@ -641,17 +645,11 @@ class Run {
               << " each; equalize " << wds::EqualizePolicyName(o_.equalize) << ": batches per rank";
     for (int64_t p : steps.proposals) std::cerr << " " << p;
     std::cerr << " -> " << steps.steps << " steps";
-    switch (o_.equalize) {
-      case wds::EqualizePolicy::kDrop:
-        std::cerr << "; " << trained << " samples trained, " << total - trained
-                  << " left out (the partial batches and the ranks' excess)\n";
-        break;
-      case wds::EqualizePolicy::kWrap:
-        std::cerr << "; every sample trained, ranks that run out continue into their next pass\n";
-        break;
-      case wds::EqualizePolicy::kOff:
-        std::cerr << "\n";
-        break;
+    if (o_.equalize == wds::EqualizePolicy::kDrop) {
+      std::cerr << "; " << trained << " samples trained, " << total - trained
+                << " left out (the partial batches and the ranks' excess)\n";
+    } else {
+      std::cerr << "; every sample trained, ranks that run out continue into their next pass\n";
     }
   }
 
@@ -735,7 +733,8 @@ class Run {
                       std::getline(in, counters) && std::getline(in, cpu_rng) &&
                       std::getline(in, device_rng) && std::getline(in, state);
     if (!read) {
-      Die("checkpoint: cannot read " + path + " (missing or not a " + kRankStateHeader + ")");
+      Die("checkpoint: cannot read " + path + " (missing, or not a " + kRankStateHeader +
+          (header.rfind("wds-train rank state ", 0) == 0 ? ": it is a " + header + ")" : ")"));
     }
     const torch::Device device = dist_.device();
     if (device.is_cuda() && device_rng.empty()) {
@@ -746,8 +745,8 @@ class Run {
     std::string loss;
     numbers >> stats.batches >> stats.samples >> stats.correct >> loss;
     stats.loss_sum = std::strtod(loss.c_str(), nullptr);
-    RestoreGenerator(torch::kCPU, cpu_rng);
-    if (device.is_cuda()) RestoreGenerator(device, device_rng);
+    RestoreGenerator(torch::kCPU, cpu_rng, path);
+    if (device.is_cuda()) RestoreGenerator(device, device_rng, path);
     if (absl::Status s = loader.Restore(state); !s.ok()) Die(path + ": " + Message(s));
   }
 
