@@ -274,6 +274,21 @@ TEST(ExpandUrlsTest, TheLimitsBoundTheWholeList) {
               HasSubstr("expands to more than 134217728 bytes of names"));
 }
 
+TEST(ExpandUrlsTest, OtherLimitsBoundTheSameWay) {
+  const ExpansionLimits small{.names = 8, .bytes = 20};
+  absl::StatusOr<Names> urls = ExpandUrls("a{0..7}", small);
+  ASSERT_TRUE(urls.ok()) << urls.status();
+  EXPECT_EQ(urls->size(), 8u);
+  EXPECT_THAT(std::string(ExpandUrls("a{0..8}", small).status().message()),
+              HasSubstr("expands to more than 8 names"));
+  EXPECT_THAT(std::string(ExpandUrls("a{0..4}::b{0..4}", small).status().message()),
+              HasSubstr("shard list \"a{0..4}::b{0..4}\": it expands to more than 8 names"));
+  EXPECT_THAT(std::string(ExpandUrls("abc{0..7}", small).status().message()),
+              HasSubstr("expands to more than 20 bytes of names"));
+  EXPECT_THAT(std::string(ExpandUrls("{000000..3}", small).status().message()),
+              HasSubstr("expands to more than 20 bytes of names"));
+}
+
 TEST(ExpandUrlsTest, SingleColonIsNotASeparator) {
   absl::StatusOr<Names> urls = ExpandUrls("pipe:cat a{1,2}::a:::b");
   ASSERT_TRUE(urls.ok()) << urls.status();

@@ -15,38 +15,13 @@ namespace {
 
 using Names = std::vector<std::string>;
 
-// A pattern expanding to more names, or to more bytes of names, than these is
-// almost surely a typo ("{0..99999999999}", a range before a pasted blob), and
-// would exhaust memory before anything could read it: a name costs its bytes
-// and a string's ~40 bytes more, and expanding holds a product beside its
-// factors. 2^22 names is three times the shards of the largest public
-// WebDataset sets (~1.3 million); longer lists can be given as lists. Both
-// bound a whole "::" list as well as each pattern.
-constexpr uint64_t kMaxNames = uint64_t{1} << 22;
-constexpr uint64_t kMaxBytes = uint64_t{1} << 27;
 // Expansion recurses once per nesting level; this bounds the stack it needs.
 constexpr size_t kMaxDepth = 100;
-
-absl::Status TooManyNames() {
-  return absl::InvalidArgumentError(Cat("it expands to more than ", kMaxNames, " names"));
-}
-
-absl::Status TooManyBytes() {
-  return absl::InvalidArgumentError(Cat("it expands to more than ", kMaxBytes, " bytes of names"));
-}
 
 uint64_t TotalBytes(const Names& names) {
   uint64_t bytes = 0;
   for (const std::string& s : names) bytes += s.size();
   return bytes;
-}
-
-// CheckAppend says whether `names` more names of `bytes` bytes may join a list
-// that holds `have_names` of `have_bytes`.
-absl::Status CheckAppend(uint64_t have_names, uint64_t have_bytes, uint64_t names, uint64_t bytes) {
-  if (have_names + names > kMaxNames) return TooManyNames();
-  if (have_bytes + bytes > kMaxBytes) return TooManyBytes();
-  return absl::OkStatus();
 }
 
 // CheckBalanced rejects a stray '}', an unclosed '{' or absurd nesting, naming
@@ -151,11 +126,10 @@ uint64_t RangeCount(int64_t from, int64_t to, uint64_t step) {
 }
 
 // RangeValues lists from, from +- step, ... up to `to` inclusive, in either
-// direction.
-absl::StatusOr<std::vector<int64_t>> RangeValues(int64_t from, int64_t to, uint64_t step) {
+// direction. REQUIRES: RangeCount(from, to, step) values fit in memory.
+std::vector<int64_t> RangeValues(int64_t from, int64_t to, uint64_t step) {
   const bool up = from <= to;
   const uint64_t count = RangeCount(from, to, step);
-  if (count > kMaxNames) return TooManyNames();
   std::vector<int64_t> values;
   values.reserve(count);
   for (uint64_t i = 0; i < count; ++i) {
@@ -182,131 +156,157 @@ std::string Padded(int64_t v, size_t width) {
   return out;
 }
 
-absl::StatusOr<Names> IntRange(std::string_view from, std::string_view to,
-                               std::optional<std::string_view> step) {
-  int64_t a = 0, b = 0;
-  for (auto [text, value] : {std::pair{from, &a}, std::pair{to, &b}}) {
-    if (std::from_chars(text.data(), text.data() + text.size(), *value).ec != std::errc()) {
-      return absl::InvalidArgumentError(Cat("range endpoint ", text, " does not fit in 64 bits"));
-    }
-  }
-  const size_t width = IsPadded(from) || IsPadded(to) ? std::max(from.size(), to.size()) : 0;
-  const uint64_t step_size = ParseStep(step);
-  // No name is longer than the longer endpoint as written (the padding is
-  // that long, and the values lie between the endpoints).
-  const uint64_t count = RangeCount(a, b, step_size);
-  if (count <= kMaxNames && count * std::max(from.size(), to.size()) > kMaxBytes) {
-    return TooManyBytes();
-  }
-  WDS_ASSIGN_OR_RETURN(std::vector<int64_t> values, RangeValues(a, b, step_size));
-  Names out;
-  out.reserve(values.size());
-  for (int64_t v : values) out.push_back(Padded(v, width));
-  return out;
-}
-
-// Character ranges run over A-Z then a-z, so "{Y..b}" is Y Z a b.
+// CharRange lists a range of letters: A-Z then a-z, so "{Y..b}" is Y Z a b.
 Names CharRange(char from, char to, std::optional<std::string_view> step) {
   constexpr std::string_view kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-  auto values =
-      RangeValues(int64_t(kAlphabet.find(from)), int64_t(kAlphabet.find(to)), ParseStep(step));
   Names out;
-  for (int64_t v : *values) out.emplace_back(1, kAlphabet[v]);
+  for (int64_t v :
+       RangeValues(int64_t(kAlphabet.find(from)), int64_t(kAlphabet.find(to)), ParseStep(step))) {
+    out.emplace_back(1, kAlphabet[v]);
+  }
   return out;
 }
 
-// ExpandRange expands "{1..3}", "{a..e..2}" and the like; nullopt when `body`
-// is not a range.
-std::optional<absl::StatusOr<Names>> ExpandRange(std::string_view body) {
-  std::vector<std::string_view> f = SplitDots(body);
-  if (f.size() < 2 || f.size() > 3) return std::nullopt;
-  std::optional<std::string_view> step;
-  if (f.size() == 3) {
-    if (!IsSignedDigits(f[2])) return std::nullopt;
-    step = f[2];
-  }
-  if (IsSignedDigits(f[0]) && IsSignedDigits(f[1])) return IntRange(f[0], f[1], step);
-  if (IsLetter(f[0]) && IsLetter(f[1])) return CharRange(f[0][0], f[1][0], step);
-  return std::nullopt;
-}
+// Expander expands patterns within its limits.
+class Expander {
+ public:
+  explicit Expander(ExpansionLimits limits) : limits_(limits) {}
 
-absl::StatusOr<Names> ExpandPattern(std::string_view p);
-
-// ExpandGroup expands the body of one brace group: a range, a comma list, or
-// else literal text kept in its braces (its nested groups still expand).
-absl::StatusOr<Names> ExpandGroup(std::string_view body) {
-  if (auto range = ExpandRange(body)) return *std::move(range);
-  std::vector<std::string_view> items = SplitTopLevel(body);
-  Names out;
-  if (items.size() == 1) {
-    WDS_ASSIGN_OR_RETURN(out, ExpandPattern(body));
-    for (std::string& s : out) s = Cat('{', s, '}');
+  // Pattern is the product of the literal runs and top-level groups of `p`.
+  // REQUIRES: CheckBalanced(p) is ok.
+  absl::StatusOr<Names> Pattern(std::string_view p) const {
+    Names out{""};
+    size_t literal = 0;
+    int depth = 0;
+    for (size_t i = 0; i < p.size(); ++i) {
+      if (p[i] == '\\') {
+        ++i;
+      } else if (p[i] == '{' && depth++ == 0) {
+        WDS_RETURN_IF_ERROR(AppendEach(out, {std::string(p.substr(literal, i - literal))}));
+        literal = i + 1;
+      } else if (p[i] == '}' && --depth == 0) {
+        WDS_ASSIGN_OR_RETURN(Names group, Group(p.substr(literal, i - literal)));
+        WDS_RETURN_IF_ERROR(AppendEach(out, group));
+        literal = i + 1;
+      }
+    }
+    WDS_RETURN_IF_ERROR(AppendEach(out, {std::string(p.substr(literal))}));
+    // The reference unescapes each (sub)pattern's joined result, so text
+    // inside a group is unescaped once more per level of nesting: "{a\\\\,b}"
+    // gives "a\" and "b". Matching that keeps patterns portable between the two.
+    for (std::string& s : out) Unescape(s);
     return out;
   }
-  uint64_t bytes = 0;
-  for (std::string_view item : items) {
-    WDS_ASSIGN_OR_RETURN(Names names, ExpandPattern(item));
-    const uint64_t item_bytes = TotalBytes(names);
-    WDS_RETURN_IF_ERROR(CheckAppend(out.size(), bytes, names.size(), item_bytes));
-    bytes += item_bytes;
-    for (std::string& s : names) out.push_back(std::move(s));
-  }
-  return out;
-}
 
-// AppendEach replaces `prefixes` by their product with `suffixes`, the left
-// side varying slowest.
-absl::Status AppendEach(Names& prefixes, const Names& suffixes) {
-  // Each prefix appears once per suffix and each suffix once per prefix.
-  // Both factors are at most kMaxNames (2^22) and their byte totals at most
-  // kMaxBytes (2^27), so no product below overflows 64 bits.
-  const uint64_t bytes =
-      TotalBytes(prefixes) * suffixes.size() + TotalBytes(suffixes) * prefixes.size();
-  WDS_RETURN_IF_ERROR(CheckAppend(0, 0, uint64_t{prefixes.size()} * suffixes.size(), bytes));
-  if (suffixes.size() == 1) {
-    for (std::string& p : prefixes) p += suffixes[0];
+  // CheckAppend says whether `names` more names of `bytes` bytes may join a
+  // list that holds `have_names` of `have_bytes`.
+  absl::Status CheckAppend(uint64_t have_names, uint64_t have_bytes, uint64_t names,
+                           uint64_t bytes) const {
+    if (have_names + names > limits_.names) return TooManyNames();
+    if (have_bytes + bytes > limits_.bytes) return TooManyBytes();
     return absl::OkStatus();
   }
-  Names out;
-  out.reserve(prefixes.size() * suffixes.size());
-  for (const std::string& p : prefixes) {
-    for (const std::string& s : suffixes) out.push_back(p + s);
-  }
-  prefixes = std::move(out);
-  return absl::OkStatus();
-}
 
-// ExpandPattern is the product of the literal runs and top-level groups of
-// `p`. REQUIRES: CheckBalanced(p) is ok.
-absl::StatusOr<Names> ExpandPattern(std::string_view p) {
-  Names out{""};
-  size_t literal = 0;
-  int depth = 0;
-  for (size_t i = 0; i < p.size(); ++i) {
-    if (p[i] == '\\') {
-      ++i;
-    } else if (p[i] == '{' && depth++ == 0) {
-      WDS_RETURN_IF_ERROR(AppendEach(out, {std::string(p.substr(literal, i - literal))}));
-      literal = i + 1;
-    } else if (p[i] == '}' && --depth == 0) {
-      WDS_ASSIGN_OR_RETURN(Names group, ExpandGroup(p.substr(literal, i - literal)));
-      WDS_RETURN_IF_ERROR(AppendEach(out, group));
-      literal = i + 1;
-    }
+ private:
+  absl::Status TooManyNames() const {
+    return absl::InvalidArgumentError(Cat("it expands to more than ", limits_.names, " names"));
   }
-  WDS_RETURN_IF_ERROR(AppendEach(out, {std::string(p.substr(literal))}));
-  // The reference unescapes each (sub)pattern's joined result, so text inside
-  // a group is unescaped once more per level of nesting: "{a\\\\,b}" gives
-  // "a\" and "b". Matching that keeps patterns portable between the two.
-  for (std::string& s : out) Unescape(s);
-  return out;
-}
+
+  absl::Status TooManyBytes() const {
+    return absl::InvalidArgumentError(
+        Cat("it expands to more than ", limits_.bytes, " bytes of names"));
+  }
+
+  absl::StatusOr<Names> IntRange(std::string_view from, std::string_view to,
+                                 std::optional<std::string_view> step) const {
+    int64_t a = 0, b = 0;
+    for (auto [text, value] : {std::pair{from, &a}, std::pair{to, &b}}) {
+      if (std::from_chars(text.data(), text.data() + text.size(), *value).ec != std::errc()) {
+        return absl::InvalidArgumentError(Cat("range endpoint ", text, " does not fit in 64 bits"));
+      }
+    }
+    const size_t width = IsPadded(from) || IsPadded(to) ? std::max(from.size(), to.size()) : 0;
+    const uint64_t step_size = ParseStep(step);
+    // No name is longer than the longer endpoint as written (the padding is
+    // that long, and the values lie between the endpoints), so the names'
+    // bytes are known before they are made.
+    const uint64_t count = RangeCount(a, b, step_size);
+    if (count > limits_.names) return TooManyNames();
+    if (count * std::max(from.size(), to.size()) > limits_.bytes) return TooManyBytes();
+    Names out;
+    out.reserve(count);
+    for (int64_t v : RangeValues(a, b, step_size)) out.push_back(Padded(v, width));
+    return out;
+  }
+
+  // Range expands "{1..3}", "{a..e..2}" and the like; nullopt when `body` is
+  // not a range.
+  std::optional<absl::StatusOr<Names>> Range(std::string_view body) const {
+    std::vector<std::string_view> f = SplitDots(body);
+    if (f.size() < 2 || f.size() > 3) return std::nullopt;
+    std::optional<std::string_view> step;
+    if (f.size() == 3) {
+      if (!IsSignedDigits(f[2])) return std::nullopt;
+      step = f[2];
+    }
+    if (IsSignedDigits(f[0]) && IsSignedDigits(f[1])) return IntRange(f[0], f[1], step);
+    if (IsLetter(f[0]) && IsLetter(f[1])) return CharRange(f[0][0], f[1][0], step);
+    return std::nullopt;
+  }
+
+  // Group expands the body of one brace group: a range, a comma list, or else
+  // literal text kept in its braces (its nested groups still expand).
+  absl::StatusOr<Names> Group(std::string_view body) const {
+    if (auto range = Range(body)) return *std::move(range);
+    std::vector<std::string_view> items = SplitTopLevel(body);
+    Names out;
+    if (items.size() == 1) {
+      WDS_ASSIGN_OR_RETURN(out, Pattern(body));
+      for (std::string& s : out) s = Cat('{', s, '}');
+      return out;
+    }
+    uint64_t bytes = 0;
+    for (std::string_view item : items) {
+      WDS_ASSIGN_OR_RETURN(Names names, Pattern(item));
+      const uint64_t item_bytes = TotalBytes(names);
+      WDS_RETURN_IF_ERROR(CheckAppend(out.size(), bytes, names.size(), item_bytes));
+      bytes += item_bytes;
+      for (std::string& s : names) out.push_back(std::move(s));
+    }
+    return out;
+  }
+
+  // AppendEach replaces `prefixes` by their product with `suffixes`, the left
+  // side varying slowest.
+  absl::Status AppendEach(Names& prefixes, const Names& suffixes) const {
+    // Each prefix appears once per suffix and each suffix once per prefix.
+    // Both factors are within the limits (at most 2^32 names and bytes), so no
+    // product below overflows 64 bits.
+    const uint64_t bytes =
+        TotalBytes(prefixes) * suffixes.size() + TotalBytes(suffixes) * prefixes.size();
+    WDS_RETURN_IF_ERROR(CheckAppend(0, 0, uint64_t{prefixes.size()} * suffixes.size(), bytes));
+    if (suffixes.size() == 1) {
+      for (std::string& p : prefixes) p += suffixes[0];
+      return absl::OkStatus();
+    }
+    Names out;
+    out.reserve(prefixes.size() * suffixes.size());
+    for (const std::string& p : prefixes) {
+      for (const std::string& s : suffixes) out.push_back(p + s);
+    }
+    prefixes = std::move(out);
+    return absl::OkStatus();
+  }
+
+  ExpansionLimits limits_;
+};
 
 }  // namespace
 
-absl::StatusOr<std::vector<std::string>> ExpandBraces(std::string_view pattern) {
+absl::StatusOr<std::vector<std::string>> ExpandBraces(std::string_view pattern,
+                                                      ExpansionLimits limits) {
   absl::Status balanced = CheckBalanced(pattern);
-  absl::StatusOr<Names> names = balanced.ok() ? ExpandPattern(pattern) : balanced;
+  absl::StatusOr<Names> names = balanced.ok() ? Expander(limits).Pattern(pattern) : balanced;
   if (!names.ok()) {
     return absl::InvalidArgumentError(
         Cat("brace pattern \"", pattern, "\": ", ToStd(names.status().message())));
@@ -314,7 +314,8 @@ absl::StatusOr<std::vector<std::string>> ExpandBraces(std::string_view pattern) 
   return names;
 }
 
-absl::StatusOr<std::vector<std::string>> ExpandUrls(std::string_view urls) {
+absl::StatusOr<std::vector<std::string>> ExpandUrls(std::string_view urls, ExpansionLimits limits) {
+  const Expander list(limits);
   std::vector<std::string> out;
   uint64_t bytes = 0;
   size_t start = 0;
@@ -325,9 +326,10 @@ absl::StatusOr<std::vector<std::string>> ExpandUrls(std::string_view urls) {
       return absl::InvalidArgumentError(
           Cat("shard list \"", urls, "\" has an empty URL at position ", start));
     }
-    WDS_ASSIGN_OR_RETURN(std::vector<std::string> names, ExpandBraces(part));
+    WDS_ASSIGN_OR_RETURN(std::vector<std::string> names, ExpandBraces(part, limits));
     const uint64_t part_bytes = TotalBytes(names);
-    if (absl::Status fits = CheckAppend(out.size(), bytes, names.size(), part_bytes); !fits.ok()) {
+    if (absl::Status fits = list.CheckAppend(out.size(), bytes, names.size(), part_bytes);
+        !fits.ok()) {
       return absl::InvalidArgumentError(
           Cat("shard list \"", urls.substr(0, 200), "\": ", ToStd(fits.message())));
     }
@@ -341,6 +343,10 @@ absl::StatusOr<std::vector<std::string>> ExpandUrls(std::string_view urls) {
     if (sep == std::string_view::npos) return out;
     start = sep + 2;
   }
+}
+
+absl::StatusOr<std::vector<std::string>> ExpandUrls(std::string_view urls) {
+  return ExpandUrls(urls, ExpansionLimits{});
 }
 
 }  // namespace wds
