@@ -11,6 +11,10 @@ reference webdataset package, on the same shards and pipeline:
   dataloader-copy      the same through torch's own transfer (WDS_SHARED_BATCH_BYTES=0):
                        each batch copied into a fresh shared-memory segment
   reference-loader     the reference's WebLoader(num_workers=2) (= its DataLoader path)
+  native-loader-224,   the same with a centre crop resized to 224x224: here decode("rgb8",
+  reference-loader-224 size=(224, 224), crop="center"); in the reference decode("pil") and
+                       PIL's ImageOps.fit to 224x224 with an area average (Image.BOX), the
+                       nearest it offers, in a map_tuple
   raw, reference-raw   iteration of undecoded sample dicts in one process
   rss-N                peak RSS of webdataset_cpp.Loader (2 workers, shuffle 1000, no
                        decode) over N shards (links cycling over the data's shards)
@@ -25,7 +29,8 @@ Every measurement runs in a fresh process; rounds alternate the modes. Usage:
   bench/python_loader.py --data /work/data/imagenet [--shards 8] [--rounds 3]
       [--reference /path/to/webdataset/src] [--build build] [--rss 8,64]
 
-Not part of the test suite (the reference package is only compared locally).
+Not part of the test suite (the reference package is only compared locally; it needs
+Debian's python3-braceexpand and python3-yaml).
 """
 
 import argparse
@@ -76,9 +81,30 @@ def run_mode(mode, args):
         return (wds.WebDataset(urls, shardshuffle=100, seed=0).shuffle(1000).decode("rgb8")
                 .to_tuple("jpg", "cls").batched(64))
 
+    def pipeline_224():
+        ds = wds.WebDataset(urls, shardshuffle=100, seed=0).shuffle(1000)
+        if not mode.startswith("reference"):
+            return (ds.decode("rgb8", size=(224, 224), crop="center").to_tuple("jpg", "cls")
+                    .batched(64))
+        import numpy as np
+        from PIL import Image, ImageOps
+
+        def fit(image):
+            return np.asarray(ImageOps.fit(image.convert("RGB"), (224, 224), Image.BOX))
+
+        return (ds.decode("pil").to_tuple("jpg", "cls").map_tuple(fit, lambda cls: cls)
+                .batched(64))
+
     labels = lambda batch: len(batch[1])  # noqa: E731
     if mode == "native-loader":
         result = timed(wds.Loader(pipeline(), workers=2), labels)
+    elif mode == "native-loader-224":
+        result = timed(wds.Loader(pipeline_224(), workers=2), labels)
+    elif mode == "reference-loader-224":
+        import torch.utils.data
+
+        loader = torch.utils.data.DataLoader(pipeline_224(), batch_size=None, num_workers=2)
+        result = timed(loader, labels)
     elif mode in ("dataloader", "dataloader-copy", "reference-loader"):
         import torch.utils.data
 
@@ -223,6 +249,9 @@ def main():
     modes = ["wds-bench", "native-loader", "dataloader", "dataloader-copy", "raw"]
     if args.reference:
         modes += ["reference-loader", "reference-raw"]
+    modes += ["native-loader-224"]
+    if args.reference:
+        modes += ["reference-loader-224"]
     modes += [f"rss-{n}" for n in args.rss.split(",") if n] + ["transfer"]
     if args.modes:
         modes = args.modes.split(",")
@@ -268,6 +297,7 @@ def main():
     ratio("dataloader", "dataloader-copy")
     ratio("dataloader", "native-loader")
     ratio("raw", "reference-raw")
+    ratio("native-loader-224", "reference-loader-224")
 
 
 if __name__ == "__main__":
