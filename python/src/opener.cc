@@ -165,16 +165,21 @@ absl::StatusOr<std::unique_ptr<wds::ByteStream>> Open(const RemoteAccess& remote
   return OpenLocal(std::string(url), std::string(path));
 }
 
+// kMaxSeconds bounds every time option: beyond it a duration in milliseconds
+// would come near overflowing the deadlines computed from it.
+constexpr int64_t kMaxSeconds = 1'000'000'000;
+
 // Seconds converts a Python number of seconds (at least `least`, and more
-// than 0 when `positive`) to a duration, rounding up to the duration's unit
-// so that a small positive time never becomes zero.
+// than 0 when `positive`; at most kMaxSeconds) to a duration, rounding up to
+// the duration's unit so that a small positive time never becomes zero.
 template <typename Duration>
 Duration Seconds(py::handle value, const char* name, int least, bool positive) {
   const double seconds = value.cast<double>();
-  if (!(seconds >= least) || (positive && seconds <= 0) || seconds > 1e9) {
+  if (!(seconds >= least) || (positive && seconds <= 0) || seconds > kMaxSeconds) {
     throw py::value_error(wds::Cat("RemoteOptions: ", name, " must be ",
                                    positive ? "more than 0" : wds::Cat("at least ", least),
-                                   " seconds, got ", py::repr(value).cast<std::string>()));
+                                   " and at most ", kMaxSeconds, " seconds, got ",
+                                   py::repr(value).cast<std::string>()));
   }
   return std::chrono::ceil<Duration>(std::chrono::duration<double>(seconds));
 }

@@ -324,10 +324,22 @@ def test_nothing_listening_is_connection_error(tmp_path):
 def test_remote_options_are_checked():
     with pytest.raises(ValueError, match="max_attempts must be at least 1, got 0"):
         wds.RemoteOptions(max_attempts=0)
-    with pytest.raises(ValueError, match="connect_timeout must be more than 0 seconds, got 0"):
+    with pytest.raises(ValueError, match=r"^RemoteOptions: connect_timeout must be more than 0 "
+                                         r"and at most 1000000000 seconds, got 0$"):
         wds.RemoteOptions(connect_timeout=0)
-    with pytest.raises(ValueError, match="low_speed_time must be at least 1 seconds, got 0.5"):
+    with pytest.raises(ValueError, match=r"^RemoteOptions: low_speed_time must be at least 1 and "
+                                         r"at most 1000000000 seconds, got 0.5$"):
         wds.RemoteOptions(low_speed_time=0.5)
+    # Too long is named as such, not as too short.
+    for name in ("stall_timeout", "max_retry_time", "low_speed_time"):
+        for value in (2e9, float("inf")):
+            with pytest.raises(ValueError, match=rf" {name} must be .* at most 1000000000 "
+                                                 rf"seconds, got {value!r}$"):
+                wds.RemoteOptions(**{name: value})
+    with pytest.raises(ValueError, match=r"max_retry_time must be at least 0 and at most "
+                                         r"1000000000 seconds, got nan$"):
+        wds.RemoteOptions(max_retry_time=float("nan"))
+    assert wds.RemoteOptions(stall_timeout=1e9, max_retry_time=0).stall_timeout == 1e9
     with pytest.raises(ValueError, match="cache_size must be at least 0"):
         wds.RemoteOptions(cache_size=-5)
     with pytest.raises(TypeError, match="takes a webdataset_cpp.RemoteOptions"):
