@@ -10,6 +10,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "errors.h"
 #include "wds/internal/strings.h"
@@ -139,12 +140,23 @@ class RemoteShard : public wds::ByteStream {
   std::unique_ptr<wds::ByteStream> stream_;
 };
 
-std::shared_ptr<const RemoteAccess> EnvironmentAccess() {
-  absl::StatusOr<wds::RemoteOptions> options = wds::RemoteOptions::ParseFromEnvironment();
+// EnvironmentAccess is the environment's options and what is malformed there,
+// not reading the variables in `skip` (fields the caller sets itself).
+std::shared_ptr<const RemoteAccess> EnvironmentAccess(const std::vector<std::string>& skip = {}) {
+  absl::StatusOr<wds::RemoteOptions> options = wds::RemoteOptions::ParseFromEnvironment(skip);
   if (!options.ok()) {
     return std::make_shared<RemoteAccess>(wds::RemoteOptions::FromEnvironment(), options.status());
   }
   return std::make_shared<RemoteAccess>(*std::move(options), absl::OkStatus());
+}
+
+// Variables of the environment that a given option replaces.
+const char* VariableOf(const std::string& option) {
+  if (option == "cache_dir") return "WDS_CACHE";
+  if (option == "cache_size") return "WDS_CACHE_SIZE";
+  if (option == "ca_file") return "CURL_CA_BUNDLE";
+  if (option == "verify_tls") return "WDS_TLS_VERIFY";
+  return nullptr;
 }
 
 absl::StatusOr<std::unique_ptr<wds::ByteStream>> Open(const RemoteAccess& remote,
@@ -235,8 +247,14 @@ RemoteAccess::RemoteAccess(wds::RemoteOptions options, absl::Status environment_
     : options_(std::move(options)), environment_error_(std::move(environment_error)) {}
 
 std::shared_ptr<const RemoteAccess> RemoteAccess::FromPython(py::handle given) {
-  std::shared_ptr<const RemoteAccess> environment = EnvironmentAccess();
-  if (given.is_none()) return environment;
+  if (given.is_none()) return EnvironmentAccess();
+  // A malformed variable whose field is given does not matter.
+  std::vector<std::string> skip;
+  for (auto [name, value] : given.cast<py::dict>()) {
+    const char* variable = VariableOf(name.cast<std::string>());
+    if (variable != nullptr && !value.is_none()) skip.push_back(variable);
+  }
+  std::shared_ptr<const RemoteAccess> environment = EnvironmentAccess(skip);
   wds::RemoteOptions options = environment->options_;
   ApplyAll(options, given);
   return std::make_shared<RemoteAccess>(std::move(options), environment->environment_error_);

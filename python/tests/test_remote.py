@@ -355,6 +355,26 @@ def test_a_malformed_environment_setting_is_value_error_at_the_first_remote_read
         list(remote(server, NAMES[0]))
 
 
+def test_a_malformed_variable_is_ignored_when_the_options_set_its_field(
+        server, monkeypatch, local_samples, tmp_path, www):
+    monkeypatch.setenv("WDS_CACHE_SIZE", "lots")
+    monkeypatch.setenv("WDS_TLS_VERIFY", "maybe")
+    options = wds.RemoteOptions(cache_size=0, verify_tls=True)
+    assert samples_of(remote(server, remote=options)) == local_samples
+    with wds.gopen(server.url(NAMES[0]), remote=options) as stream, open(www[1][0], "rb") as f:
+        assert stream.read() == f.read()
+    # WebDataset's cache_size= sets the field too.
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    dataset = remote(server, cache_dir=str(cache), cache_size=10**9,
+                     remote=wds.RemoteOptions(verify_tls=False))
+    assert samples_of(dataset) == local_samples
+    # A variable of a field left to the environment still fails the read.
+    with pytest.raises(ValueError, match=re.escape(
+            f"{server.url(NAMES[0])}: WDS_TLS_VERIFY='maybe' ")):
+        list(remote(server, NAMES[0], remote=wds.RemoteOptions(cache_size=0)))
+
+
 # --- Ctrl-C
 
 
