@@ -230,6 +230,31 @@ def _read_in_child(chain, conn):
     conn.close()
 
 
+def test_one_connection_serves_every_read_with_the_same_options(server, local_samples, www):
+    # Each epoch builds a new native chain, each gopen and each shard grouped
+    # in Python a new reader: all share the process's session of their options.
+    for options in (None, wds.RemoteOptions(max_attempts=7)):
+        before = len(server.log())
+        dataset = remote(server, remote=options)
+        for _ in range(2):
+            assert samples_of(dataset) == local_samples
+        again = wds.RemoteOptions(max_attempts=7) if options else None
+        assert samples_of(remote(server, remote=again)) == local_samples
+        for name, path in zip(NAMES[:2], www[1]):
+            with wds.gopen(server.url(name), remote=options) as stream, open(path, "rb") as f:
+                assert stream.read() == f.read()
+        grouped = wds.DataPipeline(wds.SimpleShardList([server.url(n) for n in NAMES]),
+                                   wds.tarfile_to_samples(select_files=lambda name: True,
+                                                          remote=options))
+        assert samples_of(grouped) == local_samples
+        log = server.log()[before:]
+        assert len(log) == 4 * SHARDS + 2
+        assert len({e["peer"] for e in log}) == 1, options
+    # Other options: another session.
+    assert samples_of(remote(server, remote=wds.RemoteOptions(max_attempts=6))) == local_samples
+    assert len({e["peer"] for e in server.log()}) == 3
+
+
 def test_a_forked_child_makes_its_own_connections(server, local_samples):
     import multiprocessing
 
