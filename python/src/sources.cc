@@ -242,7 +242,7 @@ wds::StreamFactory ShardSource(std::vector<std::string> urls, const ShardSourceO
     std::shared_ptr<DatasetCounts> counts = CountsFor(urls, options.dataset_index);
     if (options.split_samples) {
       py::gil_scoped_release release;
-      (void)counts->Counts(urls);
+      (void)counts->Counts(urls, web.opener);
     }
     web.dataset_index = counts->Known();
   }

@@ -493,6 +493,25 @@ def test_workers_share_the_cache(server, local_samples, tmp_path):
     assert len(cache_listing(cache)) == 2 * SHARDS
 
 
+def test_counting_for_a_sample_split_goes_through_the_cache(server, local_samples, tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    urls = [server.url(n) for n in NAMES]
+    dataset = wds.WebDataset(urls, shardshuffle=False, split="samples", cache_dir=str(cache))
+    assert samples_of(dataset) == local_samples
+    # Each shard: its sidecar asked for (the server has none), then one
+    # download that the count and the read share.
+    assert sorted(server.gets()) == sorted(["/" + n for n in NAMES] +
+                                           ["/" + n + ".idx" for n in NAMES])
+    assert len(cache_listing(cache)) == 2 * SHARDS
+    # The plan of the next epoch, and a count, read the cache too.
+    assert wds.plan_epoch(dataset.batched(3), num_workers=2).samples == SHARDS * PER_SHARD
+    assert wds.count_samples(urls[0], remote=wds.RemoteOptions(cache_dir=str(cache))) == \
+        PER_SHARD
+    assert sorted(e for e in server.gets() if not e.endswith(".idx")) == \
+        sorted("/" + n for n in NAMES)
+
+
 # --- TLS
 
 
@@ -527,6 +546,22 @@ def test_https_with_an_unknown_certificate_is_connection_error(tls_server, local
         list(remote(tls_server, NAMES[0], remote=wds.RemoteOptions(max_attempts=1)))
     insecure = wds.RemoteOptions(verify_tls=False)
     assert samples_of(remote(tls_server, remote=insecure)) == local_samples
+
+
+def test_a_sample_split_counts_with_the_datasets_tls_options(tls_server, local_samples,
+                                                              certificate):
+    urls = [tls_server.url(n) for n in NAMES]
+    for options in (wds.RemoteOptions(ca_file=certificate[0], max_attempts=1),
+                    wds.RemoteOptions(verify_tls=False, max_attempts=1)):
+        dataset = wds.WebDataset(urls, shardshuffle=False, split="samples", remote=options)
+        assert samples_of(dataset) == local_samples
+        plan = wds.plan_epoch(dataset.batched(4), num_workers=2)
+        assert [w.samples for w in plan.workers] == [SHARDS * PER_SHARD // 2] * 2
+        assert wds.agreed_steps(dataset.batched(4), num_workers=2) == 10
+        assert wds.count_samples(urls[1], remote=options) == PER_SHARD
+    # Without them the environment's settings count (and fail), as before.
+    with pytest.raises(ConnectionError, match=re.escape(urls[0]) + ".*certif"):
+        wds.count_samples(urls[0])
 
 
 # --- s3:// and gs://

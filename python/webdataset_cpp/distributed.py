@@ -40,6 +40,7 @@ import sys
 
 from . import _core, _plan
 from .filters import Batched, Decode, Rename, Shuffle, ToTuple
+from .remote import native_options
 from .utils import node_info
 
 # Stages that keep one output sample per input sample, so counts carry over.
@@ -62,10 +63,13 @@ def _planned_source(dataset, ctx):
     return segment.source, batching
 
 
-def plan_epoch(dataset, num_workers=1, epoch=None, rank=None, world_size=None, group=None):
+def plan_epoch(dataset, num_workers=1, epoch=None, rank=None, world_size=None, group=None,
+               remote=None):
     """This rank's epoch: a _core.RankEpochPlan with .workers (shards,
     samples, batches per DataLoader worker), .batches, .samples and
-    .local_steps(policy)."""
+    .local_steps(policy). Remote shards not counted yet are counted with
+    `remote` (a RemoteOptions), else with the dataset's own remote options
+    and cache."""
     if rank is None or world_size is None:
         rank, world_size = node_info(group)
     epoch = dataset.epoch if epoch is None else epoch
@@ -76,16 +80,19 @@ def plan_epoch(dataset, num_workers=1, epoch=None, rank=None, world_size=None, g
                                  world_size=world_size, num_workers=num_workers, epoch=epoch,
                                  seed=source.seed(ctx), batch_size=batch_size, partial=partial,
                                  split_samples=source.split_samples,
-                                 dataset_index=source.dataset_index)
+                                 dataset_index=source.dataset_index,
+                                 remote=(native_options(remote) if remote is not None
+                                         else source.tar.core_remote()))
 
 
-def agreed_steps(dataset, num_workers=1, policy="drop", epoch=None, group=None):
-    """The steps every rank runs this epoch: this rank's plan, then an
-    all-reduce (MIN for "drop", MAX for "wrap") over `group` when
-    torch.distributed is initialized."""
+def agreed_steps(dataset, num_workers=1, policy="drop", epoch=None, group=None, remote=None):
+    """The steps every rank runs this epoch: this rank's plan (counts read
+    as plan_epoch reads them, `remote` included), then an all-reduce (MIN
+    for "drop", MAX for "wrap") over `group` when torch.distributed is
+    initialized."""
     if policy not in ("drop", "wrap"):
         raise ValueError(f"policy must be 'drop' or 'wrap', got {policy!r}")
-    local = plan_epoch(dataset, num_workers=num_workers, epoch=epoch, group=group)
+    local = plan_epoch(dataset, num_workers=num_workers, epoch=epoch, group=group, remote=remote)
     steps = local.local_steps(policy)
     torch = sys.modules.get("torch")
     dist = getattr(torch, "distributed", None) if torch is not None else None
@@ -111,9 +118,12 @@ def reduce_device(group=None):
     return torch.device("cpu")
 
 
-def count_samples(url):
-    """Samples in one shard: from its .idx sidecar, else a header-only scan."""
-    return _core.count_samples(url)
+def count_samples(url, remote=None):
+    """Samples in one shard: from its .idx sidecar (for a remote shard,
+    "<url>.idx" when the server has it), else a header-only scan (of all of a
+    pipe: or remote shard); remote URLs with `remote` (a RemoteOptions) when
+    given, else the environment's settings."""
+    return _core.count_samples(url, native_options(remote))
 
 
 def write_index(url):
