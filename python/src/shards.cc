@@ -14,6 +14,7 @@
 #include "opener.h"
 #include "shared_batches.h"
 #include "wds/equalize.h"
+#include "wds/interrupt.h"
 #include "wds/placement.h"
 #include "wds/shard_index.h"
 #include "wds/shard_list.h"
@@ -155,12 +156,15 @@ void RegisterPlan(py::module_& m) {
         std::shared_ptr<DatasetCounts> cached = CountsFor(urls, dataset_index);
         const wds::Opener opener = PythonOpener(RemoteAccess::FromPython(remote));
         absl::StatusOr<wds::RankEpochPlan> plan;
+        SignalCheck signals;  // counts may read stalled shards
         {
           py::gil_scoped_release release;
+          wds::ScopedInterruptCheck check(signals.check());
           wds::ShardListOptions list = ListOptions(shuffle, split_nodes, split_workers, false);
           if (split_samples) list.split = wds::SplitGranularity::kSamples;
           plan = PlanWithCachedCounts(urls, list, ctx, batching, *cached, opener);
         }
+        signals.RethrowIfRaised();
         return ValueOrRaise(std::move(plan));
       },
       py::arg("urls"), py::kw_only(), py::arg("shuffle"), py::arg("split_nodes"),
@@ -202,10 +206,13 @@ void RegisterShardLists(py::module_& m) {
       [](const std::string& url, py::handle remote) {
         const wds::Opener opener = PythonOpener(RemoteAccess::FromPython(remote));
         absl::StatusOr<int64_t> n;
+        SignalCheck signals;
         {
           py::gil_scoped_release release;
+          wds::ScopedInterruptCheck check(signals.check());
           n = ReadShardCount(url, opener);
         }
+        signals.RethrowIfRaised();
         return ValueOrRaise(std::move(n), Phase::kData);
       },
       py::arg("url"), py::arg("remote") = py::none(),
