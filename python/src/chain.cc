@@ -296,7 +296,10 @@ void RegisterChainClass(py::module_& m) {
               restored = wds::StreamCheckpoint{std::get<0>(*restore), std::get<1>(*restore),
                                                std::get<2>(*restore)};
               if (restored->pass < 0 || restored->source_out < 0 || restored->shuffle_out < -1) {
-                throw py::value_error("restore: a checkpoint's positions must be >= 0");
+                throw py::value_error(wds::Cat(
+                    "restore: a checkpoint needs pass >= 0, source_out >= 0 and shuffle_out >= -1 "
+                    "(-1: no shuffle stage), got (",
+                    restored->pass, ", ", restored->source_out, ", ", restored->shuffle_out, ")"));
               }
               ctx.resume->restore = restored;
               ctx.pass = restored->pass;

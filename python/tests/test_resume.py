@@ -8,6 +8,7 @@ continuation with the uninterrupted run, item by item (keys and bytes)."""
 
 import os
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -354,6 +355,16 @@ def test_malformed_and_unknown_states_are_refused(plain):
                                               "malformed$")]:
         with pytest.raises(ValueError, match=message):
             dataset.load_state_dict(bad)
+
+
+def test_a_checkpoint_out_of_bounds_is_refused_naming_the_bounds(plain):
+    chain = wds._core.Chain(wds._core.shard_source(wds.shardlists.expand_urls(plain)), [], 0)
+    assert len(list(chain.open(restore=(0, 2, -1)))) == 10  # -1: no shuffle stage
+    for bad in [(-1, 0, 0), (0, -1, 0), (0, 0, -2)]:
+        with pytest.raises(ValueError, match=re.escape(
+                "restore: a checkpoint needs pass >= 0, source_out >= 0 and shuffle_out >= -1 "
+                f"(-1: no shuffle stage), got {bad}")):
+            chain.open(restore=bad)
 
 
 def test_pipelines_whose_position_cannot_be_recorded_say_why(plain, tmp_path):
