@@ -171,6 +171,10 @@ class NativeSegment:
 
         chain, fn, names = self.build(upstream, ctx)
         position = ctx.position if self.kind == "shards" else None
+        # The restore is taken, not read: only the first shard chain of a
+        # restored iteration (the pass its checkpoint was taken in) starts at
+        # it; the chains of its later passes (with_epoch, repeat) open at
+        # their pass's start, and the checkpoint is the new chain's from now.
         restore = position.take_restore() if position is not None else None
         it = chain.open(**ctx.open_args(), length=length, kinds=fn, kind_names=names,
                         shared_blocks=worker_blocks(), restore=restore)
@@ -333,12 +337,17 @@ class Position:
         self.recipe = None
 
     def take_restore(self):
+        """The checkpoint to open the next shard chain at, once: see
+        NativeSegment.open."""
         restore, self.restore = self.restore, None
         return restore
 
     def checkpoint(self):
         """[pass, source_out, shuffle_out] of the shard chain, None before its
         first item; ValueError when the chain's position cannot be recorded."""
+        # A restore not taken yet (no shard chain opened since the state was
+        # loaded) is where the iteration stands; once NativeSegment.open took
+        # it, the chain it opened reports (from the restore on).
         if self.restore is not None:
             return list(self.restore)
         if self.chain is None:
