@@ -41,8 +41,9 @@ class DatasetCounts {
 
   // known is true when every shard of the list is listed in the dataset
   // index or is a local file with a sidecar, as the process first saw it:
-  // what WebDataset's split=None chooses samples by, decided once so that a
-  // sidecar written meanwhile does not change the split within a run.
+  // what WebDataset's split=None chooses samples by. SimpleShardList asks it
+  // when it is made and carries the answer to the DataLoader workers it
+  // pickles to, so that one run splits one way however sidecars change.
   bool known() const { return known_; }
   const std::shared_ptr<const wds::DatasetIndex>& index() const { return index_; }
 

@@ -6,8 +6,8 @@ rank/worker split (the same code the shard source uses), per-shard sample
 counts from the dataset's ``dataset_index``, the ``.idx`` sidecars (``wds-shard
 index`` or ``webdataset_cpp.write_index``; else a header-only scan of the tar),
 read once per process, and one batch sequence per DataLoader worker taken
-round-robin. An all-reduce then agrees on the number of steps, which
-``with_epoch`` enforces.
+round-robin. An all-gather then agrees on the number of steps, which
+``with_epoch`` enforces, and checks that every rank splits the data alike.
 
 >>> import torch
 >>> import webdataset_cpp as wds
@@ -87,9 +87,10 @@ def plan_epoch(dataset, num_workers=1, epoch=None, rank=None, world_size=None, g
 
 def agreed_steps(dataset, num_workers=1, policy="drop", epoch=None, group=None, remote=None):
     """The steps every rank runs this epoch: this rank's plan (counts read
-    as plan_epoch reads them, `remote` included), then an all-reduce (MIN
-    for "drop", MAX for "wrap") over `group` when torch.distributed is
-    initialized."""
+    as plan_epoch reads them, `remote` included), then the MIN ("drop") or
+    MAX ("wrap") over `group` when torch.distributed is initialized (an
+    all-gather, which also checks that every rank splits the data alike:
+    ValueError on every rank, naming them, otherwise)."""
     if policy not in ("drop", "wrap"):
         raise ValueError(f"policy must be 'drop' or 'wrap', got {policy!r}")
     local = plan_epoch(dataset, num_workers=num_workers, epoch=epoch, group=group, remote=remote)
@@ -98,10 +99,35 @@ def agreed_steps(dataset, num_workers=1, policy="drop", epoch=None, group=None, 
     dist = getattr(torch, "distributed", None) if torch is not None else None
     if dist is None or not dist.is_available() or not dist.is_initialized():
         return steps
-    value = torch.tensor([steps], dtype=torch.int64, device=reduce_device(group))
-    op = dist.ReduceOp.MIN if policy == "drop" else dist.ReduceOp.MAX
-    dist.all_reduce(value, op=op, group=group)
-    return int(value.item())
+    # Every rank's steps and split: ranks that split differently (split=None
+    # seeing different sidecars) would read overlapping or missing samples.
+    mine = torch.tensor([steps, int(_split_samples(dataset))], dtype=torch.int64,
+                        device=reduce_device(group))
+    gathered = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(gathered, mine, group=group)
+    rows = [row.tolist() for row in gathered]
+    if len({samples for _, samples in rows}) > 1:
+        by_samples = [_global_rank(dist, group, i) for i, (_, s) in enumerate(rows) if s]
+        by_shards = [_global_rank(dist, group, i) for i, (_, s) in enumerate(rows) if not s]
+        raise ValueError(
+            f"agreed_steps: the ranks do not split the data alike: ranks {by_samples} share out "
+            f"samples, ranks {by_shards} whole shards, so their shares would overlap or leave "
+            "samples out (a dataset made with split=None chooses by the .idx sidecars and "
+            "dataset_index its rank sees: make them visible to every rank, or pass "
+            "split='samples' or split='shards')")
+    counts = [n for n, _ in rows]
+    return min(counts) if policy == "drop" else max(counts)
+
+
+def _split_samples(dataset):
+    """Whether the dataset's shard source shares out samples."""
+    segment = _plan.single_native_segment(dataset.pipeline, _plan.Context(seed=dataset.seed))
+    return segment is not None and bool(segment.source.split_samples)
+
+
+def _global_rank(dist, group, rank):
+    """The global rank of `rank` of `group` (None: the default group)."""
+    return rank if group is None else dist.get_global_rank(group, rank)
 
 
 def reduce_device(group=None):
