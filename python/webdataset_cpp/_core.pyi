@@ -4,7 +4,7 @@ Use the webdataset_cpp package; these few coarse objects are what it is
 built on.
 """
 
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
@@ -65,6 +65,11 @@ def rename(renames: list[tuple[str, str]], keep: bool = True,
 def batched(batch_size: int, partial: bool = True) -> Stage: ...
 def slice(start: int, stop: Optional[int], step: int = 1) -> Stage: ...
 
+# (pass, source_out, shuffle_out), and the [first, end) runs of the pass's
+# samples dropped before the shuffle when there are any.
+Checkpoint = Union[tuple[int, int, int],
+                   tuple[int, int, int, Sequence[tuple[int, int]]]]
+
 class ChainIterator(Iterator[Sample]):
     def __next__(self) -> Sample: ...
     def close(self) -> None: ...
@@ -73,7 +78,9 @@ class ChainIterator(Iterator[Sample]):
     @property
     def errors(self) -> list[tuple[str, str, int]]: ...
     @property
-    def checkpoint(self) -> Optional[tuple[int, int, int]]: ...
+    def checkpoint(self) -> Optional[Checkpoint]: ...
+    @property
+    def unrecordable(self) -> str: ...
 
 class Chain:
     def __init__(self, source: Source, stages: list[Stage], seed: int = 0) -> None: ...
@@ -88,7 +95,7 @@ class Chain:
              kinds: Optional[KindFunction] = None,
              kind_names: Optional[list[NameSet]] = None,
              shared_blocks: Optional[SharedBlocks] = None,
-             restore: Optional[tuple[int, int, int]] = None) -> ChainIterator: ...
+             restore: Optional[Checkpoint] = None) -> ChainIterator: ...
 
 class SharedBlocks:
     """A DataLoader worker's pool of batch blocks in shared memory (_shared.py)."""
