@@ -311,7 +311,7 @@ void RegisterChainClass(py::module_& m) {
           "checkpoint",
           [](const ChainIterator& self) -> py::object {
             const std::optional<wds::StreamCheckpoint>& c = self.Checkpoint();
-            if (!c.has_value()) return py::none();
+            if (!c.has_value() || !self.Unrecordable().empty()) return py::none();
             if (self.Dropped().empty()) {
               return py::make_tuple(c->pass, c->source_out, c->shuffle_out);
             }
@@ -323,7 +323,7 @@ void RegisterChainClass(py::module_& m) {
           },
           "(pass, source_out, shuffle_out) after the last item, and the [first, end) runs of "
           "the pass's samples dropped before the shuffle when there are any; None before any "
-          "item. See `unrecordable` for whether it can be restored from.")
+          "item, and when the position cannot be restored from (`unrecordable` says why).")
       .def_property_readonly("unrecordable", &ChainIterator::Unrecordable,
                              "Why the checkpoint cannot be restored from; empty when it can.")
       .def_property_readonly("errors", [](const ChainIterator& self) {

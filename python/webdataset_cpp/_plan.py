@@ -354,9 +354,10 @@ class Position:
             return _listed(self.restore), None
         if self.chain is None:
             return None, None
-        checkpoint = self.chain.checkpoint
-        why_not = self.chain.unrecordable or None
-        return (None if checkpoint is None else _listed(checkpoint)), why_not
+        checkpoint = self.chain.checkpoint  # asked at every step: the common case first
+        if checkpoint is None:
+            return None, self.chain.unrecordable or None
+        return (list(checkpoint) if len(checkpoint) == 3 else _listed(checkpoint)), None
 
 
 def _listed(checkpoint):

@@ -289,8 +289,7 @@ class DataPipeline(IterableDataset):
         return {"format": _STATE_FORMAT, "version": _STATE_VERSION, "recipe": position.recipe,
                 "placement": [ctx.rank, ctx.world_size, ctx.worker, ctx.num_workers],
                 "epoch": ctx.epoch, "started": True, "ended": position.ended,
-                "yielded": position.yielded,
-                "checkpoint": checkpoint if why_not is None else None}
+                "yielded": position.yielded, "checkpoint": checkpoint}
 
     def load_state_dict(self, state_dict):
         """Makes the next iter() continue the iteration `state_dict` describes
