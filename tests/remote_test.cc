@@ -834,6 +834,26 @@ TEST(RemoteOptionsTest, EnvironmentVariablesAreRead) {
   }
 }
 
+TEST(RemoteOptionsTest, SkippedVariablesAreNotRead) {
+  setenv("WDS_CACHE", "/tmp/some-cache", 1);
+  setenv("WDS_CACHE_SIZE", "lots", 1);
+  setenv("WDS_TLS_VERIFY", "0", 1);
+  absl::StatusOr<RemoteOptions> o = RemoteOptions::ParseFromEnvironment({"WDS_CACHE_SIZE"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->cache_dir, "/tmp/some-cache");
+  EXPECT_EQ(o->cache_size, 0);
+  EXPECT_FALSE(o->verify_tls);
+  o = RemoteOptions::ParseFromEnvironment({"WDS_CACHE", "WDS_TLS_VERIFY", "WDS_CACHE_SIZE"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->cache_dir, "");
+  EXPECT_TRUE(o->verify_tls);
+  // Another variable skipped: the malformed one still counts.
+  absl::Status bad = RemoteOptions::ParseFromEnvironment({"WDS_CACHE"}).status();
+  EXPECT_EQ(Message(bad),
+            "WDS_CACHE_SIZE='lots' is not a byte count (e.g. 50000000000, 5e10, 50G)");
+  for (const char* v : {"WDS_CACHE", "WDS_CACHE_SIZE", "WDS_TLS_VERIFY"}) unsetenv(v);
+}
+
 TEST(RemoteOptionsTest, IsRemoteUrl) {
   EXPECT_TRUE(IsRemoteUrl("http://h/x"));
   EXPECT_TRUE(IsRemoteUrl("HTTPS://h/x"));

@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "test_util.h"
 #include "wds/array.h"
+#include "wds/internal/resume_channel.h"
 #include "wds/loader.h"
 #include "wds/npy.h"
 #include "wds/shard_index.h"
@@ -324,6 +325,78 @@ TEST(ResumeTest, AShuffleNotFedSampleBySampleHasNoState) {
   Loader batches(WebDataset(urls, {.allow_empty = true}).value().Batched(2).Shuffle(3), {});
   Take(batches, 2);
   EXPECT_EQ(batches.State().status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// What a stream's ResumeChannel says after an item.
+struct Noted {
+  StreamCheckpoint at;
+  std::vector<std::pair<int64_t, int64_t>> dropped;
+};
+
+// A stage before the shuffle that drops samples one at a time: the shuffle
+// records the ordinals it never took, and a stream restored with them
+// (restore_dropped) continues exactly, for a stop after every item. (The
+// Python bindings resume this way; the Loader keeps needing no drops.)
+TEST(ResumeTest, ShuffleRecordsWhatAStageBeforeItDroppedAndRestoresWithIt) {
+  TempDir dir;
+  const std::vector<std::string> urls = WriteShards(dir, kSizes, Compression::kNone, true);
+  // Drops s1_3, s1_13 (ordinals 10 and 20 of the unpermuted list), and s5_*
+  // but s5_0: a run at the end of the pass.
+  auto keep = [](const Sample& s) {
+    const std::string key(s.key());
+    return key != "s1_3" && key != "s1_13" && (key.rfind("s5_", 0) != 0 || key == "s5_0");
+  };
+  const Pipeline p =
+      WebDataset(urls, {.allow_empty = true}).value().Select(keep).Shuffle(6, 2).Decode();
+  WorkerContext ctx;
+  ctx.epoch = 1;
+  ctx.resume = std::make_shared<ResumeChannel>();
+  std::vector<std::string> expected;
+  std::vector<Noted> noted;
+  {
+    std::unique_ptr<SampleStream> stream = p.Open(ctx);
+    while (true) {
+      SampleResult item = stream->Next();
+      ASSERT_TRUE(item.ok()) << item.status();
+      if (!item->has_value()) break;
+      expected.push_back(Describe(**item));
+      const ResumeChannel& r = *ctx.resume;
+      EXPECT_EQ(r.shuffle_in + r.dropped_samples, r.position.source_out);
+      noted.push_back({r.position, r.dropped});
+    }
+  }
+  ASSERT_EQ(expected.size(), 59u - 12u);
+  const std::vector<std::pair<int64_t, int64_t>> all_dropped = {{10, 11}, {20, 21}, {49, 59}};
+  EXPECT_EQ(noted.back().dropped, all_dropped);
+  for (size_t stop = 1; stop <= noted.size(); ++stop) {
+    SCOPED_TRACE(absl::StrCat("stopped after ", stop, " of ", expected.size(), " items"));
+    WorkerContext again = ctx;
+    again.resume = std::make_shared<ResumeChannel>();
+    again.resume->restore = noted[stop - 1].at;
+    again.resume->restore_dropped = noted[stop - 1].dropped;
+    std::unique_ptr<SampleStream> stream = p.Open(again);
+    std::vector<std::string> tail;
+    while (true) {
+      SampleResult item = stream->Next();
+      ASSERT_TRUE(item.ok()) << item.status();
+      ASSERT_TRUE(again.resume->error.ok()) << again.resume->error;
+      if (!item->has_value()) break;
+      tail.push_back(Describe(**item));
+      const ResumeChannel& r = *again.resume;
+      EXPECT_EQ(r.shuffle_in + r.dropped_samples, r.position.source_out);
+    }
+    ASSERT_EQ(tail.size(), expected.size() - stop);
+    for (size_t i = 0; i < tail.size(); ++i) ASSERT_EQ(tail[i], expected[stop + i]) << i;
+    EXPECT_EQ(again.resume->dropped, all_dropped);
+  }
+  // Without the drops the replay takes other samples: the restore says so.
+  WorkerContext blind = ctx;
+  blind.resume = std::make_shared<ResumeChannel>();
+  blind.resume->restore = noted[30].at;
+  std::unique_ptr<SampleStream> stream = p.Open(blind);
+  (void)stream->Next();
+  EXPECT_THAT(std::string(blind.resume->error.message()),
+              HasSubstr("cannot restore the shuffle stage: it took"));
 }
 
 }  // namespace

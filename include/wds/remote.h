@@ -117,6 +117,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "wds/byte_stream.h"
 
@@ -229,8 +230,11 @@ struct RemoteOptions {
   // not a size) are ignored; use ParseFromEnvironment to see them.
   static RemoteOptions FromEnvironment();
   // ParseFromEnvironment is FromEnvironment that reports a malformed value
-  // as InvalidArgument naming the variable.
-  [[nodiscard]] static absl::StatusOr<RemoteOptions> ParseFromEnvironment();
+  // as InvalidArgument naming the variable. The variables named in `skip`
+  // are not read (their fields keep the defaults): a caller that sets those
+  // fields itself does not fail on a malformed value it would override.
+  [[nodiscard]] static absl::StatusOr<RemoteOptions> ParseFromEnvironment(
+      const std::vector<std::string>& skip = {});
 };
 
 // IsRemoteUrl is true for http://, https://, s3:// and gs:// URLs.

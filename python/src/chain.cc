@@ -38,7 +38,10 @@ class ChainIterator {
         errors_(std::move(errors)),
         shared_blocks_(std::move(shared_blocks)),
         resume_(std::move(resume)),
-        checkpoint_(restored) {}
+        checkpoint_(restored),
+        dropped_(resume_->restore_dropped) {
+    for (const auto& [first, end] : dropped_) dropped_samples_ += end - first;
+  }
 
   py::object Next() {
     if (stream_.inherited()) {
@@ -77,18 +80,14 @@ class ChainIterator {
 
   // Checkpoint is where the stream stood after the last item it yielded
   // (the checkpoint it was restored at before its first), nullopt before
-  // any; ValueError when its positions cannot be recorded. Still answers
-  // after Close().
-  std::optional<wds::StreamCheckpoint> Checkpoint() const {
-    if (!checkpointable_) {
-      throw py::value_error(
-          "this pipeline's position cannot be recorded: its shard source must be the native "
-          "one with a native handler (one tar source), and at most one shuffle stage may follow "
-          "it, fed sample by sample (shuffle before batched, no sample skipped by a handler "
-          "between them)");
-    }
-    return checkpoint_;
-  }
+  // any. Still answers after Close().
+  const std::optional<wds::StreamCheckpoint>& Checkpoint() const { return checkpoint_; }
+  // Dropped is the checkpoint's ResumeChannel::dropped: samples of its pass
+  // that a stage before the shuffle skipped.
+  const std::vector<std::pair<int64_t, int64_t>>& Dropped() const { return dropped_; }
+  // Unrecordable says why the checkpoint cannot be restored from (empty: it
+  // can), as found while the chain runs.
+  const std::string& Unrecordable() const { return unrecordable_; }
 
   // Close ends the chain now: open shards are closed, pipe: commands stopped.
   void Close() { stream_.reset(); }
@@ -104,14 +103,37 @@ class ChainIterator {
   std::shared_ptr<SharedBlocks> shared_blocks_;
   std::shared_ptr<wds::ResumeChannel> resume_;
   std::optional<wds::StreamCheckpoint> checkpoint_;
-  bool checkpointable_ = true;
+  std::vector<std::pair<int64_t, int64_t>> dropped_;
+  int64_t dropped_samples_ = 0;
+  std::string unrecordable_;
 
   // NoteCheckpoint copies the stream's position after an item, as the core's
-  // Loader does for each item it queues (src/loader/loader.cc).
+  // Loader does for each item it queues (src/loader/loader.cc), and says
+  // whether it can be restored from: anew after each item, so that a pass
+  // that cannot be recorded does not make the later ones unrecordable.
+  // Unlike the Loader's, a shuffle here may be fed fewer samples than the
+  // source gave: the samples skipped between them are recorded (the bindings
+  // refuse, before running, a stage between them that merges samples).
   void NoteCheckpoint() {
     const wds::ResumeChannel& r = *resume_;
-    checkpointable_ = checkpointable_ && r.sources == 1 && r.shuffles <= 1 &&
-                      (r.shuffles == 0 || r.shuffle_in == r.position.source_out);
+    if (r.sources != 1) {
+      unrecordable_ =
+          "its shards are read one at a time (a Python handler callable), so no one source "
+          "counts the pass's samples";
+    } else if (r.shuffles > 1) {
+      unrecordable_ = "it has more than one shuffle stage (at most one can be restored)";
+    } else if (r.shuffles == 1 && r.shuffle_in + r.dropped_samples != r.position.source_out) {
+      unrecordable_ = "its shuffle stage is not fed sample by sample by the shard source";
+    } else {
+      unrecordable_.clear();
+    }
+    // The drops change rarely: copied when their count (which only grows
+    // within a pass) or the pass changes.
+    if (r.dropped_samples != dropped_samples_ ||
+        (checkpoint_.has_value() && checkpoint_->pass != r.position.pass)) {
+      dropped_ = r.dropped;
+      dropped_samples_ = r.dropped_samples;
+    }
     checkpoint_ = r.position;
   }
 };
@@ -245,6 +267,40 @@ void RegisterStages(py::module_& m) {
       py::arg("start"), py::arg("stop"), py::arg("step") = 1);
 }
 
+// ParseRestore reads a ChainIterator.checkpoint: (pass, source_out,
+// shuffle_out) and, optionally, the runs of samples dropped before the
+// shuffle, which go to `dropped`. ValueError for values out of bounds.
+wds::StreamCheckpoint ParseRestore(py::handle restore,
+                                   std::vector<std::pair<int64_t, int64_t>>& dropped) {
+  const py::tuple t = py::tuple(py::reinterpret_borrow<py::object>(restore));
+  if (t.size() != 3 && t.size() != 4) {
+    throw py::value_error(wds::Cat("restore: a checkpoint is (pass, source_out, shuffle_out) ",
+                                   "and optionally the dropped runs, got ", t.size(), " values"));
+  }
+  const wds::StreamCheckpoint at{t[0].cast<int64_t>(), t[1].cast<int64_t>(), t[2].cast<int64_t>()};
+  if (at.pass < 0 || at.source_out < 0 || at.shuffle_out < -1) {
+    throw py::value_error(
+        wds::Cat("restore: a checkpoint needs pass >= 0, source_out >= 0 and shuffle_out >= -1 "
+                 "(-1: no shuffle stage), got (",
+                 at.pass, ", ", at.source_out, ", ", at.shuffle_out, ")"));
+  }
+  if (t.size() == 4) {
+    int64_t previous_end = 0;
+    for (py::handle run : t[3]) {
+      const auto [first, end] = run.cast<std::pair<int64_t, int64_t>>();
+      if (first < previous_end || end <= first || end > at.source_out) {
+        throw py::value_error(wds::Cat(
+            "restore: the dropped runs must be increasing, non-empty [first, end) ranges "
+            "within [0, source_out = ",
+            at.source_out, "), got [", first, ", ", end, ") after one ending at ", previous_end));
+      }
+      dropped.emplace_back(first, end);
+      previous_end = end;
+    }
+  }
+  return at;
+}
+
 void RegisterChainClass(py::module_& m) {
   py::class_<ChainIterator>(m, "ChainIterator", "One running copy of a chain.")
       .def("__iter__", [](py::object self) { return self; })
@@ -254,12 +310,22 @@ void RegisterChainClass(py::module_& m) {
       .def_property_readonly(
           "checkpoint",
           [](const ChainIterator& self) -> py::object {
-            std::optional<wds::StreamCheckpoint> c = self.Checkpoint();
-            if (!c.has_value()) return py::none();
-            return py::make_tuple(c->pass, c->source_out, c->shuffle_out);
+            const std::optional<wds::StreamCheckpoint>& c = self.Checkpoint();
+            if (!c.has_value() || !self.Unrecordable().empty()) return py::none();
+            if (self.Dropped().empty()) {
+              return py::make_tuple(c->pass, c->source_out, c->shuffle_out);
+            }
+            py::list dropped;
+            for (const auto& [first, end] : self.Dropped()) {
+              dropped.append(py::make_tuple(first, end));
+            }
+            return py::make_tuple(c->pass, c->source_out, c->shuffle_out, dropped);
           },
-          "(pass, source_out, shuffle_out) after the last item, None before any; ValueError "
-          "when the chain's position cannot be recorded.")
+          "(pass, source_out, shuffle_out) after the last item, and the [first, end) runs of "
+          "the pass's samples dropped before the shuffle when there are any; None before any "
+          "item, and when the position cannot be restored from (`unrecordable` says why).")
+      .def_property_readonly("unrecordable", &ChainIterator::Unrecordable,
+                             "Why the checkpoint cannot be restored from; empty when it can.")
       .def_property_readonly("errors", [](const ChainIterator& self) {
         py::list out;
         for (const auto& e : self.errors().Snapshot()) {
@@ -283,7 +349,7 @@ void RegisterChainClass(py::module_& m) {
           [](const Chain& chain, int rank, int world_size, int worker, int num_workers,
              int64_t epoch, int64_t pass, std::optional<int64_t> length, py::object kinds,
              py::object kind_names, std::shared_ptr<SharedBlocks> shared_blocks,
-             std::optional<std::tuple<int64_t, int64_t, int64_t>> restore) {
+             py::object restore) {
             wds::WorkerContext ctx =
                 CheckedWorkerContext(rank, world_size, worker, num_workers, epoch, pass);
             ctx.errors = std::make_shared<wds::ErrorCounters>();
@@ -292,12 +358,8 @@ void RegisterChainClass(py::module_& m) {
             if (length.has_value() && *length < 0) throw py::value_error("length must be >= 0");
             ctx.resume = std::make_shared<wds::ResumeChannel>();
             std::optional<wds::StreamCheckpoint> restored;
-            if (restore.has_value()) {
-              restored = wds::StreamCheckpoint{std::get<0>(*restore), std::get<1>(*restore),
-                                               std::get<2>(*restore)};
-              if (restored->pass < 0 || restored->source_out < 0 || restored->shuffle_out < -1) {
-                throw py::value_error("restore: a checkpoint's positions must be >= 0");
-              }
+            if (!restore.is_none()) {
+              restored = ParseRestore(restore, ctx.resume->restore_dropped);
               ctx.resume->restore = restored;
               ctx.pass = restored->pass;
             }
@@ -314,7 +376,8 @@ void RegisterChainClass(py::module_& m) {
           "Runs one copy of the chain in this thread; with shared_blocks (a DataLoader "
           "worker's), batches are collated into that pool's shared memory. restore, a "
           "ChainIterator.checkpoint of a copy of this chain with the same placement, epoch and "
-          "length, makes it continue where that copy stood (its pass replaces pass_).");
+          "length (one it could be restored from), makes it continue where that copy stood "
+          "(its pass replaces pass_).");
 }
 
 }  // namespace

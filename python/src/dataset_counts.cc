@@ -7,7 +7,6 @@
 #include <utility>
 
 #include "errors.h"
-#include "opener.h"
 #include "wds/internal/strings.h"
 
 namespace wdspy {
@@ -53,16 +52,14 @@ bool AllKnown(const std::vector<std::string>& urls, const wds::DatasetIndex* ind
   return true;
 }
 
-// ReadCount reads one shard's count: its sidecar's first line, else a
-// header scan through the package's opener (pipe:, http(s), files).
-absl::StatusOr<int64_t> ReadCount(const std::string& url) {
+}  // namespace
+
+absl::StatusOr<int64_t> ReadShardCount(const std::string& url, const wds::Opener& opener) {
   if (wds::HasSidecar(url)) return wds::CountSamples(url);
-  absl::StatusOr<wds::ShardIndex> index = wds::IndexOf(url, PythonOpener());
+  absl::StatusOr<wds::ShardIndex> index = wds::IndexOf(url, opener);
   if (!index.ok()) return index.status();
   return static_cast<int64_t>(index->samples.size());
 }
-
-}  // namespace
 
 DatasetCounts::DatasetCounts(std::shared_ptr<const wds::DatasetIndex> index, bool known)
     : index_(std::move(index)), known_(known) {
@@ -71,23 +68,24 @@ DatasetCounts::DatasetCounts(std::shared_ptr<const wds::DatasetIndex> index, boo
   known_index_ = index_;
 }
 
-absl::StatusOr<int64_t> DatasetCounts::Count(const std::string& url) {
+absl::StatusOr<int64_t> DatasetCounts::Count(const std::string& url, const wds::Opener& opener) {
   {
     std::lock_guard<std::mutex> lock(CacheLock());
     if (auto it = counted_.find(url); it != counted_.end()) return it->second;
   }
-  absl::StatusOr<int64_t> count = ReadCount(url);
+  absl::StatusOr<int64_t> count = ReadShardCount(url, opener);
   if (!count.ok()) return count.status();
   std::lock_guard<std::mutex> lock(CacheLock());
   if (counted_.emplace(url, *count).second) known_index_ = nullptr;
   return *count;
 }
 
-absl::StatusOr<std::vector<int64_t>> DatasetCounts::Counts(const std::vector<std::string>& urls) {
+absl::StatusOr<std::vector<int64_t>> DatasetCounts::Counts(const std::vector<std::string>& urls,
+                                                           const wds::Opener& opener) {
   std::vector<int64_t> counts;
   counts.reserve(urls.size());
   for (const std::string& url : urls) {
-    absl::StatusOr<int64_t> count = Count(url);
+    absl::StatusOr<int64_t> count = Count(url, opener);
     if (!count.ok()) return count.status();
     counts.push_back(*count);
   }

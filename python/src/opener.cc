@@ -7,9 +7,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <list>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "errors.h"
 #include "wds/internal/strings.h"
@@ -21,7 +25,8 @@ namespace {
 
 // The registry of descriptors opened here. Heap-allocated and never freed:
 // it must outlive every stream, including those destroyed at exit. Its lock
-// also guards the RemoteAccess sessions (the fork handlers hold it).
+// also guards the RemoteAccess sessions and the list of RemoteAccesses (the
+// fork handlers hold it).
 struct Registry {
   std::mutex mu;
   std::set<int> fds;
@@ -139,12 +144,111 @@ class RemoteShard : public wds::ByteStream {
   std::unique_ptr<wds::ByteStream> stream_;
 };
 
-std::shared_ptr<const RemoteAccess> EnvironmentAccess() {
-  absl::StatusOr<wds::RemoteOptions> options = wds::RemoteOptions::ParseFromEnvironment();
-  if (!options.ok()) {
-    return std::make_shared<RemoteAccess>(wds::RemoteOptions::FromEnvironment(), options.status());
+// Environment is the environment's options and what is malformed there, not
+// reading the variables in `skip` (fields the caller sets itself).
+std::pair<wds::RemoteOptions, absl::Status> Environment(const std::vector<std::string>& skip) {
+  absl::StatusOr<wds::RemoteOptions> options = wds::RemoteOptions::ParseFromEnvironment(skip);
+  if (!options.ok()) return {wds::RemoteOptions::FromEnvironment(), options.status()};
+  return {*std::move(options), absl::OkStatus()};
+}
+
+// Field appends a length-prefixed value to a key, so that no two sequences
+// of values give the same key.
+template <typename T>
+void Field(std::string& key, const T& value) {
+  const std::string text = wds::Cat(value);
+  key.append(wds::Cat(text.size(), ":", text));
+}
+
+void Field(std::string& key, const std::optional<wds::AwsCredentials>& c) {
+  Field(key, c.has_value() ? 1 : 0);
+  if (!c.has_value()) return;
+  Field(key, c->access_key_id);
+  Field(key, c->secret_access_key);
+  Field(key, c->session_token);
+}
+
+// SessionKey is every field of the options (keep it so when RemoteOptions
+// grows: two accesses share a session only when they would read alike) and
+// the environment's error.
+std::string SessionKey(const wds::RemoteOptions& o, const absl::Status& environment_error) {
+  std::string key;
+  Field(key, o.connect_timeout.count());
+  Field(key, o.stall_timeout.count());
+  Field(key, o.low_speed_limit);
+  Field(key, o.low_speed_time.count());
+  Field(key, o.read_ahead);
+  Field(key, o.skip_by_request);
+  Field(key, o.max_attempts);
+  Field(key, o.max_retry_time.count());
+  Field(key, o.backoff_base.count());
+  Field(key, o.backoff_cap.count());
+  Field(key, o.ca_file);
+  Field(key, int{o.verify_tls});
+  Field(key, static_cast<int>(o.http_version));
+  Field(key, o.user_agent);
+  Field(key, o.s3_endpoint);
+  Field(key, o.s3_region);
+  Field(key, static_cast<int>(o.s3_addressing));
+  Field(key, o.aws_credentials);
+  Field(key, o.aws_profile);
+  Field(key, o.aws_credentials_file);
+  Field(key, o.gcs_endpoint);
+  Field(key, o.gcs_token);
+  Field(key, o.gcs_hmac);
+  Field(key, o.cache_dir);
+  Field(key, o.cache_size);
+  Field(key, int{o.cache_revalidate});
+  Field(key, environment_error.ToString());
+  return key;
+}
+
+// The process's RemoteAccesses, most recently used first, so that every
+// reader with the same options (each epoch's chain, each gopen, each shard
+// grouped in Python, each count) shares one session: one connection from
+// shard to shard. Heap-allocated and never freed, like the descriptor
+// registry whose lock guards it. A forked child keeps the entries; their
+// sessions are the parent's, which the child abandons (RemoteAccess::Session).
+constexpr size_t kKeptAccesses = 8;
+using AccessList = std::list<std::pair<std::string, std::shared_ptr<const RemoteAccess>>>;
+
+AccessList& Accesses() {
+  static auto* accesses = new AccessList;
+  return *accesses;
+}
+
+// SharedAccess returns the process's RemoteAccess for these options, made at
+// their first use. Beyond kKeptAccesses sets of options (credentials that
+// changed, say) the least recently used is dropped here; readers that hold
+// it keep it.
+std::shared_ptr<const RemoteAccess> SharedAccess(wds::RemoteOptions options,
+                                                 absl::Status environment_error) {
+  std::string key = SessionKey(options, environment_error);
+  std::shared_ptr<const RemoteAccess> dropped;  // released after the lock
+  std::lock_guard<std::mutex> lock(Fds().mu);
+  AccessList& list = Accesses();
+  for (auto it = list.begin(); it != list.end(); ++it) {
+    if (it->first == key) {
+      list.splice(list.begin(), list, it);
+      return list.front().second;
+    }
   }
-  return std::make_shared<RemoteAccess>(*std::move(options), absl::OkStatus());
+  list.emplace_front(std::move(key), std::make_shared<RemoteAccess>(std::move(options),
+                                                                    std::move(environment_error)));
+  if (list.size() > kKeptAccesses) {
+    dropped = std::move(list.back().second);
+    list.pop_back();
+  }
+  return list.front().second;
+}
+
+// Variables of the environment that a given option replaces.
+const char* VariableOf(const std::string& option) {
+  if (option == "cache_dir") return "WDS_CACHE";
+  if (option == "cache_size") return "WDS_CACHE_SIZE";
+  if (option == "ca_file") return "CURL_CA_BUNDLE";
+  if (option == "verify_tls") return "WDS_TLS_VERIFY";
+  return nullptr;
 }
 
 absl::StatusOr<std::unique_ptr<wds::ByteStream>> Open(const RemoteAccess& remote,
@@ -165,16 +269,21 @@ absl::StatusOr<std::unique_ptr<wds::ByteStream>> Open(const RemoteAccess& remote
   return OpenLocal(std::string(url), std::string(path));
 }
 
+// kMaxSeconds bounds every time option: beyond it a duration in milliseconds
+// would come near overflowing the deadlines computed from it.
+constexpr int64_t kMaxSeconds = 1'000'000'000;
+
 // Seconds converts a Python number of seconds (at least `least`, and more
-// than 0 when `positive`) to a duration, rounding up to the duration's unit
-// so that a small positive time never becomes zero.
+// than 0 when `positive`; at most kMaxSeconds) to a duration, rounding up to
+// the duration's unit so that a small positive time never becomes zero.
 template <typename Duration>
 Duration Seconds(py::handle value, const char* name, int least, bool positive) {
   const double seconds = value.cast<double>();
-  if (!(seconds >= least) || (positive && seconds <= 0) || seconds > 1e9) {
+  if (!(seconds >= least) || (positive && seconds <= 0) || seconds > kMaxSeconds) {
     throw py::value_error(wds::Cat("RemoteOptions: ", name, " must be ",
                                    positive ? "more than 0" : wds::Cat("at least ", least),
-                                   " seconds, got ", py::repr(value).cast<std::string>()));
+                                   " and at most ", kMaxSeconds, " seconds, got ",
+                                   py::repr(value).cast<std::string>()));
   }
   return std::chrono::ceil<Duration>(std::chrono::duration<double>(seconds));
 }
@@ -230,11 +339,19 @@ RemoteAccess::RemoteAccess(wds::RemoteOptions options, absl::Status environment_
     : options_(std::move(options)), environment_error_(std::move(environment_error)) {}
 
 std::shared_ptr<const RemoteAccess> RemoteAccess::FromPython(py::handle given) {
-  std::shared_ptr<const RemoteAccess> environment = EnvironmentAccess();
-  if (given.is_none()) return environment;
-  wds::RemoteOptions options = environment->options_;
+  if (given.is_none()) {
+    auto [options, error] = Environment({});
+    return SharedAccess(std::move(options), std::move(error));
+  }
+  // A malformed variable whose field is given does not matter.
+  std::vector<std::string> skip;
+  for (auto [name, value] : given.cast<py::dict>()) {
+    const char* variable = VariableOf(name.cast<std::string>());
+    if (variable != nullptr && !value.is_none()) skip.push_back(variable);
+  }
+  auto [options, error] = Environment(skip);
   ApplyAll(options, given);
-  return std::make_shared<RemoteAccess>(std::move(options), environment->environment_error_);
+  return SharedAccess(std::move(options), std::move(error));
 }
 
 void RemoteAccess::Check(py::handle given) {
@@ -264,7 +381,10 @@ absl::StatusOr<std::unique_ptr<wds::ByteStream>> RemoteAccess::Open(std::string_
 }
 
 wds::Opener PythonOpener(std::shared_ptr<const RemoteAccess> remote) {
-  if (remote == nullptr) remote = EnvironmentAccess();
+  if (remote == nullptr) {
+    auto [options, error] = Environment({});
+    remote = SharedAccess(std::move(options), std::move(error));
+  }
   return [remote = std::move(remote)](std::string_view url) { return Open(*remote, url); };
 }
 

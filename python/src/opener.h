@@ -37,8 +37,8 @@ namespace py = pybind11;
 
 class RemoteAccess;
 
-// PythonOpener opens URLs as described above; `remote` null means a
-// RemoteAccess with wds::RemoteOptions from the environment.
+// PythonOpener opens URLs as described above; `remote` null means the
+// RemoteAccess of the environment's options (RemoteAccess::FromPython(None)).
 wds::Opener PythonOpener(std::shared_ptr<const RemoteAccess> remote = nullptr);
 
 // Fork handlers (os.register_at_fork): before takes the descriptor registry's
@@ -96,7 +96,9 @@ class ProcessLocal {
 // RemoteAccess is how PythonOpener reads remote URLs: its options, and the
 // libcurl session (connection pool, shared cache) that every stream opened
 // through it in one process shares, made at the first remote open in each
-// process (see fork safety above). Thread-safe.
+// process (see fork safety above). FromPython gives one RemoteAccess per set
+// of options per process, so that each epoch's chain, each gopen, each count
+// and each shard grouped in Python reuse one connection. Thread-safe.
 class RemoteAccess {
  public:
   // `environment_error` is what RemoteOptions::ParseFromEnvironment found
@@ -104,9 +106,10 @@ class RemoteAccess {
   // remote open, so that local reading does not depend on remote settings.
   RemoteAccess(wds::RemoteOptions options, absl::Status environment_error);
 
-  // FromPython is the environment's options overridden by the entries of
-  // `given` (a dict, as webdataset_cpp.RemoteOptions' _native() makes it, or
-  // None): cache_dir, cache_size, ca_file, verify_tls, connect_timeout,
+  // FromPython is the process's RemoteAccess (made at first use, the eight
+  // most recently used kept) of the environment's options overridden by the
+  // entries of `given` (a dict, as webdataset_cpp.RemoteOptions' _native()
+  // makes it, or None): cache_dir, cache_size, ca_file, verify_tls, connect_timeout,
   // stall_timeout, low_speed_limit, low_speed_time, max_attempts,
   // max_retry_time (times in seconds). An unknown name is a TypeError, a
   // value out of range a ValueError. REQUIRES: the GIL is held.

@@ -14,6 +14,7 @@
 #include "opener.h"
 #include "shared_batches.h"
 #include "wds/equalize.h"
+#include "wds/interrupt.h"
 #include "wds/placement.h"
 #include "wds/shard_index.h"
 #include "wds/shard_list.h"
@@ -96,7 +97,8 @@ absl::StatusOr<wds::RankEpochPlan> PlanWithCachedCounts(const std::vector<std::s
                                                         const wds::ShardListOptions& list,
                                                         const wds::WorkerContext& ctx,
                                                         const wds::EpochBatching& batching,
-                                                        DatasetCounts& cached) {
+                                                        DatasetCounts& cached,
+                                                        const wds::Opener& opener) {
   std::vector<std::string> needed;
   if (list.split == wds::SplitGranularity::kSamples) {
     needed = urls;
@@ -114,7 +116,7 @@ absl::StatusOr<wds::RankEpochPlan> PlanWithCachedCounts(const std::vector<std::s
   }
   wds::ShardSampleCounts counts;
   for (const std::string& url : needed) {
-    absl::StatusOr<int64_t> n = cached.Count(url);
+    absl::StatusOr<int64_t> n = cached.Count(url, opener);
     if (!n.ok()) return n.status();
     counts.Set(url, *n);
   }
@@ -146,24 +148,32 @@ void RegisterPlan(py::module_& m) {
       "plan_rank_epoch",
       [](const std::vector<std::string>& urls, bool shuffle, bool split_nodes, bool split_workers,
          int rank, int world_size, int num_workers, int64_t epoch, uint64_t seed,
-         int64_t batch_size, bool partial, bool split_samples, const std::string& dataset_index) {
+         int64_t batch_size, bool partial, bool split_samples, const std::string& dataset_index,
+         py::handle remote) {
         wds::WorkerContext ctx =
             CheckedWorkerContext(rank, world_size, 0, num_workers, epoch, 0, seed);
         wds::EpochBatching batching{batch_size, partial};
         std::shared_ptr<DatasetCounts> cached = CountsFor(urls, dataset_index);
+        const wds::Opener opener = PythonOpener(RemoteAccess::FromPython(remote));
         absl::StatusOr<wds::RankEpochPlan> plan;
+        SignalCheck signals;  // counts may read stalled shards
         {
           py::gil_scoped_release release;
+          wds::ScopedInterruptCheck check(signals.check());
           wds::ShardListOptions list = ListOptions(shuffle, split_nodes, split_workers, false);
           if (split_samples) list.split = wds::SplitGranularity::kSamples;
-          plan = PlanWithCachedCounts(urls, list, ctx, batching, *cached);
+          plan = PlanWithCachedCounts(urls, list, ctx, batching, *cached, opener);
         }
+        signals.RethrowIfRaised();
         return ValueOrRaise(std::move(plan));
       },
       py::arg("urls"), py::kw_only(), py::arg("shuffle"), py::arg("split_nodes"),
       py::arg("split_workers"), py::arg("rank"), py::arg("world_size"), py::arg("num_workers"),
       py::arg("epoch"), py::arg("seed"), py::arg("batch_size"), py::arg("partial"),
-      py::arg("split_samples") = false, py::arg("dataset_index") = "");
+      py::arg("split_samples") = false, py::arg("dataset_index") = "",
+      py::arg("remote") = py::none(),
+      "This rank's epoch planned exactly; shards not counted yet in this process are counted "
+      "through the reader of `remote` (RemoteOptions._native()).");
   m.def(
       "counts_known",
       [](const std::vector<std::string>& urls, const std::string& dataset_index) {
@@ -193,15 +203,21 @@ void RegisterShardLists(py::module_& m) {
       py::arg("epoch") = 0, py::arg("pass_") = 0, py::arg("seed") = 0);
   m.def(
       "count_samples",
-      [](const std::string& url) {
+      [](const std::string& url, py::handle remote) {
+        const wds::Opener opener = PythonOpener(RemoteAccess::FromPython(remote));
         absl::StatusOr<int64_t> n;
+        SignalCheck signals;
         {
           py::gil_scoped_release release;
-          n = wds::CountSamples(url);
+          wds::ScopedInterruptCheck check(signals.check());
+          n = ReadShardCount(url, opener);
         }
+        signals.RethrowIfRaised();
         return ValueOrRaise(std::move(n), Phase::kData);
       },
-      py::arg("url"), "Samples in a shard: from its .idx sidecar, else a header-only scan.");
+      py::arg("url"), py::arg("remote") = py::none(),
+      "Samples in a shard: from its .idx sidecar (a remote shard's when the server has one), "
+      "else a header-only scan; remote URLs with the options of `remote`.");
   m.def(
       "write_index",
       [](const std::string& url) {

@@ -7,6 +7,7 @@
 #include "errors.h"
 #include "opener.h"
 #include "wds/internal/strings.h"
+#include "wds/interrupt.h"
 #include "wds/shard_list.h"
 #include "wds/stages.h"
 
@@ -238,11 +239,17 @@ wds::StreamFactory ShardSource(std::vector<std::string> urls, const ShardSourceO
     // The pipeline's catalog starts with every count this process knows; a
     // sample-granular split needs them all, read here once per process. A
     // count that cannot be read is left to the catalog, which reports it
-    // when the stream starts, as without the cache.
+    // when the stream starts, as without the cache; Ctrl-C during the reads
+    // (a stalled pipe: or server) raises here.
     std::shared_ptr<DatasetCounts> counts = CountsFor(urls, options.dataset_index);
     if (options.split_samples) {
-      py::gil_scoped_release release;
-      (void)counts->Counts(urls);
+      SignalCheck signals;
+      {
+        py::gil_scoped_release release;
+        wds::ScopedInterruptCheck check(signals.check());
+        (void)counts->Counts(urls, web.opener);
+      }
+      signals.RethrowIfRaised();
     }
     web.dataset_index = counts->Known();
   }

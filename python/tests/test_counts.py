@@ -4,6 +4,7 @@ counts read once per process, however many epochs and plans ask for them."""
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 
@@ -67,6 +68,43 @@ def test_without_counts_the_default_split_is_the_references(tmp_path, monkeypatc
     _, mixed = shard_set(tmp_path / "mixed", sidecars=True)
     os.remove(os.path.join(tmp_path, "mixed", "shard-000002.tar.idx"))
     assert shares(mixed, monkeypatch) == shares(mixed, monkeypatch, split="shards")
+
+
+_WORKER_KEYS = """
+import pickle, sys
+dataset = pickle.load(open(sys.argv[1], "rb"))
+dataset.set_epoch(1)
+print(" ".join(s["__key__"] for s in dataset))
+"""
+
+
+@pytest.mark.parametrize("sidecars_at_first", [False, True])
+def test_the_default_split_is_decided_once_and_travels_with_the_dataset(
+        tmp_path, monkeypatch, sidecars_at_first):
+    """split=None is decided when the dataset is made (in the main process):
+    a worker started later (spawned: a process with a cache of its own) that
+    sees sidecars appear, or vanish, still splits as the main process does."""
+    paths, pattern = shard_set(tmp_path / "shards", sidecars=sidecars_at_first)
+    dataset = wds.WebDataset(pattern, shardshuffle=100, seed=3, nodesplitter=wds.split_by_node)
+    if sidecars_at_first:
+        for path in paths:
+            os.remove(path + ".idx")
+    else:
+        assert [wds.write_index(p) for p in paths] == COUNTS
+    pickled = tmp_path / "dataset.pickle"
+    with open(pickled, "wb") as f:
+        pickle.dump(dataset, f)
+    decided = "samples" if sidecars_at_first else "shards"
+    expected = shares(pattern, monkeypatch, split=decided)
+    assert expected != shares(pattern, monkeypatch,
+                              split="shards" if sidecars_at_first else "samples")
+    for (rank, worker), keys in expected.items():
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", WORKER=str(worker),
+                   NUM_WORKERS="2")
+        run = subprocess.run([sys.executable, "-c", _WORKER_KEYS, str(pickled)], env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.split() == keys, (rank, worker)
 
 
 def test_plans_follow_the_default_split(tmp_path, monkeypatch):

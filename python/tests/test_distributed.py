@@ -287,6 +287,44 @@ def test_a_group_of_one_wins_over_an_environment_of_two(uneven, tmp_path):
     assert rank["single_node_only"] == sum(COUNTS)  # the environment said 2 ranks
 
 
+def _split_rank(rank, world_size, store_path, pattern, out):
+    """One rank of a Gloo group whose ranks ask for the split their own way
+    (as ranks do whose split=None saw different sidecars)."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.FileStore(store_path, world_size), rank=rank,
+                            world_size=world_size)
+    try:
+        split = "samples" if rank != 1 else "shards"
+        dataset = wds.WebDataset(pattern, shardshuffle=100, nodesplitter=wds.split_by_node,
+                                 seed=11, split=split).batched(2, partial=False)
+        try:
+            out.put((rank, wds.agreed_steps(dataset, num_workers=2)))
+        except ValueError as e:
+            out.put((rank, str(e)))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ranks_that_split_differently_fail_agreed_steps_on_every_rank(uneven, tmp_path):
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    store = str(tmp_path / "store")
+    procs = [ctx.Process(target=_split_rank, args=(r, 3, store, uneven, out)) for r in range(3)]
+    for p in procs:
+        p.start()
+    results = dict(out.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(30)
+        assert p.exitcode == 0
+    assert results == {r: (
+        "agreed_steps: the ranks do not split the data alike: ranks [0, 2] share out samples, "
+        "ranks [1] whole shards, so their shares would overlap or leave samples out (a dataset "
+        "made with split=None chooses by the .idx sidecars and dataset_index its rank sees: "
+        "make them visible to every rank, or pass split='samples' or split='shards')")
+        for r in range(3)}
+
+
 def test_slurm_variables_count_when_torchrun_sets_none(monkeypatch):
     for name in ("RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
@@ -319,19 +357,24 @@ def test_the_all_reduce_runs_where_the_backend_reduces(monkeypatch):
         monkeypatch.setattr(dist, "get_backend", lambda group=None, b=backend: b)
         assert distributed.reduce_device() == device
     # agreed_steps reduces a tensor made on that device (here: a stand-in).
+    # agreed_steps gathers (steps, split) of every rank on that device (here:
+    # a stand-in for a group of 3) and takes the MIN or MAX.
     calls = []
 
-    def all_reduce(tensor, op, group):
-        calls.append((tensor.device, op, group))
-        tensor.fill_(5)
+    def all_gather(tensors, tensor, group):
+        calls.append((tensor.device, tensor.tolist(), group))
+        for steps, t in zip([5, 9, 7], tensors):
+            t.copy_(torch.tensor([steps, 0]))
 
     monkeypatch.setattr(dist, "is_initialized", lambda: True)
-    monkeypatch.setattr(dist, "all_reduce", all_reduce)
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: 3)
+    monkeypatch.setattr(dist, "all_gather", all_gather)
     monkeypatch.setattr(distributed, "reduce_device",
                         lambda group=None: calls.append(("device for", group)) or
                         torch.device("cpu"))
     ds = wds.WebDataset(os.devnull, shardshuffle=False).batched(2)
     monkeypatch.setattr(distributed, "plan_epoch", lambda *a, **kw: type(
         "Plan", (), {"local_steps": lambda self, policy: 7})())
-    assert wds.agreed_steps(ds, policy="wrap", group="g") == 5
-    assert calls == [("device for", "g"), (torch.device("cpu"), dist.ReduceOp.MAX, "g")]
+    assert wds.agreed_steps(ds, policy="wrap", group="g") == 9
+    assert wds.agreed_steps(ds, policy="drop", group="g") == 5
+    assert calls == [("device for", "g"), (torch.device("cpu"), [7, 0], "g")] * 2

@@ -91,6 +91,19 @@ def test_handlers_do_not_swallow_the_interrupt(shards):
     assert caught == []  # the interrupted shard was not "skipped with a warning"
 
 
+@pytest.mark.parametrize("counting", ["iteration", "plan_epoch", "count_samples"])
+def test_a_stalled_pipe_while_counting(shards, counting):
+    # A sample split counts every shard before the first sample: a stalled
+    # count must be as interruptible as a stalled read. (A URL of its own:
+    # counts are cached per process.)
+    url = f"{stalled(shards, seconds=5)} && : {counting}"
+    ds = wds.WebDataset([url, shards[1]], shardshuffle=False, split="samples")
+    run = {"iteration": lambda: list(ds),
+           "plan_epoch": lambda: wds.plan_epoch(ds),
+           "count_samples": lambda: wds.count_samples(url)}[counting]
+    assert_interrupted_promptly(run)
+
+
 def test_a_stalled_pipe_in_the_native_loader(shards):
     ds = wds.WebDataset([stalled(shards), stalled(shards)], shardshuffle=False).batched(4)
     loader = wds.Loader(ds, workers=2)

@@ -230,6 +230,31 @@ def _read_in_child(chain, conn):
     conn.close()
 
 
+def test_one_connection_serves_every_read_with_the_same_options(server, local_samples, www):
+    # Each epoch builds a new native chain, each gopen and each shard grouped
+    # in Python a new reader: all share the process's session of their options.
+    for options in (None, wds.RemoteOptions(max_attempts=7)):
+        before = len(server.log())
+        dataset = remote(server, remote=options)
+        for _ in range(2):
+            assert samples_of(dataset) == local_samples
+        again = wds.RemoteOptions(max_attempts=7) if options else None
+        assert samples_of(remote(server, remote=again)) == local_samples
+        for name, path in zip(NAMES[:2], www[1]):
+            with wds.gopen(server.url(name), remote=options) as stream, open(path, "rb") as f:
+                assert stream.read() == f.read()
+        grouped = wds.DataPipeline(wds.SimpleShardList([server.url(n) for n in NAMES]),
+                                   wds.tarfile_to_samples(select_files=lambda name: True,
+                                                          remote=options))
+        assert samples_of(grouped) == local_samples
+        log = server.log()[before:]
+        assert len(log) == 4 * SHARDS + 2
+        assert len({e["peer"] for e in log}) == 1, options
+    # Other options: another session.
+    assert samples_of(remote(server, remote=wds.RemoteOptions(max_attempts=6))) == local_samples
+    assert len({e["peer"] for e in server.log()}) == 3
+
+
 def test_a_forked_child_makes_its_own_connections(server, local_samples):
     import multiprocessing
 
@@ -324,10 +349,22 @@ def test_nothing_listening_is_connection_error(tmp_path):
 def test_remote_options_are_checked():
     with pytest.raises(ValueError, match="max_attempts must be at least 1, got 0"):
         wds.RemoteOptions(max_attempts=0)
-    with pytest.raises(ValueError, match="connect_timeout must be more than 0 seconds, got 0"):
+    with pytest.raises(ValueError, match=r"^RemoteOptions: connect_timeout must be more than 0 "
+                                         r"and at most 1000000000 seconds, got 0$"):
         wds.RemoteOptions(connect_timeout=0)
-    with pytest.raises(ValueError, match="low_speed_time must be at least 1 seconds, got 0.5"):
+    with pytest.raises(ValueError, match=r"^RemoteOptions: low_speed_time must be at least 1 and "
+                                         r"at most 1000000000 seconds, got 0.5$"):
         wds.RemoteOptions(low_speed_time=0.5)
+    # Too long is named as such, not as too short.
+    for name in ("stall_timeout", "max_retry_time", "low_speed_time"):
+        for value in (2e9, float("inf")):
+            with pytest.raises(ValueError, match=rf" {name} must be .* at most 1000000000 "
+                                                 rf"seconds, got {value!r}$"):
+                wds.RemoteOptions(**{name: value})
+    with pytest.raises(ValueError, match=r"max_retry_time must be at least 0 and at most "
+                                         r"1000000000 seconds, got nan$"):
+        wds.RemoteOptions(max_retry_time=float("nan"))
+    assert wds.RemoteOptions(stall_timeout=1e9, max_retry_time=0).stall_timeout == 1e9
     with pytest.raises(ValueError, match="cache_size must be at least 0"):
         wds.RemoteOptions(cache_size=-5)
     with pytest.raises(TypeError, match="takes a webdataset_cpp.RemoteOptions"):
@@ -341,6 +378,26 @@ def test_a_malformed_environment_setting_is_value_error_at_the_first_remote_read
     with pytest.raises(ValueError, match=re.escape(
             f"{server.url(NAMES[0])}: WDS_CACHE_SIZE='lots' is not a byte count")):
         list(remote(server, NAMES[0]))
+
+
+def test_a_malformed_variable_is_ignored_when_the_options_set_its_field(
+        server, monkeypatch, local_samples, tmp_path, www):
+    monkeypatch.setenv("WDS_CACHE_SIZE", "lots")
+    monkeypatch.setenv("WDS_TLS_VERIFY", "maybe")
+    options = wds.RemoteOptions(cache_size=0, verify_tls=True)
+    assert samples_of(remote(server, remote=options)) == local_samples
+    with wds.gopen(server.url(NAMES[0]), remote=options) as stream, open(www[1][0], "rb") as f:
+        assert stream.read() == f.read()
+    # WebDataset's cache_size= sets the field too.
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    dataset = remote(server, cache_dir=str(cache), cache_size=10**9,
+                     remote=wds.RemoteOptions(verify_tls=False))
+    assert samples_of(dataset) == local_samples
+    # A variable of a field left to the environment still fails the read.
+    with pytest.raises(ValueError, match=re.escape(
+            f"{server.url(NAMES[0])}: WDS_TLS_VERIFY='maybe' ")):
+        list(remote(server, NAMES[0], remote=wds.RemoteOptions(cache_size=0)))
 
 
 # --- Ctrl-C
@@ -436,6 +493,25 @@ def test_workers_share_the_cache(server, local_samples, tmp_path):
     assert len(cache_listing(cache)) == 2 * SHARDS
 
 
+def test_counting_for_a_sample_split_goes_through_the_cache(server, local_samples, tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    urls = [server.url(n) for n in NAMES]
+    dataset = wds.WebDataset(urls, shardshuffle=False, split="samples", cache_dir=str(cache))
+    assert samples_of(dataset) == local_samples
+    # Each shard: its sidecar asked for (the server has none), then one
+    # download that the count and the read share.
+    assert sorted(server.gets()) == sorted(["/" + n for n in NAMES] +
+                                           ["/" + n + ".idx" for n in NAMES])
+    assert len(cache_listing(cache)) == 2 * SHARDS
+    # The plan of the next epoch, and a count, read the cache too.
+    assert wds.plan_epoch(dataset.batched(3), num_workers=2).samples == SHARDS * PER_SHARD
+    assert wds.count_samples(urls[0], remote=wds.RemoteOptions(cache_dir=str(cache))) == \
+        PER_SHARD
+    assert sorted(e for e in server.gets() if not e.endswith(".idx")) == \
+        sorted("/" + n for n in NAMES)
+
+
 # --- TLS
 
 
@@ -470,6 +546,22 @@ def test_https_with_an_unknown_certificate_is_connection_error(tls_server, local
         list(remote(tls_server, NAMES[0], remote=wds.RemoteOptions(max_attempts=1)))
     insecure = wds.RemoteOptions(verify_tls=False)
     assert samples_of(remote(tls_server, remote=insecure)) == local_samples
+
+
+def test_a_sample_split_counts_with_the_datasets_tls_options(tls_server, local_samples,
+                                                              certificate):
+    urls = [tls_server.url(n) for n in NAMES]
+    for options in (wds.RemoteOptions(ca_file=certificate[0], max_attempts=1),
+                    wds.RemoteOptions(verify_tls=False, max_attempts=1)):
+        dataset = wds.WebDataset(urls, shardshuffle=False, split="samples", remote=options)
+        assert samples_of(dataset) == local_samples
+        plan = wds.plan_epoch(dataset.batched(4), num_workers=2)
+        assert [w.samples for w in plan.workers] == [SHARDS * PER_SHARD // 2] * 2
+        assert wds.agreed_steps(dataset.batched(4), num_workers=2) == 10
+        assert wds.count_samples(urls[1], remote=options) == PER_SHARD
+    # Without them the environment's settings count (and fail), as before.
+    with pytest.raises(ConnectionError, match=re.escape(urls[0]) + ".*certif"):
+        wds.count_samples(urls[0])
 
 
 # --- s3:// and gs://

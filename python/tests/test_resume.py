@@ -8,6 +8,7 @@ continuation with the uninterrupted run, item by item (keys and bytes)."""
 
 import os
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -356,32 +357,118 @@ def test_malformed_and_unknown_states_are_refused(plain):
             dataset.load_state_dict(bad)
 
 
-def test_pipelines_whose_position_cannot_be_recorded_say_why(plain, tmp_path):
-    def python_source():
-        yield {"__key__": "a", "cls": b"1"}
+def test_a_checkpoint_out_of_bounds_is_refused_naming_the_bounds(plain):
+    chain = wds._core.Chain(wds._core.shard_source(wds.shardlists.expand_urls(plain)), [], 0)
+    assert len(list(chain.open(restore=(0, 2, -1)))) == 10  # -1: no shuffle stage
+    for bad in [(-1, 0, 0), (0, -1, 0), (0, 0, -2)]:
+        with pytest.raises(ValueError, match=re.escape(
+                "restore: a checkpoint needs pass >= 0, source_out >= 0 and shuffle_out >= -1 "
+                f"(-1: no shuffle stage), got {bad}")):
+            chain.open(restore=bad)
 
-    cases = [
+
+def python_source():
+    for i in range(9):
+        yield {"__key__": f"k{i}", "cls": i}
+
+
+def unrecordable(pattern):
+    """Pipelines (and positions) a state cannot record, with why."""
+    return [
         (wds.DataPipeline(python_source, wds.batched(2)),
-         "must start with the native shard source"),
-        (wds.WebDataset(plain, resampled=True, shardshuffle=False).batched(2),
-         "resampled shards have no position to record"),
-        (base(plain).batched(2).unbatched(), "unbatched holds items between its outputs"),
-        (base(plain).listed(2).unlisted(), "unlisted holds items between its outputs"),
-        (base(plain).slice(5), "the slice stage keeps a position a state cannot record"),
-        (wds.WebDataset(plain, shardshuffle=False).map(dict).shuffle(5),
-         "a shuffle after a Python stage holds samples"),
-        (wds.WebDataset(plain, shardshuffle=False, handler=lambda e: True).batched(2),
-         "a Python handler callable reads the shards one at a time"),
+         r"the pipeline must start with the native shard source"),
+        (wds.WebDataset(pattern, resampled=True, shardshuffle=False).batched(2).with_epoch(6),
+         r"resampled shards have no position to record"),
+        (base(pattern).batched(2).unbatched(), r"unbatched holds items between its outputs"),
+        (base(pattern).listed(2).unlisted(), r"unlisted holds items between its outputs"),
+        (base(pattern).slice(5), r"the slice stage keeps a position a state cannot record"),
+        (wds.WebDataset(pattern, shardshuffle=False).map(dict).shuffle(5),
+         r"a shuffle after a Python stage holds samples"),
+        (wds.WebDataset(pattern, shardshuffle=False).batched(2).shuffle(3),
+         r"a shuffle after batched holds batches"),
+        (wds.WebDataset(pattern, shardshuffle=False, handler=lambda e: True).batched(2),
+         r"a Python handler callable reads the shards one at a time"),
+        # Found only while the chain runs: two shuffle buffers.
+        (base(pattern).shuffle(3).batched(2), r"more than one shuffle stage"),
     ]
-    for dataset, message in cases:
-        with pytest.raises(ValueError, match=f"^state_dict: .*{message}"):
-            state_after(dataset)
-    # A sample dropped by a handler before the shuffle: the shuffle's count
-    # no longer says which samples it holds.
-    bad = write_tar(tmp_path / "bad.tar", [("a.cls", b"1"), ("b.cls", b"x"), ("c.cls", b"3"),
-                                            ("d.cls", b"4")])
-    dropping = (wds.WebDataset(bad, shardshuffle=False).decode(handler=wds.ignore_and_continue)
-                .shuffle(2, initial=1))
-    with pytest.raises(ValueError, match="^this pipeline's position cannot be recorded: its "
-                                         "shard source must be the native one"):
-        state_after(dropping, 3)
+
+
+def test_pipelines_whose_position_cannot_be_recorded_say_why(plain):
+    for dataset, reason in unrecordable(plain):
+        state = state_after(dataset)  # never raises: StatefulDataLoader asks at every step
+        assert set(state) == {"format", "version", "epoch", "started", "resumable", "reason"}
+        assert state["resumable"] is False and state["started"] and state["epoch"] == 0
+        assert re.search(reason, state["reason"]), (reason, state["reason"])
+        assert len(pickle.dumps(state)) < 1024
+        # Restoring it is the error, naming why (not a silent fresh start,
+        # which would repeat the epoch's first items).
+        with pytest.raises(ValueError, match=r"^load_state_dict: this state records no position "
+                                             rf"to resume from: .*{reason}.* \(restore without "
+                                             r"it: set_epoch\(0\) starts epoch 0 afresh\)$"):
+            unrecordable(plain)[0][0].load_state_dict(state)
+
+
+class EveryStepStates(torch.utils.data.IterableDataset):
+    """StatefulDataLoader's calls in each worker, with plain PyTorch: the
+    dataset's state after every item it yields."""
+
+    def __init__(self, dataset, items):
+        self.dataset = dataset
+        self.items = items
+
+    def __iter__(self):
+        for _, _ in zip(range(self.items), self.dataset):
+            yield torch.utils.data.get_worker_info().id, self.dataset.state_dict()
+
+
+def test_workers_taking_states_at_every_step_run_unrecordable_pipelines(plain):
+    for dataset, reason in unrecordable(plain):
+        loader = torch.utils.data.DataLoader(EveryStepStates(dataset, 2), batch_size=None,
+                                             num_workers=2, multiprocessing_context="fork")
+        got = list(loader)
+        assert sorted(w for w, _ in got) == [0, 0, 1, 1], reason
+        for _, state in got:
+            assert state["resumable"] is False and re.search(reason, state["reason"])
+
+
+@pytest.fixture(scope="module", params=["sidecars", "plain"])
+def with_bad_samples(request, tmp_path_factory):
+    """3 shards of 7, 9 and 5 samples whose cls is a number but for 4 ("x")."""
+    directory = tmp_path_factory.mktemp("bad-" + request.param)
+    bad = {(0, 2), (1, 0), (1, 8), (2, 4)}  # a first, a last and a pass's last sample
+    for shard, size in enumerate([7, 9, 5]):
+        members = [(f"s{shard}_{i}.cls", b"x" if (shard, i) in bad else str(i).encode())
+                   for i in range(size)]
+        path = write_tar(directory / f"shard-{shard:06d}.tar", members)
+        if request.param == "sidecars":
+            wds.write_index(path)
+    return os.path.join(directory, "shard-{000000..000002}.tar")
+
+
+@pytest.mark.parametrize("epoch_length", [None, 30])
+def test_samples_dropped_before_the_shuffle_are_recorded(with_bad_samples, epoch_length):
+    """A handler before the shuffle skips a sample: the state records which
+    (as runs of positions in the pass), and every stop point continues exactly."""
+    def make():
+        dataset = (wds.WebDataset(with_bad_samples, shardshuffle=100, seed=3)
+                   .decode(handler=wds.ignore_and_continue).shuffle(4, initial=2)
+                   .to_tuple("__key__", "cls"))
+        return dataset if epoch_length is None else dataset.with_epoch(epoch_length)
+
+    full = list(make())
+    assert len(full) == (17 if epoch_length is None else epoch_length)
+    assert not any(cls == "x" for _, cls in full)
+    recorded = []
+    for k in range(len(full) + 1):
+        dataset = make()
+        it = iter(dataset)
+        head = [item for _, item in zip(range(k), it)]
+        state = dataset.state_dict()
+        assert state.get("resumable", True), state
+        recorded.append(state["checkpoint"])
+        resumed = make()
+        resumed.load_state_dict(pickle.loads(pickle.dumps(state)))
+        assert head + list(resumed) == full, k
+    # The drops are part of the checkpoints: [pass, source_out, shuffle_out, runs].
+    runs = {tuple(map(tuple, c[3])) for c in recorded if c is not None and len(c) == 4}
+    assert runs and all(sum(e - b for b, e in r) <= 4 for r in runs)

@@ -171,6 +171,10 @@ class NativeSegment:
 
         chain, fn, names = self.build(upstream, ctx)
         position = ctx.position if self.kind == "shards" else None
+        # The restore is taken, not read: only the first shard chain of a
+        # restored iteration (the pass its checkpoint was taken in) starts at
+        # it; the chains of its later passes (with_epoch, repeat) open at
+        # their pass's start, and the checkpoint is the new chain's from now.
         restore = position.take_restore() if position is not None else None
         it = chain.open(**ctx.open_args(), length=length, kinds=fn, kind_names=names,
                         shared_blocks=worker_blocks(), restore=restore)
@@ -333,18 +337,39 @@ class Position:
         self.recipe = None
 
     def take_restore(self):
+        """The checkpoint to open the next shard chain at, once: see
+        NativeSegment.open."""
         restore, self.restore = self.restore, None
         return restore
 
     def checkpoint(self):
-        """[pass, source_out, shuffle_out] of the shard chain, None before its
-        first item; ValueError when the chain's position cannot be recorded."""
+        """(checkpoint, why not): the shard chain's [pass, source_out,
+        shuffle_out] and, when a stage before its shuffle dropped samples,
+        their runs [[first, end], ...]; None before its first item. `why not`
+        is None, or why the chain's position cannot be restored from."""
+        # A restore not taken yet (no shard chain opened since the state was
+        # loaded) is where the iteration stands; once NativeSegment.open took
+        # it, the chain it opened reports (from the restore on).
         if self.restore is not None:
-            return list(self.restore)
+            return _listed(self.restore), None
         if self.chain is None:
-            return None
-        checkpoint = self.chain.checkpoint
-        return None if checkpoint is None else list(checkpoint)
+            return None, None
+        checkpoint = self.chain.checkpoint  # asked at every step: the common case first
+        if checkpoint is None:
+            return None, self.chain.unrecordable or None
+        return (list(checkpoint) if len(checkpoint) == 3 else _listed(checkpoint)), None
+
+
+def _listed(checkpoint):
+    """A checkpoint as plain lists (what a state holds)."""
+    out = list(checkpoint[:3])
+    if len(checkpoint) > 3:
+        out.append([list(run) for run in checkpoint[3]])
+    return out
+
+
+class Unrecordable(ValueError):
+    """Why a state cannot record a pipeline's position (see resume_recipe)."""
 
 
 def _step_name(step):
@@ -365,48 +390,56 @@ def _holds_items(step):
 
 def resume_recipe(stages, ctx):
     """What a state records of the pipeline (its native chains' recipes and
-    its Python steps' names); ValueError naming what a state cannot record.
+    its Python steps' names); Unrecordable naming what a state cannot record.
 
     A state holds the shard chain's position only. Everything after it starts
     afresh at a restore, which is exact when nothing there holds items between
     two outputs: native chains without a shuffle or slice, and Python steps
     that take what they give (map, select, to_tuple, batched...). Python steps
-    are the user's to keep so; unbatched, unlisted and Cached are refused."""
+    are the user's to keep so; unbatched, unlisted and Cached are refused.
+
+    The shuffle of the shard chain may follow stages that drop samples (a
+    decode with warn_and_continue): the chain records what they dropped. A
+    batched before it is refused: the shuffle would hold batches, whose
+    samples the chain's counts cannot name."""
     from . import filters
 
     steps = plan(stages, ctx)
     first = steps[0] if steps else None
     if not isinstance(first, NativeSegment) or first.kind != "shards":
-        raise ValueError(
-            "state_dict: the pipeline must start with the native shard source (a WebDataset, or "
+        raise Unrecordable(
+            "the pipeline must start with the native shard source (a WebDataset, or "
             "SimpleShardList, epoch_shuffle, split_by_node, split_by_worker and "
             "tarfile_to_samples with a native handler); the position of a Python source cannot "
             "be recorded")
     if first.source.resampled:
-        raise ValueError("state_dict: resampled shards have no position to record (draws are "
-                         "endless); resume them by epoch")
+        raise Unrecordable("resampled shards have no position to record (draws are endless); "
+                           "resume them by epoch")
     if not isinstance(first.source.tar.core_handler(), str):
-        raise ValueError("state_dict: a Python handler callable reads the shards one at a time, "
-                         "which a state cannot record (use a named handler such as "
-                         "warn_and_continue)")
+        raise Unrecordable("a Python handler callable reads the shards one at a time, which a "
+                           "state cannot record (use a named handler such as warn_and_continue)")
+    batched = [i for i, s in enumerate(first.stages) if isinstance(s, filters.Batched)]
+    shuffles = [i for i, s in enumerate(first.stages) if isinstance(s, filters.Shuffle)]
+    if batched and shuffles and batched[0] < shuffles[-1]:
+        raise Unrecordable("a shuffle after batched holds batches, whose samples a state cannot "
+                           "name (shuffle before batched)")
     parts = []
     for i, step in enumerate(steps):
         if not isinstance(step, NativeSegment):
             if _holds_items(step):
-                raise ValueError(f"state_dict: {_step_name(step)} holds items between its "
-                                 "outputs, which a state cannot record")
+                raise Unrecordable(f"{_step_name(step)} holds items between its outputs, which a "
+                                   "state cannot record")
             parts.append(_step_name(step))
             continue
         if i > 0 and step.kind == "urls":
-            raise ValueError("state_dict: a tar reader fed by Python (tarfile_to_samples after "
-                             "a Python stage) cannot record its position")
+            raise Unrecordable("a tar reader fed by Python (tarfile_to_samples after a Python "
+                               "stage) cannot record its position")
         chain = step.build(iter(()), ctx)[0]
         if chain.checkpoint_blocker:
-            raise ValueError(f"state_dict: the {chain.checkpoint_blocker} stage keeps a position "
-                             "a state cannot record")
+            raise Unrecordable(f"the {chain.checkpoint_blocker} stage keeps a position a state "
+                               "cannot record")
         if i > 0 and any(isinstance(s, filters.Shuffle) for s in step.stages):
-            raise ValueError("state_dict: a shuffle after a Python stage holds samples the "
-                             "shard source's position does not describe (shuffle before any "
-                             "Python stage)")
+            raise Unrecordable("a shuffle after a Python stage holds samples the shard source's "
+                               "position does not describe (shuffle before any Python stage)")
         parts.append(chain.recipe)
     return "|".join(parts)

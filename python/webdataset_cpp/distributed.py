@@ -6,8 +6,8 @@ rank/worker split (the same code the shard source uses), per-shard sample
 counts from the dataset's ``dataset_index``, the ``.idx`` sidecars (``wds-shard
 index`` or ``webdataset_cpp.write_index``; else a header-only scan of the tar),
 read once per process, and one batch sequence per DataLoader worker taken
-round-robin. An all-reduce then agrees on the number of steps, which
-``with_epoch`` enforces.
+round-robin. An all-gather then agrees on the number of steps, which
+``with_epoch`` enforces, and checks that every rank splits the data alike.
 
 >>> import torch
 >>> import webdataset_cpp as wds
@@ -40,6 +40,7 @@ import sys
 
 from . import _core, _plan
 from .filters import Batched, Decode, Rename, Shuffle, ToTuple
+from .remote import native_options
 from .utils import node_info
 
 # Stages that keep one output sample per input sample, so counts carry over.
@@ -62,10 +63,13 @@ def _planned_source(dataset, ctx):
     return segment.source, batching
 
 
-def plan_epoch(dataset, num_workers=1, epoch=None, rank=None, world_size=None, group=None):
+def plan_epoch(dataset, num_workers=1, epoch=None, rank=None, world_size=None, group=None,
+               remote=None):
     """This rank's epoch: a _core.RankEpochPlan with .workers (shards,
     samples, batches per DataLoader worker), .batches, .samples and
-    .local_steps(policy)."""
+    .local_steps(policy). Remote shards not counted yet are counted with
+    `remote` (a RemoteOptions), else with the dataset's own remote options
+    and cache."""
     if rank is None or world_size is None:
         rank, world_size = node_info(group)
     epoch = dataset.epoch if epoch is None else epoch
@@ -76,25 +80,54 @@ def plan_epoch(dataset, num_workers=1, epoch=None, rank=None, world_size=None, g
                                  world_size=world_size, num_workers=num_workers, epoch=epoch,
                                  seed=source.seed(ctx), batch_size=batch_size, partial=partial,
                                  split_samples=source.split_samples,
-                                 dataset_index=source.dataset_index)
+                                 dataset_index=source.dataset_index,
+                                 remote=(native_options(remote) if remote is not None
+                                         else source.tar.core_remote()))
 
 
-def agreed_steps(dataset, num_workers=1, policy="drop", epoch=None, group=None):
-    """The steps every rank runs this epoch: this rank's plan, then an
-    all-reduce (MIN for "drop", MAX for "wrap") over `group` when
-    torch.distributed is initialized."""
+def agreed_steps(dataset, num_workers=1, policy="drop", epoch=None, group=None, remote=None):
+    """The steps every rank runs this epoch: this rank's plan (counts read
+    as plan_epoch reads them, `remote` included), then the MIN ("drop") or
+    MAX ("wrap") over `group` when torch.distributed is initialized (an
+    all-gather, which also checks that every rank splits the data alike:
+    ValueError on every rank, naming them, otherwise)."""
     if policy not in ("drop", "wrap"):
         raise ValueError(f"policy must be 'drop' or 'wrap', got {policy!r}")
-    local = plan_epoch(dataset, num_workers=num_workers, epoch=epoch, group=group)
+    local = plan_epoch(dataset, num_workers=num_workers, epoch=epoch, group=group, remote=remote)
     steps = local.local_steps(policy)
     torch = sys.modules.get("torch")
     dist = getattr(torch, "distributed", None) if torch is not None else None
     if dist is None or not dist.is_available() or not dist.is_initialized():
         return steps
-    value = torch.tensor([steps], dtype=torch.int64, device=reduce_device(group))
-    op = dist.ReduceOp.MIN if policy == "drop" else dist.ReduceOp.MAX
-    dist.all_reduce(value, op=op, group=group)
-    return int(value.item())
+    # Every rank's steps and split: ranks that split differently (split=None
+    # seeing different sidecars) would read overlapping or missing samples.
+    mine = torch.tensor([steps, int(_split_samples(dataset))], dtype=torch.int64,
+                        device=reduce_device(group))
+    gathered = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(gathered, mine, group=group)
+    rows = [row.tolist() for row in gathered]
+    if len({samples for _, samples in rows}) > 1:
+        by_samples = [_global_rank(dist, group, i) for i, (_, s) in enumerate(rows) if s]
+        by_shards = [_global_rank(dist, group, i) for i, (_, s) in enumerate(rows) if not s]
+        raise ValueError(
+            f"agreed_steps: the ranks do not split the data alike: ranks {by_samples} share out "
+            f"samples, ranks {by_shards} whole shards, so their shares would overlap or leave "
+            "samples out (a dataset made with split=None chooses by the .idx sidecars and "
+            "dataset_index its rank sees: make them visible to every rank, or pass "
+            "split='samples' or split='shards')")
+    counts = [n for n, _ in rows]
+    return min(counts) if policy == "drop" else max(counts)
+
+
+def _split_samples(dataset):
+    """Whether the dataset's shard source shares out samples."""
+    segment = _plan.single_native_segment(dataset.pipeline, _plan.Context(seed=dataset.seed))
+    return segment is not None and bool(segment.source.split_samples)
+
+
+def _global_rank(dist, group, rank):
+    """The global rank of `rank` of `group` (None: the default group)."""
+    return rank if group is None else dist.get_global_rank(group, rank)
 
 
 def reduce_device(group=None):
@@ -111,9 +144,12 @@ def reduce_device(group=None):
     return torch.device("cpu")
 
 
-def count_samples(url):
-    """Samples in one shard: from its .idx sidecar, else a header-only scan."""
-    return _core.count_samples(url)
+def count_samples(url, remote=None):
+    """Samples in one shard: from its .idx sidecar (for a remote shard,
+    "<url>.idx" when the server has it), else a header-only scan (of all of a
+    pipe: or remote shard); remote URLs with `remote` (a RemoteOptions) when
+    given, else the environment's settings."""
+    return _core.count_samples(url, native_options(remote))
 
 
 def write_index(url):

@@ -26,7 +26,9 @@ StatefulDataLoader protocol. In a DataLoader worker (or the main process with
 num_workers=0) ``state_dict()`` is the position of the iteration running
 there: a small dict of positions, not data. After ``load_state_dict(state)``
 the next ``iter()`` continues exactly where that iteration stood, shuffle
-buffer included (re-read by seeking, not by replaying the epoch).
+buffer included (re-read by seeking, not by replaying the epoch). A pipeline
+whose position cannot be recorded still answers ``state_dict()`` (with a
+state that says why); loading that state is the error.
 """
 
 import copy
@@ -260,21 +262,34 @@ class DataPipeline(IterableDataset):
         """The position of the latest iteration started in this process (in
         a DataLoader worker: that worker's), for a checkpoint: a small
         picklable dict (the epoch, items yielded, and the shard source's
-        checkpoint: its pass and how many samples its source and shuffle
-        buffer yielded), no data. Before any iteration, just the epoch.
-        ValueError for a pipeline whose position cannot be recorded (see
-        docs/PYTHON.md, "Resuming mid-epoch")."""
+        checkpoint: its pass, how many samples its source and shuffle buffer
+        yielded, and the samples a stage before the shuffle dropped), no
+        data. Before any iteration, just the epoch.
+
+        Never raises: StatefulDataLoader calls it in every worker at every
+        step. For a pipeline (or a position) that cannot be recorded (see
+        docs/PYTHON.md, "Resuming mid-epoch") the state says so:
+        {"resumable": False, "reason": ...} with the epoch, and
+        load_state_dict() of it raises ValueError naming the reason."""
         position = self._position
         if position is None:
             return {"format": _STATE_FORMAT, "version": _STATE_VERSION, "epoch": self.epoch,
                     "started": False}
-        if position.recipe is None:
-            position.recipe = self._recipe(position.ctx)
         ctx = position.ctx
+        if position.recipe is None:
+            try:
+                position.recipe = self._recipe(ctx)
+            except _plan.Unrecordable as e:
+                position.recipe = e  # a static property of the pipeline: asked once
+        if isinstance(position.recipe, _plan.Unrecordable):
+            return _unresumable(ctx.epoch, str(position.recipe))
+        checkpoint, why_not = position.checkpoint()
+        if why_not is not None and not position.ended:
+            return _unresumable(ctx.epoch, f"this position of the pipeline: {why_not}")
         return {"format": _STATE_FORMAT, "version": _STATE_VERSION, "recipe": position.recipe,
                 "placement": [ctx.rank, ctx.world_size, ctx.worker, ctx.num_workers],
                 "epoch": ctx.epoch, "started": True, "ended": position.ended,
-                "yielded": position.yielded, "checkpoint": position.checkpoint()}
+                "yielded": position.yielded, "checkpoint": checkpoint}
 
     def load_state_dict(self, state_dict):
         """Makes the next iter() continue the iteration `state_dict` describes
@@ -283,7 +298,10 @@ class DataPipeline(IterableDataset):
         A state taken after its iteration ended gives an empty iteration;
         the next one runs the following epoch. A state of another pipeline
         (shards, seed, stages and their parameters, epoch sizing), placement
-        or version raises ValueError."""
+        or version raises ValueError, and so does a state that records no
+        position (state_dict() of a pipeline or position it cannot record),
+        naming why: continuing from the epoch's start instead would repeat
+        what was trained on, so that choice is left to the caller."""
         state = _checked_state(state_dict)
         if not state["started"]:
             self.epoch = state["epoch"]
@@ -333,23 +351,47 @@ _STATE_KEYS = {"recipe": str, "placement": list, "epoch": int, "ended": bool, "y
                "checkpoint": (list, tuple, type(None))}
 
 
+def _unresumable(epoch, reason):
+    """The state of a pipeline or position that cannot be recorded."""
+    return {"format": _STATE_FORMAT, "version": _STATE_VERSION, "epoch": epoch, "started": True,
+            "resumable": False, "reason": reason}
+
+
 def _checked_state(state):
-    """`state` if it is a DataPipeline state of this version, else ValueError."""
+    """`state` if it is a DataPipeline state of this version that records a
+    position, else ValueError."""
     if not isinstance(state, dict) or state.get("format") != _STATE_FORMAT:
         raise ValueError("load_state_dict: not a webdataset_cpp DataPipeline state (no "
                          f"'format': {_STATE_FORMAT!r})")
     if state.get("version") != _STATE_VERSION:
         raise ValueError(f"load_state_dict: DataPipeline state version {state.get('version')!r} "
                          f"is unknown (this version reads {_STATE_VERSION})")
+    if state.get("resumable", True) is not True:
+        epoch = state.get("epoch")
+        raise ValueError(f"load_state_dict: this state records no position to resume from: "
+                         f"{state.get('reason')} (restore without it: set_epoch({epoch}) starts "
+                         f"epoch {epoch} afresh)")
     keys = _STATE_KEYS if state.get("started") else {"epoch": int}
     for key, kind in keys.items():
         if not isinstance(state.get(key), kind):
             raise ValueError(f"load_state_dict: the state's {key!r} is missing or malformed")
-    checkpoint = state.get("checkpoint")
-    if checkpoint is not None and (len(checkpoint) != 3 or
-                                   not all(isinstance(v, int) for v in checkpoint)):
+    if not _checkpoint_ok(state.get("checkpoint")):
         raise ValueError("load_state_dict: the state's 'checkpoint' is malformed")
     return state
+
+
+def _checkpoint_ok(checkpoint):
+    """Whether a state's checkpoint has its shape: None, or [pass, source_out,
+    shuffle_out] and optionally the dropped runs [[first, end], ...] (their
+    values are checked when the chain opens)."""
+    if checkpoint is None:
+        return True
+    if len(checkpoint) not in (3, 4) or not all(isinstance(v, int) for v in checkpoint[:3]):
+        return False
+    runs = checkpoint[3] if len(checkpoint) == 4 else []
+    return isinstance(runs, (list, tuple)) and all(
+        isinstance(r, (list, tuple)) and len(r) == 2 and all(isinstance(v, int) for v in r)
+        for r in runs)
 
 
 def _check_placement(state, ctx):

@@ -78,7 +78,10 @@ class SimpleShardList(PipelineStage):
     default) chooses "samples" when the native source reads the list and
     every shard's count is known without reading it (listed in
     dataset_index, or a local file with a sidecar), else "shards", as the
-    C++ WebDataset does.
+    C++ WebDataset does. Whether the counts are known is decided when the
+    list is made (``counts_known``) and travels with it to DataLoader
+    workers, so that a worker that sees sidecars appear or vanish later
+    still splits as the process that made the list.
 
     dataset_index: the path of a dataset index (``wds-shard index --json``,
     the reference's wids shard index) giving every shard's count from one
@@ -100,6 +103,10 @@ class SimpleShardList(PipelineStage):
                 raise TypeError(f"SimpleShardList: shard URLs must be str, got {url!r}")
         if seed is not None:
             random.Random(time_seed() if seed is True else seed).shuffle(self.urls)
+        # The counts and whether they are known are cached per process; an
+        # index file that cannot be read is a ValueError now.
+        self.counts_known = (_core.counts_known(self.urls, self.dataset_index or "")
+                             if split is None else None)
 
     def __len__(self):
         return len(self.urls)
@@ -252,9 +259,11 @@ class ShardSource:
     """
 
     def __init__(self, urls, resampled, nshards, shuffle, shuffle_seed, nodesplitter,
-                 split_workers, tar, empty_check, split=None, dataset_index=None):
+                 split_workers, tar, empty_check, split=None, dataset_index=None,
+                 counts_known=None):
         self.split = split
         self.dataset_index = dataset_index or ""
+        self.counts_known = counts_known
         self._split_samples = None
         self.urls = urls
         self.resampled = resampled
@@ -275,9 +284,12 @@ class ShardSource:
             elif self.split is not None:
                 self._split_samples = self.split == "samples"
             else:
-                # The counts and whether they are known are cached per process.
-                self._split_samples = (isinstance(self.tar.core_handler(), str) and
-                                       _core.counts_known(self.urls, self.dataset_index))
+                # Decided where the shard list was made (SimpleShardList);
+                # asked here only of a list unpickled from an older version.
+                known = self.counts_known
+                if known is None:
+                    known = _core.counts_known(self.urls, self.dataset_index)
+                self._split_samples = isinstance(self.tar.core_handler(), str) and known
         return self._split_samples
 
     def seed(self, ctx):
@@ -354,4 +366,5 @@ def fuse_source(stages, ctx):
         i += 1
     return ShardSource(urls, resampled, nshards, shuffle, shuffle_seed, node, split_workers, tar,
                        empty_check, getattr(first, "split", "shards"),
-                       getattr(first, "dataset_index", None)), i
+                       getattr(first, "dataset_index", None),
+                       getattr(first, "counts_known", None)), i

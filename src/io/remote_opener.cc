@@ -112,44 +112,50 @@ absl::Status SkipTo(ByteStream& stream, int64_t offset) {
   return absl::OkStatus();
 }
 
-// ApplyEnvironment sets what the environment says; a malformed variable is
-// left out and its error kept in `first_error` (the first one only).
-void ApplyEnvironment(RemoteOptions& o, absl::Status& first_error) {
+// ApplyEnvironment sets what the environment says, except for the variables
+// named in `skip`, which it does not read; a malformed variable is left out
+// and its error kept in `first_error` (the first one only).
+void ApplyEnvironment(RemoteOptions& o, absl::Status& first_error,
+                      const std::vector<std::string>& skip) {
+  auto env = [&](const char* name) {
+    if (std::find(skip.begin(), skip.end(), name) != skip.end()) return std::string();
+    return Env(name);
+  };
   auto fail = [&](absl::Status s) {
     if (first_error.ok()) first_error = std::move(s);
   };
   auto flag = [&](const char* variable, bool& out) {
-    if (std::string v = Env(variable); !v.empty()) {
+    if (std::string v = env(variable); !v.empty()) {
       absl::StatusOr<bool> parsed = ParseFlag(v, variable);
       parsed.ok() ? void(out = *parsed) : fail(parsed.status());
     }
   };
-  o.ca_file = Env("CURL_CA_BUNDLE");
+  o.ca_file = env("CURL_CA_BUNDLE");
   flag("WDS_TLS_VERIFY", o.verify_tls);
-  o.s3_endpoint = Env("AWS_ENDPOINT_URL_S3");
-  if (o.s3_endpoint.empty()) o.s3_endpoint = Env("AWS_ENDPOINT_URL");
-  o.s3_region = Env("AWS_REGION");
-  if (o.s3_region.empty()) o.s3_region = Env("AWS_DEFAULT_REGION");
-  const std::string key = Env("AWS_ACCESS_KEY_ID"), secret = Env("AWS_SECRET_ACCESS_KEY");
+  o.s3_endpoint = env("AWS_ENDPOINT_URL_S3");
+  if (o.s3_endpoint.empty()) o.s3_endpoint = env("AWS_ENDPOINT_URL");
+  o.s3_region = env("AWS_REGION");
+  if (o.s3_region.empty()) o.s3_region = env("AWS_DEFAULT_REGION");
+  const std::string key = env("AWS_ACCESS_KEY_ID"), secret = env("AWS_SECRET_ACCESS_KEY");
   if (!key.empty() && !secret.empty()) {
-    o.aws_credentials = AwsCredentials{key, secret, Env("AWS_SESSION_TOKEN")};
+    o.aws_credentials = AwsCredentials{key, secret, env("AWS_SESSION_TOKEN")};
   } else if (!key.empty() || !secret.empty()) {
     fail(absl::InvalidArgumentError(
         "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set together"));
   }
-  o.aws_profile = Env("AWS_PROFILE");
-  o.aws_credentials_file = Env("AWS_SHARED_CREDENTIALS_FILE");
-  o.gcs_endpoint = Env("STORAGE_EMULATOR_HOST");
-  o.gcs_token = Env("GOOGLE_OAUTH_ACCESS_TOKEN");
-  const std::string hmac_id = Env("WDS_GCS_HMAC_ACCESS_ID"), hmac = Env("WDS_GCS_HMAC_SECRET");
+  o.aws_profile = env("AWS_PROFILE");
+  o.aws_credentials_file = env("AWS_SHARED_CREDENTIALS_FILE");
+  o.gcs_endpoint = env("STORAGE_EMULATOR_HOST");
+  o.gcs_token = env("GOOGLE_OAUTH_ACCESS_TOKEN");
+  const std::string hmac_id = env("WDS_GCS_HMAC_ACCESS_ID"), hmac = env("WDS_GCS_HMAC_SECRET");
   if (!hmac_id.empty() && !hmac.empty()) {
     o.gcs_hmac = AwsCredentials{hmac_id, hmac, ""};
   } else if (!hmac_id.empty() || !hmac.empty()) {
     fail(absl::InvalidArgumentError(
         "WDS_GCS_HMAC_ACCESS_ID and WDS_GCS_HMAC_SECRET must be set together"));
   }
-  o.cache_dir = Env("WDS_CACHE");
-  if (std::string v = Env("WDS_CACHE_SIZE"); !v.empty()) {
+  o.cache_dir = env("WDS_CACHE");
+  if (std::string v = env("WDS_CACHE_SIZE"); !v.empty()) {
     absl::StatusOr<int64_t> size = ParseByteCount(v, "WDS_CACHE_SIZE");
     size.ok() ? void(o.cache_size = *size) : fail(size.status());
   }
@@ -165,10 +171,11 @@ bool IsRemoteUrl(std::string_view url) {
   return scheme == "http" || scheme == "https" || scheme == "s3" || scheme == "gs";
 }
 
-absl::StatusOr<RemoteOptions> RemoteOptions::ParseFromEnvironment() {
+absl::StatusOr<RemoteOptions> RemoteOptions::ParseFromEnvironment(
+    const std::vector<std::string>& skip) {
   RemoteOptions o;
   absl::Status error;
-  ApplyEnvironment(o, error);
+  ApplyEnvironment(o, error, skip);
   if (!error.ok()) return error;
   return o;
 }
@@ -176,7 +183,7 @@ absl::StatusOr<RemoteOptions> RemoteOptions::ParseFromEnvironment() {
 RemoteOptions RemoteOptions::FromEnvironment() {
   RemoteOptions o;
   absl::Status ignored;
-  ApplyEnvironment(o, ignored);
+  ApplyEnvironment(o, ignored, {});
   return o;
 }
 

@@ -31,6 +31,8 @@ class ShuffleStream final : public SampleStream {
     ++resume_->shuffles;
     resume_->position.shuffle_out = 0;
     resume_->shuffle_in = 0;
+    resume_->dropped.clear();
+    resume_->dropped_samples = 0;
     if (resume_->restore.has_value() && resume_->restore->shuffle_out >= 0) Restore();
   }
 
@@ -46,7 +48,7 @@ class ShuffleStream final : public SampleStream {
     if (refill_ > 0) {
       // A restored buffer: its samples come first from the source, in order.
       for (size_t i = 0; i < refill_; ++i) {
-        if (absl::Status s = Pull(); !s.ok()) return Fail(std::move(s));
+        if (absl::Status s = Pull(/*replayed=*/true); !s.ok()) return Fail(std::move(s));
       }
       if (buffer_.size() != refill_ || upstream_done_) {
         return Fail(absl::FailedPreconditionError(
@@ -70,11 +72,14 @@ class ShuffleStream final : public SampleStream {
 
   // Restore replays the shuffle's first `restore->shuffle_out` steps on the
   // positions of the source's samples instead of the samples (the steps
-  // depend only on counts and the random state), then asks the source to
-  // yield the samples the buffer held, and to go on from where it stood.
+  // depend only on counts and the random state), skipping the positions in
+  // `restore_dropped`, then asks the source to yield the samples the buffer
+  // held, and to go on from where it stood.
   void Restore() {
     const StreamCheckpoint& at = *resume_->restore;
     const int64_t total = resume_->pass_samples;
+    const std::vector<std::pair<int64_t, int64_t>>& dropped = resume_->restore_dropped;
+    size_t run = 0;  // the first run of `dropped` not behind `next`
     if (total < 0) {
       resume_->error = absl::FailedPreconditionError(
           "cannot restore the shuffle stage: its source cannot restart at a position");
@@ -84,6 +89,9 @@ class ShuffleStream final : public SampleStream {
     int64_t next = 0;
     bool done = false;
     auto pull = [&] {
+      for (; run < dropped.size() && dropped[run].first <= next; ++run) {
+        next = std::max(next, dropped[run].second);
+      }
       if (next < total) {
         buffer.push_back(next++);
       } else {
@@ -127,22 +135,47 @@ class ShuffleStream final : public SampleStream {
     restored_done_ = done;
     resume_->replay = std::move(buffer);
     resume_->continue_at = next;
+    resume_->dropped = dropped;
+    resume_->dropped_samples = 0;
+    for (const auto& [first, end] : dropped) resume_->dropped_samples += end - first;
+    expected_ = next;
     // The refill pulls count the buffer again: start below the position.
-    resume_->shuffle_in = next - static_cast<int64_t>(refill_);
+    resume_->shuffle_in = next - resume_->dropped_samples - static_cast<int64_t>(refill_);
     resume_->position.shuffle_out = at.shuffle_out;
   }
 
   // Pull appends the next upstream sample to the buffer, or notes the end.
-  absl::Status Pull() {
+  // A sample the restoring source yields again (`replayed`) has no new
+  // ordinal.
+  absl::Status Pull(bool replayed = false) {
     SampleResult item = upstream_->Next();
     if (!item.ok()) return item.status();
     if (item->has_value()) {
       buffer_.push_back(std::move(**item));
-      if (resume_ != nullptr) ++resume_->shuffle_in;
+      if (resume_ != nullptr) {
+        ++resume_->shuffle_in;
+        if (!replayed) NoteDroppedBefore(resume_->position.source_out - 1);
+        expected_ = std::max(expected_, resume_->position.source_out);
+      }
     } else {
       upstream_done_ = true;
+      if (resume_ != nullptr && !replayed) NoteDroppedBefore(resume_->position.source_out);
     }
     return absl::OkStatus();
+  }
+
+  // NoteDroppedBefore records the ordinals from `expected_` up to `ordinal`
+  // (the sample just taken, or the pass's end) as dropped before the shuffle.
+  void NoteDroppedBefore(int64_t ordinal) {
+    if (ordinal <= expected_) return;
+    std::vector<std::pair<int64_t, int64_t>>& dropped = resume_->dropped;
+    if (!dropped.empty() && dropped.back().second == expected_) {
+      dropped.back().second = ordinal;
+    } else {
+      dropped.emplace_back(expected_, ordinal);
+    }
+    resume_->dropped_samples += ordinal - expected_;
+    expected_ = ordinal;
   }
 
   // Pick removes a uniformly chosen sample; the last one fills its slot.
@@ -172,6 +205,9 @@ class ShuffleStream final : public SampleStream {
   // a restore; restored_done_ is whether the upstream had ended by then.
   size_t refill_ = 0;
   bool restored_done_ = false;
+  // expected_ is the ordinal (position in the pass) of the next sample the
+  // source yields (see ResumeChannel::dropped).
+  int64_t expected_ = 0;
 };
 
 uint64_t ShuffleSeed(const WorkerContext& ctx) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -49,6 +50,19 @@ struct ResumeChannel {
   // checkpoint holds only when it took every sample of the source, one by
   // one (no stage between them drops, merges or batches samples).
   int64_t shuffle_in = 0;
+  // dropped lists the ordinals of the open pass that the source yielded and
+  // the shuffle never took (a stage between them skipped those samples), as
+  // increasing [first, end) runs, and dropped_samples counts them. The
+  // shuffle keeps them as it pulls, taking a pulled sample's ordinal to be
+  // source_out - 1: right when every stage between them passes or drops
+  // samples one at a time (a stage that merges or reads ahead makes them
+  // meaningless). With them, a checkpoint whose shuffle_in + dropped_samples
+  // is source_out holds too: `restore_dropped` (the checkpoint's `dropped`)
+  // makes a restoring shuffle skip those ordinals. The Loader does not use
+  // them: its checkpoints need shuffle_in == source_out.
+  std::vector<std::pair<int64_t, int64_t>> dropped;
+  int64_t dropped_samples = 0;
+  std::vector<std::pair<int64_t, int64_t>> restore_dropped;
   int sources = 0;
   int shuffles = 0;
   // error is set by a stage that cannot restore as asked.
