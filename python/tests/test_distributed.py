@@ -208,11 +208,13 @@ def _gloo_rank(rank, world_size, store_path, pattern, epoch, out):
         dist.destroy_process_group()
 
 
-def run_gloo_group(world_size, tmp_path, pattern, epoch=0):
+def run_ranks(target, world_size, tmp_path, *args):
+    """Runs target(rank, world_size, store, *args, out) in a forked process per
+    rank (a Gloo group over a FileStore); returns what each put on `out`."""
     ctx = multiprocessing.get_context("fork")
     out = ctx.Queue()
     store = str(tmp_path / f"store-{world_size}")
-    procs = [ctx.Process(target=_gloo_rank, args=(r, world_size, store, pattern, epoch, out))
+    procs = [ctx.Process(target=target, args=(r, world_size, store, *args, out))
              for r in range(world_size)]
     for p in procs:
         p.start()
@@ -221,6 +223,10 @@ def run_gloo_group(world_size, tmp_path, pattern, epoch=0):
         p.join(30)
         assert p.exitcode == 0
     return [results[r] for r in range(world_size)]
+
+
+def run_gloo_group(world_size, tmp_path, pattern, epoch=0):
+    return run_ranks(_gloo_rank, world_size, tmp_path, pattern, epoch)
 
 
 def uneven_epoch(uneven):
@@ -307,16 +313,7 @@ def _split_rank(rank, world_size, store_path, pattern, out):
 
 
 def test_ranks_that_split_differently_fail_agreed_steps_on_every_rank(uneven, tmp_path):
-    ctx = multiprocessing.get_context("fork")
-    out = ctx.Queue()
-    store = str(tmp_path / "store")
-    procs = [ctx.Process(target=_split_rank, args=(r, 3, store, uneven, out)) for r in range(3)]
-    for p in procs:
-        p.start()
-    results = dict(out.get(timeout=120) for _ in procs)
-    for p in procs:
-        p.join(30)
-        assert p.exitcode == 0
+    results = dict(enumerate(run_ranks(_split_rank, 3, tmp_path, uneven)))
     assert results == {r: (
         "agreed_steps: the ranks do not split the data alike: ranks [0, 2] share out samples, "
         "ranks [1] whole shards, so their shares would overlap or leave samples out (a dataset "
