@@ -287,7 +287,7 @@ TEST(TarStartOffsetTest, AHeaderThatOnlyAFullReadWouldAcceptStillStartsARead) {
     ShardIndex index = ScanStream(MemoryStream("mem://t", tar)).value();
     const int64_t start = SampleStartOffsets(index).at(1);
     const size_t header = static_cast<size_t>(start);
-    tar.replace(header + 108, 8, std::string("0000\0000", 8));  // the uid field
+    tar.replace(header + 108, 8, std::string("0000") + '\0' + "000");  // the uid field
     // The checksum: the header's bytes summed with its own field as spaces.
     tar.replace(header + 148, 8, std::string(8, ' '));
     unsigned sum = 0;
