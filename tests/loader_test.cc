@@ -339,18 +339,24 @@ TEST(LoaderTest, WithLengthOverNoDataIsFailedPrecondition) {
 }
 
 TEST(LoaderTest, WithEpochContinuesWhereThePreviousEpochStopped) {
-  SourceSpec spec{.lengths = {3, 3}, .jitter = true};
-  Loader loader(TestPipeline(spec).WithEpoch(4), {.workers = 2});
+  // Streams of 6 with prefetch 2: after the first epoch a worker holds at most
+  // i2, i3 queued and i4 in hand, so neither stream can have ended (and been
+  // replaced by the next pass's) when the live count is read.
+  SourceSpec spec{.lengths = {6, 6}, .jitter = true};
+  Loader loader(TestPipeline(spec).WithEpoch(4), {.workers = 2, .prefetch = 2});
   EXPECT_EQ(TakeEpochOk(loader),
             Keys({"w0/e0/p0/i0", "w1/e0/p0/i0", "w0/e0/p0/i1", "w1/e0/p0/i1"}));
   EXPECT_EQ(loader.epoch(), 1);
   // Streams survive the epoch boundary: they keep the epoch they opened in.
   EXPECT_EQ(spec.live->load(), 2);
   EXPECT_EQ(TakeEpochOk(loader),
-            Keys({"w0/e0/p0/i2", "w1/e0/p0/i2", "w0/e0/p1/i0", "w1/e0/p1/i0"}));
+            Keys({"w0/e0/p0/i2", "w1/e0/p0/i2", "w0/e0/p0/i3", "w1/e0/p0/i3"}));
   EXPECT_EQ(TakeEpochOk(loader),
-            Keys({"w0/e0/p1/i1", "w1/e0/p1/i1", "w0/e0/p1/i2", "w1/e0/p1/i2"}));
-  EXPECT_EQ(loader.epoch(), 3);
+            Keys({"w0/e0/p0/i4", "w1/e0/p0/i4", "w0/e0/p0/i5", "w1/e0/p0/i5"}));
+  // An exhausted stream is followed by the next pass, still in the opening epoch.
+  EXPECT_EQ(TakeEpochOk(loader),
+            Keys({"w0/e0/p1/i0", "w1/e0/p1/i0", "w0/e0/p1/i1", "w1/e0/p1/i1"}));
+  EXPECT_EQ(loader.epoch(), 4);
 }
 
 TEST(LoaderTest, WithEpochRotationContinuesAcrossEpochs) {
