@@ -64,7 +64,8 @@ TEST(InterruptTest, AStalledPipeReadGivesUpWithTheChecksError) {
     n = (*stream)->Read(buffer, sizeof buffer);
   }
   EXPECT_EQ(n.status(), absl::CancelledError("give up"));
-  EXPECT_LT(SecondsSince(start), 0.2 + 0.2);
+  // Well under the 30 s the command sleeps; slack for a loaded (sanitized) run.
+  EXPECT_LT(SecondsSince(start), 0.2 + 1.0);
   // It asked every kInterruptCheckInterval (50 ms) or so, not in a busy loop.
   EXPECT_GE(calls.load(), 3);
   EXPECT_LE(calls.load(), 10);
