@@ -2,6 +2,7 @@
 
 #include <pybind11/stl.h>
 
+#include <string_view>
 #include <tuple>
 #include <utility>
 
@@ -87,7 +88,7 @@ class ChainIterator {
   const std::vector<std::pair<int64_t, int64_t>>& Dropped() const { return dropped_; }
   // Unrecordable says why the checkpoint cannot be restored from (empty: it
   // can), as found while the chain runs.
-  const std::string& Unrecordable() const { return unrecordable_; }
+  std::string_view Unrecordable() const { return unrecordable_; }
 
   // Close ends the chain now: open shards are closed, pipe: commands stopped.
   void Close() { stream_.reset(); }
@@ -105,7 +106,7 @@ class ChainIterator {
   std::optional<wds::StreamCheckpoint> checkpoint_;
   std::vector<std::pair<int64_t, int64_t>> dropped_;
   int64_t dropped_samples_ = 0;
-  std::string unrecordable_;
+  std::string_view unrecordable_;  // one of NoteCheckpoint's literals
 
   // NoteCheckpoint copies the stream's position after an item, as the core's
   // Loader does for each item it queues (src/loader/loader.cc), and says
@@ -125,15 +126,20 @@ class ChainIterator {
     } else if (r.shuffles == 1 && r.shuffle_in + r.dropped_samples != r.position.source_out) {
       unrecordable_ = "its shuffle stage is not fed sample by sample by the shard source";
     } else {
-      unrecordable_.clear();
+      unrecordable_ = {};
     }
-    // The drops change rarely: copied when their count (which only grows
-    // within a pass) or the pass changes.
-    if (r.dropped_samples != dropped_samples_ ||
-        (checkpoint_.has_value() && checkpoint_->pass != r.position.pass)) {
+    // Within a pass the drops only grow (runs appended, the last one
+    // extended): only what changed is copied, so that a stage dropping every
+    // other sample costs O(1) per item here, not a copy of every run.
+    const bool new_pass = checkpoint_.has_value() && checkpoint_->pass != r.position.pass;
+    if (new_pass || r.dropped.size() < dropped_.size()) {
       dropped_ = r.dropped;
-      dropped_samples_ = r.dropped_samples;
+    } else if (r.dropped_samples != dropped_samples_) {
+      if (!dropped_.empty()) dropped_.back() = r.dropped[dropped_.size() - 1];
+      dropped_.insert(dropped_.end(), r.dropped.begin() + static_cast<ptrdiff_t>(dropped_.size()),
+                      r.dropped.end());
     }
+    dropped_samples_ = r.dropped_samples;
     checkpoint_ = r.position;
   }
 };
