@@ -284,12 +284,9 @@ class ShardSource:
             elif self.split is not None:
                 self._split_samples = self.split == "samples"
             else:
-                # Decided where the shard list was made (SimpleShardList);
-                # asked here only of a list unpickled from an older version.
-                known = self.counts_known
-                if known is None:
-                    known = _core.counts_known(self.urls, self.dataset_index)
-                self._split_samples = isinstance(self.tar.core_handler(), str) and known
+                # Decided where the shard list was made (SimpleShardList.counts_known).
+                self._split_samples = (isinstance(self.tar.core_handler(), str) and
+                                       bool(self.counts_known))
         return self._split_samples
 
     def seed(self, ctx):
