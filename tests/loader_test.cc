@@ -4,6 +4,8 @@
 #include "wds/loader.h"
 
 #include <dirent.h>
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -376,6 +378,44 @@ TEST(LoaderTest, WithEpochReopensStreamsAfterAnError) {
   status = absl::OkStatus();
   EXPECT_EQ(TakeEpoch(loader, &status), Keys({"w0/e1/p0/i0", "w0/e1/p0/i1"}));
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+}
+
+// SigintBlockedStream yields one sample saying whether SIGINT is blocked in
+// the thread that reads it.
+class SigintBlockedStream : public SampleStream {
+ public:
+  SampleResult Next() override {
+    if (done_) return std::nullopt;
+    done_ = true;
+    sigset_t mask;
+    pthread_sigmask(SIG_BLOCK, nullptr, &mask);
+    Sample s;
+    s.Set(std::string(kKeyField), std::string("k"));
+    s.Set("sigint_blocked", int64_t{sigismember(&mask, SIGINT)});
+    return s;
+  }
+
+ private:
+  bool done_ = false;
+};
+
+TEST(LoaderTest, WorkersTakeNoAsynchronousSignalsAndTheCallersMaskIsKept) {
+  // A SIGINT sent to the process must reach the application's threads (Python
+  // handles it only in its main thread), never a worker.
+  Loader loader(
+      Pipeline([](const WorkerContext&) { return std::make_unique<SigintBlockedStream>(); }),
+      {.workers = 2});
+  int blocked = 0;
+  while (true) {
+    absl::StatusOr<std::optional<Sample>> item = loader.Next();
+    ASSERT_TRUE(item.ok()) << item.status();
+    if (!item->has_value()) break;
+    blocked += static_cast<int>((*item)->GetInt("sigint_blocked").value_or(-100));
+  }
+  EXPECT_EQ(blocked, 2);
+  sigset_t mask;
+  pthread_sigmask(SIG_BLOCK, nullptr, &mask);
+  EXPECT_FALSE(sigismember(&mask, SIGINT));
 }
 
 TEST(LoaderTest, DestroyingMidEpochWithEndlessWorkersIsPrompt) {

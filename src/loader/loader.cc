@@ -1,5 +1,8 @@
 #include "wds/loader.h"
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <exception>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -20,6 +23,31 @@
 
 namespace wds {
 namespace {
+
+// SignalsBlocked blocks the asynchronous signals in the calling thread while
+// it lives, so that the threads it starts inherit that mask: a SIGINT or
+// SIGTERM sent to the process then goes to one of the application's threads,
+// never to a worker. (Python runs its handlers in the main thread: a SIGINT
+// taken by a worker left a main thread in time.sleep() asleep, and Ctrl-C
+// waited for it.) The signals a thread raises itself stay deliverable.
+class SignalsBlocked {
+ public:
+  SignalsBlocked() {
+    sigset_t blocked;
+    sigfillset(&blocked);
+    for (int s : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGSYS, SIGPIPE}) {
+      sigdelset(&blocked, s);
+    }
+    pthread_sigmask(SIG_BLOCK, &blocked, &previous_);
+  }
+  ~SignalsBlocked() { pthread_sigmask(SIG_SETMASK, &previous_, nullptr); }
+
+  SignalsBlocked(const SignalsBlocked&) = delete;
+  SignalsBlocked& operator=(const SignalsBlocked&) = delete;
+
+ private:
+  sigset_t previous_;
+};
 
 // Entry is what a worker hands to the consumer: an item, its end (ok and
 // empty) or its error.
@@ -142,6 +170,7 @@ class WorkerGroup {
     } else {
       queues_.push_back(std::make_unique<BoundedQueue<Entry>>(prefetch * workers));
     }
+    const SignalsBlocked workers_take_no_signals;
     try {
       for (int w = 0; w < options.workers; ++w) {
         if (ended_[w]) continue;
