@@ -6,6 +6,7 @@ import io
 import json
 import os
 import tarfile
+import time
 
 import numpy as np
 import PIL.Image
@@ -13,6 +14,35 @@ import pytest
 
 BUILD_DIR = os.environ.get("WDS_BUILD_DIR",
                            os.path.join(os.path.dirname(__file__), "..", "..", "build"))
+
+
+def threads():
+    """This process's threads, as the kernel lists them."""
+    return len(os.listdir("/proc/self/task"))
+
+
+def threads_at_rest(within=2.0):
+    """The thread count once it has held still for 0.1 s (or after `within`
+    seconds): a baseline that threads joined earlier, still exiting, do not
+    inflate."""
+    deadline = time.monotonic() + within
+    count, since = threads(), time.monotonic()
+    while time.monotonic() < deadline and time.monotonic() - since < 0.1:
+        time.sleep(0.02)
+        if threads() != count:
+            count, since = threads(), time.monotonic()
+    return count
+
+
+def threads_settle_to(count, within=2.0):
+    """The thread count once it is `count`, or after `within` seconds: a
+    joined thread may stay in /proc/self/task until its OS thread has
+    finished exiting (the join returns first), so a count taken right after
+    a join can be one too many."""
+    deadline = time.monotonic() + within
+    while threads() != count and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return threads()
 
 
 def tool(name):

@@ -14,11 +14,7 @@ import pytest
 
 import webdataset_cpp as wds
 from webdataset_cpp import _core
-from conftest import write_tar
-
-
-def native_threads():
-    return len(os.listdir("/proc/self/task"))
+from conftest import threads, threads_at_rest, threads_settle_to, write_tar
 
 
 def children():
@@ -135,25 +131,26 @@ def test_an_exception_in_a_python_stage_closes_the_chain(shards):
                 raise RuntimeError("boom")
             yield s
 
-    threads = native_threads()
+    before_threads = threads_at_rest()
     ds = wds.WebDataset(shards, shardshuffle=False).compose(boom).shuffle(3)
     with pytest.raises(RuntimeError, match="^boom$"):
         list(ds)
-    assert _core._open_shard_descriptors() == 0 and native_threads() == threads
+    assert _core._open_shard_descriptors() == 0
+    assert threads_settle_to(before_threads) == before_threads
 
 
 def test_leaving_a_native_loader_early_joins_its_threads_and_stops_pipes(shards):
     urls = [f"pipe:cat {s}" for s in shards]
     loader = wds.Loader(wds.WebDataset(urls, shardshuffle=False).decode("rgb8").batched(2),
                         workers=2)
-    threads, before = native_threads(), set(children())
+    before_threads, before = threads_at_rest(), set(children())
     with pytest.raises(KeyboardInterrupt):
         for i, batch in enumerate(loader):
-            assert native_threads() == threads + 2
+            assert threads() == before_threads + 2
             assert len(set(children()) - before) >= 1
             if i == 1:
                 raise KeyboardInterrupt
-    assert native_threads() == threads
+    assert threads_settle_to(before_threads) == before_threads
     assert set(children()) == before
     assert len(list(loader)) == 20  # the next epoch starts afresh
 

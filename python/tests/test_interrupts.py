@@ -11,6 +11,7 @@ import warnings
 import pytest
 
 import webdataset_cpp as wds
+from conftest import threads_at_rest, threads_settle_to
 
 
 def children():
@@ -20,10 +21,6 @@ def children():
         with open(f"/proc/self/task/{tid}/children") as f:
             out |= {int(p) for p in f.read().split()}
     return out
-
-
-def threads():
-    return len(os.listdir("/proc/self/task"))
 
 
 def process_group_gone(pgid, within=2.0):
@@ -61,12 +58,12 @@ def stalled(shards, seconds=60):
 
 
 def assert_interrupted_promptly(run, expect_children=1):
-    before_threads, before_children = threads(), children()
+    before_threads, before_children = threads_at_rest(), children()
     timer = SigintAfter(0.5)
     with pytest.raises(KeyboardInterrupt):
         run()
     elapsed = time.monotonic() - timer.sent
-    timer.timer.join()  # the timer's own thread may still be finishing after the kill
+    timer.timer.join()
     assert elapsed < 1.0, elapsed
     # The command was running (a shell, in its own process group) and is gone.
     started = timer.children - before_children
@@ -74,7 +71,7 @@ def assert_interrupted_promptly(run, expect_children=1):
     for pid in started:
         assert process_group_gone(pid)
     assert children() == before_children
-    assert threads() == before_threads
+    assert threads_settle_to(before_threads) == before_threads
 
 
 def test_a_stalled_pipe_in_a_single_process_chain(shards):
