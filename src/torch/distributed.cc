@@ -3,12 +3,14 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/cuda.h>
 #include <torch/serialize/input-archive.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -103,6 +105,31 @@ std::shared_ptr<::gloo::transport::Device> MakeGlooDevice(std::string interface,
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 
+// AsGroup returns `backend` as the ProcessGroup that callers hold. LibTorch 1
+// has one class for both; from LibTorch 2 the backends (Gloo, NCCL) derive
+// from c10d::Backend and a ProcessGroup dispatches each collective to the
+// backend of its tensors' device type.
+template <typename B>
+c10::intrusive_ptr<c10d::ProcessGroup> AsGroup(c10::intrusive_ptr<B> backend,
+                                               const DistributedContext::Impl& impl,
+                                               std::initializer_list<c10::DeviceType> devices) {
+#if TORCH_VERSION_MAJOR >= 2
+  constexpr auto kType = std::is_same_v<B, c10d::ProcessGroupGloo>
+                             ? c10d::ProcessGroup::BackendType::GLOO
+                             : c10d::ProcessGroup::BackendType::NCCL;
+  auto group = c10::make_intrusive<c10d::ProcessGroup>(impl.store, impl.placement.rank,
+                                                       impl.placement.world_size);
+  const c10::intrusive_ptr<c10d::Backend> as_backend = std::move(backend);
+  for (c10::DeviceType device : devices) group->setBackend(device, kType, as_backend);
+  group->setDefaultBackend(kType);
+  return group;
+#else
+  (void)impl;
+  (void)devices;
+  return backend;
+#endif
+}
+
 c10::intrusive_ptr<c10d::ProcessGroup> MakeGroup(const DistributedContext::Impl& impl,
                                                  DistributedBackend backend,
                                                  const DistributedOptions& options,
@@ -113,13 +140,16 @@ c10::intrusive_ptr<c10d::ProcessGroup> MakeGroup(const DistributedContext::Impl&
   if (backend == DistributedBackend::kNccl) {
     auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
     nccl_options->timeout = impl.timeout;
-    return c10::make_intrusive<c10d::ProcessGroupNCCL>(impl.store, rank, world, nccl_options);
+    return AsGroup(c10::make_intrusive<c10d::ProcessGroupNCCL>(impl.store, rank, world, nccl_options),
+                   impl, {c10::DeviceType::CUDA});
   }
 #endif
   (void)backend;
   auto gloo_options = c10d::ProcessGroupGloo::Options::create(impl.timeout);
   gloo_options->devices.push_back(MakeGlooDevice(options.gloo_interface, rendezvous.addr));
-  return c10::make_intrusive<c10d::ProcessGroupGloo>(impl.store, rank, world, gloo_options);
+  // Gloo reduces CUDA tensors too (through host memory), as on LibTorch 1.
+  return AsGroup(c10::make_intrusive<c10d::ProcessGroupGloo>(impl.store, rank, world, gloo_options),
+                 impl, {c10::DeviceType::CPU, c10::DeviceType::CUDA});
 }
 
 // OpenStore starts rank 0's store, or connects to it before `start` + the
