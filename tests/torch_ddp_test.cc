@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <torch/cuda.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -375,6 +376,26 @@ TEST_F(DdpTest, SampleSplitJoinEndsTheEpochOnEveryRankTogether) {
   const std::vector<std::string> keys = AllKeys(results, 0);
   EXPECT_EQ(keys.size(), 1168u);
   EXPECT_EQ(Distinct(keys), 1168u);
+}
+
+// --shared-gpu: both ranks train on cuda:0 with Gloo, and each rank's loader
+// pins its batches for cuda:0 too, not for its LOCAL_RANK's device (rank 1
+// once failed with "CUDA device 1 is out of range" on a one-GPU machine).
+// Without CUDA the same command is refused up front, naming the device.
+TEST_F(DdpTest, SharedGpuRanksPinTheirBatchesForTheTrainingDevice) {
+  std::vector<RankResult> results =
+      Train(2, "--epochs 1 --batch-size 10 --split shards --no-shardshuffle --shared-gpu");
+  for (int r = 0; r < 2; ++r) {
+    if (torch::cuda::is_available()) {
+      ASSERT_EQ(results[r].exit_code, 0) << results[r].stderr;
+      EXPECT_THAT(results[r].batches, ElementsAre(results[0].batches[0])) << results[r].json;
+    } else {
+      EXPECT_NE(results[r].exit_code, 0);
+      EXPECT_THAT(results[r].stderr,
+                  HasSubstr("DistributedOptions.device is cuda:0 but LibTorch sees no CUDA device"))
+          << "rank " << r;
+    }
+  }
 }
 
 // A restart resumes after the latest checkpoint and runs only the epochs left.

@@ -100,6 +100,13 @@ SLURM srun, or one plain process).
 
 std::string Message(const absl::Status& status) { return std::string(status.message()); }
 
+// PinDevice is the GPU whose page-locked memory the loader's batches use: the
+// training device, not LOCAL_RANK's, which differs under --shared-gpu.
+std::optional<int> PinDevice(const torch::Device& device) {
+  if (!device.is_cuda()) return std::nullopt;
+  return device.has_index() ? device.index() : 0;
+}
+
 struct Options {
   std::string train;
   std::string test;
@@ -622,7 +629,8 @@ class Run {
                                    .prefetch = 4,
                                    .rank = dist_.rank(),
                                    .world_size = dist_.world_size(),
-                                   .pin_memory = dist_.device().is_cuda()});
+                                   .pin_memory = dist_.device().is_cuda(),
+                                   .device = PinDevice(dist_.device())});
     loader->SetEpoch(epoch);
     return loader;
   }
