@@ -80,6 +80,7 @@ def pipelinefilter(f):
 class Shuffle(Stage):
     """A buffer of `bufsize` samples, a random one yielded once it holds
     `initial` (native; seeded per seed, epoch, pass, rank and worker)."""
+    _wds_kind = "shuffle"
 
     def __init__(self, bufsize=1000, initial=100, seed=None):
         if bufsize < 0 or initial < 0:
@@ -274,6 +275,7 @@ def _to_tuple(data, *args, handler=reraise_exception, missing_is_error=True, non
 
 class ToTuple(Stage):
     """to_tuple(*fields): a tuple of the fields (each may be "a;b")."""
+    _wds_kind = "one_to_one"
 
     def __init__(self, *args, handler=reraise_exception, missing_is_error=True,
                  none_is_error=None):
@@ -333,6 +335,7 @@ def _rename(data, handler=reraise_exception, keep=True, **kw):
 
 class Rename(Stage):
     """rename(new="old;alt", ...): see rename()."""
+    _wds_kind = "one_to_one"
 
     def __init__(self, handler=reraise_exception, keep=True, **kw):
         if not kw:
@@ -428,6 +431,7 @@ extract_keys.__doc__ = "A tuple of the fields matching each fnmatch pattern (';'
 
 class Decode(Stage):
     """decode(*specs_or_handlers): see decode()."""
+    _wds_kind = "one_to_one"
 
     def __init__(self, *args, handler=reraise_exception, pre=None, post=None, only=None,
                  partial=False, size=None, crop=None, hflip=0.0, scale=(0.08, 1.0),
@@ -603,6 +607,7 @@ def _batched(data, batchsize=20, collation_fn=default_collation_fn, partial=True
 
 class Batched(Stage):
     """batched(batchsize): see batched()."""
+    _wds_kind = "batches"
 
     def __init__(self, batchsize=20, collation_fn=default_collation_fn, partial=True):
         if not isinstance(batchsize, int) or isinstance(batchsize, bool) or batchsize < 1:
@@ -653,6 +658,7 @@ def _unbatched(data):
 
 
 unbatched = pipelinefilter(_unbatched)
+_unbatched._wds_kind = "holds"
 unbatched.__doc__ = "Turns batches back into samples (views of the batch's arrays)."
 
 
@@ -664,6 +670,7 @@ def _unlisted(data):
 
 
 unlisted = pipelinefilter(_unlisted)
+_unlisted._wds_kind = "holds"
 
 
 # ---------------------------------------------------------------- slicing
@@ -705,6 +712,7 @@ def slice(*args):
 
 class Cached(Stage):
     """Records the samples of the first iteration and replays them after."""
+    _wds_kind = "holds"
 
     def __init__(self):
         self.cached = None
