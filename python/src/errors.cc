@@ -2,8 +2,10 @@
 
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/cord.h"
@@ -27,16 +29,28 @@ struct PendingError {
 
 thread_local std::optional<PendingError> pending;
 
-// ProjectException returns webdataset_cpp.errors.<name> (DataError or
-// DecodingError), imported once and kept for the process's lifetime.
-py::handle ProjectException(const char* name) {
-  static PyObject* data_error = nullptr;
-  static PyObject* decoding_error = nullptr;
-  PyObject*& slot = std::strcmp(name, "DataError") == 0 ? data_error : decoding_error;
-  if (slot == nullptr) {
-    slot = py::object(py::module_::import("webdataset_cpp.errors").attr(name)).release().ptr();
+// ProjectClass names the exception classes of webdataset_cpp.errors.
+enum class ProjectClass {
+  kDataError,
+  kShardReadError,
+  kCommandError,
+  kPipeShardError,
+  kDecodingError
+};
+
+// ProjectException returns webdataset_cpp.errors.<class>, imported once and
+// kept for the process's lifetime. REQUIRES: the GIL is held (it guards the
+// slots).
+py::handle ProjectException(ProjectClass which) {
+  static constexpr const char* kNames[] = {"DataError", "ShardReadError", "CommandError",
+                                           "PipeShardError", "DecodingError"};
+  static PyObject* slots[std::size(kNames)] = {};
+  const size_t i = static_cast<size_t>(which);
+  if (slots[i] == nullptr) {
+    slots[i] =
+        py::object(py::module_::import("webdataset_cpp.errors").attr(kNames[i])).release().ptr();
   }
-  return slot;
+  return slots[i];
 }
 
 std::string Message(const absl::Status& status) {
@@ -64,7 +78,7 @@ py::object PendingException(const absl::Status& status) {
   kwargs["key"] = py::str(error.key);
   kwargs["k"] = py::str(error.field);
   kwargs["message"] = py::str(Message(status));
-  py::object wrapped = ProjectException("DecodingError")(**kwargs);
+  py::object wrapped = ProjectException(ProjectClass::kDecodingError)(**kwargs);
   PyException_SetCause(wrapped.ptr(), original.inc_ref().ptr());
   return wrapped;
 }
@@ -72,7 +86,7 @@ py::object PendingException(const absl::Status& status) {
 py::handle TypeFor(absl::StatusCode code, Phase phase) {
   switch (code) {
     case absl::StatusCode::kInvalidArgument:
-      return phase == Phase::kSetup ? PyExc_ValueError : ProjectException("DataError");
+      return phase == Phase::kSetup ? PyExc_ValueError : ProjectException(ProjectClass::kDataError);
     case absl::StatusCode::kFailedPrecondition:
     case absl::StatusCode::kUnimplemented:
     case absl::StatusCode::kOutOfRange:
@@ -82,7 +96,7 @@ py::handle TypeFor(absl::StatusCode code, Phase phase) {
     case absl::StatusCode::kResourceExhausted:
       return phase == Phase::kSetup && code != absl::StatusCode::kDataLoss
                  ? PyExc_ValueError
-                 : ProjectException("DataError");
+                 : ProjectException(ProjectClass::kDataError);
     case absl::StatusCode::kPermissionDenied:
       return PyExc_PermissionError;
     default:
@@ -109,12 +123,87 @@ py::object RemoteException(const absl::Status& status, const std::string& url, P
       return Make(PyExc_ConnectionError, message);
     case absl::StatusCode::kDataLoss:
     case absl::StatusCode::kAborted:
-      return Make(ProjectException("DataError"), message);
+      return Make(ProjectException(ProjectClass::kDataError), message);
     case absl::StatusCode::kInvalidArgument:
       return Make(PyExc_ValueError, message);
     default:
       return Make(TypeFor(status.code(), phase), message);
   }
+}
+
+// DecodeSite is where a native decoder failed: the decode stage's message
+// is "<url>: key <key>: field <field>: <what>" (wds::SampleError; no url
+// part for samples without one). A key holding ": " is not recognised.
+struct DecodeSite {
+  std::string url;
+  std::string key;
+  std::string field;
+};
+
+std::optional<DecodeSite> DecodeSiteOf(std::string_view message) {
+  constexpr std::string_view kKey = "key ", kField = ": field ";
+  DecodeSite site;
+  size_t key_at = 0;
+  if (message.substr(0, kKey.size()) != kKey) {
+    const size_t at = message.find(": key ");
+    if (at == std::string_view::npos) return std::nullopt;
+    site.url = std::string(message.substr(0, at));
+    key_at = at + 2;
+  }
+  key_at += kKey.size();
+  const size_t field_at = message.find(kField, key_at);
+  if (field_at == std::string_view::npos) return std::nullopt;
+  const size_t field_end = message.find(": ", field_at + kField.size());
+  if (field_end == std::string_view::npos) return std::nullopt;
+  site.key = std::string(message.substr(key_at, field_at - key_at));
+  if (site.key.find(": ") != std::string::npos) return std::nullopt;  // "batched: field ..."
+  site.field =
+      std::string(message.substr(field_at + kField.size(), field_end - field_at - kField.size()));
+  return site;
+}
+
+bool NamesASample(std::string_view message) {
+  return message.substr(0, 4) == "key " || message.find(": key ") != std::string_view::npos;
+}
+
+py::object DecodingException(const DecodeSite& site, const std::string& message) {
+  py::dict kwargs;
+  kwargs["url"] = site.url.empty() ? py::none() : py::object(py::str(site.url));
+  kwargs["key"] = py::str(site.key);
+  kwargs["k"] = py::str(site.field);
+  kwargs["message"] = py::str(message);
+  return ProjectException(ProjectClass::kDecodingError)(**kwargs);
+}
+
+// ReaderErrorClass is the class of a tar reader's or decompressor's error (a
+// DataLoss, or "not a tar archive", naming no sample; for a pipe: shard it
+// may be a failed command's, whose exit status comes after its output), else
+// DataError.
+ProjectClass ReaderErrorClass(absl::StatusCode code, const std::string& message) {
+  const bool unreadable = (code == absl::StatusCode::kDataLoss && !NamesASample(message)) ||
+                          (code == absl::StatusCode::kInvalidArgument &&
+                           message.find(": not a tar archive (") != std::string::npos);
+  if (!unreadable) return ProjectClass::kDataError;
+  return message.compare(0, 5, "pipe:") == 0 ? ProjectClass::kPipeShardError
+                                             : ProjectClass::kShardReadError;
+}
+
+// DataException is the exception of a data error (one TypeFor gives
+// DataError), of the class the reference raises for that kind of failure.
+// The core's statuses say what went wrong, not which layer failed, so its
+// fixed phrases decide: a pipe: command's exit status, a decoder's failure
+// (the decode stage's message) and the reader's errors (ReaderErrorClass).
+py::object DataException(const absl::Status& status, Phase phase) {
+  const std::string message = Message(status);
+  if (message.find(": command failed with ") != std::string::npos) {
+    return Make(ProjectException(ProjectClass::kCommandError), message);
+  }
+  if (phase == Phase::kData) {
+    if (std::optional<DecodeSite> site = DecodeSiteOf(message)) {
+      return DecodingException(*site, message);
+    }
+  }
+  return Make(ProjectException(ReaderErrorClass(status.code(), message)), message);
 }
 
 }  // namespace
@@ -161,7 +250,9 @@ py::object ExceptionFromStatus(const absl::Status& status, Phase phase) {
     const int number = std::stoi(std::string(*err));
     return OsError(number, std::strerror(number), path ? std::string(*path) : "");
   }
-  return Make(TypeFor(status.code(), phase), Message(status));
+  py::handle type = TypeFor(status.code(), phase);
+  if (type.is(ProjectException(ProjectClass::kDataError))) return DataException(status, phase);
+  return Make(type, Message(status));
 }
 
 void RaiseStatus(const absl::Status& status, Phase phase) {

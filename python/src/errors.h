@@ -8,6 +8,14 @@
 //   InvalidArgument / FailedPrecondition at setup ValueError
 //   anything else                               RuntimeError
 //
+// A data error is of the more specific class the reference package raises
+// for that failure (each also a DataError):
+//
+//   truncated or corrupt tar, gzip, zstd; not a tar   ShardReadError (a tarfile.ReadError)
+//   a pipe: command's non-zero exit status            CommandError (an OSError)
+//   a pipe: shard's output that is not a readable tar PipeShardError (both of the above)
+//   a native decoder's failure                        DecodingError (url, key, k set)
+//
 // Errors of remote shards (RemoteStatus) follow the conventions of Python's
 // own clients:
 //

@@ -239,7 +239,7 @@ def test_decoding_errors_name_the_shard_key_and_field(tmp_path):
     ended = wds.WebDataset(path, shardshuffle=False).decode(
         handler=lambda exn: seen.append(exn) or False)
     assert [s["cls"] for s in ended] == [1]
-    assert [type(x) for x in seen] == [wds.DataError]
+    assert [type(x) for x in seen] == [wds.DecodingError]
 
 
 def test_corrupt_image_is_a_data_error():

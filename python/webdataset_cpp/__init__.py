@@ -24,7 +24,7 @@ from .autodecode import (Continue, Decoder, gzfilter, handle_extension, imagehan
 from .cache import LRUCleanup, pipe_cleaner
 from .compat import FluidInterface, FluidWrapper, WebDataset, WebLoader
 from .distributed import agreed_steps, count_samples, plan_epoch, write_index
-from .errors import DataError, DecodingError
+from .errors import CommandError, DataError, DecodingError, PipeShardError, ShardReadError
 from .extradatasets import MockDataset
 from .filters import (Cached, associate, batched, decode, detshuffle, extract_keys, getfirst,
                       info, map, map_dict, map_tuple, pipelinefilter, rename, rename_keys,
@@ -47,6 +47,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Cached",
+    "CommandError",
     "Continue",
     "DataError",
     "DataPipeline",
@@ -57,11 +58,13 @@ __all__ = [
     "LRUCleanup",
     "Loader",
     "MockDataset",
+    "PipeShardError",
     "PipelineStage",
     "RandomMix",
     "RemoteOptions",
     "ResampledShards",
     "RoundRobin",
+    "ShardReadError",
     "ShardWriter",
     "SimpleShardList",
     "TarWriter",
