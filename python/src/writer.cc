@@ -11,6 +11,7 @@
 #include "errors.h"
 #include "opener.h"
 #include "py_ref.h"
+#include "wds/internal/shard_roller.h"
 #include "wds/internal/strings.h"
 #include "wds/internal/tar_grouping.h"
 #include "wds/shard_writer.h"
@@ -157,6 +158,30 @@ class ShardWriter {
   int64_t samples_ = 0;
 };
 
+// ShardRoller applies the core's rolling rule to shards that Python writes
+// itself, one TarWriter per shard (pipe: patterns, opener=), so that they
+// roll over where the native ShardWriter's would.
+class ShardRoller {
+ public:
+  ShardRoller(int64_t maxcount, int64_t maxsize) : roller_(maxcount, maxsize) {
+    if (maxcount <= 0 || maxsize <= 0) {
+      throw py::value_error(
+          wds::Cat("maxcount and maxsize must be > 0, got ", maxcount, " and ", maxsize));
+    }
+  }
+
+  // Add accounts a sample of (member name, size) members; returns whether it
+  // starts a new shard (true for the first sample).
+  bool Add(const std::vector<std::pair<std::string, int64_t>>& members) {
+    int64_t footprint = 0;
+    for (const auto& [name, size] : members) footprint += wds::MemberFootprint(name, size);
+    return roller_.Add(footprint);
+  }
+
+ private:
+  wds::ShardRoller roller_;
+};
+
 }  // namespace
 
 void RegisterWriters(py::module_& m) {
@@ -175,6 +200,10 @@ void RegisterWriters(py::module_& m) {
       .def("close", &ShardWriter::Close)
       .def_property_readonly("shards_written", &ShardWriter::shards)
       .def_property_readonly("samples_written", &ShardWriter::samples);
+  py::class_<ShardRoller>(m, "ShardRoller", "The core's shard rolling rule.")
+      .def(py::init<int64_t, int64_t>(), py::arg("maxcount"), py::arg("maxsize"))
+      .def("add", &ShardRoller::Add, py::arg("members"),
+           "Accounts a sample's (member name, size) pairs; True if it starts a new shard.");
   m.def(
       "is_writable_key", [](const std::string& key) { return wds::IsWritableKey(key); },
       py::arg("key"),

@@ -142,8 +142,6 @@ def test_shard_writer_maxsize_and_bad_keys(tmp_path):
         sink.write({"__key__": "a", "txt": "x"})
     with pytest.raises(ValueError, match="is not a %-format pattern"):
         wds.ShardWriter(str(tmp_path / "{0}.tar"))
-    with pytest.raises(ValueError, match=r"opener=\.\.\.\) is not supported"):
-        wds.ShardWriter(pattern, opener=open)
 
 
 def test_pil_images_and_rgba_arrays(tmp_path):

@@ -32,7 +32,7 @@ import pickle
 import re
 import tempfile
 
-from . import _core
+from . import _core, utils
 from .errors import DecodingError
 
 pytorch_weights_only = os.environ.get("WDS_PYTORCH_WEIGHTS_ONLY", "0") == "1"
@@ -42,15 +42,35 @@ IMAGE_EXTENSIONS = (
     "apng jp2 j2k jpc jpf jpx j2c icns ico im iim tif tiff jfif jpe jpg jpeg mpg mpeg msp pcd "
     "pxr pbm pgm ppm pnm psd bw rgb rgba sgi ras tga icb vda vst webp wmf emf xbm xpm").split()
 
-IMAGE_SPECS = ("l8 rgb8 rgba8 l rgb rgba torchl8 torchrgb8 torchrgba8 torchl torchrgb torch "
-               "torchrgba pill pil pilrgb pilrgba").split()
+# imagespecs: the reference's table, spec -> (kind, dtype, channels).
+imagespecs = {
+    "l8": ("numpy", "uint8", "l"),
+    "rgb8": ("numpy", "uint8", "rgb"),
+    "rgba8": ("numpy", "uint8", "rgba"),
+    "l": ("numpy", "float", "l"),
+    "rgb": ("numpy", "float", "rgb"),
+    "rgba": ("numpy", "float", "rgba"),
+    "torchl8": ("torch", "uint8", "l"),
+    "torchrgb8": ("torch", "uint8", "rgb"),
+    "torchrgba8": ("torch", "uint8", "rgba"),
+    "torchl": ("torch", "float", "l"),
+    "torchrgb": ("torch", "float", "rgb"),
+    "torch": ("torch", "float", "rgb"),
+    "torchrgba": ("torch", "float", "rgba"),
+    "pill": ("pil", None, "l"),
+    "pil": ("pil", None, "rgb"),
+    "pilrgb": ("pil", None, "rgb"),
+    "pilrgba": ("pil", None, "rgba"),
+}
+
+IMAGE_SPECS = tuple(imagespecs)
 
 # The image formats the native decoder reads (by content).
 NATIVE_IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
 
 # basichandlers' extensions: decoded natively, and those that need Python.
 NATIVE_BASIC_EXTENSIONS = "cls cls2 class count index inx id txt text transcript json jsn npy".split()
-PYTHON_BASIC_EXTENSIONS = "pkl pickle pyd pth mp msg msgpack npz cbor".split()
+PYTHON_BASIC_EXTENSIONS = "pkl pickle pyd pth ten tb mp msg npz cbor".split()
 
 
 class Continue:
@@ -73,91 +93,114 @@ def _extension(key):
     return re.sub(r".*[.]", "", key)
 
 
+def call_extension_handler(key, data, f, extensions):
+    """f(data) if `key` ends in one of `extensions` (a list; several dots
+    allowed: "seg.png"), ignoring case, else None."""
+    parts = key.lower().split(".")
+    for e in extensions:
+        e = e.lower().split(".")
+        if len(e) <= len(parts) and parts[-len(e):] == e:
+            return f(data)
+    return None
+
+
 def handle_extension(extensions, f):
     """A handler calling f(data) for keys ending in one of the space-separated
-    extensions (several dots allowed: "seg.png"), ignoring case.
+    extensions (see call_extension_handler).
 
     >>> h = handle_extension("foo bar", lambda data: data.upper())
     >>> h(".x.foo", b"abc"), h(".x.baz", b"abc")
     (b'ABC', None)
     """
-    wanted = [e.lower().split(".") for e in extensions.split()]
+    wanted = extensions.split()
+    return lambda key, data: call_extension_handler(key, data, f, wanted)
 
-    def handler(key, data):
-        parts = key.lower().split(".")
-        for e in wanted:
-            if parts[-len(e):] == e:
-                return f(data)
-        return None
 
-    return handler
+_SECURITY = "while webdataset_cpp.utils.enforce_security is set (WDS_SECURE=1)"
 
 
 def torch_loads(data):
-    """torch.load of bytes, onto the CPU (refused under WDS_SECURE=1)."""
+    """torch.load of bytes, onto the CPU; refused while utils.enforce_security is set."""
+    if utils.enforce_security:
+        raise ValueError(f"torch.load is refused {_SECURITY}")
     import torch
 
-    if os.environ.get("WDS_SECURE", "0") == "1":
-        raise ValueError("torch.load is refused under WDS_SECURE=1")
     return torch.load(io.BytesIO(data), weights_only=pytorch_weights_only, map_location="cpu")
 
 
-def _unpickle(data):
-    if os.environ.get("WDS_SECURE", "0") == "1":
-        raise ValueError("unpickling is refused under WDS_SECURE=1")
+def unpickle_loads(data):
+    """pickle.loads; refused while utils.enforce_security is set."""
+    if utils.enforce_security:
+        raise ValueError(f"unpickling is refused {_SECURITY}")
     return pickle.loads(data)
 
 
-def _load_npz(data):
+def tenbin_loads(data):
+    """The list of arrays of tenbin bytes (see webdataset_cpp.tenbin)."""
+    from . import tenbin
+
+    return tenbin.decode_buffer(data)
+
+
+def npz_loads(data):
+    """A dict of the arrays of .npz bytes."""
     import numpy as np
 
     with np.load(io.BytesIO(data)) as archive:
         return dict(archive)
 
 
-def _msgpack(data):
+def msgpack_loads(data):
+    """msgpack.unpackb (needs msgpack)."""
     import msgpack
 
     return msgpack.unpackb(data)
 
 
-def _cbor(data):
+def cbor_loads(data):
+    """cbor.loads (needs cbor)."""
     import cbor
 
     return cbor.loads(data)
 
 
-def _npy(data):
+def npy_loads(data):
+    """An array from .npy bytes (object arrays refused: they would unpickle)."""
     import numpy as np
 
     return np.load(io.BytesIO(data), allow_pickle=False)
 
 
-_BASIC = {
+# decoders: basichandlers' table, extension -> decoder of the bytes (the
+# reference's, plus class and count, which its writer encodes).
+decoders = {
     **{e: lambda data: data.decode("utf-8") for e in ("txt", "text", "transcript")},
     **{e: int for e in ("cls", "cls2", "class", "count", "index", "inx", "id")},
     **{e: json.loads for e in ("json", "jsn")},
-    **{e: _unpickle for e in ("pkl", "pickle", "pyd")},
+    **{e: unpickle_loads for e in ("pkl", "pickle", "pyd")},
     "pth": torch_loads,
-    "npy": _npy,
-    "npz": _load_npz,
-    **{e: _msgpack for e in ("mp", "msg", "msgpack")},
-    "cbor": _cbor,
+    **{e: tenbin_loads for e in ("ten", "tb")},
+    **{e: msgpack_loads for e in ("mp", "msg")},
+    "npy": npy_loads,
+    "npz": npz_loads,
+    "cbor": cbor_loads,
 }
 
 
 def basichandlers(key, data):
-    """Decodes the basic field types by their last extension: txt/text/
-    transcript -> str, cls/cls2/class/count/index/inx/id -> int, json/jsn ->
-    json.loads, pkl/pickle/pyd -> pickle, pth -> torch.load, npy/npz -> numpy,
-    mp/msg -> msgpack, cbor -> cbor. Unlike the reference, class and count
-    fields (which its writer encodes) are decoded too, and the extension's case
-    does not matter (as in the native decoders).
+    """Decodes the basic field types by their last extension (the table
+    ``decoders``): txt/text/transcript -> str, cls/cls2/class/count/index/inx/id
+    -> int, json/jsn -> json.loads, pkl/pickle/pyd -> pickle, pth -> torch.load,
+    ten/tb -> tenbin (a list of arrays), mp/msg -> msgpack, npy/npz -> numpy,
+    cbor -> cbor. As in the reference, .tenbin and .msgpack fields stay bytes.
+    Unlike the reference, class and count fields (which its writer encodes) are
+    decoded too, and the extension's case does not matter (as in the native
+    decoders).
 
     >>> basichandlers(".cls", b" 7\\n"), basichandlers(".jpg", b"")
     (7, None)
     """
-    f = _BASIC.get(_extension(key).lower())
+    f = decoders.get(_extension(key).lower())
     return None if f is None else f(data)
 
 
@@ -416,3 +459,6 @@ def torch_audio(key, data):
 
 default_pre_handlers = [gzfilter]
 default_post_handlers = [basichandlers]
+# default_decoder: gzfilter, then basichandlers (the reference lists both as
+# handlers too, which decodes alike).
+default_decoder = Decoder([])

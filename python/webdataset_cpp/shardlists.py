@@ -47,12 +47,17 @@ def expand_urls(urls):
 
 
 def check_secure(urls):
-    """Under WDS_SECURE=1 no shard list may run commands (pipe: URLs)."""
-    if os.environ.get("WDS_SECURE", "0") != "1":
+    """While webdataset_cpp.utils.enforce_security is set (WDS_SECURE=1, or at
+    run time) no shard list may run commands (pipe: URLs). Local shards are
+    read, as the reference's WebDataset reads them."""
+    from . import utils
+
+    if not utils.enforce_security:
         return
     for url in urls:
         if url.startswith("pipe:"):
-            raise ValueError(f"{url}: pipe: URLs are refused under WDS_SECURE=1")
+            raise ValueError(f"{url}: pipe: URLs are refused while "
+                             f"webdataset_cpp.utils.enforce_security is set (WDS_SECURE=1)")
 
 
 def secure_urls(items):

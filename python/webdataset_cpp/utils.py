@@ -18,6 +18,11 @@ import sys
 
 from . import _core
 
+# enforce_security: the reference's switch, read at every check (so setting it at run
+# time takes effect). While true, gopen refuses pipe: URLs, local files and
+# GOPEN_REWRITE, shard lists refuse pipe: URLs, and decoding refuses pickle and torch.load.
+enforce_security = bool(int(os.environ.get("WDS_SECURE", "0")))
+
 
 class PipelineStage:
     """Base class of stage objects: a DataPipeline calls ``stage.run(src)``."""

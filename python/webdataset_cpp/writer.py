@@ -4,8 +4,19 @@ Values are encoded by the field's extension, as the reference does: bytes as
 they are, str as UTF-8, and by extension: cls/cls2/class/count/index/inx/id ->
 ASCII number, txt/text/transcript/html/htm -> UTF-8, json/jsn -> json.dumps,
 pyd/pickle -> pickle, pth -> torch.save, npy -> .npy, npz -> savez_compressed,
-jpg/jpeg/img/image, png, pbm/pgm/ppm, tiff/tif -> PIL (ndarrays in uint8 or
-float in [0, 1]). A ``.gz`` suffix gzips the encoded value.
+ten/tenbin/tb -> tenbin (an array or a list of arrays; webdataset_cpp.tenbin),
+mp/msgpack/msg -> msgpack, cbor -> cbor, jpg/jpeg/img/image, png, pbm/pgm/ppm,
+tiff/tif -> PIL (ndarrays in uint8 or float in [0, 1]). A ``.gz`` suffix
+gzips the encoded value.
+
+Outputs are local paths, "-" (standard output), binary file objects, and the
+URLs gopen writes (``pipe:CMD``, http(s) with curl, gs with gsutil): a
+``pipe:`` command receives the archive as it is written, and an exit status
+other than 0 (or 141, SIGPIPE) raises OSError naming the command at the
+latest when the writer closes. ShardWriter takes ``pattern % n`` URLs alike
+(``ShardWriter("pipe:aws s3 cp - s3://b/shard-%06d.tar")``) and ``opener``.
+While ``webdataset_cpp.utils.enforce_security`` is set, writing to pipe:
+URLs and local paths is refused, as the reference's gopen refuses them.
 
 >>> import webdataset_cpp as wds
 >>> with wds.TarWriter("example.tar") as sink:
@@ -16,10 +27,12 @@ Differences from the reference: the output is reproducible (members carry
 mtime 0 unless mtime= is given, owner bigdata, mode 0444, fields sorted);
 compression is gzip ("gz", or a path ending in gz) or zstd ("zst"), not bz2/xz;
 a file object receives the archive when the writer closes. ShardWriter writes
-each shard to a temporary name and renames it when complete, never creates an
-empty shard, rolls over before a sample that would take a shard beyond maxsize
-bytes of tar (the reference counts payload only and can exceed it), and checks
-keys (a dot in a key's basename would not read back as the same key).
+each local shard to a temporary name and renames it when complete, never
+creates an empty shard, rolls over before a sample that would take a shard
+beyond maxsize bytes of tar (the reference counts payload only and can exceed
+it), and checks keys (a dot in a key's basename would not read back as the
+same key). The ``.gz`` suffix's gzip and the tenbin encoding are reproducible
+(the reference stamps gzip with the time).
 """
 
 import errno
@@ -33,6 +46,20 @@ import shutil
 import tempfile
 
 from . import _core
+from .gopen import _refuse_if_secure, gopen, local_path
+
+# imageencoder's format names that PIL spells differently.
+_PIL_FORMATS = {"JPG": "JPEG", "IMG": "PPM", "IMAGE": "PPM", "PBM": "PPM", "PGM": "PPM",
+                "TIF": "TIFF"}
+
+
+def imageencoder(image, format="PNG"):
+    """An image (PIL, or an (H, W) / (H, W, 1|3|4) ndarray of uint8 or of floats
+    in [0, 1]) compressed by PIL in `format` (PNG, JPEG/JPG, PPM, TIFF, ...;
+    JPEG at quality 100). Unlike the reference, pbm and pgm write PPM (its
+    PIL has no such writers) and a bad image is a ValueError, not an assertion."""
+    fmt = format.upper()
+    return _image_bytes(image, _PIL_FORMATS.get(fmt, fmt))
 
 
 def _image_bytes(data, fmt):
@@ -88,6 +115,42 @@ def torch_dumps(data):
     return stream.getvalue()
 
 
+def bytestr(data):
+    """bytes as they are, anything else as the ASCII of str()."""
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, str):
+        return data.encode("ascii")
+    return str(data).encode("ascii")
+
+
+def tenbin_dumps(x):
+    """An array, or a list of arrays, in the tenbin format (a memoryview)."""
+    from . import tenbin
+
+    return memoryview(tenbin.encode_buffer(x if isinstance(x, list) else [x]))
+
+
+def mp_dumps(x):
+    """msgpack.packb (needs msgpack)."""
+    import msgpack
+
+    return msgpack.packb(x)
+
+
+def cbor_dumps(x):
+    """cbor.dumps (needs cbor)."""
+    import cbor
+
+    return cbor.dumps(x)
+
+
+def add_handlers(d, keys, value):
+    """Maps each of `keys` (a list or a space-separated string) to `value` in d."""
+    for k in keys.split() if isinstance(keys, str) else keys:
+        d[k] = value
+
+
 def _text(data):
     if not isinstance(data, str):
         raise ValueError(f"text fields hold str, got {type(data).__name__}")
@@ -97,21 +160,19 @@ def _text(data):
 def make_handlers():
     """The default extension -> encoder table."""
     handlers = {}
-    for e in "cls cls2 class count index inx id".split():
-        handlers[e] = lambda x: str(x).encode("ascii")
-    for e in "txt text transcript html htm".split():
-        handlers[e] = _text
-    for e in "json jsn".split():
-        handlers[e] = lambda x: json.dumps(x).encode("utf-8")
-    for e in "pyd pickle".split():
-        handlers[e] = pickle.dumps
-    handlers["pth"] = torch_dumps
-    handlers["npy"] = numpy_dumps
-    handlers["npz"] = numpy_npz_dumps
-    for e, fmt in (("jpg", "JPEG"), ("jpeg", "JPEG"), ("img", "JPEG"), ("image", "JPEG"),
-                   ("png", "PNG"), ("pbm", "PPM"), ("pgm", "PPM"), ("ppm", "PPM"),
-                   ("tiff", "TIFF"), ("tif", "TIFF")):
-        handlers[e] = lambda x, fmt=fmt: _image_bytes(x, fmt)
+    add_handlers(handlers, "cls cls2 class count index inx id", lambda x: str(x).encode("ascii"))
+    add_handlers(handlers, "txt text transcript html htm", _text)
+    add_handlers(handlers, "json jsn", lambda x: json.dumps(x).encode("utf-8"))
+    add_handlers(handlers, "pyd pickle", pickle.dumps)
+    add_handlers(handlers, "pth", torch_dumps)
+    add_handlers(handlers, "npy", numpy_dumps)
+    add_handlers(handlers, "npz", numpy_npz_dumps)
+    add_handlers(handlers, "ten tenbin tb", tenbin_dumps)
+    add_handlers(handlers, "mp msgpack msg", mp_dumps)
+    add_handlers(handlers, "cbor", cbor_dumps)
+    for keys, fmt in (("jpg jpeg img image", "JPEG"), ("png", "PNG"), ("pbm pgm ppm", "PPM"),
+                      ("tiff tif", "TIFF")):
+        add_handlers(handlers, keys, lambda x, fmt=fmt: _image_bytes(x, fmt))
     return handlers
 
 
@@ -208,6 +269,104 @@ def _members(obj, keep_meta):
     return members
 
 
+def _fileno(stream):
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+class _Output:
+    """Where a TarWriter's archive goes: `path`, which the native writer
+    creates, and what happens once it is closed.
+
+    A local path (or "-") is written in place. A URL is opened with gopen;
+    when the stream has a descriptor (a pipe: command's stdin), the native
+    writer writes into it through /dev/fd, so the command receives the
+    archive as it is written; otherwise, as for a file object, the archive
+    goes to a temporary file that is copied into the stream at close.
+    """
+
+    def __init__(self, fileobj):
+        self.stream = None  # receives the temporary file at close
+        self.owns_stream = False
+        self.pipe = None  # a gopen stream the native writer writes through its descriptor
+        self.temporary = False
+        if isinstance(fileobj, os.PathLike):
+            fileobj = os.fspath(fileobj)
+        if not isinstance(fileobj, str):
+            self.stream = fileobj
+        elif fileobj == "-":
+            self.path = "-"
+            return
+        elif local_path(fileobj) is not None:
+            _refuse_if_secure(fileobj, "writing local files is")
+            self.path = local_path(fileobj)
+            _check_directory(self.path)
+            return
+        else:
+            stream = gopen(fileobj, "wb")
+            fd = _fileno(stream)
+            if fd is not None and os.path.isdir("/dev/fd"):
+                self.pipe, self.path = stream, f"/dev/fd/{fd}"
+                return
+            self.stream, self.owns_stream = stream, True
+        handle, self.path = tempfile.mkstemp(suffix=".tar")
+        os.close(handle)
+        self.temporary = True
+
+    def check_failure(self, exn):
+        """Raises OSError naming the command, from `exn` (a failed native
+        write), when the pipe's command has exited with a bad status."""
+        check = getattr(self.pipe, "check_status", None)
+        if check is not None:
+            try:
+                check()
+            except OSError as failure:
+                raise failure from exn
+
+    def finish(self, close_writer):
+        """Runs close_writer(), then delivers the archive (closes the pipe,
+        whose command's status is checked, or copies into the stream)."""
+        try:
+            try:
+                close_writer()
+            except Exception as exn:
+                if self.pipe is not None:
+                    self._close_pipe(exn)
+                raise
+            if self.pipe is not None:
+                self._close_pipe(None)
+            elif self.stream is not None:
+                with open(self.path, "rb") as f:
+                    shutil.copyfileobj(f, self.stream)
+                if self.owns_stream:
+                    self.stream.close()
+        finally:
+            if self.temporary:
+                os.unlink(self.path)
+
+    def _close_pipe(self, exn):
+        pipe, self.pipe = self.pipe, None
+        try:
+            pipe.close()
+        except OSError as failure:
+            if exn is None:
+                raise
+            raise failure from exn
+
+    def abandon(self):
+        """Undoes what __init__ did, for a native writer that failed to start."""
+        try:
+            if self.pipe is not None:
+                self.pipe.close()
+        except OSError:
+            pass  # the writer's own error is the one to report
+        finally:
+            if self.temporary:
+                os.unlink(self.path)
+
+
 class _NativeWriter:
     """What TarWriter and ShardWriter share: a context manager over one
     native writer (`_writer`, None once closed) and the sample encoder."""
@@ -228,10 +387,10 @@ class _NativeWriter:
 class TarWriter(_NativeWriter):
     """Writes samples as "key.field" tar members (see the module doc).
 
-    fileobj: a path (or "-" for standard output), or a binary file object
-    (it receives the archive when the writer closes and is not closed).
-    user, group and mode must stay at the reference's defaults; `format` is
-    ignored (as in the reference).
+    fileobj: a path, "-" (standard output), a URL gopen writes (pipe:CMD, ...),
+    or a binary file object (it receives the archive when the writer closes
+    and is not closed). user, group and mode must stay at the reference's
+    defaults; `format` is ignored (as in the reference).
     """
 
     def __init__(self, fileobj, user="bigdata", group="bigdata", mode=0o444, compress=None,
@@ -240,36 +399,76 @@ class TarWriter(_NativeWriter):
             raise ValueError("TarWriter writes owner bigdata, group bigdata, mode 0o444 only")
         self.encoder = make_encoder(encoder)
         self.keep_meta = keep_meta
-        self.stream = None
-        if isinstance(fileobj, (str, os.PathLike)):
-            path = os.fspath(fileobj)
-            _check_directory(path)
-        else:
-            self.stream = fileobj
-            handle, path = tempfile.mkstemp(suffix=".tar")
-            os.close(handle)
-        self.path = path
-        self._writer = _core.TarWriter(path, _compression(compress, path), level,
-                                       0 if mtime is None else int(mtime))
+        self.user, self.group, self.mode = user, group, mode
+        self.compress, self.mtime = compress, mtime
+        self._output = _Output(fileobj)
+        name = os.fspath(fileobj) if isinstance(fileobj, (str, os.PathLike)) else None
+        try:
+            self._writer = _core.TarWriter(self._output.path, _compression(compress, name), level,
+                                           0 if mtime is None else int(mtime))
+        except BaseException:
+            self._output.abandon()
+            raise
 
     def write(self, obj):
         """Writes one sample; returns the bytes of data written (no headers)."""
-        members = _members(self._encode(obj), self.keep_meta)
-        return self._writer.write_members(members)
+        return self._write_members(_members(self._encode(obj), self.keep_meta))
+
+    def _write_members(self, members):
+        try:
+            return self._writer.write_members(members)
+        except Exception as exn:
+            self._output.check_failure(exn)
+            raise
 
     def close(self):
-        """Finishes the archive (and copies it into a file object)."""
+        """Finishes the archive and delivers it (see the module doc)."""
         if self._writer is None:
             return
         writer, self._writer = self._writer, None
-        try:
-            writer.close()
-            if self.stream is not None:
-                with open(self.path, "rb") as f:
-                    shutil.copyfileobj(f, self.stream)
-        finally:
-            if self.stream is not None:
-                os.unlink(self.path)
+        self._output.finish(writer.close)
+
+
+class _StreamShards:
+    """The shards of a ShardWriter whose outputs are URLs (pattern % n, e.g.
+    pipe:) or opener(pattern % n) streams, each written by a TarWriter as it
+    goes (no temporary name). They roll over by the core's rule, as local
+    shards do."""
+
+    def __init__(self, pattern, maxcount, maxsize, compress, mtime, first_shard, opener,
+                 on_close):
+        self._roller = _core.ShardRoller(int(maxcount), int(maxsize))
+        self._pattern, self._opener, self._on_close = pattern, opener, on_close
+        self._compress, self._mtime = compress, mtime
+        self._next = first_shard
+        self._tar = None
+        self.shards_written = 0
+
+    def write(self, key, fields):
+        members = [(f"{key}.{field}", data) for field, data in fields]
+        if self._roller.add([(name, len(data)) for name, data in members]):
+            self._finish()
+            self._start()
+        self._bytes += self._tar._write_members(members)
+        self._count += 1
+
+    def _start(self):
+        self._name = self._pattern % self._next
+        self._next += 1
+        target = self._name if self._opener is None else self._opener(self._name)
+        self._tar = TarWriter(target, encoder=False, compress=self._compress, mtime=self._mtime)
+        self._count = self._bytes = 0
+
+    def _finish(self):
+        if self._tar is None:
+            return
+        tar, self._tar = self._tar, None
+        tar.close()
+        self.shards_written += 1
+        self._on_close(self._name, self._count, self._bytes, 0)
+
+    def close(self):
+        self._finish()
 
 
 class ShardWriter(_NativeWriter):
@@ -277,15 +476,14 @@ class ShardWriter(_NativeWriter):
     doc), each at most maxcount samples and maxsize bytes of tar.
 
     post(fname) runs after each shard is complete; verbose prints one line per
-    shard. index=True writes a .idx sidecar beside each shard (equalization
-    reads sample counts from it). keep_meta and opener are not supported.
+    shard. index=True writes a .idx sidecar beside each (local) shard
+    (equalization reads sample counts from it). opener(fname) returns the
+    stream a shard is written to. keep_meta is not supported.
     """
 
     def __init__(self, pattern, maxcount=100000, maxsize=3e9, post=None, start_shard=0,
                  verbose=1, opener=None, encoder=True, compress=None, mtime=None, index=False,
                  **kw):
-        if opener is not None:
-            raise ValueError("ShardWriter(opener=...) is not supported: shards are files")
         if kw.pop("keep_meta", False):
             raise ValueError("ShardWriter(keep_meta=True) is not supported")
         if kw:
@@ -294,14 +492,24 @@ class ShardWriter(_NativeWriter):
             pattern % 0
         except TypeError:
             raise ValueError(f"ShardWriter: {pattern!r} is not a %-format pattern") from None
-        _check_directory(pattern)
         self.encoder = make_encoder(encoder)
         self.post = post
         self.verbose = verbose
         self.total = 0
+        self.pattern, self.maxcount, self.maxsize, self.opener = pattern, maxcount, maxsize, opener
+        path = local_path(pattern) if opener is None else None
+        if path is None:
+            if index:
+                raise ValueError(f"ShardWriter(index=True) writes local shards only, "
+                                 f"not {pattern!r}")
+            self._writer = _StreamShards(pattern, maxcount, maxsize, compress, mtime,
+                                         start_shard, opener, self._closed_shard)
+            return
+        _refuse_if_secure(pattern, "writing local files is")
+        _check_directory(path)
         self._writer = _core.ShardWriter(
-            pattern, maxcount=int(maxcount), maxsize=int(maxsize),
-            compression=_compression(compress, pattern), mtime=0 if mtime is None else int(mtime),
+            path, maxcount=int(maxcount), maxsize=int(maxsize),
+            compression=_compression(compress, path), mtime=0 if mtime is None else int(mtime),
             first_shard=start_shard, index=index, on_close=self._closed_shard)
 
     def _closed_shard(self, path, samples, data_bytes, file_bytes):
