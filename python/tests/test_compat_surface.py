@@ -1,7 +1,9 @@
-"""The reference 1.0.2's surface: its exception kinds. Expected values are
-the reference's observed behaviour."""
+"""The reference 1.0.2's surface: its exception kinds, and the tariterators
+steps with their end-of-shard marker. Expected values are the reference's
+observed behaviour."""
 
 import gzip
+import io
 import pickle
 import tarfile
 
@@ -10,6 +12,18 @@ import pytest
 import webdataset_cpp as wds
 from webdataset_cpp import tariterators
 from conftest import write_tar
+
+
+@pytest.fixture
+def two_shards(tmp_path):
+    first = write_tar(tmp_path / "first.tar", [("a.txt", b"1"), ("a.cls", b"1"), ("b.txt", b"2")])
+    second = write_tar(tmp_path / "second.tar", [("a.txt", b"3"), ("a.cls", b"4")])
+    return first, second
+
+
+def names(items):
+    """Member names, with markers and other values as they are."""
+    return [m["fname"] if isinstance(m, dict) and "fname" in m else m for m in items]
 
 
 # Exceptions: either the reference's except clause or ours catches them.
@@ -79,3 +93,145 @@ def test_other_data_errors_stay_data_errors(tmp_path):
     with pytest.raises(wds.DataError) as e:
         list(wds.to_tuple("png")(iter(s)))
     assert type(e.value) is wds.DataError
+
+
+# tariterators
+
+
+def test_base_plus_ext_splits_as_the_reference():
+    cases = {"a.b": ("a", "b"), "a.b.c": ("a", "b.c"), "dir.x/a.seg.png": ("dir.x/a", "seg.png"),
+             "dir/sub/.cfg.json": ("dir/sub/", "cfg.json"), "a/.b": ("a/", "b"),
+             "/.x": ("/", "x"), "a//.x": ("a//", "x"), "a..b": ("a", ".b"), "a.": ("a", ""),
+             "sub.d/e/.f": ("sub.d/e/", "f"), "a": (None, None), ".a": (None, None),
+             "dir.x/.cfg": (None, None), "x/y.z/w": (None, None), "a.b/c": (None, None),
+             "a/b.c/.d.e": (None, None), "a/": (None, None), "": (None, None)}
+    assert {p: tariterators.base_plus_ext(p) for p in cases} == cases
+
+
+def test_valid_sample():
+    assert [tariterators.valid_sample(x) for x in
+            [None, {}, {"a": 1}, {"__bad__": True, "a": 1}, [1]]] == [False, False, True, False,
+                                                                      False]
+
+
+def test_tar_file_expander_yields_the_end_of_shard_marker(two_shards):
+    first, second = two_shards
+    urls = lambda: [dict(url=first), dict(url=second)]  # noqa: E731
+    members = list(tariterators.tar_file_expander(tariterators.url_opener(urls())))
+    assert names(members) == ["a.txt", "a.cls", "b.txt", {}, "a.txt", "a.cls", {}]
+    assert members[3] is members[6]  # one marker object, as the reference's default
+    assert members[0] == {"fname": "a.txt", "data": b"1", "__url__": first}
+    none = tariterators.tar_file_expander(tariterators.url_opener(urls()), eof_value=None)
+    assert names(none) == ["a.txt", "a.cls", "b.txt", "a.txt", "a.cls"]
+    marked = tariterators.tar_file_expander(tariterators.url_opener(urls()), eof_value="EOF")
+    assert names(marked) == ["a.txt", "a.cls", "b.txt", "EOF", "a.txt", "a.cls", "EOF"]
+
+
+def test_a_grouping_that_ignores_the_marker_fails_as_with_the_reference(two_shards):
+    # OpenCLIP's group_by_keys_nothrow reads every item's "fname": with
+    # 1.0.2's default marker that is a KeyError at the first shard's end.
+    def keys_of(members):
+        for member in members:
+            yield tariterators.base_plus_ext(member["fname"])[0]
+
+    streams = tariterators.url_opener([dict(url=u) for u in two_shards])
+    with pytest.raises(KeyError, match="fname"):
+        list(keys_of(tariterators.tar_file_expander(streams, handler=wds.reraise_exception)))
+    streams = tariterators.url_opener([dict(url=u) for u in two_shards])
+    assert list(keys_of(tariterators.tar_file_expander(streams, eof_value=None))) == [
+        "a", "a", "b", "a", "a"]
+
+
+def test_group_by_keys_ends_samples_at_the_marker(two_shards):
+    first, second = two_shards
+    same = [dict(url=second), dict(url=second)]
+    grouped = tariterators.group_by_keys(
+        tariterators.tar_file_expander(tariterators.url_opener(same)))
+    assert [(s["__key__"], s["txt"], s["cls"]) for s in grouped] == [("a", b"3", b"4")] * 2
+    # Without markers one key at the end of a shard and the start of the next
+    # is one sample: a repeated field, which the reference raises as ValueError.
+    unmarked = tariterators.tar_file_expander(tariterators.url_opener(same), eof_value=None)
+    with pytest.raises(ValueError, match=f"^{second}: duplicate field 'txt' in sample a"):
+        list(tariterators.group_by_keys(unmarked))
+
+
+def test_group_by_keys_handlers_lcase_and_suffixes(tmp_path):
+    dup = write_tar(tmp_path / "dup.tar", [("a.txt", b"x"), ("a.txt", b"y"), ("b.TXT", b"z")])
+
+    def grouped(**kw):
+        return list(tariterators.group_by_keys(
+            tariterators.tar_file_expander(tariterators.url_opener([dup])), **kw))
+
+    assert [(s["__key__"], s["txt"]) for s in grouped(handler=wds.ignore_and_continue)] == [
+        ("a", b"x"), ("b", b"z")]
+    # Stopping still yields the sample being grouped, as the reference does.
+    assert [s["__key__"] for s in grouped(handler=wds.ignore_and_stop)] == ["a"]
+    lower = grouped(handler=wds.ignore_and_continue, lcase=False)
+    assert [sorted(s) for s in lower][1] == ["TXT", "__key__", "__url__"]
+    only = grouped(handler=wds.ignore_and_continue, suffixes={"cls"})
+    assert only == [{"__key__": "a", "__url__": dup}, {"__key__": "b", "__url__": dup}]
+
+
+def test_metadata_members_are_skipped_by_the_tar_iterator(tmp_path):
+    path = write_tar(tmp_path / "meta.tar", [("__meta__", b"m"), ("__x__/y.txt", b"q"),
+                                             ("a.txt", b"1"), ("dir/sub/.cfg.json", b"{}"),
+                                             ("a/__k__/b.txt", b"z"), ("noext", b"n")])
+    with open(path, "rb") as f:
+        assert names(tariterators.tar_file_iterator(f)) == [
+            "a.txt", "dir/sub/.cfg.json", "a/__k__/b.txt", "noext"]
+    with open(path, "rb") as f:
+        assert names(tariterators.tar_file_iterator(f, skip_meta=None))[0] == "__x__/y.txt"
+    samples = tariterators.tarfile_samples([path])
+    assert [(s["__key__"], sorted(s)[0]) for s in samples] == [
+        ("a", "__key__"), ("dir/sub/", "__key__"), ("a/__k__/b", "__key__")]
+
+
+def test_any_file_object_is_read_and_its_local_path_kept(two_shards, tmp_path):
+    _, second = two_shards
+    with open(second, "rb") as f:
+        data = f.read()
+    source = dict(url="mem", stream=io.BytesIO(data), local_path="/p")
+    samples = list(tariterators.group_by_keys(tariterators.tar_file_expander([source])))
+    assert samples == [{"__key__": "a", "__url__": "mem", "txt": b"3", "cls": b"4",
+                        "__local_path__": "/p"}]
+    cut = dict(url="mem", stream=io.BytesIO(data[:700]))
+    with pytest.raises(tarfile.ReadError, match="^mem: unexpected end of data$"):
+        list(tariterators.tar_file_expander([cut]))
+
+
+def test_url_opener_opens_local_files_and_defers_commands(two_shards, tmp_path):
+    first, second = two_shards
+    missing = str(tmp_path / "missing.tar")
+    seen = []
+    opened = list(tariterators.url_opener([dict(url=missing), dict(url=first)],
+                                          handler=lambda e: seen.append(e) or True))
+    assert [type(e) for e in seen] == [FileNotFoundError] and seen[0].args[-1] == missing
+    assert [s["url"] for s in opened] == [first] and opened[0]["stream"].read(5) == b"a.txt"
+    with pytest.raises(FileNotFoundError):
+        list(tariterators.url_opener([dict(url=missing)]))
+    piped, = tariterators.url_opener([dict(url=f"pipe:cat {second}")])
+    with open(second, "rb") as f:
+        assert piped["stream"].read() == f.read()  # opened with gopen at the first read
+    piped, = tariterators.url_opener([f"pipe:cat {second}"])
+    assert names(tariterators.tar_file_expander([piped])) == ["a.txt", "a.cls", {}]
+
+
+def test_rename_and_select_errors_go_to_the_handler(two_shards):
+    def rename(name):
+        if name.startswith("b"):
+            raise KeyError(name)
+        return "x" + name
+
+    def members(handler):
+        streams = tariterators.url_opener([dict(url=u) for u in two_shards])
+        return names(tariterators.tar_file_expander(streams, handler=handler, rename_files=rename,
+                                                    select_files=lambda n: n.endswith("txt")))
+
+    assert members(wds.ignore_and_continue) == ["xa.txt", {}, "xa.txt", {}]
+    assert members(wds.ignore_and_stop) == ["xa.txt", {}, "xa.txt", {}]  # ends that shard only
+    with pytest.raises(KeyError):
+        members(wds.reraise_exception)
+
+
+def test_shardlist():
+    assert list(tariterators.shardlist("a-{0..1}.tar")) == [{"url": "a-0.tar"}, {"url": "a-1.tar"}]
