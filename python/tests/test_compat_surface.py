@@ -1,16 +1,18 @@
-"""The reference 1.0.2's surface: its exception kinds, and the tariterators
-steps with their end-of-shard marker. Expected values are the reference's
-observed behaviour."""
+"""The reference 1.0.2's surface: its exception kinds, the tariterators steps
+with their end-of-shard marker, and the helpers of utils, cache and
+extradatasets. Expected values are the reference's observed behaviour."""
 
 import gzip
 import io
+import os
 import pickle
+import sys
 import tarfile
 
 import pytest
 
 import webdataset_cpp as wds
-from webdataset_cpp import tariterators
+from webdataset_cpp import _multishard, cache, extradatasets, tariterators, utils
 from conftest import write_tar
 
 
@@ -235,3 +237,138 @@ def test_rename_and_select_errors_go_to_the_handler(two_shards):
 
 def test_shardlist():
     assert list(tariterators.shardlist("a-{0..1}.tar")) == [{"url": "a-0.tar"}, {"url": "a-1.tar"}]
+
+
+# utils
+
+
+def test_utils_helpers(tmp_path):
+    assert [utils.is_iterable(x) for x in ["ab", b"ab", [1], iter([]), 3]] == [
+        False, False, True, True, False]
+    assert list(utils.repeatedly([1, 2], nepochs=0)) == [1, 2]  # at least one pass
+    assert list(utils.repeatedly([([1, 2],)] * 3, nsamples=3)) == [([1, 2],)] * 2
+    assert len(list(utils.repeatedly([([1],)] * 3, nsamples=4))) == 4
+    assert len(list(utils.repeatedly([([1],)] * 3, nsamples=4, batchsize=lambda b: 2))) == 2
+    assert list(utils.repeatedly0([1, 2, 3], nepochs=2, nbatches=2)) == [1, 2, 1, 2]
+    assert utils.guess_batchsize(([1, 2, 3], [4])) == 3
+    for name in ["a1.tar", "a2.tar", "b1.tar"]:
+        (tmp_path / name).write_bytes(b"")
+    assert sorted(utils.glob_with_braces(str(tmp_path / "{a,b}1.*"))) == [
+        str(tmp_path / "a1.tar"), str(tmp_path / "b1.tar")]
+    assert utils.fnmatch_with_braces("x.jpg", "*.{png,jpg}")
+    assert not utils.fnmatch_with_braces("x.gif", "*.{png,jpg}")
+    assert utils.make_seed(1, 2) == 33
+    assert utils.safe_eval("abc_1", "'{}'") == "abc_1"
+    with pytest.raises(ValueError, match=r"^safe_eval: illegal characters in: 'a\(\)'$"):
+        utils.safe_eval("a()")
+    assert utils.lookup_sym("DataError", [".handlers", ".errors"]) is wds.DataError
+    assert utils.lookup_sym("nope", [".errors"]) is None
+    assert list(utils.compute_sample_weights([(1, 2), (3, 4)])) == [1 / 6, 1.0]
+
+
+def test_deprecated_and_obsolete(monkeypatch):
+    @utils.deprecated("use g")
+    def f():
+        return 1
+
+    with pytest.warns(DeprecationWarning, match=r"^Call to deprecated function f\. Reason: use g$"):
+        assert f() == 1
+
+    @utils.obsolete
+    def old():
+        return 2
+
+    monkeypatch.delenv("ALLOW_OBSOLETE", raising=False)
+    with pytest.raises(utils.ObsoleteException, match=r"^Call to obsolete function old\. Set env "
+                       r"ALLOW_OBSOLETE=1 to permit\.$"):
+        old()
+    monkeypatch.setenv("ALLOW_OBSOLETE", "1")
+    assert old() == 2
+
+
+# cache
+
+
+def test_cache_helpers(tmp_path):
+    assert cache.url_to_cache_name("https://h/a/b/c.tar") == "c.tar"
+    assert cache.url_to_cache_name("https://h/a/b/c.tar", ndir=1) == "b/c.tar"
+    assert cache.url_to_cache_name("pipe:cat x.tar") == "pipe%3Acat%20x.tar"
+    assert cache.islocal("a.tar") and cache.islocal("file:a.tar") and not cache.islocal("s3://b")
+    assert cache.pipe_cleaner("pipe:curl -s https://h/x.tar") == "https://h/x.tar"
+    tar = write_tar(tmp_path / "t.tar", [("a.txt", b"1")])
+    (tmp_path / "t.gz").write_bytes(gzip.compress(b"x"))
+    (tmp_path / "t.txt").write_bytes(b"plain")
+    assert [cache.check_tar_format(str(tmp_path / n)) for n in ["t.tar", "t.gz", "t.txt"]] == [
+        True, True, False]
+    assert cache.magic_filetype(tar) == f"{tar}: POSIX tar archive"
+    cleanup = cache.LRUCleanup(None, cache_size=1, interval=None)
+    cleanup.set_cache_dir(str(tmp_path / "none"))
+    cleanup.cleanup()  # a missing directory is nothing to clean
+
+
+def test_file_cache_and_streaming_open(two_shards, tmp_path):
+    first, second = two_shards
+    where = tmp_path / "cache"
+    files = cache.FileCache(str(where))
+    url = f"pipe:cat {second}"
+    opened = list(files([first, dict(url=url)]))
+    assert [(o["url"], o["local_path"]) for o in opened] == [
+        (first, first), (url, str(where / cache.url_to_cache_name(url)))]
+    assert os.listdir(where) == [cache.url_to_cache_name(url)]
+    samples = tariterators.group_by_keys(tariterators.tar_file_expander(files([url])))
+    assert [(s["__key__"], s["__local_path__"]) for s in samples] == [("a", opened[1]["local_path"])]
+    junk = f"pipe:echo junk; true {tmp_path}"
+    with pytest.raises(ValueError, match="is not a tar archive, but a .*: data, contains b'junk"):
+        list(files([junk]))
+    assert os.listdir(where) == [cache.url_to_cache_name(url)]  # the refused file was removed
+    streams = list(cache.StreamingOpen()([first, url]))
+    assert [sorted(s) for s in streams] == [["local_path", "stream", "url"], ["stream", "url"]]
+
+
+def test_lmdb_cached_needs_lmdb(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "lmdb", None)
+    with pytest.raises(ModuleNotFoundError):
+        cache.LMDBCached(str(tmp_path / "db"))
+
+
+def test_lmdb_cached_replays_a_completed_pass(tmp_path):
+    pytest.importorskip("lmdb")
+    stage = cache.LMDBCached(str(tmp_path / "db"), map_size=1e7, chunksize=2)
+    samples = [{"__key__": f"k{i}", "v": i} for i in range(3)]
+    assert list(stage.run(iter(samples))) == samples
+    assert stage.is_complete()
+    assert list(stage.run(iter([]))) == samples
+
+
+# extradatasets and MultiShardSample
+
+
+def test_legacy_epoch_and_length_wrappers():
+    epoch = extradatasets.with_epoch([1, 2, 3], 5)
+    assert list(epoch.invoke([1, 2, 3])) == [1, 2, 3, 1, 2]
+    assert list(epoch) == [1, 2, 3, 1, 2]
+    assert list(extradatasets.with_epoch([], 3)) == []
+    assert pickle.loads(pickle.dumps(epoch)).source is None
+    length = extradatasets.with_length([1, 2], 7)
+    assert len(length) == 7 and list(length) == [1, 2] and list(length.invoke([3])) == [3]
+    again = extradatasets.repeatedly([1, 2], nepochs=2)
+    assert list(again) == [1, 2, 1, 2]
+
+
+def test_multi_shard_sample(monkeypatch, tmp_path):
+    spec = {"datasets": [{"shards": "a-{0..3}.tar", "choose": 2},
+                         {"shards": "b-{0..1}.tar", "resample": 3, "buckets": "bk"}]}
+    monkeypatch.delenv("ALLOW_OBSOLETE", raising=False)
+    with pytest.raises(utils.ObsoleteException, match="Reason: this is going to be replaced"):
+        _multishard.MultiShardSample(spec)
+    monkeypatch.setenv("ALLOW_OBSOLETE", "1")
+    drawn = _multishard.MultiShardSample(spec)
+    drawn.set_epoch(1)  # the reference draws exactly these for seed 1
+    assert list(drawn) == [{"url": u} for u in
+                           ["bk/b-0.tar", "bk/b-0.tar", "a-3.tar", "a-0.tar", "bk/b-0.tar"]]
+    yaml_spec = tmp_path / "spec.yaml"
+    yaml_spec.write_text("prefix: /d/\ndatasets:\n  - shards: a-{0..1}.tar\n")
+    assert sorted(u["url"] for u in _multishard.MultiShardSample(str(yaml_spec))) == ["/d/a-0.tar",
+                                                                              "/d/a-1.tar"]
+    with pytest.raises(ValueError, match="perepoch 5 must be no greater than the number of shards"):
+        _multishard.MultiShardSample({"datasets": [{"shards": "a-{0..1}.tar", "choose": 5}]})

@@ -12,9 +12,15 @@ worker comes from ``torch.utils.data.get_worker_info()``, else ``WORKER`` /
 (0, 1, 0, 1)
 """
 
+import fnmatch
+import functools
+import glob
+import importlib
 import itertools
 import os
+import re
 import sys
+import warnings
 
 from . import _core
 
@@ -37,7 +43,9 @@ def identity(x):
 
 
 def is_iterable(obj):
-    """True for objects iter() accepts."""
+    """True for objects iter() accepts, except str and bytes (as the reference)."""
+    if isinstance(obj, (str, bytes)):
+        return False
     try:
         iter(obj)
     except TypeError:
@@ -87,23 +95,130 @@ def pytorch_worker_seed(group=None):
     return rank * 1000 + worker
 
 
-def repeatedly(source, nepochs=None, nbatches=None, nsamples=None, batchsize=None):
-    """Iterates `source` again and again, up to nepochs passes, nbatches items
-    or nsamples samples (each item's first element counted by len()).
+def guess_batchsize(batch):
+    """The length of a batch's first element."""
+    return len(batch[0])
+
+
+def repeatedly0(loader, nepochs=sys.maxsize, nbatches=sys.maxsize):
+    """Up to nbatches items of `loader`, nepochs times."""
+    for _ in range(nepochs):
+        yield from itertools.islice(loader, nbatches)
+
+
+def repeatedly(source, nepochs=None, nbatches=None, nsamples=None, batchsize=guess_batchsize):
+    """Iterates `source` again and again, up to nepochs passes (at least one,
+    as in the reference), nbatches items or nsamples samples (counted by
+    `batchsize(item)`, which the reference ignores).
 
     >>> list(repeatedly([1, 2], nepochs=2))
     [1, 2, 1, 2]
     """
     batches = samples = 0
-    for epoch in itertools.count():
-        if nepochs is not None and epoch >= nepochs:
-            return
+    for epoch in itertools.count(1):
         for item in source:
             yield item
             batches += 1
             if nbatches is not None and batches >= nbatches:
                 return
             if nsamples is not None:
-                samples += len(item[0])
+                samples += batchsize(item)
                 if samples >= nsamples:
                     return
+        if nepochs is not None and epoch >= nepochs:
+            return
+
+
+def glob_with_braces(pattern):
+    """The files glob finds for each brace expansion of `pattern`."""
+    return [f for expanded in _core.expand_urls(pattern) for f in glob.glob(expanded)]
+
+
+def fnmatch_with_braces(filename, pattern):
+    """True when `filename` matches a brace expansion of `pattern` (fnmatch)."""
+    return any(fnmatch.fnmatch(filename, p) for p in _core.expand_urls(pattern))
+
+
+def make_seed(*args):
+    """A 31-bit seed from the hashes of `args` (str hashes differ between
+    processes unless PYTHONHASHSEED is set, as in the reference)."""
+    seed = 0
+    for arg in args:
+        seed = (seed * 31 + hash(arg)) & 0x7FFFFFFF
+    return seed
+
+
+def safe_eval(s, expr="{}"):
+    """eval(expr.format(s)) for an `s` of letters, digits and "_" only, else
+    ValueError."""
+    if re.fullmatch(r"[A-Za-z0-9_]*", s) is None:
+        raise ValueError(f"safe_eval: illegal characters in: '{s}'")
+    return eval(expr.format(s))
+
+
+def lookup_sym(sym, modules):
+    """The first non-None attribute `sym` of the named modules (relative names
+    are this package's), else None."""
+    for name in modules:
+        found = getattr(importlib.import_module(name, package=__package__), sym, None)
+        if found is not None:
+            return found
+    return None
+
+
+def compute_sample_weights(n_w_pairs):
+    """n * w for each (n, w), divided by the largest (a NumPy array)."""
+    import numpy as np
+
+    weighted = np.array([n for n, _ in n_w_pairs]) * np.array([w for _, w in n_w_pairs])
+    return weighted / np.amax(weighted)
+
+
+def deprecated(arg=None):
+    """Decorator (@deprecated or @deprecated("reason")): calls warn with a
+    DeprecationWarning."""
+    reason = None if callable(arg) else arg
+
+    def decorator(func):
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            message = f"Call to deprecated function {func.__name__}."
+            if reason is not None:
+                message += " Reason: " + reason
+            warnings.warn(message, category=DeprecationWarning, stacklevel=2)
+            return func(*args, **kwargs)
+
+        return wrapper
+
+    return decorator(arg) if callable(arg) else decorator
+
+
+class ObsoleteException(Exception):
+    """A call to an obsolete function without ALLOW_OBSOLETE=1."""
+
+
+def obsolete(func=None, *, reason=None):
+    """Decorator: the function raises ObsoleteException unless the environment
+    has ALLOW_OBSOLETE=1 (read at each call).
+
+    >>> @obsolete(reason="gone")
+    ... def old(): return 1
+    >>> old()
+    Traceback (most recent call last):
+    ...
+    webdataset_cpp.utils.ObsoleteException: Call to obsolete function old. Set env ALLOW_OBSOLETE=1 to permit. Reason: gone
+    """
+    if func is None:
+        return functools.partial(obsolete, reason=reason)
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        if not int(os.environ.get("ALLOW_OBSOLETE", "0")):
+            message = (f"Call to obsolete function {func.__name__}. "
+                       "Set env ALLOW_OBSOLETE=1 to permit.")
+            if reason is not None:
+                message += " Reason: " + reason
+            raise ObsoleteException(message)
+        return func(*args, **kwargs)
+
+    return wrapper
