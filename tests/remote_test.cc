@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -482,6 +483,68 @@ TEST_F(RemoteStreamTest, NothingListeningIsRetriedThenUnavailable) {
   EXPECT_THAT(Message(s), StartsWith(Cat(url,
                                          ": giving up at offset 0 after 3 failed attempt(s) "
                                          "in a row; last error: Couldn't connect to server")));
+}
+
+// Names under .invalid never resolve (RFC 6761), offline or not.
+constexpr char kNotRetried[] = " (a host name that does not resolve is not retried); last error: ";
+
+TEST_F(RemoteStreamTest, AHostThatDoesNotResolveFailsAtOnce) {
+  const std::string url = "http://shard.invalid/x.tar";
+  absl::Status s = Fetch(url, Fast()).status();
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_THAT(Message(s), StartsWith(Cat(url, ": giving up at offset 0 after 1 failed attempt(s) ",
+                                         "in a row", kNotRetried)));
+  EXPECT_THAT(Message(s), HasSubstr("Could not resolve host: shard.invalid (curl error 6)"));
+}
+
+TEST_F(RemoteStreamTest, ARedirectToAHostThatDoesNotResolveIsSentOnce) {
+  server_.SetPlanner([](const FaultRequest&) {
+    return FaultPlan{.status = 302, .extra_headers = "Location: http://moved.invalid/x.tar\r\n"};
+  });
+  absl::Status s = Fetch(url(), Fast()).status();
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_THAT(Message(s), StartsWith(Cat(url(), ": giving up at offset 0 after 1 failed ",
+                                         "attempt(s) in a row", kNotRetried)));
+  EXPECT_THAT(Message(s), HasSubstr("Could not resolve host: moved.invalid (curl error 6)"));
+  // Fast() allows 6 attempts: each would ask this server first.
+  EXPECT_EQ(server_.requests(), 1);
+}
+
+// ScopedEnv sets (or, for nullptr, unsets) a variable until it ends.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value == nullptr) {
+      unsetenv(name);
+    } else {
+      setenv(name, value, 1);
+    }
+  }
+  ~ScopedEnv() {
+    if (old_.has_value()) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST_F(RemoteStreamTest, AProxyThatDoesNotResolveFailsAtOnce) {
+  // libcurl reads the proxy from the environment at each request.
+  ScopedEnv proxy("http_proxy", "http://proxy.invalid:3128");
+  ScopedEnv no_proxy("no_proxy", nullptr);
+  ScopedEnv no_proxy_upper("NO_PROXY", nullptr);
+  absl::Status s = Fetch(url(), Fast()).status();
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_THAT(Message(s), StartsWith(Cat(url(), ": giving up at offset 0 after 1 failed ",
+                                         "attempt(s) in a row", kNotRetried)));
+  EXPECT_THAT(Message(s), HasSubstr("Could not resolve proxy: proxy.invalid (curl error 5)"));
+  EXPECT_EQ(server_.requests(), 0);
 }
 
 TEST_F(RemoteStreamTest, MalformedUrlsAreInvalidArgument) {

@@ -25,6 +25,12 @@
 //   Range request or a wrong Content-Range is DataLoss. A server that gives
 //   neither validator cannot be resumed: the failure is then final
 //   (Unavailable).
+// - A host name that does not resolve (the server's, a redirect's or the
+//   proxy's) is not retried: the first such failure ends the stream with
+//   Unavailable naming the URL and the name. A misspelled host is common
+//   and a resolver that fails to answer rare (the system's resolver asks
+//   again itself when a query is lost), and retrying would hide the mistake
+//   for half a minute with the defaults.
 // - Failures come in runs: a run ends only when an attempt delivered at
 //   least 64 KiB without being cut for slowness, so a server that drips, or
 //   cuts every connection after a few bytes, stays in one run. max_attempts

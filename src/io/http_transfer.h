@@ -13,7 +13,9 @@
 //
 // Errors: a failure the same request may overcome when sent again
 // (connection refused or reset, closed early, timeouts, no data for
-// limits.stall_timeout, HTTP/2 stream errors) is Unavailable; a permanent one
+// limits.stall_timeout, HTTP/2 stream errors) is Unavailable, and so is a
+// host name (the server's or the proxy's) that does not resolve, which
+// unresolved() tells apart because retries treat it as final; a permanent one
 // (a malformed URL, a certificate that fails verification, a missing CA file)
 // is InvalidArgument or FailedPrecondition. Messages do not name the URL: the
 // caller adds what the reader knows it by. HTTP error statuses are not errors
@@ -97,6 +99,13 @@ class HttpTransfer {
   // for stall_timeout, or less than low_speed_limit for low_speed_time (or a
   // connect timeout), as opposed to a refused, reset or closed connection.
   bool timed_out() const { return stalled_ || (done_ && result_ == CURLE_OPERATION_TIMEDOUT); }
+  // unresolved is true when the last request failed because the server's or
+  // the proxy's host name did not resolve (libcurl cannot tell a name that
+  // does not exist from a resolver that failed to answer).
+  bool unresolved() const {
+    return done_ &&
+           (result_ == CURLE_COULDNT_RESOLVE_HOST || result_ == CURLE_COULDNT_RESOLVE_PROXY);
+  }
   // connects is how many new connections the last request opened (0 when it
   // reused one).
   long connects() const;

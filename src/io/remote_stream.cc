@@ -301,6 +301,12 @@ absl::Status RemoteStream::Failed(const absl::Status& error, const std::string& 
         url_, ": giving up at offset ", position_, size_ >= 0 ? Cat(" of ", size_) : std::string(),
         " after ", failures_, " failed attempt(s) in a row", why, "; last error: ", last));
   };
+  // A misspelled host is common and a resolver failing to answer rare (the
+  // system's resolver asks again itself when a query is lost), so retrying a
+  // name that does not resolve mostly hides the mistake for half a minute.
+  if (transfer_->unresolved()) {
+    return give_up(" (a host name that does not resolve is not retried)");
+  }
   if (!fresh_ && !CanResume()) {
     return absl::UnavailableError(
         Cat(url_, ": cannot resume at offset ", position_, " safely: the server sent no strong ",
