@@ -2,6 +2,7 @@
 // items, in bytes and order, as one that was never stopped, for a stop after
 // every item of small runs.
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <variant>
@@ -279,6 +280,15 @@ TEST(ResumeTest, AnotherRecipeOrLayoutIsRefused) {
   EXPECT_EQ(std::string(s.message()), "Loader::Restore: the text is not a loader state");
   // A refused state leaves the loader as it was.
   EXPECT_EQ(Take(loader, 2).size(), 2u);
+}
+
+TEST(ResumeTest, TheRecipeShowsASeedOf2To64Minus1Unsigned) {
+  TempDir dir;
+  Recipe r{WriteShards(dir, {2}, Compression::kNone, false)};
+  r.source.seed = UINT64_MAX;
+  EXPECT_THAT(r.Build().recipe(), HasSubstr(",seed 18446744073709551615,"));
+  r.source.seed = uint64_t{1} << 63;
+  EXPECT_THAT(r.Build().recipe(), HasSubstr(",seed 9223372036854775808,"));
 }
 
 TEST(ResumeTest, RecipesWithoutAStateAreFailedPrecondition) {

@@ -3,7 +3,8 @@
 // Debian's Abseil is built with its own absl::string_view (not std::string_view),
 // so its string functions do not take the std::string_view this project uses.
 // These adapt them once: Cat concatenates anything string-like or numeric
-// (absl::StrCat's job),
+// (absl::StrCat's job; integers and enums in decimal, unsigned ones as
+// unsigned, a char as itself, bool as true/false),
 //   absl::DataLossError(Cat(url, ": member ", name, " at offset ", offset, " is truncated"))
 // and StartsWith, EndsWith, EqualsIgnoreCase and AsciiLower forward to
 // Abseil's.
@@ -21,17 +22,27 @@
 namespace wds {
 namespace internal {
 
+// AppendInteger writes `value` in decimal; unsigned types stay unsigned, so
+// a uint64 seed of 2^63 or more does not print as negative.
+template <typename T>
+void AppendInteger(std::string& out, T value) {
+  using Widest = std::conditional_t<std::is_signed_v<T>, long long, unsigned long long>;
+  char buf[24];  // 20 digits of 2^64-1, or a sign and 19 digits
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), static_cast<Widest>(value));
+  (void)ec;
+  out.append(buf, end);
+}
+
 template <typename T>
 void AppendPiece(std::string& out, const T& value) {
   if constexpr (std::is_same_v<T, char>) {
     out.push_back(value);
   } else if constexpr (std::is_same_v<T, bool>) {
     out.append(value ? "true" : "false");
-  } else if constexpr (std::is_integral_v<T> || std::is_enum_v<T>) {
-    char buf[24];
-    auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), static_cast<long long>(value));
-    (void)ec;
-    out.append(buf, end);
+  } else if constexpr (std::is_enum_v<T>) {
+    AppendInteger(out, static_cast<std::underlying_type_t<T>>(value));
+  } else if constexpr (std::is_integral_v<T>) {
+    AppendInteger(out, value);
   } else if constexpr (std::is_floating_point_v<T>) {
     out.append(std::to_string(value));
   } else if constexpr (std::is_convertible_v<const T&, std::string_view>) {
