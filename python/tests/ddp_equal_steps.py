@@ -28,7 +28,8 @@ def main(pattern, out_dir, epochs, split):
     for epoch in range(epochs):
         dataset.set_epoch(epoch)
         steps = wds.agreed_steps(dataset, num_workers=2, policy="drop")
-        loader = DataLoader(dataset.with_epoch(steps), batch_size=None, num_workers=2)
+        loader = DataLoader(dataset.with_epoch(steps, across_workers=True), batch_size=None,
+                            num_workers=2)
         keys, ran = [], 0
         for labels, batch_keys in loader:
             total = torch.tensor([len(batch_keys)])

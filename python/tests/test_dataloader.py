@@ -59,8 +59,18 @@ def test_persistent_workers_continue_their_epochs(shards):
     assert sorted(first) == sorted(second) == ALL_KEYS and first != second
 
 
-def test_with_epoch_is_a_total_over_workers(shards):
-    ds = dataset(shards, shardshuffle=False).with_epoch(11)
+def test_with_epoch_counts_per_worker_as_the_reference_and_continues_into_a_new_pass(shards):
+    ds = dataset(shards, shardshuffle=False).with_epoch(5)
+    loader = DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="fork")
+    batches = list(loader)
+    assert len(batches) == 10  # 5 per worker; each read its 4 batches, then 1 of a new pass
+    assert [keys[0] for _, keys in batches[-2:]] == ["s0_000", "s1_000"]
+    with pytest.raises(TypeError, match=r"across_workers=True"):
+        len(loader)
+
+
+def test_with_epoch_across_workers_is_a_total_over_workers(shards):
+    ds = dataset(shards, shardshuffle=False).with_epoch(11, across_workers=True)
     loader = DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="fork")
     batches = list(loader)
     assert len(batches) == 11 == len(loader)

@@ -196,7 +196,8 @@ def _gloo_rank(rank, world_size, store_path, pattern, epoch, out):
             steps = wds.agreed_steps(dataset, num_workers=2, policy=policy)
             keys, ran = [], 0
             dataset.set_epoch(epoch)
-            loader = DataLoader(dataset.with_epoch(steps), batch_size=None, num_workers=2)
+            loader = DataLoader(dataset.with_epoch(steps, across_workers=True), batch_size=None,
+                                num_workers=2)
             for _, batch_keys in loader:
                 step = torch.ones(1)
                 dist.all_reduce(step)  # a rank that ran out early would hang the others

@@ -52,7 +52,7 @@ def test_threads_exist_only_while_an_epoch_runs(shards):
 
 
 def test_epochs_length_and_set_epoch(shards):
-    ds = dataset(shards, shardshuffle=10, seed=1).with_epoch(7)
+    ds = dataset(shards, shardshuffle=10, seed=1).with_epoch(7, across_workers=True)
     loader = wds.Loader(ds, workers=2)
     assert len(loader) == 7
     epoch0, epoch1 = keys(loader), keys(loader)
@@ -65,6 +65,16 @@ def test_epochs_length_and_set_epoch(shards):
         len(wds.Loader(dataset(shards, shardshuffle=False)))
 
 
+def test_with_epoch_counts_per_worker_as_in_a_dataloader(shards):
+    ds = dataset(shards, shardshuffle=10, seed=1).with_epoch(3)
+    loader = wds.Loader(ds, workers=2)
+    assert len(loader) == 6
+    batches = list(loader)
+    assert len(batches) == 6
+    torch_loader = DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="fork")
+    assert keys(batches) == keys(torch_loader)
+
+
 def test_len_is_with_length_when_given(shards):
     # with_length(n) sets len() and nothing else: the epoch stays natural (10 batches).
     ds = dataset(shards, shardshuffle=False).with_length(3, silent=True)
@@ -73,7 +83,7 @@ def test_len_is_with_length_when_given(shards):
     # with_length wins over with_epoch for len(), as for the dataset.
     ds = dataset(shards, shardshuffle=False).with_epoch(5).with_length(9, silent=True)
     loader = wds.Loader(ds, workers=2)
-    assert len(loader) == len(ds) == 9 and len(list(loader)) == 5
+    assert len(loader) == len(ds) == 9 and len(list(loader)) == 10
 
 
 def test_torch_output_shares_the_native_batch(shards):

@@ -145,27 +145,29 @@ def test_exceptions_in_python_stages_reach_the_caller_unchanged(shards):
     assert "explode" in "".join(__import__("traceback").format_tb(e.value.__traceback__))
 
 
-def test_with_epoch_counts_items_over_workers_and_continues_into_new_passes(shards,
-                                                                             monkeypatch):
+def test_with_epoch_counts_items_per_worker_and_continues_into_new_passes(shards, monkeypatch):
     ds = wds.WebDataset(shards, shardshuffle=False).with_epoch(55)
-    assert len(ds) == 55
     got = keys(ds)
     assert len(got) == 55 and got[:40] == keys(wds.WebDataset(shards, shardshuffle=False))
     assert got[40:] == got[:15]
     monkeypatch.setenv("WORKER", "1")
     monkeypatch.setenv("NUM_WORKERS", "2")
-    per_worker = wds.WebDataset(shards, shardshuffle=False).with_epoch(7)
-    assert len(keys(per_worker)) == 3  # worker 1 of 2 yields items 1, 3, 5 of 7
+    assert len(keys(wds.WebDataset(shards, shardshuffle=False).with_epoch(7))) == 7
+    across = wds.WebDataset(shards, shardshuffle=False).with_epoch(7, across_workers=True)
+    assert len(across) == 7
+    assert len(keys(across)) == 3  # worker 1 of 2 yields items 1, 3, 5 of 7
     monkeypatch.delenv("WORKER")
     monkeypatch.delenv("NUM_WORKERS")
     python_stage = wds.WebDataset(shards, shardshuffle=False).map(lambda s: s).with_epoch(45)
     assert keys(python_stage) == got[:45]
 
 
-def test_with_epoch_on_empty_data_is_an_error_not_a_hang():
-    ds = wds.DataPipeline([[]], wds.map(lambda s: s)).with_epoch(3)
-    with pytest.raises(ValueError, match=r"^with_epoch\(3\): pass 0 of this worker's data "
-                                         r"yielded nothing \(0 of 3 items so far\)$"):
+def test_with_epoch_on_empty_data_ends_as_the_reference_or_is_an_error_across_workers():
+    assert list(wds.DataPipeline([[]], wds.map(lambda s: s)).with_epoch(3)) == []
+    ds = wds.DataPipeline([[]], wds.map(lambda s: s)).with_epoch(3, across_workers=True)
+    with pytest.raises(ValueError, match=r"^with_epoch\(3, across_workers=True\): pass 0 of "
+                                         r"this worker's data yielded nothing \(0 of 3 items so "
+                                         r"far\)$"):
         list(ds)
 
 

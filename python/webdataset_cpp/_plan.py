@@ -14,13 +14,27 @@ tarfile_to_samples(): the shard list is then permuted, split and read natively.
 """
 
 import dataclasses
-import itertools
 import sys
 
 from . import _core
 
 TORCH = 1
 JSON = 2
+
+# What a stage does to the stream, declared by the stage as its `_wds_kind`
+# attribute (a curried filter by its function's): the planner, the resume
+# recipe and the epoch planner ask it instead of testing classes. A stage that
+# declares nothing may change the stream in any way.
+ONE_TO_ONE = "one_to_one"  # one output per input, in order (decode, rename, to_tuple)
+SHUFFLE = "shuffle"  # one output per input, reordered through a buffer
+BATCHES = "batches"  # one output per `batchsize` inputs; has batchsize and partial
+HOLDS = "holds"  # holds inputs between its outputs (mcached, unbatched, unlisted)
+
+
+def kind_of(stage):
+    """The `_wds_kind` a stage declares, or None."""
+    kind = getattr(stage, "_wds_kind", None)
+    return kind if kind is not None else getattr(getattr(stage, "f", None), "_wds_kind", None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +97,7 @@ class Stage:
 
     def __call__(self, src):
         ctx = Context.current()
-        return run_stages([_Given(src), self], ctx)
+        return run_steps([_Given(src), *plan([self], ctx)], ctx)
 
     def __repr__(self):
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
@@ -93,8 +107,28 @@ class Stage:
 class _Given:
     """An iterator given to a stage called directly: the pipeline's source."""
 
+    native = False
+
     def __init__(self, it):
         self.it = it
+
+    def open(self, upstream, ctx):
+        return iter(self.it)
+
+
+class PythonStep:
+    """A stage that runs in Python: a Stage's python(), else the stage run
+    as the reference's DataPipeline runs it."""
+
+    native = False
+
+    def __init__(self, stage):
+        self.stage = stage
+
+    def open(self, upstream, ctx):
+        if isinstance(self.stage, Stage):
+            return self.stage.python(upstream, ctx)
+        return invoke(self.stage) if upstream is None else invoke(self.stage, upstream)
 
 
 def _no_kind(name):
@@ -134,6 +168,8 @@ class NativeSegment:
     TarfileToSamples) fed by a Python iterator of URLs, or ("samples", None)
     fed by a Python iterator of samples.
     """
+
+    native = True
 
     def __init__(self, kind, source, stages):
         self.kind = kind
@@ -200,36 +236,32 @@ def _iterate(it, shard_source, ctx, restored=False):
 
 
 def plan(stages, ctx):
-    """Splits a stage list into steps: NativeSegments and Python callables."""
+    """Splits a stage list into steps (each with .native and .open(upstream,
+    ctx)): NativeSegments and PythonSteps."""
     from .shardlists import fuse_source
 
     steps = []
     i = 0
-    if stages and isinstance(stages[0], _Given):
-        steps.append(stages[0])
-        i = 1
-    else:
-        fused = fuse_source(stages, ctx)
-        if fused is None and getattr(stages[0] if stages else None, "split", None) == "samples":
-            raise ValueError(
-                "split='samples' needs the native shard source: the shard list, epoch_shuffle, "
-                "split_by_node / split_by_worker and tarfile_to_samples with a native handler, "
-                "with no Python stage between them")
-        if fused is not None:
-            source, i = fused
-            steps.append(NativeSegment("shards", source, []))
+    fused = fuse_source(stages, ctx)
+    if fused is None and getattr(stages[0] if stages else None, "split", None) == "samples":
+        raise ValueError(
+            "split='samples' needs the native shard source: the shard list, epoch_shuffle, "
+            "split_by_node / split_by_worker and tarfile_to_samples with a native handler, "
+            "with no Python stage between them")
+    if fused is not None:
+        source, i = fused
+        steps.append(NativeSegment("shards", source, []))
     while i < len(stages):
         stage = stages[i]
         i += 1
         native = isinstance(stage, Stage) and stage.is_native(ctx)
         if not native:
-            steps.append(stage)
+            steps.append(PythonStep(stage))
             continue
-        last = steps[-1] if steps else None
         if getattr(stage, "reads_urls", False):
             steps.append(NativeSegment("urls", stage, []))
-        elif isinstance(last, NativeSegment):
-            last.stages.append(stage)
+        elif steps and steps[-1].native:
+            steps[-1].stages.append(stage)
         else:
             steps.append(NativeSegment("samples", None, [stage]))
     return steps
@@ -256,19 +288,8 @@ def invoke(f, *args):
 def run_steps(steps, ctx):
     it = None
     for step in steps:
-        if isinstance(step, _Given):
-            it = iter(step.it)
-        elif isinstance(step, NativeSegment):
-            it = step.open(it, ctx)
-        elif isinstance(step, Stage):
-            it = step.python(it, ctx)
-        elif it is None:
-            it = invoke(step)
-        else:
-            it = invoke(step, it)
-    if it is None:
-        return iter(())
-    return it
+        it = step.open(it, ctx)
+    return iter(()) if it is None else it
 
 
 def run_stages(stages, ctx):
@@ -279,7 +300,7 @@ def single_native_segment(stages, ctx):
     """The NativeSegment when the whole list is one native chain from the
     shard source on, else None."""
     steps = plan(stages, ctx)
-    if len(steps) == 1 and isinstance(steps[0], NativeSegment) and steps[0].fully_native():
+    if len(steps) == 1 and steps[0].native and steps[0].fully_native():
         return steps[0]
     return None
 
@@ -289,14 +310,17 @@ def worker_share(n, worker, num_workers):
     return max(0, (n - worker + num_workers - 1) // num_workers)
 
 
-def take_passes(run_pass, share, what, first_pass=0, taken=0):
-    """Yields `share` items (None: forever) from passes 0, 1, ... of run_pass.
+def take_passes(run_pass, limit, first_pass=0, taken=0, passes=sys.maxsize, strict=None):
+    """Yields at most `limit` items (None: no limit) from passes first_pass,
+    first_pass + 1, ... (fewer than `passes`) of run_pass.
 
-    A restored iteration starts at `first_pass`, `taken` items in (which then
+    A pass that yields nothing ends the iteration, as in the reference; with
+    `strict` (what promised `limit` items) it is a ValueError naming it. A
+    restored iteration starts at `first_pass`, `taken` items in (which then
     had items, so it is not empty however few more it yields)."""
-    if share is not None and taken >= share:
+    if limit is not None and taken >= limit:
         return
-    for pass_ in itertools.count(first_pass):
+    for pass_ in range(first_pass, passes):
         got = 1 if taken > 0 and pass_ == first_pass else 0
         it = run_pass(pass_)
         try:
@@ -304,15 +328,17 @@ def take_passes(run_pass, share, what, first_pass=0, taken=0):
                 yield item
                 taken += 1
                 got += 1
-                if share is not None and taken >= share:
+                if limit is not None and taken >= limit:
                     return
         finally:
             close = getattr(it, "close", None)
             if close is not None:
                 close()
+        if got == 0 and strict:
+            raise ValueError(f"{strict}: pass {pass_} of this worker's data yielded nothing "
+                             f"({taken} of {limit} items so far)")
         if got == 0:
-            raise ValueError(f"{what}: pass {pass_} of this worker's data yielded nothing "
-                             f"({taken} of {share} items so far)")
+            return
 
 
 # ------------------------------------------------------------ checkpoints
@@ -372,20 +398,10 @@ class Unrecordable(ValueError):
     """Why a state cannot record a pipeline's position (see resume_recipe)."""
 
 
-def _step_name(step):
-    if isinstance(step, Stage):
-        return getattr(step, "name", None) or type(step).__name__
-    return getattr(step, "__qualname__", None) or type(step).__name__
-
-
-def _holds_items(step):
-    """Whether a Python step is known to hold items between two outputs."""
-    from . import filters
-
-    if isinstance(step, filters.Cached):
-        return True
-    return isinstance(step, filters.PythonFilter) and step.f in (filters._unbatched,
-                                                                 filters._unlisted)
+def _step_name(stage):
+    if isinstance(stage, Stage):
+        return getattr(stage, "name", None) or type(stage).__name__
+    return getattr(stage, "__qualname__", None) or type(stage).__name__
 
 
 def resume_recipe(stages, ctx):
@@ -402,11 +418,9 @@ def resume_recipe(stages, ctx):
     decode with warn_and_continue): the chain records what they dropped. A
     batched before it is refused: the shuffle would hold batches, whose
     samples the chain's counts cannot name."""
-    from . import filters
-
     steps = plan(stages, ctx)
     first = steps[0] if steps else None
-    if not isinstance(first, NativeSegment) or first.kind != "shards":
+    if first is None or not first.native or not first.fully_native():
         raise Unrecordable(
             "the pipeline must start with the native shard source (a WebDataset, or "
             "SimpleShardList, epoch_shuffle, split_by_node, split_by_worker and "
@@ -418,18 +432,18 @@ def resume_recipe(stages, ctx):
     if not isinstance(first.source.tar.core_handler(), str):
         raise Unrecordable("a Python handler callable reads the shards one at a time, which a "
                            "state cannot record (use a named handler such as warn_and_continue)")
-    batched = [i for i, s in enumerate(first.stages) if isinstance(s, filters.Batched)]
-    shuffles = [i for i, s in enumerate(first.stages) if isinstance(s, filters.Shuffle)]
+    batched = [i for i, s in enumerate(first.stages) if kind_of(s) == BATCHES]
+    shuffles = [i for i, s in enumerate(first.stages) if kind_of(s) == SHUFFLE]
     if batched and shuffles and batched[0] < shuffles[-1]:
         raise Unrecordable("a shuffle after batched holds batches, whose samples a state cannot "
                            "name (shuffle before batched)")
     parts = []
     for i, step in enumerate(steps):
-        if not isinstance(step, NativeSegment):
-            if _holds_items(step):
-                raise Unrecordable(f"{_step_name(step)} holds items between its outputs, which a "
-                                   "state cannot record")
-            parts.append(_step_name(step))
+        if not step.native:
+            if kind_of(step.stage) == HOLDS:
+                raise Unrecordable(f"{_step_name(step.stage)} holds items between its outputs, "
+                                   "which a state cannot record")
+            parts.append(_step_name(step.stage))
             continue
         if i > 0 and step.kind == "urls":
             raise Unrecordable("a tar reader fed by Python (tarfile_to_samples after a Python "
@@ -438,7 +452,7 @@ def resume_recipe(stages, ctx):
         if chain.checkpoint_blocker:
             raise Unrecordable(f"the {chain.checkpoint_blocker} stage keeps a position a state "
                                "cannot record")
-        if i > 0 and any(isinstance(s, filters.Shuffle) for s in step.stages):
+        if i > 0 and any(kind_of(s) == SHUFFLE for s in step.stages):
             raise Unrecordable("a shuffle after a Python stage holds samples the shard source's "
                                "position does not describe (shuffle before any Python stage)")
         parts.append(chain.recipe)

@@ -7,7 +7,9 @@ counts from the dataset's ``dataset_index``, the ``.idx`` sidecars (``wds-shard
 index`` or ``webdataset_cpp.write_index``; else a header-only scan of the tar),
 read once per process, and one batch sequence per DataLoader worker taken
 round-robin. An all-gather then agrees on the number of steps, which
-``with_epoch`` enforces, and checks that every rank splits the data alike.
+``with_epoch(steps, across_workers=True)`` enforces (steps are a rank's
+batches over all its workers; a plain ``with_epoch(n)`` counts n per worker),
+and checks that every rank splits the data alike.
 
 >>> import torch
 >>> import webdataset_cpp as wds
@@ -20,8 +22,8 @@ round-robin. An all-gather then agrees on the number of steps, which
 >>> for epoch in range(2):
 ...     dataset.set_epoch(epoch)
 ...     steps = wds.agreed_steps(dataset, num_workers=2)   # the same on every rank
-...     loader = torch.utils.data.DataLoader(dataset.with_epoch(steps), batch_size=None,
-...                                          num_workers=2)
+...     loader = torch.utils.data.DataLoader(dataset.with_epoch(steps, across_workers=True),
+...                                          batch_size=None, num_workers=2)
 ...     print(epoch, steps, sum(1 for _ in loader))    # exactly `steps` batches per rank
 0 6 6
 1 6 6
@@ -39,12 +41,8 @@ sample is seen and some twice).
 import sys
 
 from . import _core, _plan
-from .filters import Batched, Decode, Rename, Shuffle, ToTuple
 from .remote import native_options
 from .utils import node_info
-
-# Stages that keep one output sample per input sample, so counts carry over.
-_ONE_TO_ONE = (Decode, Rename, Shuffle, ToTuple)
 
 
 def _planned_source(dataset, ctx):
@@ -54,9 +52,10 @@ def _planned_source(dataset, ctx):
                          "with decode, to_tuple, rename, shuffle and batched)")
     batching = (1, True)
     for i, stage in enumerate(segment.stages):
-        if isinstance(stage, Batched) and i == len(segment.stages) - 1:
+        kind = _plan.kind_of(stage)
+        if kind == _plan.BATCHES and i == len(segment.stages) - 1:
             batching = (stage.batchsize, bool(stage.partial))
-        elif not isinstance(stage, _ONE_TO_ONE):
+        elif kind not in (_plan.ONE_TO_ONE, _plan.SHUFFLE):
             raise ValueError(f"plan_epoch: {stage!r} may change how many samples there are")
     if segment.source.resampled:
         raise ValueError("plan_epoch: resampled datasets have no natural epoch")

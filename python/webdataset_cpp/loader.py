@@ -26,8 +26,9 @@ to_torch=True) that share the native batch memory.
 Threads exist only while an epoch is being iterated: they start with its
 first batch and are joined at its end, when the loop is left early (break,
 an exception, KeyboardInterrupt) and when the Loader goes; none exists when
-a DataLoader forks its workers. `len(loader)` is the dataset's with_epoch(n)
-(or with_length(n)), for Lightning.
+a DataLoader forks its workers. `len(loader)` is the items of a with_epoch(n)
+epoch (n per worker, as in a DataLoader, or n with across_workers=True), or
+with_length(n)'s n, for Lightning.
 
 state_dict() / load_state_dict() save and restore the position mid-epoch
 (torchdata's StatefulDataLoader protocol), so the loader goes into a
@@ -70,8 +71,7 @@ class Loader:
         ctx = _plan.Context(rank, world_size, 0, workers, dataset.epoch, 0, dataset.seed)
         segment = _plan.single_native_segment(dataset.pipeline, ctx)
         if segment is None:
-            steps = [s for s in _plan.plan(dataset.pipeline, ctx)
-                     if not isinstance(s, _plan.NativeSegment)]
+            steps = [s.stage for s in _plan.plan(dataset.pipeline, ctx) if not s.native]
             raise ValueError(
                 "webdataset_cpp.Loader runs only native pipelines; these stages run Python: "
                 f"{', '.join(_describe(s) for s in steps)} (iterate the dataset itself, or "
@@ -81,10 +81,13 @@ class Loader:
                 segment.source.check_shards(_plan.Context(rank, world_size, w, workers, 0, 0,
                                                           dataset.seed))
         chain, kinds, names = segment.build(None, ctx, kinds_extra=_plan.TORCH if to_torch else 0)
-        self._length = dataset.epoch_length
-        # len() is what the dataset's len() is: with_length(n)'s n (which
-        # changes nothing else), else with_epoch(n)'s.
-        self._size = dataset.size if dataset.size is not None else dataset.epoch_length
+        # with_epoch(n) counts per worker, as a DataLoader's workers do, unless
+        # across_workers; the core takes the items round-robin from its workers.
+        self._length = None
+        if dataset.epoch_length is not None:
+            self._length = sum(dataset.worker_items(w, workers) for w in range(workers))
+        # len() is with_length(n)'s n (which changes nothing else), else the epoch's items.
+        self._size = dataset.size if dataset.size is not None else self._length
         self._core = _core.Loader(chain, length=self._length, workers=workers, prefetch=prefetch,
                                   ordered=ordered, pin_memory=pin_memory, rank=rank,
                                   world_size=world_size, device=device, kinds=kinds,

@@ -77,6 +77,7 @@ class DataPipeline(IterableDataset):
         self.nsamples = -1
         self.size = None
         self.epoch_length = None
+        self.across_workers = False
         self.seed = default_seed()
         self.epoch = 0
         self._closed = False
@@ -143,18 +144,23 @@ class DataPipeline(IterableDataset):
         if self._restore is not None and self._restore["epoch"] != self.epoch:
             self._restore = None
 
-    def with_epoch(self, nsamples=-1, nbatches=-1):
-        """Makes every epoch exactly n = max(nsamples, nbatches) items, in place.
+    def with_epoch(self, nsamples=-1, nbatches=-1, *, across_workers=False):
+        """Makes every epoch n = max(nsamples, nbatches) items, in place.
 
-        Different from the reference in two ways: n counts the items of all
-        DataLoader workers together (worker w of W yields ceil((n - w) / W)),
-        not n per worker; and a worker whose data runs out continues with a
-        fresh pass over its shards (a new permutation) instead of ending, so
-        every rank runs exactly n steps. Each epoch starts from that epoch's
-        own data. n = -1 repeats forever.
+        As in the reference, n counts the items of each DataLoader worker (and
+        of each worker of a wds.Loader): with W workers an epoch is W * n
+        items; a worker whose data runs out continues with a fresh pass (a
+        new shard permutation here), and a pass that yields nothing ends its
+        epoch early. n = -1 repeats passes until one yields nothing.
+
+        across_workers=True (not in the reference) makes n the items of all
+        DataLoader workers of this rank together (worker w of W yields
+        ceil((n - w) / W)), and a pass that yields nothing a ValueError: each
+        rank runs exactly n steps, which DDP needs (see agreed_steps).
         """
         n = max(nsamples, nbatches)
         self.epoch_length = None if n < 0 else int(n)
+        self.across_workers = bool(across_workers)
         self.repetitions = sys.maxsize
         self.nsamples = n
         return self
@@ -178,13 +184,22 @@ class DataPipeline(IterableDataset):
         self.size = int(n)
         return self
 
+    def worker_items(self, worker, num_workers):
+        """The items of worker `worker` of `num_workers` in a with_epoch epoch."""
+        if not self.across_workers:
+            return self.epoch_length
+        return _plan.worker_share(self.epoch_length, worker, num_workers)
+
     def __len__(self):
+        """with_length(n)'s n, else with_epoch(n, across_workers=True)'s n.
+        A per-worker with_epoch(n) gives none (as the reference): the
+        loader's length would depend on its workers."""
         if self.size is not None:
             return self.size
-        if self.epoch_length is not None:
+        if self.epoch_length is not None and self.across_workers:
             return self.epoch_length
         raise TypeError(f"object of type '{type(self).__name__}' has no len() (use "
-                        f".with_length(n) or .with_epoch(n))")
+                        f".with_length(n) or .with_epoch(n, across_workers=True))")
 
     # -------------------------------------------------------- iterating
 
@@ -200,41 +215,20 @@ class DataPipeline(IterableDataset):
         """The items of one epoch. A restored iteration (ctx.position holding
         the checkpoint to start at) starts at pass `first_pass`, `taken`
         items in."""
-        if self.epoch_length is not None or self.nsamples > 0 and self.repetitions == sys.maxsize:
-            return self._epoch(ctx, first_pass, taken)
-        if self.repetitions != 1 or self.nsamples > 0:
-            return self._repeated(ctx, first_pass, taken)
-        return self.iterator1(ctx.with_pass(first_pass))
-
-    def _epoch(self, ctx, first_pass=0, taken=0):
-        share = None
+        if self.repetitions == 1 and self.nsamples <= 0:
+            return self.iterator1(ctx.with_pass(first_pass))
+        limit = self.nsamples if self.nsamples > 0 else None
+        strict = None
         if self.epoch_length is not None:
-            share = _plan.worker_share(self.epoch_length, ctx.worker, ctx.num_workers)
+            limit = self.worker_items(ctx.worker, ctx.num_workers)
+        if self.epoch_length is not None and self.across_workers:
             segment = _plan.single_native_segment(self.pipeline, ctx)
             if segment is not None:
                 return segment.open(None, ctx.with_pass(first_pass),
-                                    length=max(0, share - taken))
-        return _plan.take_passes(lambda p: self.iterator1(ctx.with_pass(p)), share,
-                                 f"with_epoch({self.epoch_length})", first_pass, taken)
-
-    def _repeated(self, ctx, first_pass=0, taken=0):
-        count = taken
-        for p in range(first_pass, self.repetitions):
-            got = 1 if taken > 0 and p == first_pass else 0
-            it = self.iterator1(ctx.with_pass(p))
-            try:
-                for item in it:
-                    if 0 < self.nsamples <= count:
-                        return
-                    yield item
-                    count += 1
-                    got += 1
-            finally:
-                close = getattr(it, "close", None)
-                if close is not None:
-                    close()
-            if got == 0:
-                return
+                                    length=max(0, limit - taken))
+            strict = f"with_epoch({self.epoch_length}, across_workers=True)"
+        return _plan.take_passes(lambda p: self.iterator1(ctx.with_pass(p)), limit, first_pass,
+                                 taken, self.repetitions, strict)
 
     def __iter__(self):
         if self._closed:
@@ -317,7 +311,8 @@ class DataPipeline(IterableDataset):
 
     def _recipe(self, ctx):
         return (f"{_plan.resume_recipe(self.pipeline, ctx)};epoch_length={self.epoch_length},"
-                f"repetitions={self.repetitions},nsamples={self.nsamples}")
+                f"across_workers={self.across_workers},repetitions={self.repetitions},"
+                f"nsamples={self.nsamples}")
 
     def _tracked(self, it):
         try:
