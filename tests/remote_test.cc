@@ -143,10 +143,9 @@ TEST_F(RemoteStreamTest, RepeatedFaultsAreEachResumed) {
 
 TEST_F(RemoteStreamTest, StalledServerIsAbandonedAndResumed) {
   FirstThen({.stall_after = 200'000, .stall_ms = 10'000});
-  const auto start = std::chrono::steady_clock::now();
   ExpectExact();
-  // stall_timeout is 300 ms: well before the 10 s stall ends.
-  EXPECT_LT(Seconds(start), 3.0);
+  // A second request, from where the stall began, is the abandonment: had the
+  // reader waited out the 10 s stall, the first would have ended the object.
   ExpectResumedAt(1, 200'000);
 }
 
@@ -157,9 +156,10 @@ TEST_F(RemoteStreamTest, StallBeforeTheHeadersIsAbandoned) {
     if (r.index == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
     return FaultPlan();
   });
-  const auto start = std::chrono::steady_clock::now();
   ExpectExact();
-  EXPECT_LT(Seconds(start), 1.4);
+  // The second request is the abandonment: waiting out the first would have
+  // needed no other.
+  EXPECT_EQ(server_.requests(), 2);
 }
 
 // StopAfter makes the calling thread's interrupt check fail with "stopped"
@@ -192,7 +192,9 @@ TEST_F(RemoteStreamTest, AnInterruptCheckEndsAStalledReadUnretried) {
   }
   EXPECT_TRUE(absl::IsCancelled(status)) << status;
   EXPECT_EQ(Message(status), Cat(url(), ": stopped"));
-  EXPECT_LT(Seconds(start), 1.5);
+  // Liveness, with room for a loaded machine: asked only after the 10 s
+  // stall, the check would end the read after it.
+  EXPECT_LT(Seconds(start), 5.0);
   EXPECT_EQ(server_.requests(), 1);
 }
 
@@ -206,7 +208,9 @@ TEST_F(RemoteStreamTest, AnInterruptCheckEndsTheWaitBeforeARetry) {
   }
   EXPECT_TRUE(absl::IsCancelled(status)) << status;
   EXPECT_EQ(Message(status), "stopped");
-  EXPECT_LT(Seconds(start), 1.5);
+  // Liveness, with room for a loaded machine: asked only after the 30 s
+  // wait, the check would end it there.
+  EXPECT_LT(Seconds(start), 15.0);
   EXPECT_EQ(server_.requests(), 1);
 }
 
@@ -264,7 +268,8 @@ TEST_F(RemoteStreamTest, RetryAfterBeyondTheRetryTimeGivesUpAtOnce) {
   });
   const auto start = std::chrono::steady_clock::now();
   absl::Status s = Fetch(url(), Fast()).status();
-  EXPECT_LT(Seconds(start), 1.0);
+  // Liveness, with room for a loaded machine: the wait would be an hour.
+  EXPECT_LT(Seconds(start), 30.0);
   EXPECT_TRUE(absl::IsUnavailable(s)) << s;
   EXPECT_THAT(Message(s), StartsWith(Cat(url(), ": giving up at offset 0 after 1 failed attempt")));
   EXPECT_THAT(Message(s), HasSubstr("would pass max_retry_time"));
@@ -312,7 +317,9 @@ TEST_F(RemoteStreamTest, ADrippingServerIsAbandonedAndResumed) {
   o.low_speed_time = std::chrono::seconds(1);
   const auto start = std::chrono::steady_clock::now();
   ExpectExact(o);
-  EXPECT_LT(Seconds(start), 8.0);
+  // Liveness, with room for a loaded machine (about 2 s unloaded): the drip
+  // would take a day.
+  EXPECT_LT(Seconds(start), 30.0);
   EXPECT_EQ(server_.requests(), 2);
   const std::string range = server_.log()[1].headers["range"];
   ASSERT_THAT(range, StartsWith("bytes="));
@@ -332,8 +339,9 @@ TEST_F(RemoteStreamTest, APersistentlyDrippingServerFailsInBoundedTime) {
   const auto start = std::chrono::steady_clock::now();
   absl::Status s = Fetch(url(), o).status();
   // Three requests, each abandoned after about low_speed_time (libcurl
-  // measures at one-second ticks): drips are no progress.
-  EXPECT_LT(Seconds(start), 10.0);
+  // measures at one-second ticks): drips are no progress. Liveness, with room
+  // for a loaded machine (about 5 s unloaded): the drip would take a day.
+  EXPECT_LT(Seconds(start), 30.0);
   EXPECT_TRUE(absl::IsUnavailable(s)) << s;
   EXPECT_THAT(Message(s), StartsWith(Cat(url(), ": giving up at offset ")));
   EXPECT_THAT(Message(s), HasSubstr(" after 3 failed attempt(s) in a row; last error: "

@@ -404,13 +404,15 @@ TEST(DistributedContextTest, SilentPeerTimesOutNamingTheOperation) {
         DistributedContext::FromEnvironment(OnCpu(std::chrono::milliseconds(1500)));
     dist.AllStillHaveData(true);
     if (rank == 1) {
-      std::this_thread::sleep_for(std::chrono::seconds(3));  // alive, but in no collective
+      // Alive, but in no collective, for long enough that rank 0's timeout
+      // comes first even on a loaded machine.
+      std::this_thread::sleep_for(std::chrono::seconds(6));
       return std::string("slept");
     }
     const Clock::time_point start = Clock::now();
     std::string text = Message([&] { dist.AllStillHaveData(true); });
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    return text + (seconds >= 1.4 && seconds < 2.9 ? " | after the timeout" : " | too early/late");
+    return text + (seconds >= 1.4 && seconds < 5.5 ? " | after the timeout" : " | too early/late");
   });
   ASSERT_EQ(out.size(), 2u);
   EXPECT_THAT(out[0], AllOf(StartsWith("DistributedError: AllStillHaveData (all-reduce min of a "
