@@ -208,6 +208,12 @@ def test_tar_writer_pipe_failure_names_the_command(tmp_path):
         with wds.TarWriter("pipe:exit 3") as sink:
             for i in range(100):
                 sink.write({"__key__": f"k{i}", "bin": b"x" * 100000})
+    # A command that exits without reading everything, even successfully.
+    with pytest.raises(BrokenPipeError, match=r"^\[Errno 32\] true: the command stopped "
+                                              r"reading the archive \(/dev/fd/\d+: "):
+        with wds.TarWriter("pipe:true") as sink:
+            for i in range(100):
+                sink.write({"__key__": f"k{i}", "bin": b"x" * 100000})
     with pytest.raises(ValueError, match="^nope://x: no gopen handler defined$"):
         wds.TarWriter("nope://x")
 
@@ -298,3 +304,16 @@ def test_reference_gopen_names(tmp_path, monkeypatch):
     with gopen.gopen("other/f.bin") as f:
         assert f.read() == b"data"
     assert {"ais", "htgs", "hf"} <= set(gopen.gopen_schemes)
+
+
+def test_shard_writer_takes_the_tarwriter_arguments_the_reference_passes_on(tmp_path):
+    pattern = str(tmp_path / "u-%d.tar")
+    with wds.ShardWriter(pattern, user="bigdata", group="bigdata", mode=0o444, format="ustar",
+                         verbose=0) as sink:
+        sink.write({"__key__": "a", "cls": 1})
+    assert os.listdir(tmp_path) == ["u-0.tar"]
+    with pytest.raises(ValueError, match="^ShardWriter writes owner bigdata, group bigdata, "
+                                         "mode 0o444 only$"):
+        wds.ShardWriter(pattern, mode=0o644)
+    with pytest.raises(TypeError, match=r"^ShardWriter: unexpected arguments \['colour'\]$"):
+        wds.ShardWriter(pattern, colour=1)

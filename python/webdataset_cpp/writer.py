@@ -43,6 +43,7 @@ import os
 import pickle
 import re
 import shutil
+import subprocess
 import tempfile
 
 from . import _core
@@ -316,14 +317,24 @@ class _Output:
         self.temporary = True
 
     def check_failure(self, exn):
-        """Raises OSError naming the command, from `exn` (a failed native
-        write), when the pipe's command has exited with a bad status."""
-        check = getattr(self.pipe, "check_status", None)
-        if check is not None:
+        """For a native write or close that failed (`exn`) on a pipe: raises
+        OSError naming the command, with its bad exit status, or saying that
+        it stopped reading (it exited, or closed its input, before the end)."""
+        if self.pipe is None:
+            return
+        proc = getattr(self.pipe, "proc", None)
+        if proc is not None:
             try:
-                check()
-            except OSError as failure:
-                raise failure from exn
+                proc.wait(timeout=1.0)  # a write fails as the command exits: let it finish
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            getattr(self.pipe, "check_status", lambda: None)()
+        except OSError as failure:
+            raise failure from exn
+        command = getattr(self.pipe, "cmd", self.pipe)
+        raise BrokenPipeError(errno.EPIPE, f"{command}: the command stopped reading the "
+                                           f"archive ({exn})") from exn
 
     def finish(self, close_writer):
         """Runs close_writer(), then delivers the archive (closes the pipe,
@@ -332,11 +343,10 @@ class _Output:
             try:
                 close_writer()
             except Exception as exn:
-                if self.pipe is not None:
-                    self._close_pipe(exn)
+                self.check_failure(exn)
                 raise
             if self.pipe is not None:
-                self._close_pipe(None)
+                self.pipe.close()
             elif self.stream is not None:
                 with open(self.path, "rb") as f:
                     shutil.copyfileobj(f, self.stream)
@@ -345,15 +355,6 @@ class _Output:
         finally:
             if self.temporary:
                 os.unlink(self.path)
-
-    def _close_pipe(self, exn):
-        pipe, self.pipe = self.pipe, None
-        try:
-            pipe.close()
-        except OSError as failure:
-            if exn is None:
-                raise
-            raise failure from exn
 
     def abandon(self):
         """Undoes what __init__ did, for a native writer that failed to start."""
@@ -478,7 +479,9 @@ class ShardWriter(_NativeWriter):
     post(fname) runs after each shard is complete; verbose prints one line per
     shard. index=True writes a .idx sidecar beside each (local) shard
     (equalization reads sample counts from it). opener(fname) returns the
-    stream a shard is written to. keep_meta is not supported.
+    stream a shard is written to. Of TarWriter's arguments, which the
+    reference passes on, user, group and mode must keep their defaults, format
+    is ignored and keep_meta is not supported.
     """
 
     def __init__(self, pattern, maxcount=100000, maxsize=3e9, post=None, start_shard=0,
@@ -486,6 +489,12 @@ class ShardWriter(_NativeWriter):
                  **kw):
         if kw.pop("keep_meta", False):
             raise ValueError("ShardWriter(keep_meta=True) is not supported")
+        # The reference passes these on to TarWriter; they are checked (or, for
+        # format, ignored) as TarWriter does.
+        if (kw.pop("user", "bigdata"), kw.pop("group", "bigdata"),
+                kw.pop("mode", 0o444)) != ("bigdata", "bigdata", 0o444):
+            raise ValueError("ShardWriter writes owner bigdata, group bigdata, mode 0o444 only")
+        kw.pop("format", None)
         if kw:
             raise TypeError(f"ShardWriter: unexpected arguments {sorted(kw)}")
         try:
