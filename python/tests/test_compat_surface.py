@@ -1,18 +1,21 @@
 """The reference 1.0.2's surface: its exception kinds, the tariterators steps
-with their end-of-shard marker, and the helpers of utils, cache and
-extradatasets. Expected values are the reference's observed behaviour."""
+with their end-of-shard marker, the helpers of utils, cache and extradatasets,
+and install_as_webdataset(). Expected values are the reference's observed
+behaviour."""
 
 import gzip
 import io
 import os
 import pickle
+import subprocess
 import sys
 import tarfile
+import textwrap
 
 import pytest
 
 import webdataset_cpp as wds
-from webdataset_cpp import _multishard, cache, extradatasets, tariterators, utils
+from webdataset_cpp import cache, extradatasets, tariterators, utils
 from conftest import write_tar
 
 
@@ -65,7 +68,8 @@ def test_a_failing_pipe_command_is_an_os_error(tmp_path):
     with pytest.raises(OSError) as e:
         list(wds.WebDataset(url, shardshuffle=False))
     assert type(e.value) is wds.CommandError and isinstance(e.value, wds.DataError)
-    assert str(e.value) == f"{url}: command failed with exit status 3 (its output may be incomplete)"
+    assert str(e.value) == (f"{url}: command failed with exit status 3 (its output may be "
+                            "incomplete)")
     # A command that fails before writing anything (curl -f of a missing
     # object): the reference raises OSError, a bad output ReadError; both work.
     for caught in (OSError, tarfile.ReadError):
@@ -316,7 +320,8 @@ def test_file_cache_and_streaming_open(two_shards, tmp_path):
         (first, first), (url, str(where / cache.url_to_cache_name(url)))]
     assert os.listdir(where) == [cache.url_to_cache_name(url)]
     samples = tariterators.group_by_keys(tariterators.tar_file_expander(files([url])))
-    assert [(s["__key__"], s["__local_path__"]) for s in samples] == [("a", opened[1]["local_path"])]
+    assert [(s["__key__"], s["__local_path__"]) for s in samples] == [
+        ("a", opened[1]["local_path"])]
     junk = f"pipe:echo junk; true {tmp_path}"
     with pytest.raises(ValueError, match="is not a tar archive, but a .*: data, contains b'junk"):
         list(files([junk]))
@@ -328,12 +333,12 @@ def test_file_cache_and_streaming_open(two_shards, tmp_path):
 def test_lmdb_cached_needs_lmdb(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "lmdb", None)
     with pytest.raises(ModuleNotFoundError):
-        cache.LMDBCached(str(tmp_path / "db"))
+        wds.LMDBCached(str(tmp_path / "db"))
 
 
 def test_lmdb_cached_replays_a_completed_pass(tmp_path):
     pytest.importorskip("lmdb")
-    stage = cache.LMDBCached(str(tmp_path / "db"), map_size=1e7, chunksize=2)
+    stage = wds.LMDBCached(str(tmp_path / "db"), map_size=1e7, chunksize=2)
     samples = [{"__key__": f"k{i}", "v": i} for i in range(3)]
     assert list(stage.run(iter(samples))) == samples
     assert stage.is_complete()
@@ -344,12 +349,12 @@ def test_lmdb_cached_replays_a_completed_pass(tmp_path):
 
 
 def test_legacy_epoch_and_length_wrappers():
-    epoch = extradatasets.with_epoch([1, 2, 3], 5)
+    epoch = wds.with_epoch([1, 2, 3], 5)
     assert list(epoch.invoke([1, 2, 3])) == [1, 2, 3, 1, 2]
     assert list(epoch) == [1, 2, 3, 1, 2]
-    assert list(extradatasets.with_epoch([], 3)) == []
+    assert list(wds.with_epoch([], 3)) == []
     assert pickle.loads(pickle.dumps(epoch)).source is None
-    length = extradatasets.with_length([1, 2], 7)
+    length = wds.with_length([1, 2], 7)
     assert len(length) == 7 and list(length) == [1, 2] and list(length.invoke([3])) == [3]
     again = extradatasets.repeatedly([1, 2], nepochs=2)
     assert list(again) == [1, 2, 1, 2]
@@ -360,15 +365,70 @@ def test_multi_shard_sample(monkeypatch, tmp_path):
                          {"shards": "b-{0..1}.tar", "resample": 3, "buckets": "bk"}]}
     monkeypatch.delenv("ALLOW_OBSOLETE", raising=False)
     with pytest.raises(utils.ObsoleteException, match="Reason: this is going to be replaced"):
-        _multishard.MultiShardSample(spec)
+        wds.MultiShardSample(spec)
     monkeypatch.setenv("ALLOW_OBSOLETE", "1")
-    drawn = _multishard.MultiShardSample(spec)
+    drawn = wds.MultiShardSample(spec)
     drawn.set_epoch(1)  # the reference draws exactly these for seed 1
     assert list(drawn) == [{"url": u} for u in
                            ["bk/b-0.tar", "bk/b-0.tar", "a-3.tar", "a-0.tar", "bk/b-0.tar"]]
     yaml_spec = tmp_path / "spec.yaml"
     yaml_spec.write_text("prefix: /d/\ndatasets:\n  - shards: a-{0..1}.tar\n")
-    assert sorted(u["url"] for u in _multishard.MultiShardSample(str(yaml_spec))) == ["/d/a-0.tar",
+    assert sorted(u["url"] for u in wds.MultiShardSample(str(yaml_spec))) == ["/d/a-0.tar",
                                                                               "/d/a-1.tar"]
     with pytest.raises(ValueError, match="perepoch 5 must be no greater than the number of shards"):
-        _multishard.MultiShardSample({"datasets": [{"shards": "a-{0..1}.tar", "choose": 5}]})
+        wds.MultiShardSample({"datasets": [{"shards": "a-{0..1}.tar", "choose": 5}]})
+
+
+# install_as_webdataset
+
+
+def run_python(code):
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, env=dict(os.environ), timeout=120)
+
+
+def test_install_as_webdataset_serves_unmodified_reference_code(two_shards):
+    result = run_python(f"""
+        import webdataset_cpp
+        webdataset_cpp.install_as_webdataset()
+        webdataset_cpp.install_as_webdataset()  # again: nothing happens
+        import webdataset as wds
+        from webdataset.tariterators import base_plus_ext, url_opener, tar_file_expander
+        from webdataset.tariterators import valid_sample
+        from webdataset.filters import batched
+        from webdataset.shardlists import split_by_worker
+        import webdataset.autodecode, webdataset.handlers
+        assert wds is webdataset_cpp and webdataset.autodecode is webdataset_cpp.autodecode
+        streams = url_opener([dict(url=u) for u in {list(two_shards)!r}])
+        members = tar_file_expander(streams, eof_value=None)
+        print(sum(1 for m in members if base_plus_ext(m["fname"])[0] == "a"))
+        try:
+            import webdataset.multi
+        except ModuleNotFoundError as e:
+            print(e)
+    """)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["4", "No module named 'webdataset.multi'"]
+
+
+def test_install_as_webdataset_refuses_an_imported_webdataset():
+    result = run_python("""
+        import sys, types
+        sys.modules["webdataset"] = types.ModuleType("webdataset")
+        import webdataset_cpp
+        try:
+            webdataset_cpp.install_as_webdataset()
+        except ImportError as e:
+            print(e)
+        print(sys.modules["webdataset"].__name__, "webdataset.filters" in sys.modules)
+    """)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "install_as_webdataset: webdataset is already imported (from None); call "
+        "install_as_webdataset() before anything imports webdataset", "webdataset False"]
+
+
+def test_the_reference_top_level_names_exist():
+    for name in ["with_epoch", "with_length", "MultiShardSample", "LMDBCached",
+                 "install_as_webdataset", "ShardReadError", "CommandError", "PipeShardError"]:
+        assert hasattr(wds, name), name

@@ -11,21 +11,25 @@ released; Python callables run where they are placed. Batches are NumPy arrays
 (or torch tensors) sharing the native memory. Iterate the dataset directly,
 through a torch DataLoader (each worker process runs its own native chain), or
 with the native threaded ``Loader``. docs/PYTHON.md lists every difference from
-the reference.
+the reference. ``install_as_webdataset()`` makes ``import webdataset`` give this
+package, for code you cannot edit.
 """
 
 import os as _os
 
 from . import _core
 from . import autodecode, cache, compat, distributed, extradatasets, filters, loader
-from . import handlers, mix, pipeline, pytorch, remote, shardlists, tariterators, utils, writer
+from . import (handlers, mix, pipeline, pytorch, remote, shardlists, tariterators, tenbin, utils,
+               writer)
 from .autodecode import (Continue, Decoder, gzfilter, handle_extension, imagehandler,
                          pytorch_weights_only, torch_audio, torch_loads, torch_video)
-from .cache import LRUCleanup, pipe_cleaner
+from ._install import install_as_webdataset
+from ._multishard import MultiShardSample
+from .cache import LMDBCached, LRUCleanup, pipe_cleaner
 from .compat import FluidInterface, FluidWrapper, WebDataset, WebLoader
 from .distributed import agreed_steps, count_samples, plan_epoch, write_index
 from .errors import CommandError, DataError, DecodingError, PipeShardError, ShardReadError
-from .extradatasets import MockDataset
+from .extradatasets import MockDataset, with_epoch, with_length
 from .filters import (Cached, associate, batched, decode, detshuffle, extract_keys, getfirst,
                       info, map, map_dict, map_tuple, pipelinefilter, rename, rename_keys,
                       rsample, select, shuffle, slice, to_tuple, transform_with, unbatched,
@@ -55,9 +59,11 @@ __all__ = [
     "DecodingError",
     "FluidInterface",
     "FluidWrapper",
+    "LMDBCached",
     "LRUCleanup",
     "Loader",
     "MockDataset",
+    "MultiShardSample",
     "PipeShardError",
     "PipelineStage",
     "RandomMix",
@@ -95,6 +101,7 @@ __all__ = [
     "ignore_and_stop",
     "imagehandler",
     "info",
+    "install_as_webdataset",
     "loader",
     "map",
     "map_dict",
@@ -128,6 +135,7 @@ __all__ = [
     "tarfile_samples",
     "tarfile_to_samples",
     "tariterators",
+    "tenbin",
     "to_tuple",
     "torch_audio",
     "torch_dumps",
@@ -138,6 +146,8 @@ __all__ = [
     "utils",
     "warn_and_continue",
     "warn_and_stop",
+    "with_epoch",
+    "with_length",
     "write_index",
     "writer",
     "xdecode",

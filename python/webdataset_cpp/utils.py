@@ -206,7 +206,7 @@ def obsolete(func=None, *, reason=None):
     >>> old()
     Traceback (most recent call last):
     ...
-    webdataset_cpp.utils.ObsoleteException: Call to obsolete function old. Set env ALLOW_OBSOLETE=1 to permit. Reason: gone
+    webdataset_cpp.utils.ObsoleteException: Call to obsolete function old. Set env ...
     """
     if func is None:
         return functools.partial(obsolete, reason=reason)
