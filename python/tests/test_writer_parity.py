@@ -7,6 +7,7 @@ import importlib
 import io
 import os
 import re
+import subprocess
 import sys
 import tarfile
 
@@ -304,6 +305,7 @@ def test_reference_gopen_names(tmp_path, monkeypatch):
     with gopen.gopen("other/f.bin") as f:
         assert f.read() == b"data"
     assert {"ais", "htgs", "hf"} <= set(gopen.gopen_schemes)
+    assert gopen.PIPE == subprocess.PIPE and gopen.Popen is subprocess.Popen
 
 
 def test_shard_writer_takes_the_tarwriter_arguments_the_reference_passes_on(tmp_path):

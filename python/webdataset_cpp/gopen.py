@@ -25,8 +25,8 @@ import os
 import re
 import shlex
 import signal
-import subprocess
 import sys
+from subprocess import PIPE, Popen
 from urllib.parse import urlparse
 from urllib.request import url2pathname
 
@@ -72,10 +72,10 @@ class Pipe:
         self.handler = None
         self.status = None
         if mode[0] == "r":
-            self.proc = subprocess.Popen(*args, stdout=subprocess.PIPE, **kw)
+            self.proc = Popen(*args, stdout=PIPE, **kw)
             self.stream = self.proc.stdout
         else:
-            self.proc = subprocess.Popen(*args, stdin=subprocess.PIPE, **kw)
+            self.proc = Popen(*args, stdin=PIPE, **kw)
             self.stream = self.proc.stdin
 
     def __str__(self):
