@@ -174,7 +174,8 @@ def test_ctrl_c_stops_a_native_loader_promptly(shards, tmp_path):
     start = time.monotonic()
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=20)
-    assert time.monotonic() - start < 5
+    # Liveness with room for a loaded machine: the script sleeps 30 s.
+    assert time.monotonic() - start < 15
     assert proc.returncode != 0 and "KeyboardInterrupt" in err
     leftovers = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout
     assert leftovers == ""

@@ -23,7 +23,7 @@ def children():
     return out
 
 
-def process_group_gone(pgid, within=2.0):
+def process_group_gone(pgid, within=10.0):
     """Whether process group `pgid` is empty within `within` seconds (its
     members may take a moment to die and be reaped by init)."""
     deadline = time.monotonic() + within
@@ -64,7 +64,9 @@ def assert_interrupted_promptly(run, expect_children=1):
         run()
     elapsed = time.monotonic() - timer.sent
     timer.timer.join()
-    assert elapsed < 1.0, elapsed
+    # Liveness with room for a loaded machine: milliseconds unloaded, and the
+    # shortest stall here lasts 5 s.
+    assert elapsed < 3.0, elapsed
     # The command was running (a shell, in its own process group) and is gone.
     started = timer.children - before_children
     assert len(started) == expect_children
@@ -131,9 +133,11 @@ def test_a_handler_that_does_not_raise_lets_the_wait_go_on(shards):
     calls = []
     previous = signal.signal(signal.SIGINT, lambda *args: calls.append(time.monotonic()))
     try:
-        ds = wds.WebDataset(stalled(shards, seconds=1), shardshuffle=False)
+        ds = wds.WebDataset(stalled(shards, seconds=3), shardshuffle=False)
         timer = SigintAfter(0.3)
         keys = [s["__key__"] for s in ds]
     finally:
         signal.signal(signal.SIGINT, previous)
-    assert len(keys) == 10 and len(calls) == 1 and calls[0] - timer.sent < 0.5
+    # The handler ran during the wait (with room for a loaded machine), not
+    # when the 3 s stall ended.
+    assert len(keys) == 10 and len(calls) == 1 and calls[0] - timer.sent < 2.0

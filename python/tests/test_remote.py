@@ -424,7 +424,8 @@ def test_ctrl_c_ends_a_remote_wait_promptly(server, fault):
     with pytest.raises(KeyboardInterrupt):
         list(remote(server, NAMES[0]))
     timer.join()
-    assert time.monotonic() - sent[0] < 1.0
+    # Liveness with room for a loaded machine: the fault lasts 30 s.
+    assert time.monotonic() - sent[0] < 10.0
 
 
 # --- cache
