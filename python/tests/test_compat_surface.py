@@ -411,6 +411,36 @@ def test_install_as_webdataset_serves_unmodified_reference_code(two_shards):
     assert result.stdout.splitlines() == ["4", "No module named 'webdataset.multi'"]
 
 
+def test_install_as_webdataset_at_module_level_reaches_spawned_workers(two_shards, tmp_path):
+    pytest.importorskip("torch")
+    (tmp_path / "client.py").write_text(textwrap.dedent("""
+        import webdataset as wds
+
+        def keys(src):
+            for sample in src:
+                yield sample["__key__"]
+
+        def dataset(urls):
+            return wds.DataPipeline(wds.SimpleShardList(urls), wds.tarfile_to_samples(), keys)
+    """))
+    (tmp_path / "main.py").write_text(textwrap.dedent(f"""
+        import webdataset_cpp
+        webdataset_cpp.install_as_webdataset()
+        import torch.utils.data
+        import client
+
+        if __name__ == "__main__":
+            loader = torch.utils.data.DataLoader(client.dataset({list(two_shards)!r}),
+                                                 batch_size=None, num_workers=1,
+                                                 multiprocessing_context="spawn")
+            print(list(loader))
+    """))
+    result = subprocess.run([sys.executable, "main.py"], capture_output=True, text=True,
+                            cwd=tmp_path, env=dict(os.environ), timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["['a', 'b', 'a']"]
+
+
 def test_install_as_webdataset_refuses_an_imported_webdataset():
     result = run_python("""
         import sys, types

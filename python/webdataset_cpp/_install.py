@@ -29,6 +29,10 @@ def install_as_webdataset():
         webdataset_cpp.install_as_webdataset()
         import open_clip_train.data        # its "import webdataset as wds" gets ours
 
+    A spawned DataLoader worker starts without it: make the call at module
+    level in the main script (which each spawned worker imports again), not
+    under ``if __name__ == "__main__"``; forked workers inherit it.
+
     Modules the reference has and this package lacks (``webdataset.multi``,
     ``webdataset.typecheck``) stay missing: importing them raises
     ModuleNotFoundError. Calling it again does nothing. If a real
