@@ -97,23 +97,11 @@ class Stage:
 
     def __call__(self, src):
         ctx = Context.current()
-        return run_steps([_Given(src), *plan([self], ctx)], ctx)
+        return run_steps([PythonStep(lambda: iter(src)), *plan([self], ctx)], ctx)
 
     def __repr__(self):
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({fields})"
-
-
-class _Given:
-    """An iterator given to a stage called directly: the pipeline's source."""
-
-    native = False
-
-    def __init__(self, it):
-        self.it = it
-
-    def open(self, upstream, ctx):
-        return iter(self.it)
 
 
 class PythonStep:
