@@ -31,8 +31,8 @@ each local shard to a temporary name and renames it when complete, never
 creates an empty shard, rolls over before a sample that would take a shard
 beyond maxsize bytes of tar (the reference counts payload only and can exceed
 it), and checks keys (a dot in a key's basename would not read back as the
-same key). The ``.gz`` suffix's gzip and the tenbin encoding are reproducible
-(the reference stamps gzip with the time).
+same key). A ``.gz`` field is gzipped reproducibly (the reference stamps the
+gzip header with the time).
 """
 
 import errno
