@@ -90,6 +90,18 @@ def test_a_failing_native_decoder_raises_decoding_error(tmp_path):
     assert (copy.url, copy.key, copy.k, str(copy)) == (path, "a", "cls", str(e.value))
 
 
+def test_a_decoding_error_from_a_dataloader_worker_keeps_its_message():
+    utils_of_torch = pytest.importorskip("torch._utils")
+    try:
+        raise wds.DecodingError(url="x.tar", key="a", k="cls", message="x.tar: key a: bad")
+    except wds.DecodingError:
+        wrapped = utils_of_torch.ExceptionWrapper(where="in DataLoader worker process 0")
+    with pytest.raises(wds.DecodingError) as e:
+        wrapped.reraise()
+    assert str(e.value).startswith("Caught DecodingError in DataLoader worker process 0.\n")
+    assert str(e.value).endswith("webdataset_cpp.errors.DecodingError: x.tar: key a: bad\n")
+
+
 def test_other_data_errors_stay_data_errors(tmp_path):
     dup = write_tar(tmp_path / "dup.tar", [("a.cls", b"1"), ("a.cls", b"2")])
     with pytest.raises(wds.DataError) as e:

@@ -84,6 +84,13 @@ class DecodingError(DataError):
             message = f"{url}: key {key}: field {k}: decoding failed"
         super().__init__(message)
 
+    @property
+    def message(self):
+        """What failed: str(self). (torch's DataLoader re-raises a worker's
+        exception with message= when its class has this attribute, so the
+        text stays the message instead of becoming the URL.)"""
+        return str(self)
+
     def __reduce__(self):
         # Pickled (to leave a DataLoader worker) with its fields, not as
         # DecodingError(message), which would take the message for the URL.
