@@ -234,6 +234,19 @@ def test_url_opener_opens_local_files_and_defers_commands(two_shards, tmp_path):
     assert names(tariterators.tar_file_expander([piped])) == ["a.txt", "a.cls", {}]
 
 
+def test_a_remote_shard_is_requested_once_and_read_natively(two_shards, tmp_path):
+    from test_remote import Server
+
+    server = Server(os.path.dirname(two_shards[0]), str(tmp_path))
+    try:
+        url = server.url(os.path.basename(two_shards[1]))
+        streams = tariterators.url_opener([dict(url=url)], remote=wds.RemoteOptions(max_attempts=2))
+        assert names(tariterators.tar_file_expander(streams)) == ["a.txt", "a.cls", {}]
+        assert server.gets() == ["/" + os.path.basename(two_shards[1])]
+    finally:
+        server.stop()
+
+
 def test_rename_and_select_errors_go_to_the_handler(two_shards):
     def rename(name):
         if name.startswith("b"):
@@ -471,6 +484,6 @@ def test_install_as_webdataset_refuses_an_imported_webdataset():
 
 
 def test_the_reference_top_level_names_exist():
-    for name in ["with_epoch", "with_length", "MultiShardSample", "LMDBCached",
+    for name in ["with_epoch", "with_length", "MultiShardSample", "LMDBCached", "tenbin",
                  "install_as_webdataset", "ShardReadError", "CommandError", "PipeShardError"]:
         assert hasattr(wds, name), name
