@@ -330,12 +330,13 @@ TEST(RenameTest, RemovesEveryListedAlternativeLikeReference) {
   EXPECT_EQ(FieldText((*out)[0], "image"), "J");
 }
 
-TEST(RenameTest, WithoutKeepDropsUnnamedFieldsButKeepsMetadata) {
+TEST(RenameTest, WithoutKeepDropsEveryUnnamedFieldMetadataTooLikeReference) {
   Pipeline p = Pipeline(VectorSource({MakeSample("a", {{"jpg", "J"}, {"cls", "1"}, {"x", "X"}})}))
-                   .Rename({{"label", "cls"}}, /*keep=*/false);
+                   .Rename({{"label", "cls"}, {"key", "__key__"}}, /*keep=*/false);
   absl::StatusOr<std::vector<Sample>> out = RunAll(p);
   ASSERT_TRUE(out.ok()) << out.status();
-  EXPECT_THAT(FieldNamesOf((*out)[0]), ElementsAre("__key__", "__url__", "label"));
+  EXPECT_THAT(FieldNamesOf((*out)[0]), ElementsAre("label", "key"));
+  EXPECT_EQ(FieldText((*out)[0], "key"), "a");
 }
 
 TEST(RenameTest, SameSourceForTwoNamesCopiesIt) {
@@ -348,11 +349,11 @@ TEST(RenameTest, SameSourceForTwoNamesCopiesIt) {
   EXPECT_EQ(FieldText((*out)[0], "b"), "J");
 }
 
-TEST(RenameTest, MetadataSourceIsCopiedNotRemoved) {
+TEST(RenameTest, MetadataSourceIsMovedLikeReference) {
   Pipeline p = Pipeline(VectorSource({MakeSample("a")})).Rename({{"name", "__key__"}});
   absl::StatusOr<std::vector<Sample>> out = RunAll(p);
   ASSERT_TRUE(out.ok()) << out.status();
-  EXPECT_THAT(FieldNamesOf((*out)[0]), ElementsAre("__key__", "__url__", "name"));
+  EXPECT_THAT(FieldNamesOf((*out)[0]), ElementsAre("__url__", "name"));
   EXPECT_EQ(FieldText((*out)[0], "name"), "a");
 }
 

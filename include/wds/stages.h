@@ -46,8 +46,8 @@ StageFactory SelectStage(std::function<bool(const Sample&)> predicate);
 
 // RenameStage sets each new field to the first present field among its
 // ';'-separated alternatives ({"image", "jpg;png"}). Every listed alternative
-// is removed, as in the reference (metadata fields are copied, never removed);
-// with keep = false every field not named is dropped (metadata kept). A
+// is removed, "__key__" too when listed; with keep = false every field not
+// named is dropped, "__key__" and "__url__" too (both as in the reference). A
 // sample with none of the alternatives goes to `handler` (NotFound).
 StageFactory RenameStage(std::vector<std::pair<std::string, std::string>> renames, bool keep = true,
                          Handler handler = Handler::kReraise);

@@ -444,4 +444,8 @@ def resume_recipe(stages, ctx):
             raise Unrecordable("a shuffle after a Python stage holds samples the shard source's "
                                "position does not describe (shuffle before any Python stage)")
         parts.append(chain.recipe)
+    for stage in stages:  # a stage may say why it cannot be recorded (an unseeded shuffle)
+        why = getattr(stage, "_wds_unrecordable", None)
+        if why is not None and why(ctx):
+            raise Unrecordable(why(ctx))
     return "|".join(parts)

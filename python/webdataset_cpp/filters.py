@@ -15,6 +15,11 @@ array([0, 1])
 """
 
 import fnmatch
+import functools
+import io
+import itertools
+import os
+import pickle
 import random
 import sys
 
@@ -30,7 +35,7 @@ _builtin_slice = slice
 
 
 def _sample_name(sample):
-    if isinstance(sample, dict):
+    if isinstance(sample, dict) and ("__key__" in sample or "__url__" in sample):
         return f"{sample.get('__url__')}: key {sample.get('__key__')}"
     return "sample"
 
@@ -51,6 +56,21 @@ class PythonFilter(Stage):
         return self.name
 
 
+FilterFunction = PythonFilter  # the reference's name for a curried filter
+
+
+class RestCurried:
+    """What pipelinefilter(f) returns: calling it with (*args, **kw) gives the
+    stage f(src, *args, **kw). Picklable when f is a module-level function."""
+
+    def __init__(self, f):
+        self.f = f
+        functools.update_wrapper(self, f)
+
+    def __call__(self, *args, **kw):
+        return PythonFilter(self.f, *args, _name=self.f.__name__.lstrip("_"), **kw)
+
+
 def pipelinefilter(f):
     """Makes a generator function f(src, *args, **kw) a curried filter:
     f(*args, **kw) is then a stage.
@@ -62,56 +82,207 @@ def pipelinefilter(f):
     >>> list(double()(iter([1, 2])))
     [2, 4]
     """
+    return RestCurried(f)
 
-    name = f.__name__.lstrip("_")
 
-    def curried(*args, **kw):
-        return PythonFilter(f, *args, _name=name, **kw)
+def identity(x):
+    return x
 
-    curried.__name__ = name
-    curried.__doc__ = f.__doc__
-    curried.__wrapped__ = f
-    return curried
+
+def compose2(f, g):
+    """x -> g(f(x))."""
+    return lambda x: g(f(x))
+
+
+def compose(*args):
+    """The functions applied left to right."""
+    return functools.reduce(compose2, args)
+
+
+def pipeline(source, *args):
+    """The filters `args` applied in turn to `source` (the reference's helper)."""
+    return compose(*args)(source) if args else source
+
+
+def parse_field_spec(fields):
+    """A field spec ("jpg;png cls", or a list) as lists of alternatives."""
+    if isinstance(fields, str):
+        fields = fields.split()
+    return [field.split(";") for field in fields]
 
 
 # ---------------------------------------------------------------- shuffling
 
+_SEED_MASK = 2**64 - 1
+
+
+def pick(buf, rng):
+    """Removes and returns a random item of the list `buf`: the one at
+    rng.randint(0, len(buf) - 1), whose slot the last item fills."""
+    k = rng.randint(0, len(buf) - 1)
+    item = buf[k]
+    buf[k] = buf[-1]
+    buf.pop()
+    return item
+
+
+def _python_rng(rng, seed):
+    """The random.Random a Python shuffle draws from."""
+    if rng is not None and seed is not None:
+        raise ValueError("shuffle: pass rng= or seed=, not both")
+    if seed is not None:
+        return random.Random(seed)
+    if rng is None:
+        return random.Random()  # seeded from os.urandom: a new order every run
+    if not callable(getattr(rng, "randint", None)):
+        raise TypeError(f"shuffle: rng must be a random.Random (with randint), got {rng!r}")
+    return rng
+
+
+def _shuffle(data, bufsize=1000, initial=100, rng=None, seed=None, handler=None):
+    """Yields the items of `data` shuffled with a buffer, in Python, drawing
+    from `rng` (a random.Random; `seed` makes one; neither: a new order every
+    run). The reference's algorithm and draws: each step reads an item, and a
+    second one while the buffer holds fewer than `bufsize`; once it holds
+    `initial`, each step yields pick(buf, rng). The same rng state gives the
+    reference's order. `handler` is accepted and unused, as there."""
+    rng = _python_rng(rng, seed)
+    initial = min(initial, bufsize)
+    data = iter(data)
+    buf = []
+    for item in data:
+        buf.append(item)
+        if len(buf) < bufsize:
+            buf.extend(itertools.islice(data, 1))
+        if len(buf) >= initial:
+            yield pick(buf, rng)
+    while buf:
+        yield pick(buf, rng)
+
+
+_shuffle._wds_kind = "holds"
+
+
+def _seed_given(seed):
+    """Whether a pipeline seed was chosen (False for the default of a pipeline
+    made without a seed and without $WDS_SEED; see pipeline.default_seed)."""
+    return not getattr(seed, "unset", False)
+
+
+def _mixed(seed, epoch):
+    """A 64-bit seed from (seed, epoch), different for every epoch."""
+    x = (int(seed) * 0x9E3779B97F4A7C15 + int(epoch) + 1) & _SEED_MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _SEED_MASK
+    return ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _SEED_MASK
+
 
 class Shuffle(Stage):
     """A buffer of `bufsize` samples, a random one yielded once it holds
-    `initial` (native; seeded per seed, epoch, pass, rank and worker)."""
-    _wds_kind = "shuffle"
+    `initial`: see shuffle()."""
 
-    def __init__(self, bufsize=1000, initial=100, seed=None):
+    def __init__(self, bufsize=1000, initial=100, seed=None, rng=None, epoch=-1):
         if bufsize < 0 or initial < 0:
             raise ValueError(f"shuffle: bufsize and initial must be >= 0, got {bufsize}, {initial}")
+        if rng is not None:
+            _python_rng(rng, seed)  # the argument errors, now
         self.bufsize = int(bufsize)
         self.initial = min(int(initial), self.bufsize)
         self.seed = seed
+        self.rng = rng
+        self.epoch = epoch
+
+    @property
+    def _wds_kind(self):
+        # A Python shuffle (rng=) is a Python step that holds items.
+        return "shuffle" if self.rng is None else "holds"
+
+    @property
+    def name(self):
+        return "shuffle" if self.rng is None else "shuffle(rng=...)"
+
+    def set_epoch(self, epoch):
+        """Sets `epoch`: see shuffle()."""
+        self.epoch = int(epoch)
 
     def is_native(self, ctx):
-        return True
+        return self.rng is None
 
     def native(self, ctx):
-        seed = None if self.seed is None else int(self.seed) & (2**64 - 1)
-        return _core.shuffle(self.bufsize, self.initial, seed)
+        return _core.shuffle(self.bufsize, self.initial, self._native_seed(ctx))
+
+    def _native_seed(self, ctx):
+        """None (the pipeline's seed), a 64-bit seed, or for an unseeded
+        shuffle in an unseeded pipeline a fresh random one."""
+        seed = self.seed
+        if seed is None and not _seed_given(ctx.seed):
+            return int.from_bytes(os.urandom(8), "little")
+        if self.epoch is not None and self.epoch >= 0:
+            return _mixed(ctx.seed if seed is None else seed, self.epoch)
+        return None if seed is None else int(seed) & _SEED_MASK
+
+    def python(self, src, ctx):
+        return _shuffle(src, self.bufsize, self.initial, rng=self.rng)
+
+    def _wds_unrecordable(self, ctx):
+        """Why a pipeline state cannot record a position through this stage,
+        or None."""
+        if self.rng is not None:
+            return ("shuffle(rng=...) runs in Python and draws from a random.Random whose "
+                    "draws a state cannot record (pass seed= to shuffle instead)")
+        if self.seed is None and not _seed_given(ctx.seed):
+            return ("shuffle() without a seed draws a new order every run, which a state cannot "
+                    "replay (pass seed= to shuffle, or give the pipeline a seed: "
+                    "WebDataset(seed=...), DataPipeline.seed or $WDS_SEED)")
+        return None
+
+    def __call__(self, src):
+        if self.seed is None:
+            # No pipeline seeds a shuffle called on an iterator: a new order
+            # every run, as the reference's.
+            return _shuffle(src, self.bufsize, self.initial, rng=self.rng)
+        return super().__call__(src)
+
+    def run(self, src):
+        """Runs the stage on an iterator (the reference's PipelineStage.run)."""
+        return self(src)
 
 
 def shuffle(bufsize=1000, initial=100, rng=None, seed=None, handler=None):
-    """Shuffles samples with a buffer (the reference's algorithm, native RNG).
+    """Shuffles samples with a buffer of `bufsize`, yielding once it holds
+    `initial` (the reference's algorithm).
 
-    The order differs from the reference's Python random. `rng` (a
-    random.Random) is not supported: pass `seed`.
+    * seed=N: native, a repeatable order for (N, epoch, pass, rank, worker),
+      a different one each epoch.
+    * no seed: as in the reference, a new order every run. Unlike the
+      reference, a pipeline given a seed (WebDataset(seed=...),
+      DataPipeline.seed, $WDS_SEED) seeds it instead, so that its states can
+      be resumed; a state of a pipeline with an unseeded shuffle and no seed
+      records why it cannot be resumed.
+    * rng=random.Random(...): runs in Python (the reference's `_shuffle`)
+      drawing from rng, so the same rng gives the reference's order; such a
+      state cannot be resumed. The native order differs from the
+      reference's (another generator).
+
+    `epoch` (set_epoch(e), or the attribute, as the reference's detshuffle
+    has) -1 follows the pipeline's epoch; e >= 0 mixes e into the seed: a
+    different, repeatable order for each e. `handler` is unused, as in the
+    reference.
+
+    >>> import random, webdataset_cpp as wds
+    >>> list(wds.shuffle(5, rng=random.Random(0))(iter(range(5))))
+    [3, 4, 0, 1, 2]
     """
-    if rng is not None:
-        raise ValueError("shuffle(rng=...) is not supported: pass seed=")
-    return Shuffle(bufsize or 0, initial, seed)
+    return Shuffle(bufsize or 0, initial, seed, rng)
 
 
-def detshuffle(bufsize=1000, initial=100, seed=0, epoch=-1):
-    """A shuffle that differs per epoch and repeats for a given (seed, epoch):
-    every native shuffle is one; here the epoch comes from the pipeline."""
-    return Shuffle(bufsize, initial, seed)
+class detshuffle(Shuffle):
+    """A shuffle with a seed (default 0): a repeatable order for (seed,
+    epoch), a different one each epoch. As in the reference, `epoch` (or
+    set_epoch) picks the order; unlike it, epoch -1 follows the pipeline's
+    epoch, and the stage does not count its own iterations."""
+
+    def __init__(self, bufsize=1000, initial=100, seed=0, epoch=-1):
+        super().__init__(bufsize, initial, seed, epoch=epoch)
 
 
 # ---------------------------------------------------------------- mapping
@@ -243,7 +414,13 @@ def getfirst(a, keys, default=None, missing_is_error=True):
 
 
 def transform_with(sample, transformers):
-    """Applies transformers[i] to sample[i] (None: unchanged); returns a list."""
+    """Applies transformers[i] to sample[i] (None: unchanged); returns a list
+    (the sample itself when there are no transformers, as the reference)."""
+    if not transformers:
+        return sample
+    if len(transformers) > len(sample):
+        raise ValueError(f"transform_with: {len(transformers)} transformers for a sample of "
+                         f"{len(sample)}")
     result = list(sample)
     for i, f in enumerate(transformers):
         if f is not None:
@@ -316,15 +493,19 @@ def to_tuple(*args, handler=reraise_exception, missing_is_error=True, none_is_er
                    none_is_error=none_is_error)
 
 
+def _alternatives(spec):
+    return spec.split(";") if isinstance(spec, str) else list(spec)
+
+
 def _rename(data, handler=reraise_exception, keep=True, **kw):
     for sample in data:
         try:
             new = {k: getfirst(sample, v, missing_is_error=True) for k, v in kw.items()}
             if keep:
-                gone = {alt for v in kw.values() for alt in v.split(";")}
-                out = {k: v for k, v in sample.items() if k not in gone or k.startswith("__")}
+                gone = {alt for v in kw.values() for alt in _alternatives(v)}
+                out = {k: v for k, v in sample.items() if k not in gone}
             else:
-                out = {k: v for k, v in sample.items() if k.startswith("__")}
+                out = {}
             out.update(new)
         except Exception as exn:
             if handler(exn):
@@ -366,10 +547,42 @@ class Rename(Stage):
 
 
 def rename(handler=reraise_exception, keep=True, **kw):
-    """Renames fields: new="old" or new="a;b" (the first present). The old
-    fields are removed; keep=False drops every field not named. Unlike the
-    reference, __key__ and __url__ are always kept."""
+    """Renames fields: new="old" or new="a;b" (the first present). Every
+    listed alternative is removed (__key__ too when listed); keep=False keeps
+    only the named fields (no __key__ or __url__), as in the reference."""
     return Rename(handler=handler, keep=keep, **kw)
+
+
+def _key_matches(key, patterns):
+    """Whether a field name matches one of the fnmatch patterns, as the
+    reference matches them: the name, or the name after a dot ("*.png"
+    matches "png" and "x.png")."""
+    return any(fnmatch.fnmatch("." + key, p) or fnmatch.fnmatch(key, p) for p in patterns)
+
+
+def _extract_keys(source, *patterns, duplicate_is_error=True, ignore_missing=False):
+    for sample in source:
+        result = []
+        for pattern in patterns:
+            alternatives = _alternatives(pattern)
+            found = [k for k in sample if _key_matches(k, alternatives)]
+            if not found:
+                if ignore_missing:
+                    continue
+                raise DataError(f"{_sample_name(sample)}: extract_keys: no field matches "
+                                f"{pattern!r} (fields present: {', '.join(sample)})")
+            if len(found) > 1 and duplicate_is_error:
+                raise DataError(f"{_sample_name(sample)}: extract_keys: fields {found} all match "
+                                f"{pattern!r}")
+            result.append(sample[found[0]])
+        yield tuple(result)
+
+
+extract_keys = pipelinefilter(_extract_keys)
+extract_keys.__doc__ = """A tuple of the first field matching each fnmatch pattern (a list, or
+"a;b" alternatives), as the reference: "*.png" matches "png" and "x.png". A pattern without
+a match is a DataError (a ValueError), or left out of the tuple with ignore_missing; several
+matches are a DataError unless duplicate_is_error=False."""
 
 
 def _rename_keys(source, *args, keep_unselected=False, must_match=True, duplicate_is_error=True,
@@ -378,52 +591,35 @@ def _rename_keys(source, *args, keep_unselected=False, must_match=True, duplicat
                 [(pattern, output) for output, pattern in kw.items()]
     for sample in source:
         new = {}
-        matched = {k: False for k, _ in renamings}
+        matched = {pattern: False for pattern, _ in renamings}
         for path, value in sample.items():
-            fname = path.lower()
-            target = None
-            for pattern, name in renamings:
-                if fnmatch.fnmatch(fname, pattern):
-                    matched[pattern] = True
-                    target = name
+            fname = path.rsplit("/", 1)[-1].lower()
+            target = next(((pattern, name) for pattern, name in reversed(renamings)
+                           if fnmatch.fnmatch(fname, pattern)), None)
             if target is None:
                 if keep_unselected:
                     new[path] = value
                 continue
-            if target in new and duplicate_is_error:
-                raise DataError(f"rename_keys: {target} is given twice in {list(sample)}")
-            new[target] = value
+            matched[target[0]] = True
+            if target[1] in new:
+                if duplicate_is_error:
+                    raise DataError(f"{_sample_name(sample)}: rename_keys: two fields become "
+                                    f"{target[1]!r} (fields present: {', '.join(sample)})")
+                continue
+            new[target[1]] = value
         if must_match and not all(matched.values()):
             missing = [k for k, v in matched.items() if not v]
-            raise DataError(f"rename_keys: no field matches {missing} in {list(sample)}")
+            raise DataError(f"{_sample_name(sample)}: rename_keys: no field matches {missing} "
+                            f"(fields present: {', '.join(sample)})")
         yield new
 
 
 rename_keys = pipelinefilter(_rename_keys)
-rename_keys.__doc__ = """Renames fields by fnmatch patterns: rename_keys(new="*.jpg"); the last
-matching pattern wins; fields no pattern matches are dropped unless keep_unselected."""
-
-
-def _extract_keys(source, *patterns, duplicate_is_error=True, ignore_missing=False):
-    for sample in source:
-        result = []
-        for pattern in patterns:
-            found = [v for k, v in sample.items()
-                     if any(fnmatch.fnmatch("." + k, "." + p) or fnmatch.fnmatch(k, p)
-                            for p in pattern.split(";"))]
-            if len(found) == 0:
-                if ignore_missing:
-                    result.append(None)
-                    continue
-                raise DataError(f"extract_keys: no field matches {pattern} in {list(sample)}")
-            if len(found) > 1 and duplicate_is_error:
-                raise DataError(f"extract_keys: several fields match {pattern} in {list(sample)}")
-            result.append(found[0])
-        yield tuple(result)
-
-
-extract_keys = pipelinefilter(_extract_keys)
-extract_keys.__doc__ = "A tuple of the fields matching each fnmatch pattern (';' alternatives)."
+rename_keys.__doc__ = """Renames fields by fnmatch patterns on the lower-cased name after its
+last "/": rename_keys(("new", "*.jpg")) or rename_keys(new="*.jpg"); the last pattern given
+that matches wins; fields no pattern matches are dropped unless keep_unselected; a second
+field for a new name is a DataError, or dropped with duplicate_is_error=False (as the
+reference)."""
 
 
 # ---------------------------------------------------------------- decoding
@@ -497,6 +693,11 @@ def _inner_extension(name):
     return parts[-1]
 
 
+def _decode(data, *args, handler=reraise_exception, **kw):
+    """The generator of decode(*args, **kw) over `data`."""
+    return Decode(*args, handler=handler, **kw)(data)
+
+
 def decode(*args, handler=reraise_exception, **kw):
     """Decodes fields: image specs ("rgb8", "torchrgb", "pil", ...) and
     (key, data) callables, then the basic types.
@@ -511,36 +712,54 @@ def decode(*args, handler=reraise_exception, **kw):
     return Decode(*args, handler=handler, **kw)
 
 
-def _xdecode(source, *args, must_decode=True, defaults=None, **kw):
-    import io as _io
+def decode_bin(stream):
+    """The bytes of a stream (xdecode's "*.bin")."""
+    return stream.read()
 
-    decoders = list(args) + [(f"*.{ext}", f) for ext, f in kw.items()]
-    if defaults is None:
-        defaults = [("*.bin", lambda stream: stream.read()),
-                    ("*.txt", lambda stream: stream.read().decode("utf-8")),
-                    ("*.pyd", lambda stream: __import__("pickle").load(stream))]
-    decoders = defaults + decoders
+
+def decode_text(stream):
+    """The UTF-8 text of a stream (xdecode's "*.txt")."""
+    return stream.read().decode("utf-8")
+
+
+def decode_pickle(stream):
+    """The object pickled in a stream (xdecode's "*.pyd"): only for data you trust."""
+    return pickle.load(stream)
+
+
+default_decoders = [("*.bin", decode_bin), ("*.txt", decode_text), ("*.pyd", decode_pickle)]
+
+
+def find_decoder(decoders, path):
+    """The decoder of the last (pattern, decoder) whose fnmatch pattern matches
+    the lower-cased name after the last "/" of `path` (or "." + it); the
+    identity for metadata ("__key__"); None if none matches."""
+    fname = path.rsplit("/", 1)[-1]
+    if fname.startswith("__"):
+        return identity
+    fname = fname.lower()
+    for pattern, f in reversed(decoders):
+        if fnmatch.fnmatch(fname, pattern) or fnmatch.fnmatch("." + fname, pattern):
+            return f
+    return None
+
+
+def _xdecode(source, *args, must_decode=True, defaults=default_decoders, **kw):
+    decoders = list(defaults) + list(args) + [(f"*.{ext}", f) for ext, f in kw.items()]
     for sample in source:
         out = {}
         for k, v in sample.items():
-            if k.startswith("__") or not isinstance(v, bytes):
-                out[k] = v
-                continue
-            found = None
-            for pattern, f in decoders:
-                if fnmatch.fnmatch("." + k, pattern) or fnmatch.fnmatch(k, pattern):
-                    found = f
-            if found is None:
-                if must_decode:
-                    raise ValueError(f"No decoder found for {k}.")
-                out[k] = v
-            else:
-                out[k] = found(_io.BytesIO(v))
+            f = find_decoder(decoders, k) if isinstance(v, bytes) and k[:2] != "__" else False
+            if f is None and must_decode:
+                raise ValueError(f"{_sample_name(sample)}: xdecode: no decoder for {k!r}")
+            out[k] = f(io.BytesIO(v)) if f else v
         yield out
 
 
 xdecode = pipelinefilter(_xdecode)
-xdecode.__doc__ = "Decodes by fnmatch patterns of (pattern, f(stream)); the last match wins."
+xdecode.__doc__ = """Decodes fields with (pattern, f(stream)) pairs and ext=f keywords after
+`defaults` (see find_decoder; a decoder False leaves the field as it is). Unlike the
+reference, a value that is not bytes (decoded earlier) passes through."""
 
 
 # ---------------------------------------------------------------- batching
@@ -551,7 +770,8 @@ def _is_tensor(x):
     return torch is not None and isinstance(x, torch.Tensor)
 
 
-def _combine(values, combine_tensors, combine_scalars):
+def combine_values(values, combine_tensors=True, combine_scalars=True):
+    """One column of a batch: see default_collation_fn."""
     import numpy as np
 
     first = values[0]
@@ -571,6 +791,16 @@ def _combine(values, combine_tensors, combine_scalars):
     return list(values)
 
 
+def tuple2dict(sample):
+    """A tuple sample as {0: ..., 1: ...}; a dict as it is."""
+    return sample if isinstance(sample, dict) else dict(enumerate(sample))
+
+
+def dict2tuple(d):
+    """The inverse of tuple2dict."""
+    return tuple(d[i] for i in range(1 + max(d.keys())))
+
+
 def default_collation_fn(samples, combine_tensors=True, combine_scalars=True):
     """Collates a list of samples (dicts or tuples) column by column: numbers
     to a NumPy array, ndarrays stacked (same shape), tensors torch.stack'ed,
@@ -586,12 +816,12 @@ def default_collation_fn(samples, combine_tensors=True, combine_scalars=True):
             if set(s) != set(keys):
                 raise DataError(f"keys don't match in different samples: {sorted(keys)} and "
                                 f"{sorted(s)}")
-        return {k: _combine([s[k] for s in samples], combine_tensors, combine_scalars)
+        return {k: combine_values([s[k] for s in samples], combine_tensors, combine_scalars)
                 for k in keys}
     if not isinstance(first, (list, tuple)):
         raise TypeError(f"collation takes dicts or tuples, got {type(first).__name__}")
     columns = list(zip(*samples))
-    return tuple(_combine(list(c), combine_tensors, combine_scalars) for c in columns)
+    return tuple(combine_values(list(c), combine_tensors, combine_scalars) for c in columns)
 
 
 def _batched(data, batchsize=20, collation_fn=default_collation_fn, partial=True):

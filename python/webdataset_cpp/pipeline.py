@@ -48,6 +48,14 @@ except ImportError:  # torch is optional
         """Stands in for torch's IterableDataset when torch is missing."""
 
 
+class _UnsetSeed(int):
+    """0, the seed of a pipeline made without one and without $WDS_SEED. It
+    permutes shards as 0 does; a shuffle without its own seed then draws a
+    new order every run, as the reference's (see filters.shuffle)."""
+
+    unset = True
+
+
 def default_seed():
     """The seed of a pipeline made without one: $WDS_SEED as an int, else 0.
 
@@ -55,7 +63,7 @@ def default_seed():
     the same seed, which the shard permutation needs to stay disjoint."""
     text = os.environ.get("WDS_SEED")
     if text is None:
-        return 0
+        return _UnsetSeed(0)
     try:
         return int(text)
     except ValueError:

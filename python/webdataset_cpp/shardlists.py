@@ -16,17 +16,42 @@ reference.
 [{'url': 'a-0.tar'}, {'url': 'a-1.tar'}]
 """
 
+import dataclasses
+import glob
 import itertools
 import os
 import random
 import re
 import sys
+import time
+from typing import List
 
 from . import _core
 from ._plan import Stage
-from .utils import PipelineStage, node_info, pytorch_worker_seed, worker_info
+from .filters import PythonFilter, _seed_given
+from .pipeline import IterableDataset
+from .utils import PipelineStage, is_iterable, node_info, pytorch_worker_seed, worker_info
 
 _ENV_VARIABLE = re.compile(r"\$\{(\w+)\}")
+
+
+def envlookup(m):
+    """The value of $WDS_<name> for a match of ${name}; a ValueError naming
+    the variable when it is not set (the reference asserts)."""
+    name = "WDS_" + m.group(1)
+    if name not in os.environ:
+        raise ValueError(f"the environment variable {name} is not set")
+    return os.environ[name]
+
+
+def envsubst(s):
+    """`s` with every ${name} replaced by $WDS_<name>."""
+    return _ENV_VARIABLE.sub(envlookup, s)
+
+
+def expand(s):
+    """`s` with ~ and $VARIABLES expanded."""
+    return os.path.expanduser(os.path.expandvars(s))
 
 
 def expand_urls(urls):
@@ -44,6 +69,18 @@ def expand_urls(urls):
         return os.environ[name]
 
     return _core.expand_urls(_ENV_VARIABLE.sub(env, urls))
+
+
+def expand_source(source, max_urls=int(1e9)):
+    """A list of URLs: a str expanded (expand_urls), a list as it is, another
+    iterable's first `max_urls`; anything else is a ValueError."""
+    if isinstance(source, str):
+        return expand_urls(source)
+    if isinstance(source, list):
+        return source
+    if is_iterable(source):
+        return list(itertools.islice(source, max_urls))
+    raise ValueError(f"cannot handle {type(source)}")
 
 
 def check_secure(urls):
@@ -70,9 +107,11 @@ def secure_urls(items):
 class SimpleShardList(PipelineStage):
     """A list of shard URLs, iterated as ``{"url": url}`` dicts.
 
-    `seed` shuffles the list once, when it is made (the same order every
-    epoch, as in the reference); use epoch_shuffle() for a new permutation
-    every epoch. An empty list is a ValueError.
+    `seed` (an attribute too: ``dataset.stage(0).seed = epoch``) shuffles
+    the list at each iteration by random.Random(seed), as the reference's
+    (the same order every epoch while the seed stays; seed=True: a seed from
+    the clock, once); use epoch_shuffle() for a new permutation every epoch.
+    An empty list is a ValueError.
 
     split="samples" makes the split_by_node / split_by_worker that follow it
     share out samples instead of whole shards: every rank (worker) reads an
@@ -106,8 +145,7 @@ class SimpleShardList(PipelineStage):
         for url in self.urls:
             if not isinstance(url, str):
                 raise TypeError(f"SimpleShardList: shard URLs must be str, got {url!r}")
-        if seed is not None:
-            random.Random(time_seed() if seed is True else seed).shuffle(self.urls)
+        self.seed = time_seed() if seed is True else seed
         # The counts and whether they are known are cached per process; an
         # index file that cannot be read is a ValueError now.
         self.counts_known = (_core.counts_known(self.urls, self.dataset_index or "")
@@ -116,8 +154,15 @@ class SimpleShardList(PipelineStage):
     def __len__(self):
         return len(self.urls)
 
+    def ordered_urls(self):
+        """The URLs in this iteration's order (shuffled by `seed`)."""
+        urls = list(self.urls)
+        if self.seed is not None:
+            random.Random(self.seed).shuffle(urls)
+        return urls
+
     def __iter__(self):
-        for url in self.urls:
+        for url in self.ordered_urls():
             yield {"url": url}
 
     def run(self, *args):
@@ -133,20 +178,19 @@ def time_seed():
 class ResampledShards(PipelineStage):
     """`nshards` URLs drawn with replacement from `urls`, per iteration.
 
-    As the first stage of a fused pipeline the draws are native, seeded by
-    (seed, epoch, pass, rank, worker): reproducible, different per rank,
-    worker and epoch (``deterministic`` is always true). A `worker_seed`
-    callable makes it run in Python with Python's random, as in the reference.
+    Without a seed (and deterministic=False) every iteration of every
+    instance draws another sequence, as the reference's. With a seed, or
+    deterministic=True (then the pipeline's seed), the draws repeat for
+    (seed, epoch, rank, worker), different per rank, worker and epoch.
+    Unlike the reference, seed defaults to None: a seed given (0 included)
+    means repeatable draws. As the first stage of a fused pipeline the draws
+    are native; a `worker_seed` callable makes them run in Python with
+    Python's random, as in the reference.
     """
 
-    def __init__(self, urls, nshards=sys.maxsize, seed=0, worker_seed=None, deterministic=False,
-                 max_urls=int(1e6), empty_check=True):
-        if isinstance(urls, str):
-            urls = expand_urls(urls)
-        elif isinstance(urls, list):
-            urls = list(urls)
-        else:
-            urls = list(itertools.islice(urls, max_urls))
+    def __init__(self, urls, nshards=sys.maxsize, seed=None, worker_seed=None,
+                 deterministic=False, max_urls=int(1e6), empty_check=True):
+        urls = list(expand_source(urls, max_urls))
         if not urls and empty_check:
             raise ValueError("empty_check=True, but no shards found in ResampledShards")
         if not urls:
@@ -161,21 +205,209 @@ class ResampledShards(PipelineStage):
     def native_ok(self):
         return self.worker_seed is None
 
+    def repeatable(self):
+        """Whether the draws repeat: a seed given, or deterministic=True."""
+        return self.deterministic or (self.seed is not None and _seed_given(self.seed))
+
+    def native_seed(self, ctx):
+        """The seed of one iteration's native draws (fresh without one)."""
+        if not self.repeatable():
+            return int.from_bytes(os.urandom(8), "little")
+        return ctx.seed if self.seed is None else int(self.seed) & (2**64 - 1)
+
     def __iter__(self):
         self.epoch += 1
         worker_seed = (self.worker_seed or pytorch_worker_seed)()
-        rng = random.Random(hash((worker_seed, self.epoch, self.seed)))
+        rng = (random.Random(hash((worker_seed, self.epoch, self.seed))) if self.repeatable()
+               else random.Random())
         for _ in range(self.nshards):
             yield {"url": rng.choice(self.urls)}
+
+
+ResampledShardList = ResampledShards
+
+
+def check_pid_is_running(pid):
+    """Whether a process `pid` exists."""
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def without_last_extension(fname):
+    """`fname` without its last ".ext"."""
+    return re.sub(r"\.[^.]*$", "", fname)
+
+
+def get_pid_from_filename(fname):
+    """The pid in a name "NAME._PID_" (a shard DirectoryShardList is
+    reading), else None."""
+    match = re.match(r"^(.*)\._(\d+)_$", fname)
+    return int(match.group(2)) if match else None
+
+
+class DirectoryShardList(IterableDataset):
+    """Shards taken from a directory as they appear, one process each: a
+    shard being read is renamed "NAME._PID_" (so that no other process takes
+    it) and afterwards, by `mode`, put back ("resample"), renamed
+    "NAME._done_" ("keep") or deleted ("unlink"). `select` takes the "random"
+    or the "oldest" candidate. With no candidate it waits `poll` seconds (None:
+    ends); it ends after `timeout` seconds. Shards left "._PID_" by processes
+    that are gone are recycled. As the reference's; `fate` is unused there
+    too. Unlike it, a bad path or mode is a ValueError (an assert there)."""
+
+    def __init__(self, path, pattern="*.{tar,tgz,tar.tgz}", poll=1, timeout=1e12,
+                 mode="resample", select="random", fate=None):
+        if not path.endswith("/") or not os.path.isdir(path):
+            raise ValueError(f"DirectoryShardList: {path!r} must be a directory ending in '/'")
+        if mode not in ("resample", "keep", "unlink"):
+            raise ValueError(f"DirectoryShardList: mode must be 'resample', 'keep' or 'unlink', "
+                             f"not {mode!r}")
+        self.path, self.pattern, self.poll, self.timeout = path, pattern, poll, timeout
+        self.mode, self.select, self.fate = mode, select, fate
+
+    def recycle(self, activename):
+        """Puts a shard that was read back, keeps it as done, or deletes it."""
+        if self.mode == "unlink":
+            os.unlink(activename)
+        elif self.mode == "keep":
+            os.rename(activename, without_last_extension(activename) + "._done_")
+        else:
+            os.rename(activename, without_last_extension(activename))
+
+    def cleanup_files_without_processes(self):
+        """Recycles the shards of processes that no longer run."""
+        for fname in glob.glob(os.path.join(self.path, "*._*_")):
+            pid = get_pid_from_filename(fname)
+            if pid is not None and not check_pid_is_running(pid):
+                self.recycle(fname)
+
+    def candidates(self):
+        return sorted(url for p in expand_urls(self.pattern) for url in glob.glob(self.path + p))
+
+    def choose(self, candidates):
+        if self.select == "oldest":
+            return min(candidates, key=lambda fn: os.stat(fn).st_mtime)
+        if self.select == "random":
+            return random.choice(candidates)
+        raise ValueError(f"unknown selection strategy {self.select}")
+
+    def __iter__(self):
+        start = time.time()
+        while time.time() - start < self.timeout:
+            candidates = self.candidates()
+            if not candidates:
+                if self.poll is None:
+                    return
+                time.sleep(self.poll)
+                continue
+            candidate = self.choose(candidates)
+            activename = candidate + f"._{os.getpid()}_"
+            try:
+                os.rename(candidate, activename)
+            except FileNotFoundError:  # another process took it
+                time.sleep(self.poll or 0)
+                continue
+            yield {"url": activename}
+            self.recycle(activename)
+            self.cleanup_files_without_processes()
+
+
+@dataclasses.dataclass
+class MSSource:
+    """One source of a MultiShardSample spec."""
+
+    name: str = ""
+    perepoch: int = -1
+    resample: bool = False
+    urls: List[str] = dataclasses.field(default_factory=list)
+
+
+default_rng = random.Random()
+
+
+class MultiShardSample(IterableDataset):
+    """Shards from a YAML spec (or its dict) of several sources, as the
+    reference's (obsolete there too): {"prefix": ..., "buckets": ...,
+    "datasets": [{"name", "buckets", "shards", "resample": k (k drawn with
+    replacement), "choose": k (k without)}]}; each iteration shuffles the
+    epoch's list. set_epoch(seed) reseeds it. Needs PyYAML for a file."""
+
+    def __init__(self, fname):
+        self.epoch = -1
+        self.parse_spec(fname)
+
+    def parse_spec(self, fname):
+        self.rng = default_rng
+        if isinstance(fname, dict):
+            spec = fname
+        else:
+            import yaml
+
+            with open(fname) as stream:
+                spec = yaml.safe_load(stream)
+        _check_keys("spec", spec, {"prefix", "datasets", "buckets"})
+        prefix = expand(spec.get("prefix", ""))
+        self.sources = [self._source(ds, spec, prefix) for ds in spec["datasets"]]
+
+    @staticmethod
+    def _source(ds, spec, prefix):
+        _check_keys("dataset", ds, {"buckets", "name", "shards", "resample", "choose"})
+        buckets = ds.get("buckets", spec.get("buckets", []))
+        buckets = [expand(b) for b in ([buckets] if isinstance(buckets, str) else buckets)] or [""]
+        if len(buckets) != 1:
+            raise ValueError(f"MultiShardSample: one bucket per dataset, got {buckets}")
+        shards = ds["shards"]
+        urls = [prefix + os.path.join(buckets[0], u)
+                for pattern in ([shards] if isinstance(shards, str) else shards)
+                for u in expand_urls(expand(pattern))]
+        resample, choose = ds.get("resample", -1), ds.get("choose", -1)
+        if choose > len(urls):
+            raise ValueError(f"perepoch {choose} must be no greater than the number of shards")
+        if choose > 0 and resample > 0:
+            raise ValueError("specify only one of perepoch or choose")
+        return MSSource(name=ds.get("name", "@" + buckets[0]), urls=urls, perepoch=choose,
+                        resample=resample)
+
+    def set_epoch(self, seed):
+        """Draws the next epochs' shards from random.Random(seed)."""
+        self.rng = random.Random(seed)
+
+    def get_shards_for_epoch(self):
+        result = []
+        for source in self.sources:
+            if source.resample > 0:
+                result += self.rng.choices(source.urls, k=source.resample)
+            elif source.perepoch > 0:
+                urls = list(source.urls)
+                self.rng.shuffle(urls)
+                result += urls[:source.perepoch]
+            else:
+                result += source.urls
+        self.rng.shuffle(result)
+        return result
+
+    def __iter__(self):
+        for url in self.get_shards_for_epoch():
+            yield {"url": url}
+
+
+def _check_keys(what, spec, allowed):
+    unknown = set(spec) - allowed
+    if unknown:
+        raise ValueError(f"MultiShardSample: unknown {what} keys {sorted(unknown)} (allowed: "
+                         f"{sorted(allowed)})")
 
     def run(self, *args):
         return iter(self)
 
 
 def shardspec(spec):
-    """A SimpleShardList for a pattern (YAML specs are not supported)."""
-    if isinstance(spec, str) and spec.endswith((".yaml", ".yml")):
-        raise ValueError(f"{spec}: YAML shard specs (MultiShardSample) are not supported")
+    """A MultiShardSample for a ".yaml" spec, else a SimpleShardList."""
+    if isinstance(spec, str) and spec.endswith(".yaml"):
+        return MultiShardSample(spec)
     return SimpleShardList(spec)
 
 
@@ -222,12 +454,24 @@ class epoch_shuffle(Stage):
             yield {"url": url}
 
 
-def resampled(src, n=sys.maxsize):
-    """Reads `src` and yields n items drawn from it with replacement."""
+def resampled_(src, n=sys.maxsize):
+    """Reads `src` and yields n items drawn from it with replacement, a new
+    sequence every run (as the reference's; it also prints two lines to
+    stderr, ours does not)."""
     items = list(src)
-    rng = random.Random(pytorch_worker_seed())
+    rng = random.Random()  # seeded from os.urandom
     for _ in range(n):
         yield rng.choice(items)
+
+
+def resampled(src=None, n=sys.maxsize):
+    """resampled(n) (or resampled()): the stage that yields n items drawn
+    with replacement from its input, as the reference's. Called on an
+    iterable, resampled(src, n) yields them at once (ours before; also what
+    a bare ``resampled`` in a DataPipeline runs)."""
+    if src is None or isinstance(src, int):
+        return PythonFilter(resampled_, n if src is None else src, _name="resampled")
+    return resampled_(src, n)
 
 
 def non_empty(src):
@@ -279,6 +523,7 @@ class ShardSource:
         self.split_workers = split_workers
         self.tar = tar
         self.empty_check = empty_check
+        self.resampler = None  # the ResampledShards that draws the shards
 
     @property
     def split_samples(self):
@@ -295,6 +540,8 @@ class ShardSource:
         return self._split_samples
 
     def seed(self, ctx):
+        if self.resampler is not None:
+            return self.resampler.native_seed(ctx)
         return ctx.seed if self.shuffle_seed is None else self.shuffle_seed
 
     def list_args(self, ctx):
@@ -339,7 +586,7 @@ def fuse_source(stages, ctx):
         return None
     first = stages[0]
     if isinstance(first, SimpleShardList):
-        urls, resampled, nshards = first.urls, False, None
+        urls, resampled, nshards = first.ordered_urls(), False, None
     elif isinstance(first, ResampledShards) and first.native_ok():
         urls, resampled = first.urls, True
         nshards = None if first.nshards == sys.maxsize else first.nshards
@@ -366,7 +613,9 @@ def fuse_source(stages, ctx):
     empty_check = i < len(stages) and stages[i] is check_empty
     if empty_check:
         i += 1
-    return ShardSource(urls, resampled, nshards, shuffle, shuffle_seed, node, split_workers, tar,
-                       empty_check, getattr(first, "split", "shards"),
-                       getattr(first, "dataset_index", None),
-                       getattr(first, "counts_known", None)), i
+    source = ShardSource(urls, resampled, nshards, shuffle, shuffle_seed, node, split_workers,
+                         tar, empty_check, getattr(first, "split", "shards"),
+                         getattr(first, "dataset_index", None),
+                         getattr(first, "counts_known", None))
+    source.resampler = first if resampled else None
+    return source, i

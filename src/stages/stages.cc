@@ -122,8 +122,8 @@ struct RenameSpec {
 
 struct RenamePlan {
   std::vector<RenameSpec> renames;
-  // replaced lists every non-metadata alternative: the reference removes all
-  // of them, not only the one that was found.
+  // replaced lists every alternative, metadata ones too: the reference
+  // removes all of them, not only the one that was found.
   std::vector<std::string> replaced;
   bool keep = true;
 };
@@ -144,9 +144,7 @@ absl::StatusOr<RenamePlan> MakeRenamePlan(std::vector<std::pair<std::string, std
     }
     absl::StatusOr<FieldSpec> source = ParseFieldSpec("rename", text);
     if (!source.ok()) return source.status();
-    for (const std::string& alt : source->alternatives) {
-      if (!IsMetadataField(alt)) plan.replaced.push_back(alt);
-    }
+    for (const std::string& alt : source->alternatives) plan.replaced.push_back(alt);
     plan.renames.push_back({std::move(name), *std::move(source)});
   }
   return plan;
@@ -182,7 +180,6 @@ class RenameStream final : public TransformStream {
   }
 
   bool Kept(std::string_view name) const {
-    if (IsMetadataField(name)) return true;
     if (!plan_->keep) return false;
     for (const std::string& r : plan_->replaced) {
       if (r == name) return false;
