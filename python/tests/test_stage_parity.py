@@ -242,6 +242,9 @@ def test_filters_helpers_of_the_reference():
     assert filters.identity(4) == 4
     assert list(filters._decode(iter([{"__key__": "a", "cls": b"3"}]))) == [
         {"__key__": "a", "cls": 3}]
+    cached = filters.Cached()
+    assert list(cached.run(iter([1, 2]))) == [1, 2] and list(cached.run(iter([]))) == [1, 2]
+    assert filters.LMDBCached is wds.cache.LMDBCached  # the reference defines it in filters
     curried = filters.pipelinefilter(filters._select)
     assert isinstance(curried, filters.RestCurried)
     assert isinstance(curried(lambda x: x > 1), filters.FilterFunction)
@@ -335,7 +338,8 @@ def test_directory_shard_list_takes_each_shard_once_per_round(tmp_path):
     assert shardlists.check_pid_is_running(pid)
 
 
-def test_multi_shard_sample_and_shardspec(tmp_path):
+def test_multi_shard_sample_and_shardspec(tmp_path, monkeypatch):
+    monkeypatch.setenv("ALLOW_OBSOLETE", "1")  # else ObsoleteException, as the reference
     spec = {"prefix": "p/", "datasets": [{"name": "a", "shards": "a-{0..3}.tar", "choose": 2},
                                          {"shards": ["b-{0..1}.tar"], "resample": 3}]}
     sample = shardlists.MultiShardSample(spec)

@@ -27,6 +27,7 @@ from . import _core
 from . import handlers as _handlers
 from ._plan import JSON, TORCH, Stage, alternatives_kind
 from .autodecode import Continue, Decoder, ImageHandler
+from .cache import LMDBCached  # noqa: F401 (the reference defines it in filters)
 from .errors import DataError
 from .handlers import reraise_exception
 
@@ -956,6 +957,10 @@ class Cached(Stage):
             recorded.append(sample)
             yield sample
         self.cached = recorded
+
+    def run(self, source):
+        """Runs the stage on an iterator (the reference's PipelineStage.run)."""
+        return self(source)
 
 
 def _log_keys(data, logfile=None):
