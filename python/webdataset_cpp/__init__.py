@@ -24,7 +24,6 @@ from . import (handlers, mix, pipeline, pytorch, remote, shardlists, tariterator
 from .autodecode import (Continue, Decoder, gzfilter, handle_extension, imagehandler,
                          pytorch_weights_only, torch_audio, torch_loads, torch_video)
 from ._install import install_as_webdataset
-from ._multishard import MultiShardSample
 from .cache import LMDBCached, LRUCleanup, pipe_cleaner
 from .compat import FluidInterface, FluidWrapper, WebDataset, WebLoader
 from .distributed import agreed_steps, count_samples, plan_epoch, write_index
@@ -41,8 +40,9 @@ from .loader import Loader
 from .mix import RandomMix, RoundRobin
 from .pipeline import DataPipeline
 from .remote import RemoteOptions
-from .shardlists import (ResampledShards, SimpleShardList, epoch_shuffle, non_empty, resampled,
-                         shardspec, single_node_only, split_by_node, split_by_worker)
+from .shardlists import (MultiShardSample, ResampledShards, SimpleShardList, epoch_shuffle,
+                         non_empty, resampled, shardspec, single_node_only, split_by_node,
+                         split_by_worker)
 from .tariterators import tarfile_samples, tarfile_to_samples
 from .utils import PipelineStage, pytorch_worker_info, pytorch_worker_seed, repeatedly
 from .writer import ShardWriter, TarWriter, numpy_dumps, torch_dumps

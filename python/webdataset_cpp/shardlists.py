@@ -30,7 +30,8 @@ from . import _core
 from ._plan import Stage
 from .filters import PythonFilter, _seed_given
 from .pipeline import IterableDataset
-from .utils import PipelineStage, is_iterable, node_info, pytorch_worker_seed, worker_info
+from .utils import (PipelineStage, is_iterable, node_info, obsolete, pytorch_worker_seed,
+                    worker_info)
 
 _ENV_VARIABLE = re.compile(r"\$\{(\w+)\}")
 
@@ -330,11 +331,13 @@ default_rng = random.Random()
 
 class MultiShardSample(IterableDataset):
     """Shards from a YAML spec (or its dict) of several sources, as the
-    reference's (obsolete there too): {"prefix": ..., "buckets": ...,
+    reference's (obsolete there too: ObsoleteException unless the
+    environment has ALLOW_OBSOLETE=1): {"prefix": ..., "buckets": ...,
     "datasets": [{"name", "buckets", "shards", "resample": k (k drawn with
     replacement), "choose": k (k without)}]}; each iteration shuffles the
     epoch's list. set_epoch(seed) reseeds it. Needs PyYAML for a file."""
 
+    @obsolete(reason="this is going to be replaced with the WIDS JSON format")
     def __init__(self, fname):
         self.epoch = -1
         self.parse_spec(fname)
