@@ -418,9 +418,10 @@ def test_install_as_webdataset_serves_unmodified_reference_code(two_shards):
         webdataset_cpp.install_as_webdataset()
         webdataset_cpp.install_as_webdataset()  # again: nothing happens
         import webdataset as wds
-        from webdataset.tariterators import base_plus_ext, url_opener, tar_file_expander
-        from webdataset.tariterators import valid_sample
-        from webdataset.filters import batched
+        from webdataset.filters import _shuffle  # OpenCLIP's imports
+        from webdataset.tariterators import (base_plus_ext, url_opener, tar_file_expander,
+                                             valid_sample)
+        from webdataset.filters import LMDBCached
         from webdataset.shardlists import split_by_worker
         import webdataset.autodecode, webdataset.handlers
         assert wds is webdataset_cpp and webdataset.autodecode is webdataset_cpp.autodecode
