@@ -3,8 +3,8 @@
 Each function returns a stage object; a DataPipeline (or a fluent method)
 places it, and calling it on an iterator runs it directly. ``shuffle``,
 ``detshuffle``, ``decode``, ``to_tuple``, ``rename``, ``batched`` (with the
-default collation) and ``slice`` are native; the others run Python callables
-and are Python stages.
+default collation) and ``slice`` are native (``shuffle(rng=...)`` runs in
+Python); the others run Python callables and are Python stages.
 
 >>> import webdataset_cpp as wds
 >>> samples = [{"__key__": f"s{i}", "cls": i} for i in range(5)]
@@ -226,11 +226,8 @@ class Shuffle(Stage):
 
     def _wds_unrecordable(self, ctx):
         """Why a pipeline state cannot record a position through this stage,
-        or None."""
-        if self.rng is not None:
-            return ("shuffle(rng=...) runs in Python and draws from a random.Random whose "
-                    "draws a state cannot record (pass seed= to shuffle instead)")
-        if self.seed is None and not _seed_given(ctx.seed):
+        or None (a Python shuffle is refused as a step that holds items)."""
+        if self.rng is None and self.seed is None and not _seed_given(ctx.seed):
             return ("shuffle() without a seed draws a new order every run, which a state cannot "
                     "replay (pass seed= to shuffle, or give the pipeline a seed: "
                     "WebDataset(seed=...), DataPipeline.seed or $WDS_SEED)")
