@@ -35,8 +35,9 @@ using ::testing::IsEmpty;
 
 // kLayers lists the layers from the bottom up; each src/ folder is one, and
 // image/ belongs to decode.
-const std::vector<std::string> kLayers = {"base",   "shards", "io",       "tar",    "stages",
-                                          "decode", "batch",  "pipeline", "loader", "torch"};
+const std::vector<std::string> kLayers = {"base",  "shards", "io",       "tar",
+                                          "stages", "decode", "batch",  "gpu",
+                                          "pipeline", "loader", "torch"};
 
 // kHeaderLayers places every public and internal header. A header missing
 // here fails the test, so a new one gets a layer when it is added.
@@ -116,7 +117,9 @@ std::vector<fs::path> SourceFiles(const fs::path& dir) {
   std::vector<fs::path> files;
   for (const auto& entry : fs::recursive_directory_iterator(dir)) {
     const std::string ext = entry.path().extension().string();
-    if (entry.is_regular_file() && (ext == ".h" || ext == ".cc")) files.push_back(entry.path());
+    if (entry.is_regular_file() && (ext == ".h" || ext == ".cc" || ext == ".cu")) {
+      files.push_back(entry.path());
+    }
   }
   return files;
 }

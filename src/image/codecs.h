@@ -9,6 +9,26 @@
 
 namespace wds::image_internal {
 
+// JpegHeader is what a JPEG's markers say, read by libjpeg without decoding
+// any pixel (the GPU path routes images by it).
+struct JpegHeader {
+  int width = 0;
+  int height = 0;
+  int components = 0;
+  int precision = 8;  // bits per sample
+  bool progressive = false;
+  bool arithmetic = false;  // arithmetic instead of Huffman coding
+  bool adobe = false;       // an Adobe APP14 marker was seen
+  bool cmyk = false;        // CMYK or YCCK colour space
+  // sampling is each component's horizontal and vertical sampling factor.
+  int sampling[4][2] = {};
+};
+
+// ReadJpegHeader reads the markers up to the first scan with the decoders'
+// own libjpeg setup. Errors as DecodeImage's: InvalidArgument for a variant
+// libjpeg cannot decode (12-bit, lossless), DataLoss for a corrupt header.
+[[nodiscard]] absl::StatusOr<JpegHeader> ReadJpegHeader(std::string_view data);
+
 // The codecs. Each reads its header, calls MakePlan and decodes.
 [[nodiscard]] absl::StatusOr<Array> DecodeJpeg(std::string_view data, DecodeRequest& request);
 [[nodiscard]] absl::StatusOr<Array> DecodePng(std::string_view data, DecodeRequest& request);

@@ -252,6 +252,26 @@ absl::Status DecodeWindow(JpegState& s, const Window& w, uint8_t* pixels, size_t
 
 }  // namespace
 
+absl::StatusOr<JpegHeader> ReadJpegHeader(std::string_view data) {
+  JpegState s;
+  if (!GuardedReadHeader(s, data)) return s.Error();
+  const jpeg_decompress_struct& c = s.cinfo;
+  JpegHeader header;
+  header.width = static_cast<int>(c.image_width);
+  header.height = static_cast<int>(c.image_height);
+  header.components = c.num_components;
+  header.precision = c.data_precision;
+  header.progressive = c.progressive_mode != 0;
+  header.arithmetic = c.arith_code != 0;
+  header.adobe = c.saw_Adobe_marker != 0;
+  header.cmyk = c.jpeg_color_space == JCS_CMYK || c.jpeg_color_space == JCS_YCCK;
+  for (int i = 0; i < std::min(c.num_components, 4); ++i) {
+    header.sampling[i][0] = c.comp_info[i].h_samp_factor;
+    header.sampling[i][1] = c.comp_info[i].v_samp_factor;
+  }
+  return header;
+}
+
 absl::StatusOr<Array> DecodeJpeg(std::string_view data, DecodeRequest& request) {
   JpegState s;
   if (!GuardedReadHeader(s, data)) return s.Error();

@@ -1,0 +1,56 @@
+// What the GPU decode path can produce, resolved once when a pipeline is
+// built: an image spec and decode options of the CPU path, plus what only the
+// GPU path adds (float16 output, mean/std normalization). A request the GPU
+// path cannot serve is refused then, naming the spec or option, never at the
+// first batch.
+#pragma once
+
+#include <array>
+#include <optional>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "wds/array.h"
+#include "wds/image.h"
+
+namespace wds::gpu {
+
+// Normalize maps a sample v in [0, 255] to (v / 255 - mean[c]) / std[c].
+struct Normalize {
+  std::array<float, 3> mean = {0, 0, 0};
+  std::array<float, 3> std = {1, 1, 1};
+};
+
+// GpuDecodeOptions are the GPU path's additions to ImageDecodeOptions.
+struct GpuDecodeOptions {
+  // float16 makes a float spec's output float16 instead of float32.
+  bool float16 = false;
+  // normalize, if set, applies to float specs only; every std must be > 0
+  // and every value finite.
+  std::optional<Normalize> normalize;
+};
+
+// GpuOutput is the batch layout the fused kernel writes: [B, 3, H, W]
+// (channels_first) or [B, H, W, 3], of `dtype`.
+struct GpuOutput {
+  DType dtype = DType::kUInt8;  // kUInt8, kFloat32 or kFloat16
+  bool channels_first = false;
+  // width x height of every image, or 0 x 0 for ResizeMode::kNone (each
+  // image's own size; a batch then needs images of one size).
+  int width = 0;
+  int height = 0;
+  Normalize normalize;  // identity unless options asked for one
+};
+
+// ResolveGpuOutput checks that the GPU path serves `spec` with `image` and
+// `gpu`, and returns the layout. The GPU path serves the 3-channel specs
+// (rgb8, rgb, torchrgb8, torchrgb, torch), every resize mode and hflip.
+// Errors (InvalidArgument, starting "decode on cuda: "): an unknown spec or
+// invalid options (as ParseImageSpec / ValidateImageDecodeOptions say), a
+// gray or RGBA spec, float16 or normalize with a uint8 spec, a normalize
+// value that is not finite or a std <= 0.
+[[nodiscard]] absl::StatusOr<GpuOutput> ResolveGpuOutput(std::string_view spec,
+                                                         const ImageDecodeOptions& image,
+                                                         const GpuDecodeOptions& gpu);
+
+}  // namespace wds::gpu

@@ -1,0 +1,91 @@
+// Staging of a batch's encoded images on the host before one asynchronous
+// copy to the device: a bounded pool of buffers from a HostAllocator (pinned
+// where a device exists: PinnedHostAllocator), reused from batch to batch, and
+// the gathering of the images' bytes into one buffer.
+//
+//   StagingPool pool(allocator, /*max_buffers=*/2);
+//   WDS_ASSIGN_OR_RETURN(GatheredBatch batch, GatherEncoded(pool, images));
+//   cudaMemcpyAsync(device, batch.buffer.data(), batch.bytes, ..., stream);
+//   // image i is at device + batch.offsets[i], batch.lengths[i] bytes
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "wds/buffer_pool.h"
+
+namespace wds::gpu {
+
+class StagingPool;
+
+// StagingBuffer is a lease of one pool buffer; it returns to its pool when
+// destroyed (the pool may be gone by then). Move-only; not thread-safe.
+class StagingBuffer {
+ public:
+  StagingBuffer() = default;
+  StagingBuffer(StagingBuffer&& other) noexcept;
+  StagingBuffer& operator=(StagingBuffer&& other) noexcept;
+  ~StagingBuffer();
+
+  uint8_t* data() const { return data_; }
+  size_t capacity() const { return capacity_; }
+
+ private:
+  friend class StagingPool;
+  struct Shared;
+  StagingBuffer(std::shared_ptr<Shared> pool, uint8_t* data, size_t capacity)
+      : pool_(std::move(pool)), data_(data), capacity_(capacity) {}
+  void Release();
+
+  std::shared_ptr<Shared> pool_;
+  uint8_t* data_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+// StagingPool holds at most `max_buffers` buffers, leased or idle. Buffers
+// are sized in steps of kStagingGranule, grow when a batch needs more, and
+// are never shrunk, so steady batches allocate nothing. Thread-safe.
+class StagingPool {
+ public:
+  static constexpr size_t kStagingGranule = size_t{1} << 20;
+
+  // REQUIRES: max_buffers >= 1.
+  StagingPool(std::shared_ptr<HostAllocator> allocator, int max_buffers);
+  StagingPool(const StagingPool&) = delete;
+  StagingPool& operator=(const StagingPool&) = delete;
+
+  // Acquire leases a buffer of at least `bytes`: the smallest idle one that
+  // fits, else a new one (replacing the largest idle buffer that is too
+  // small, when every buffer exists already). Errors: ResourceExhausted when
+  // all max_buffers are leased, or the allocator's error.
+  [[nodiscard]] absl::StatusOr<StagingBuffer> Acquire(size_t bytes);
+
+  bool pinned() const;
+  int leased() const;
+  int buffers() const;            // leased + idle
+  size_t reserved_bytes() const;  // capacity of all buffers
+  int64_t allocations() const;    // calls to the allocator so far
+
+ private:
+  std::shared_ptr<StagingBuffer::Shared> shared_;
+};
+
+// GatheredBatch is a batch's encoded images back to back in one buffer.
+struct GatheredBatch {
+  StagingBuffer buffer;
+  std::vector<size_t> offsets;  // of image i in buffer
+  std::vector<size_t> lengths;  // of image i
+  size_t bytes = 0;             // used of buffer
+};
+
+// GatherEncoded copies `images` into one buffer leased from `pool`.
+// Errors: Acquire's.
+[[nodiscard]] absl::StatusOr<GatheredBatch> GatherEncoded(
+    StagingPool& pool, absl::Span<const std::string_view> images);
+
+}  // namespace wds::gpu
