@@ -244,6 +244,11 @@ def test_shuffles_are_stages_that_permute(stage):
     assert sorted(keys(wds.DataPipeline([samples()], stage()))) == keys(samples())
 
 
+def test_resampled_is_a_stage_drawing_n_with_replacement():
+    got = keys(wds.DataPipeline([samples()], wds.resampled(9)))
+    assert len(got) == 9 and set(got) <= set(keys(samples()))
+
+
 # ------------------------------------------------ the planner asks stages what they are
 
 
