@@ -255,6 +255,7 @@ if ((with_torch)); then
     'DevicePrefetcherTest.StateExcludesTheBatchDrawnAheadAndRestoresExactly'
 fi
 STRICT=1 gtest_step gpu-kernels 60 gpu_kernel_test
+STRICT=1 gtest_step gpu-nvjpeg-decoder 60 gpu_nvjpeg_test
 gtest_step gpu-decode-host 60 gpu_decode_test
 gtest_step pinned-memory 120 memory_test
 if ((with_torch)); then

@@ -1,0 +1,83 @@
+// nvJPEG's batched decode of the JPEGs that RouteImage sends to the GPU, to
+// interleaved RGB in device memory. Built only with WDS_WITH_NVJPEG, into its
+// own library (wds_gpu_nvjpeg), not into wds::core.
+//
+// STATUS: never run. Written on a machine without nvJPEG or a GPU; compiled
+// there only against a stub of nvjpeg.h's declarations, never against the real
+// header, never linked or run. gpu_nvjpeg_test checks it on a GPU machine
+// (scripts/gpu_check.sh). Nothing routes user data to it: there is no
+// device="cuda" switch yet.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "image/codecs.h"
+
+namespace wds::gpu {
+
+// NvjpegInput is one encoded JPEG in host memory (a staging buffer) and its
+// header, as RouteImage read it.
+struct NvjpegInput {
+  const uint8_t* data = nullptr;
+  size_t length = 0;
+  image_internal::JpegHeader header;
+};
+
+// NvjpegOutput is where one image's RGB pixels go: device memory of at least
+// pitch * header.height bytes, pitch >= 3 * header.width.
+struct NvjpegOutput {
+  uint8_t* pixels = nullptr;
+  size_t pitch = 0;
+};
+
+// NvjpegBatchDecoder holds nvJPEG handles for one device: the hardware
+// backend (the JPEG engines of A100, H100, H200) when the GPU has it, and
+// the GPU-hybrid backend for what the engines do not take (progressive
+// JPEGs, 4:1:1 subsampling) and for GPUs without engines. Not thread-safe:
+// one per decoding thread.
+class NvjpegBatchDecoder {
+ public:
+  // Create makes the handles on the current device. Errors: Unavailable
+  // naming nvJPEG's status when neither backend initialises.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<NvjpegBatchDecoder>> Create(
+      int max_cpu_threads);
+  ~NvjpegBatchDecoder();
+  NvjpegBatchDecoder(const NvjpegBatchDecoder&) = delete;
+  NvjpegBatchDecoder& operator=(const NvjpegBatchDecoder&) = delete;
+
+  bool hardware() const { return hardware_.handle != nullptr; }
+
+  // Decode enqueues the decode of `inputs` into `outputs` on `stream` (a
+  // cudaStream_t). Returns, per image, true when nvJPEG decoded it and false
+  // when its share of the batch failed: those images go to the CPU decoder,
+  // whose error (for a corrupt image) reaches the handler as on the CPU path.
+  // REQUIRES: inputs.size() == outputs.size(); every input routed to the GPU.
+  [[nodiscard]] std::vector<bool> Decode(absl::Span<const NvjpegInput> inputs,
+                                         absl::Span<const NvjpegOutput> outputs, void* stream);
+
+ private:
+  struct Backend {
+    void* handle = nullptr;  // nvjpegHandle_t
+    void* state = nullptr;   // nvjpegJpegState_t
+    int batch_size = 0;      // of the last nvjpegDecodeBatchedInitialize
+  };
+  NvjpegBatchDecoder() = default;
+  bool DecodeWith(Backend& backend, const std::vector<size_t>& which,
+                  absl::Span<const NvjpegInput> inputs, absl::Span<const NvjpegOutput> outputs,
+                  void* stream);
+
+  int max_cpu_threads_ = 1;
+  Backend hardware_;
+  Backend hybrid_;
+};
+
+// HardwareDecodes is true for the JPEGs that nvJPEG's hardware backend takes:
+// baseline (one scan) and not 4:1:1 subsampled.
+bool HardwareDecodes(const image_internal::JpegHeader& header);
+
+}  // namespace wds::gpu
