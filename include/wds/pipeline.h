@@ -73,6 +73,11 @@ struct WebDatasetOptions {
   // max_member_size is the largest tar member accepted (see tar_reader.h);
   // a larger one is a ResourceExhausted error for `handler`.
   int64_t max_member_size = kDefaultMaxMemberSize;
+  // member_name, if set, is asked for each member's name (metadata names
+  // aside) before grouping: nullopt skips the member, a name is grouped in
+  // its place. Its errors go to `handler` per member: "continue" skips that
+  // member only.
+  MemberNameHook member_name;
   // opener turns a URL into a byte stream; tests substitute in-memory streams.
   // The default reads remote URLs with RemoteOptions::FromEnvironment() (read
   // when these options are made) and one connection pool for the pipeline.

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -49,6 +50,14 @@ struct TarMember {
   // size is the data's length from the header.
   int64_t size = 0;
 };
+
+// MemberNameHook maps a member's name to the name it is grouped by, for
+// readers that group members into samples (ShardSampleReaderOptions,
+// WebDatasetOptions::member_name): nullopt skips the member; an error ends
+// the shard with it. The Python bindings fill it from tarfile_to_samples'
+// select_files and rename_files.
+using MemberNameHook =
+    std::function<absl::StatusOr<std::optional<std::string>>(std::string_view name)>;
 
 // kDefaultMaxMemberSize is 1 GiB: more than any image, clip or array a
 // training sample usually holds, little enough to survive a lying header.

@@ -193,13 +193,17 @@ void RegisterSources(py::module_& m) {
       "with the options of `remote` (RemoteOptions._native()).");
   m.def(
       "url_source",
-      [](py::handle iterator, py::handle handler, py::handle remote) {
+      [](py::handle iterator, py::handle handler, py::handle remote, py::handle select_files,
+         py::handle rename_files) {
         return Source{UrlSource(iterator, StageHandler::FromPython(handler),
-                                RemoteAccess::FromPython(remote)),
+                                RemoteAccess::FromPython(remote),
+                                PythonMemberNames(select_files, rename_files)),
                       false, nullptr};
       },
       py::arg("iterator"), py::arg("handler") = "reraise", py::arg("remote") = py::none(),
-      "The shards a Python iterator of URLs (or {'url': ...} dicts) names.");
+      py::arg("select_files") = py::none(), py::arg("rename_files") = py::none(),
+      "The shards a Python iterator of URLs (or {'url': ...} dicts) names; members renamed "
+      "by rename_files(name) and kept where select_files(new name) is true, before grouping.");
   m.def(
       "sample_source",
       [](py::handle iterator) {

@@ -25,6 +25,7 @@ bool IsStopHandler(wds::Handler h) {
 // OneShard opens the core's reader over one URL, unsplit.
 std::unique_ptr<wds::SampleStream> OneShard(const std::string& url, wds::Handler handler,
                                             const wds::Opener& opener,
+                                            const wds::MemberNameHook& member_name,
                                             const wds::WorkerContext& ctx) {
   wds::WebDatasetOptions options;
   options.nodesplitter = nullptr;
@@ -32,6 +33,7 @@ std::unique_ptr<wds::SampleStream> OneShard(const std::string& url, wds::Handler
   options.allow_empty = true;
   options.handler = handler;
   options.opener = opener;
+  options.member_name = member_name;
   absl::StatusOr<wds::Pipeline> one = wds::WebDataset(std::vector<std::string>{url}, options);
   if (!one.ok()) return wds::ErrorStream(one.status());
   return one->Open(ctx);
@@ -43,10 +45,11 @@ std::unique_ptr<wds::SampleStream> OneShard(const std::string& url, wds::Handler
 class ShardByShard : public wds::SampleStream {
  public:
   ShardByShard(NextUrl next_url, StageHandler handler, wds::Opener opener,
-               const wds::WorkerContext& ctx)
+               wds::MemberNameHook member_name, const wds::WorkerContext& ctx)
       : next_url_(std::move(next_url)),
         handler_(std::move(handler)),
         opener_(std::move(opener)),
+        member_name_(std::move(member_name)),
         ctx_(ctx) {
     shard_ctx_ = ctx;
     // A Python handler counts the errors itself (StageHandler::Handle).
@@ -89,7 +92,7 @@ class ShardByShard : public wds::SampleStream {
     if (!url->has_value()) return false;
     errors_before_ = ctx_.errors ? ctx_.errors->Total() : 0;
     shard_ = OneShard(**url, handler_.is_native() ? handler_.native() : wds::Handler::kReraise,
-                      opener_, shard_ctx_);
+                      opener_, member_name_, shard_ctx_);
     return true;
   }
 
@@ -108,6 +111,7 @@ class ShardByShard : public wds::SampleStream {
   NextUrl next_url_;
   StageHandler handler_;
   wds::Opener opener_;
+  wds::MemberNameHook member_name_;
   wds::WorkerContext ctx_;
   wds::WorkerContext shard_ctx_;
   std::unique_ptr<wds::SampleStream> shard_;
@@ -219,7 +223,7 @@ wds::StreamFactory ShardSource(std::vector<std::string> urls, const ShardSourceO
         if (*next == pending->size()) return std::nullopt;
         return (*pending)[(*next)++];
       };
-      return std::make_unique<ShardByShard>(std::move(next_url), handler, opener, ctx);
+      return std::make_unique<ShardByShard>(std::move(next_url), handler, opener, nullptr, ctx);
     };
   }
   wds::WebDatasetOptions web;
@@ -262,11 +266,37 @@ wds::StreamFactory ShardSource(std::vector<std::string> urls, const ShardSourceO
 }
 
 wds::StreamFactory UrlSource(py::handle iterator, StageHandler handler,
-                             std::shared_ptr<const RemoteAccess> remote) {
+                             std::shared_ptr<const RemoteAccess> remote,
+                             wds::MemberNameHook member_name) {
   NextUrl next_url = PythonUrls(std::make_shared<PyRef>(iterator));
   wds::Opener opener = PythonOpener(std::move(remote));
-  return [next_url, handler, opener](const wds::WorkerContext& ctx) {
-    return std::make_unique<ShardByShard>(next_url, handler, opener, ctx);
+  return [next_url, handler, opener, member_name](const wds::WorkerContext& ctx) {
+    return std::make_unique<ShardByShard>(next_url, handler, opener, member_name, ctx);
+  };
+}
+
+wds::MemberNameHook PythonMemberNames(py::handle select_files, py::handle rename_files) {
+  if (select_files.is_none() && rename_files.is_none()) return nullptr;
+  auto select = std::make_shared<PyRef>(select_files);
+  auto rename = std::make_shared<PyRef>(rename_files);
+  return [select, rename](std::string_view name) -> absl::StatusOr<std::optional<std::string>> {
+    py::gil_scoped_acquire gil;
+    // An earlier member's exception that a native handler skipped is dropped
+    // here, before it could stand for a later error.
+    ClearPythonError();
+    try {
+      py::object fname = py::str(name.data(), name.size());
+      if (!rename->get().is_none()) fname = rename->get()(fname);
+      if (!select->get().is_none() && !py::bool_(select->get()(fname))) return std::nullopt;
+      if (!py::isinstance<py::str>(fname)) {
+        throw py::type_error("rename_files must return a str, got " +
+                             py::repr(fname).cast<std::string>() + " for member " +
+                             std::string(name));
+      }
+      return fname.cast<std::string>();
+    } catch (py::error_already_set& e) {
+      return StorePythonError(e);
+    }
   };
 }
 

@@ -51,9 +51,20 @@ wds::StreamFactory ShardSource(std::vector<std::string> urls, const ShardSourceO
 
 // UrlSource reads the shards a Python iterator yields (str URLs or dicts with
 // a "url"), one at a time, with `handler` deciding after a failing shard.
-// Shards are opened by PythonOpener(remote). REQUIRES: the GIL is held.
+// Shards are opened by PythonOpener(remote); `member_name`, if set, renames
+// or skips members before grouping (WebDatasetOptions::member_name).
+// REQUIRES: the GIL is held.
 wds::StreamFactory UrlSource(py::handle iterator, StageHandler handler,
-                             std::shared_ptr<const RemoteAccess> remote);
+                             std::shared_ptr<const RemoteAccess> remote,
+                             wds::MemberNameHook member_name = nullptr);
+
+// PythonMemberNames is the core's member-name hook for tarfile_to_samples'
+// `rename_files` and `select_files` (None: not given), called under the GIL
+// in the reference's order: rename_files(name), then select_files on the new
+// name (falsy: the member is skipped). Their exceptions come back as
+// themselves (StorePythonError). Null when both are None, so that reading
+// without them takes no GIL. REQUIRES: the GIL is held.
+wds::MemberNameHook PythonMemberNames(py::handle select_files, py::handle rename_files);
 
 // SampleSource is a Python iterator of samples (dicts or tuples) as a
 // native stream. Fields that held torch tensors are added to `tensor_names`.

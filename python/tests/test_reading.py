@@ -107,6 +107,91 @@ def test_select_and_rename_files(shards):
     assert got[3]["text"] == b"text 3"
 
 
+def members_read(path, **kw):
+    """The samples tarfile_to_samples(**kw) reads from `path`, without __url__."""
+    pipeline = wds.DataPipeline(wds.SimpleShardList([path]), wds.tarfile_to_samples(**kw))
+    return [{k: v for k, v in s.items() if k != "__url__"} for s in pipeline]
+
+
+# The expectations below are the reference's (webdataset 1.0.2) observed output.
+
+def test_rename_files_into_another_key_or_field(tmp_path):
+    path = write_tar(tmp_path / "a.tar", [("a.txt", b"1"), ("b.cls", b"2"), ("c.txt", b"3")])
+    assert members_read(path, rename_files=lambda n: "a.cls" if n == "b.cls" else n) == [
+        {"__key__": "a", "txt": b"1", "cls": b"2"}, {"__key__": "c", "txt": b"3"}]
+    assert members_read(path, rename_files=str.upper) == [
+        {"__key__": "A", "txt": b"1"}, {"__key__": "B", "cls": b"2"}, {"__key__": "C", "txt": b"3"}]
+    dup = write_tar(tmp_path / "d.tar", [("a.txt", b"1"), ("a.cls", b"2")])
+    with pytest.raises(ValueError, match=r"duplicate field 'txt' in sample a \(member a.cls"):
+        members_read(dup, rename_files=lambda n: "a.txt")
+
+
+def test_select_files_sees_the_renamed_name_and_drops_members(tmp_path):
+    path = write_tar(tmp_path / "a.tar", [("a.txt", b"1"), ("b.cls", b"2"), ("c.txt", b"3")])
+    assert members_read(path, select_files=lambda n: not n.endswith(".cls")) == [
+        {"__key__": "a", "txt": b"1"}, {"__key__": "c", "txt": b"3"}]
+    assert members_read(path, rename_files=lambda n: n.replace(".txt", ".text"),
+                        select_files=lambda n: n.endswith(".text")) == [
+        {"__key__": "a", "text": b"1"}, {"__key__": "c", "text": b"3"}]
+    # Any truth value selects, as in the reference.
+    assert len(members_read(path, select_files=lambda n: 0 if n == "b.cls" else "yes")) == 2
+
+
+def test_member_callables_never_see_metadata_names(tmp_path):
+    path = write_tar(tmp_path / "m.tar", [
+        ("__meta__", b"m"), ("__x__/y.txt", b"q"), ("dir/sub/.cfg.json", b"{}"), ("noext", b"n"),
+        ("a.txt", b"1"), ("a/__k__/b.txt", b"z")])
+    seen = []
+    got = members_read(path, rename_files=lambda n: seen.append(n) or n)
+    assert seen == ["dir/sub/.cfg.json", "noext", "a.txt", "a/__k__/b.txt"]
+    assert got == [{"__key__": "dir/sub/", "cfg.json": b"{}"}, {"__key__": "a", "txt": b"1"},
+                   {"__key__": "a/__k__/b", "txt": b"z"}]
+    # A name renamed into a metadata-like one is grouped: only the tar's names are checked.
+    renamed = members_read(path, rename_files=lambda n: "__y__.txt" if n == "noext" else n)
+    assert renamed[1] == {"__key__": "__y__", "txt": b"n"}
+    assert [s["__key__"] for s in wds.tarfile_samples([path], select_files=lambda n: True)] == [
+        "dir/sub/", "a", "a/__k__/b"]
+
+
+def test_member_callable_errors_are_the_very_exception_or_go_to_the_handler(tmp_path):
+    path = write_tar(tmp_path / "a.tar", [("a.txt", b"1"), ("b.cls", b"2"), ("c.txt", b"3")])
+    error = KeyError("boom")
+
+    def bad(name):
+        if name == "b.cls":
+            raise error
+        return name
+
+    with pytest.raises(KeyError) as raised:
+        members_read(path, rename_files=bad)
+    assert raised.value is error
+    with pytest.raises(KeyError) as raised:
+        list(wds.tarfile_samples([path], select_files=bad))
+    assert raised.value is error
+    # A continuing handler skips that member only; a stopping one ends after
+    # the sample in progress.
+    assert members_read(path, rename_files=bad, handler=wds.ignore_and_continue) == [
+        {"__key__": "a", "txt": b"1"}, {"__key__": "c", "txt": b"3"}]
+    assert members_read(path, rename_files=bad, handler=wds.ignore_and_stop) == [
+        {"__key__": "a", "txt": b"1"}]
+    with pytest.raises(TypeError, match="rename_files must return a str, got 3 for member a.txt"):
+        members_read(path, rename_files=lambda n: 3)
+
+
+def test_member_callables_run_in_the_native_reader_not_in_python(tmp_path, monkeypatch):
+    from webdataset_cpp import tariterators
+
+    def fail(*args, **kwargs):
+        raise AssertionError("the Python grouping ran")
+
+    for name in ("group_by_keys", "tar_file_expander", "url_opener", "base_plus_ext"):
+        monkeypatch.setattr(tariterators, name, fail)
+    path = write_tar(tmp_path / "a.tar", [("a.txt", b"1"), ("b.cls", b"2")])
+    assert members_read(path, select_files=lambda n: n.endswith(".txt")) == [
+        {"__key__": "a", "txt": b"1"}]
+    assert [s["__key__"] for s in wds.tarfile_samples([path], rename_files=str.upper)] == ["A", "B"]
+
+
 def test_shardshuffle_is_a_new_permutation_each_epoch_and_the_same_on_every_rank(tmp_path):
     from conftest import write_shards
 

@@ -173,7 +173,9 @@ class NativeSegment:
             from .shardlists import secure_urls
 
             source = _core.url_source(secure_urls(upstream), self.source.core_handler(),
-                                      self.source.core_remote())
+                                      self.source.core_remote(),
+                                      select_files=self.source.select_files,
+                                      rename_files=self.source.rename_files)
             kinds = FieldKinds()
         else:
             source = _core.sample_source(upstream)
@@ -444,8 +446,17 @@ def resume_recipe(stages, ctx):
             raise Unrecordable("a shuffle after a Python stage holds samples the shard source's "
                                "position does not describe (shuffle before any Python stage)")
         parts.append(chain.recipe)
-    for stage in stages:  # a stage may say why it cannot be recorded (an unseeded shuffle)
+    why = unrecordable_stage(stages, ctx)
+    if why is not None:
+        raise Unrecordable(why)
+    return "|".join(parts)
+
+
+def unrecordable_stage(stages, ctx):
+    """Why a stage says a state cannot record its position (an unseeded
+    shuffle: its `_wds_unrecordable(ctx)`), or None."""
+    for stage in stages:
         why = getattr(stage, "_wds_unrecordable", None)
         if why is not None and why(ctx):
-            raise Unrecordable(why(ctx))
-    return "|".join(parts)
+            return why(ctx)
+    return None

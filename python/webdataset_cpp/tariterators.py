@@ -1,15 +1,20 @@
 """Reading shards: tar members grouped into samples.
 
 ``tarfile_to_samples()`` turns shard URLs into samples ``{"__key__", "__url__",
-<field>: bytes, ...}``. As a pipeline stage after a shard list it runs in the
-native core (tar reading and grouping, GIL released); with ``select_files`` or
-``rename_files`` (Python callables on member names) it runs the reference's
-three steps below, in Python, over natively read members. Remote URLs
-(http(s)://, s3://, gs://) are read by the native remote reader, with
-``remote=RemoteOptions(...)`` when given (an extension of the reference's
-signatures).
+<field>: bytes, ...}``. It runs in the native core (tar reading and grouping,
+GIL released), ``select_files`` and ``rename_files`` included: the core's
+grouping calls them (with the GIL) on each member's name, in the reference's
+order: ``rename_files(name)``, then ``select_files`` on the new name. Metadata
+names (``__x__``, ``__x__/...``) never reach them. Their exceptions go to the
+handler one member at a time, as in the reference (``reraise_exception``:
+the very exception propagates; a continuing handler skips that member); a
+stopping handler ends the stream, where the reference ends that shard and
+goes on with the next. Remote URLs (http(s)://, s3://, gs://) are read by the
+native remote reader, with ``remote=RemoteOptions(...)`` when given (an
+extension of the reference's signatures).
 
-The steps are the reference's public functions, with its keyword arguments:
+The reference's three steps stay available as its public functions, with its
+keyword arguments, for code that composes them itself:
 
 * ``url_opener(urls)`` adds a ``"stream"`` to each ``{"url": ...}``;
 * ``tar_file_expander(streams)`` yields ``{"fname", "data", "__url__"}`` per
@@ -310,13 +315,10 @@ def group_by_keys(data, keys=base_plus_ext, lcase=True, suffixes=None, handler=r
 
 def tarfile_samples(src, handler=reraise_exception, select_files=None, rename_files=None, *,
                     remote=None):
-    """Samples of the shards `src` names (URLs or ``{"url": ...}``), grouped in
-    Python: url_opener, tar_file_expander, group_by_keys."""
-    kw = {} if remote is None else {"remote": remote}
-    streams = url_opener(src, handler=handler, **kw)
-    members = tar_file_expander(streams, handler=handler, select_files=select_files,
-                                rename_files=rename_files)
-    return group_by_keys(members, handler=handler)
+    """Samples of the shards `src` names (URLs or ``{"url": ...}``), read and
+    grouped by the native core as tarfile_to_samples() does."""
+    return TarfileToSamples(handler=handler, select_files=select_files,
+                            rename_files=rename_files, remote=remote)(src)
 
 
 class TarfileToSamples(Stage):
@@ -333,20 +335,19 @@ class TarfileToSamples(Stage):
         self.remote = remote
 
     def is_native(self, ctx):
-        return self.select_files is None and self.rename_files is None
+        return True
 
     def fusable(self):
-        return self.is_native(None)
+        """Whether the shard list fuses into the native shard source: not with
+        member callables, which the URL source (fed by the Python shard list)
+        runs."""
+        return self.select_files is None and self.rename_files is None
 
     def core_handler(self):
         return _handlers.for_native(self.handler)
 
     def core_remote(self):
         return native_options(self.remote)
-
-    def python(self, src, ctx):
-        return tarfile_samples(src, handler=self.handler, select_files=self.select_files,
-                               rename_files=self.rename_files, remote=self.remote)
 
 
 def tarfile_to_samples(handler=reraise_exception, select_files=None, rename_files=None, *,

@@ -207,7 +207,7 @@ absl::StatusOr<Pipeline> WebDataset(std::vector<std::string> urls, WebDatasetOpt
       url_stream = ShardStream(*shards, list, ctx);
     }
     return TarSamples(std::move(url_stream), options.opener, options.handler, ctx,
-                      options.max_member_size, counts_for_restore);
+                      options.max_member_size, counts_for_restore, options.member_name);
   };
   return Pipeline(std::move(source), options.seed, std::move(recipe));
 }

@@ -101,7 +101,19 @@ absl::StatusOr<std::optional<GroupedSample>> ShardSampleReader::Next() {
       return std::exchange(current_, {});
     }
     TarMember& m = **member;
-    const std::optional<MemberName> split = SplitMemberName(m.name);
+    std::string_view name = m.name;
+    if (options_.member_name && !IsMetadataName(name)) {
+      absl::StatusOr<std::optional<std::string>> renamed = options_.member_name(name);
+      if (!renamed.ok()) {
+        pending_error_ = renamed.status();
+        if (!current_.members.empty()) return std::exchange(current_, {});
+        return *pending_error_;
+      }
+      if (!renamed->has_value()) continue;
+      renamed_ = **std::move(renamed);
+      name = renamed_;
+    }
+    const std::optional<MemberName> split = SplitMemberName(name);
     if (IsMetadataName(m.name) || !split.has_value()) {
       if (options_.on_skipped && !options_.on_skipped(m)) {
         ended_ = true;

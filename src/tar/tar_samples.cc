@@ -20,9 +20,11 @@ constexpr std::string_view kStageName = "tar";
 class TarSampleStream : public SampleStream {
  public:
   TarSampleStream(std::unique_ptr<UrlStream> urls, Opener opener, Handler handler,
-                  WorkerContext ctx, int64_t max_member_size, std::shared_ptr<ShardCatalog> catalog)
+                  WorkerContext ctx, int64_t max_member_size, std::shared_ptr<ShardCatalog> catalog,
+                  MemberNameHook member_name)
       : max_member_size_(max_member_size),
         catalog_(std::move(catalog)),
+        member_name_(std::move(member_name)),
         urls_(std::move(urls)),
         opener_(std::move(opener)),
         handler_(handler),
@@ -91,9 +93,16 @@ class TarSampleStream : public SampleStream {
   absl::Status Restore();
   absl::Status ReadRun(ShardSlice run, std::vector<Sample>& out);
   Flow Handle(const absl::Status& error, SampleResult& result);
+  // NameMember asks member_name_ for `name`, handing its error to the handler.
+  absl::StatusOr<std::optional<std::string>> NameMember(std::string_view name);
 
   const int64_t max_member_size_;
   const std::shared_ptr<ShardCatalog> catalog_;
+  const MemberNameHook member_name_;
+  // hook_action_ is what the handler chose for the hook error that ended
+  // the shard (kRaise or kStop): it is not handed over a second time.
+  std::optional<ErrorAction> hook_action_;
+  absl::Status hook_error_;
   std::unique_ptr<UrlStream> urls_;
   Opener opener_;
   Handler handler_;
@@ -261,6 +270,13 @@ SampleResult TarSampleStream::Advance() {
       continue;
     }
     absl::StatusOr<std::optional<GroupedSample>> grouped = NextInSlice();
+    if (hook_action_.has_value() && (*hook_action_ == ErrorAction::kRaise || !grouped.ok())) {
+      // As in the reference: raising drops the sample in progress, stopping
+      // yields it first.
+      reader_.reset();
+      if (*hook_action_ == ErrorAction::kRaise) return hook_error_;
+      return std::nullopt;
+    }
     if (!grouped.ok() || !grouped->has_value()) {
       reader_.reset();
       if (!grouped.ok() && Handle(grouped.status(), result) == Flow::kReturn) return result;
@@ -310,6 +326,9 @@ absl::Status TarSampleStream::OpenShard(ShardSlice slice) {
   if (!stream.ok()) return stream.status();
   options.tar.pool = pool_;
   options.tar.max_member_size = max_member_size_;
+  if (member_name_) {
+    options.member_name = [this](std::string_view name) { return NameMember(name); };
+  }
   absl::StatusOr<std::unique_ptr<ShardSampleReader>> reader =
       ShardSampleReader::Open(*std::move(stream), std::move(options));
   if (!reader.ok()) return reader.status();
@@ -318,6 +337,16 @@ absl::Status TarSampleStream::OpenShard(ShardSlice slice) {
   next_ = slice.begin;
   slice_ = std::move(slice);
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<std::string>> TarSampleStream::NameMember(std::string_view name) {
+  absl::StatusOr<std::optional<std::string>> named = member_name_(name);
+  if (named.ok()) return named;
+  const ErrorAction action = ctx_.Handle(handler_, kStageName, named.status());
+  if (action == ErrorAction::kContinue) return std::nullopt;
+  hook_action_ = action;
+  hook_error_ = named.status();
+  return named.status();
 }
 
 absl::StatusOr<Sample> TarSampleStream::ToSample(GroupedSample grouped) {
@@ -342,9 +371,11 @@ absl::StatusOr<Sample> TarSampleStream::ToSample(GroupedSample grouped) {
 std::unique_ptr<SampleStream> TarSamples(std::unique_ptr<UrlStream> urls, Opener opener,
                                          Handler handler, const WorkerContext& ctx,
                                          int64_t max_member_size,
-                                         std::shared_ptr<ShardCatalog> catalog) {
+                                         std::shared_ptr<ShardCatalog> catalog,
+                                         MemberNameHook member_name) {
   return std::make_unique<TarSampleStream>(std::move(urls), std::move(opener), handler, ctx,
-                                           max_member_size, std::move(catalog));
+                                           max_member_size, std::move(catalog),
+                                           std::move(member_name));
 }
 
 }  // namespace wds

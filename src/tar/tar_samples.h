@@ -26,9 +26,16 @@ namespace wds {
 // archive is checked. A shard that ends before its slice, or holds more
 // samples than its count, is a DataLoss error naming it and the counts (a
 // stale index). REQUIRES: catalog != nullptr when a slice has begin > 0.
+//
+// `member_name`, if set, renames or skips members before grouping
+// (ShardSampleReaderOptions::member_name). Its errors go to `handler` one
+// member at a time, as the reference's tar_file_iterator hands them over:
+// "continue" skips that member only; "stop" ends the stream after the sample
+// in progress; "raise" returns the error as it is, without that sample.
 std::unique_ptr<SampleStream> TarSamples(std::unique_ptr<UrlStream> urls, Opener opener,
                                          Handler handler, const WorkerContext& ctx,
                                          int64_t max_member_size = kDefaultMaxMemberSize,
-                                         std::shared_ptr<ShardCatalog> catalog = nullptr);
+                                         std::shared_ptr<ShardCatalog> catalog = nullptr,
+                                         MemberNameHook member_name = nullptr);
 
 }  // namespace wds

@@ -69,6 +69,15 @@ struct ShardSampleReaderOptions {
   // false ends the shard there (Next() returns nullopt, without Finish()ing
   // the stream).
   std::function<bool(const TarMember&)> on_skipped;
+  // member_name, if set, is asked for the name of each member that is not a
+  // metadata name (the reference checks those on the tar's name first):
+  // nullopt skips the member (on_skipped does not see it), a name is split
+  // and grouped in place of the member's own (which the member keeps, for
+  // messages). Its error ends the shard with it, after the sample in
+  // progress (complete up to that member, as the reference's end-of-shard
+  // marker completes it); the reader holding that choice (TarSamples) may
+  // still drop it.
+  MemberNameHook member_name;
 };
 
 // ShardSampleReader groups the members of one shard. Not thread-safe.
@@ -100,6 +109,8 @@ class ShardSampleReader {
   GroupedSample current_;
   std::optional<absl::Status> pending_error_;
   bool ended_ = false;
+  // renamed_ holds the member_name hook's answer while it is split.
+  std::string renamed_;
 };
 
 }  // namespace wds
