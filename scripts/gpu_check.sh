@@ -23,7 +23,9 @@
 #
 # WDS_GPU_CHECK_ALLOW_NO_GPU=1 runs everything on a machine without a GPU
 # (the GPU cases then skip, and a skip is not a failure); without it a
-# missing GPU fails the first step. WDS_GPU_PYTHON names the python3.
+# missing GPU fails the first step. WDS_GPU_PYTHON names the python3,
+# WDS_GPU_TORCH_PREFIX the CMake prefix of LibTorch (default: that python3's
+# torch.utils.cmake_prefix_path).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -108,6 +110,7 @@ summarize() {
   local log=$1 line
   line=$(grep -E '^\[ +(PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$log" | tr -s ' ' | paste -sd ' ' -)
   [[ -z $line ]] && line=$(grep -E '[0-9]+ (passed|failed|skipped)' "$log" | tail -1)
+  [[ -z $line ]] && line=$(grep -m1 -A1 -E '^CMake Error|error:|FAILED:' "$log" | tr -s ' \n' ' ')
   [[ -z $line ]] && line=$(grep -v '^\s*$' "$log" | tail -1)
   echo "${line:0:150}"
 }
@@ -202,7 +205,7 @@ export CMAKE_POLICY_VERSION_MINIMUM=3.5
 ninja=$(command -v ninja || echo "$sysroot/bin/ninja")
 
 # ---------------------------------------------------------------- configure
-torch_prefix=$($py -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null || true)
+torch_prefix=${WDS_GPU_TORCH_PREFIX:-$($py -c 'import torch.utils; print(torch.utils.cmake_prefix_path)' 2>/dev/null || true)}
 pybind11_dir=$($py -m pybind11 --cmakedir 2>/dev/null || true)
 nccl_root=$($py -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null || true)
 [[ -n $nccl_root ]] && export NCCL_ROOT=$nccl_root
@@ -223,8 +226,12 @@ configure_args=(
 with_torch=1
 # Configured for real in a dry run too: the bundle's prefix is what it checks.
 if ! REAL=1 step configure 180 "cmake ${configure_args[*]@Q}"; then
+  # find_package(Torch) runs whatever WDS_WITH_TORCH says: without PyTorch's
+  # prefix, and with a fresh cache, it finds nothing.
   with_torch=0
-  REAL=1 step configure-without-torch 120 "cmake ${configure_args[*]@Q} -DWDS_WITH_TORCH=OFF" || true
+  no_torch_args=("${configure_args[@]/#-DCMAKE_PREFIX_PATH=*/-DCMAKE_PREFIX_PATH=$sysroot/usr;$pybind11_dir}")
+  REAL=1 step configure-without-torch 120 "rm -f '$build/CMakeCache.txt' && \
+    cmake ${no_torch_args[*]@Q} -DWDS_WITH_TORCH=OFF" || true
 fi
 if [[ -f $build/CMakeCache.txt ]]; then
   for option in WDS_WITH_TORCH WDS_WITH_CUDA WDS_WITH_CUDA_KERNELS WDS_WITH_NVJPEG WDS_BUILD_PYTHON; do
@@ -241,11 +248,23 @@ if [[ -f $build/CMakeCache.txt ]]; then
 fi
 
 # ---------------------------------------------------------------- build
-# -k 0: build every target that can be, so one broken file costs one step.
+# The core, the tools, wds::torch, the Python extension and the tests run
+# below (not every test of the project: time is short). -k 0: build every
+# target that can be, so one broken file costs only what depends on it.
+wanted=(wds-shard wds-demo wds-fashion-mnist wds-bench wds-train wds_python_core
+        wds_python_package gpu_kernel_test gpu_nvjpeg_test gpu_decode_test memory_test
+        torch_tensor_test torch_distributed_test torch_ddp_test)
+targets=()
+if [[ -f $build/build.ninja ]]; then
+  known=$("$ninja" -C "$build" -t targets all 2>/dev/null | cut -d: -f1)
+  for t in "${wanted[@]}"; do grep -qxF "$t" <<<"$known" && targets+=("$t"); done
+fi
 if ((skip_build)); then
   record build SKIP 0 "--skip-build"
+elif ((${#targets[@]} == 0)); then
+  record build FAIL 0 "nothing to build: the project did not configure"
 else
-  step build 360 "cmake --build '$build' -j $jobs -- -k 0" || true
+  step build 360 "cmake --build '$build' -j $jobs --target ${targets[*]} -- -k 0" || true
 fi
 
 # ---------------------------------------------------------------- tests
