@@ -1,12 +1,15 @@
 // Tests for the base layer: Buffer, Sample, error handlers, seeding.
+#include <optional>
 #include <set>
 
+#include "absl/strings/cord.h"
 #include "base/handlers.h"
 #include "base/split_mix64.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "wds/buffer.h"
 #include "wds/error.h"
+#include "wds/error_kind.h"
 #include "wds/random.h"
 #include "wds/sample.h"
 
@@ -114,6 +117,54 @@ TEST(HandlerTest, ActionsCountersAndWarnings) {
   ASSERT_EQ(counters.Snapshot().size(), 3u);
   EXPECT_EQ(warnings, (std::vector<std::string>{"tar: DATA_LOSS: truncated",
                                                 "decode: DATA_LOSS: truncated"}));
+}
+
+TEST(HandlerTest, WarningShowsCodeAndMessageButNoPayloads) {
+  std::vector<std::string> warnings;
+  WarningSink sink = [&](std::string_view m) { warnings.emplace_back(m); };
+  absl::Status err = absl::UnavailableError("http://h/a.tar: HTTP 503");
+  err.SetPayload("webdataset_cpp/remote-url", absl::Cord("http://h/a.tar"));
+  err = WithErrorKind(err, ErrorKind::kShardUnreadable, "http://h/a.tar");
+  EXPECT_EQ(ApplyHandler(Handler::kWarnAndContinue, "tar", err, nullptr, sink),
+            ErrorAction::kContinue);
+  EXPECT_EQ(warnings, std::vector<std::string>{"tar: UNAVAILABLE: http://h/a.tar: HTTP 503"});
+}
+
+TEST(ErrorKindTest, KindAndShardUrlTravelWithTheStatus) {
+  absl::Status err =
+      WithErrorKind(absl::DataLossError("a.tar: truncated"), ErrorKind::kShardUnreadable, "a.tar");
+  absl::Status copy = err;
+  EXPECT_EQ(copy.code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(copy.message(), "a.tar: truncated");
+  EXPECT_EQ(ErrorKindOf(copy), ErrorKind::kShardUnreadable);
+  EXPECT_EQ(ShardUrlOf(copy), "a.tar");
+  EXPECT_EQ(FieldSiteOf(copy), std::nullopt);
+  EXPECT_EQ(
+      ErrorKindOf(WithErrorKind(absl::DataLossError("x"), ErrorKind::kCommandFailed, "pipe:false")),
+      ErrorKind::kCommandFailed);
+}
+
+TEST(ErrorKindTest, UnmarkedOkAndCancelledStatusesHaveNoKind) {
+  EXPECT_EQ(ErrorKindOf(absl::DataLossError("x")), ErrorKind::kUnspecified);
+  EXPECT_EQ(ShardUrlOf(absl::DataLossError("x")), std::nullopt);
+  EXPECT_TRUE(WithErrorKind(absl::OkStatus(), ErrorKind::kShardUnreadable, "a.tar").ok());
+  absl::Status cancelled =
+      WithErrorKind(absl::CancelledError("stop"), ErrorKind::kShardUnreadable, "a.tar");
+  EXPECT_EQ(ErrorKindOf(cancelled), ErrorKind::kUnspecified);
+  EXPECT_EQ(ErrorKindOf(WithFieldSite(absl::CancelledError("stop"), {"u", "k", "f"})),
+            ErrorKind::kUnspecified);
+}
+
+TEST(ErrorKindTest, FieldSiteKeepsUrlKeyAndFieldApart) {
+  absl::Status err =
+      WithFieldSite(absl::InvalidArgumentError("u: key a: b: field c: bad"), {"u", "a: b", "c"});
+  EXPECT_EQ(err.message(), "u: key a: b: field c: bad");
+  EXPECT_EQ(ErrorKindOf(err), ErrorKind::kFieldDecode);
+  std::optional<FieldSite> site = FieldSiteOf(err);
+  ASSERT_TRUE(site.has_value());
+  EXPECT_EQ(site->url, "u");
+  EXPECT_EQ(site->key, "a: b");
+  EXPECT_EQ(site->field, "c");
 }
 
 TEST(RandomTest, DeriveSeedDependsOnEveryPartAndItsOrder) {

@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
+#include "wds/error_kind.h"
 #include "wds/npy.h"
 #include "wds/pipeline.h"
 
@@ -196,6 +197,79 @@ TEST(JsonDecoderTest, InvalidUtf8IsInvalidArgument) {
   EXPECT_THAT(std::string(s.status().message()), HasSubstr("field json: invalid UTF-8"));
 }
 
+// ExpectInvalidJson checks that `data` fails as JSON with `what` at `offset`.
+void ExpectInvalidJson(const std::string& data, size_t offset, const std::string& what) {
+  absl::StatusOr<Sample> s = DecodeOne("json", data);
+  ASSERT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << data;
+  EXPECT_EQ(std::string(s.status().message()),
+            std::string(kUrl) + ": key k: field json: invalid JSON at byte offset " +
+                std::to_string(offset) + ": " + what)
+      << data;
+}
+
+TEST(JsonDecoderTest, EveryKindOfValueIsAcceptedAsPythonAcceptsIt) {
+  for (const char* json : {"0",
+                           "-0",
+                           "12",
+                           "-3.25e+10",
+                           "1E5",
+                           "0.5e-3",
+                           "\"\"",
+                           "true",
+                           "false",
+                           "null",
+                           "NaN",
+                           "Infinity",
+                           "-Infinity",
+                           "[]",
+                           "{}",
+                           " \t\r\n[ 1 , [ ] , { } ] \n",
+                           "{\"a\": {\"b\": [1, \"x\", null]}, \"c\": -1}",
+                           "\"\\\" \\\\ \\/ \\b \\f \\n \\r \\t\"",
+                           "\"\\u00e9\\uD834\\uDD1E \\ud800\"",
+                           "\"\x7f \xc3\xa9\"",
+                           "{\"a\": 1, \"a\": 2}"}) {
+    EXPECT_EQ(DecodedText("json", json), json);
+  }
+}
+
+TEST(JsonDecoderTest, NestingDeeperThanAStackAllowsIsChecked) {
+  const size_t depth = 1'000'000;
+  EXPECT_EQ(DecodedText("json", std::string(depth, '[') + std::string(depth, ']')).size(),
+            2 * depth);
+  ExpectInvalidJson(std::string(depth, '['), depth, "expecting a value");
+}
+
+TEST(JsonDecoderTest, InvalidJsonIsInvalidArgumentNamingTheOffset) {
+  ExpectInvalidJson("{not json", 1, "expecting a property name in double quotes");
+  ExpectInvalidJson("", 0, "expecting a value");
+  ExpectInvalidJson("  \n", 3, "expecting a value");
+  ExpectInvalidJson("[1, 2", 5, "expecting ',' or ']'");
+  ExpectInvalidJson("[1,]", 3, "expecting a value");
+  ExpectInvalidJson("{\"a\": 1,}", 8, "expecting a property name in double quotes");
+  ExpectInvalidJson("{\"a\" 1}", 5, "expecting ':'");
+  ExpectInvalidJson("{\"a\": 1 \"b\": 2}", 8, "expecting ',' or '}'");
+  ExpectInvalidJson("{1: 2}", 1, "expecting a property name in double quotes");
+  ExpectInvalidJson("1 2", 2, "extra data");
+  ExpectInvalidJson("01", 1, "extra data");
+  ExpectInvalidJson("1.", 1, "extra data");
+  ExpectInvalidJson("1e", 1, "extra data");
+  ExpectInvalidJson("-", 1, "expecting a value");
+  ExpectInvalidJson("+1", 0, "expecting a value");
+  ExpectInvalidJson(".5", 0, "expecting a value");
+  ExpectInvalidJson("nul", 0, "expecting a value");
+  ExpectInvalidJson("True", 0, "expecting a value");
+  ExpectInvalidJson("'a'", 0, "expecting a value");
+  ExpectInvalidJson("\xef\xbb\xbf{}", 0, "expecting a value");  // a BOM
+  ExpectInvalidJson("\"abc", 0, "unterminated string");
+  ExpectInvalidJson("\"a\\", 0, "unterminated string");
+  ExpectInvalidJson("\"a\tb\"", 2, "invalid control character in a string");
+  ExpectInvalidJson("\"\\x\"", 2, "invalid escape");
+  ExpectInvalidJson("\"\\u12g4\"", 5, "invalid \\uXXXX escape");
+  ExpectInvalidJson("\"\\u12", 5, "invalid \\uXXXX escape");
+  ExpectInvalidJson(std::string("[1]\0", 4), 3, "extra data");
+}
+
 // ------------------------------------------------------------- DecodeSample
 
 TEST(DecodeSampleTest, ExtensionsMatchExactlyNotBySubstring) {
@@ -275,6 +349,24 @@ TEST(DecodeSampleTest, DecoderErrorKeepsCodeAndNamesUrlKeyAndField) {
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(std::string(status.message()),
             std::string(kUrl) + ": key k9: field seg.png: corrupt header");
+  // The site travels apart from the message too (wds/error_kind.h).
+  EXPECT_EQ(ErrorKindOf(status), ErrorKind::kFieldDecode);
+  std::optional<FieldSite> site = FieldSiteOf(status);
+  ASSERT_TRUE(site.has_value());
+  EXPECT_EQ(site->url, kUrl);
+  EXPECT_EQ(site->key, "k9");
+  EXPECT_EQ(site->field, "seg.png");
+}
+
+TEST(DecodeSampleTest, CancelledDecoderIsNoFieldFailure) {
+  auto stop = [](std::string_view, const Buffer&,
+                 DecodeContext&) -> absl::StatusOr<std::optional<Value>> {
+    return absl::CancelledError("interrupted");
+  };
+  Sample s = MakeSample("k", {{"png", "x"}});
+  absl::Status status = DecodeSample(s, {stop}, {}, TestRng());
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(ErrorKindOf(status), ErrorKind::kUnspecified);
 }
 
 TEST(DecodeSampleTest, AlreadyDecodedFieldIsErrorWithoutPartial) {
@@ -441,6 +533,16 @@ void ExpectFieldError(const absl::Status& status, absl::StatusCode code, const s
   EXPECT_EQ(status.code(), code) << status;
   EXPECT_THAT(std::string(status.message()),
               HasSubstr(std::string(kUrl) + ": key k: field " + field + ": " + detail));
+}
+
+TEST(CompressedFieldTest, CompressedJsonIsCheckedToo) {
+  Sample s = MakeSample("k", {{"json.gz", Gzip("{bad")}});
+  absl::Status status = DecodeSample(s, BasicDecoders(), {}, TestRng());
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(status.message()),
+            std::string(kUrl) +
+                ": key k: field json.gz: invalid JSON at byte offset 1: expecting a property "
+                "name in double quotes");
 }
 
 TEST(CompressedFieldTest, TxtGzDecodesAsTextAndKeepsItsName) {

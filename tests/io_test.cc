@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "test_util.h"
 #include "wds/byte_stream.h"
+#include "wds/error_kind.h"
 #include "wds/internal/strings.h"
 
 namespace wds {
@@ -315,6 +316,8 @@ TEST(PipeStreamTest, NonZeroExitAfterCompleteOutputIsDataLoss) {
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
   EXPECT_THAT(Message(status), HasSubstr("pipe:" + command));
   EXPECT_THAT(Message(status), HasSubstr("exit status 3"));
+  EXPECT_EQ(ErrorKindOf(status), ErrorKind::kCommandFailed);
+  EXPECT_EQ(ShardUrlOf(status), "pipe:" + command);
   EXPECT_TRUE(NoChildProcesses());
 }
 
@@ -348,6 +351,7 @@ TEST(PipeStreamTest, CommandKilledBySignalIsDataLoss) {
   absl::Status status = stream->Finish();
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
   EXPECT_THAT(Message(status), HasSubstr("killed by signal 9"));
+  EXPECT_EQ(ErrorKindOf(status), ErrorKind::kCommandFailed);
   EXPECT_THAT(Message(status), HasSubstr("pipe:printf partial; kill -9 $$"));
   EXPECT_TRUE(NoChildProcesses());
 }

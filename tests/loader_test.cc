@@ -29,6 +29,7 @@
 #include "gtest/gtest.h"
 #include "test_util.h"
 #include "wds/decode.h"
+#include "wds/error_kind.h"
 #include "wds/pipeline.h"
 #include "wds/stage.h"
 
@@ -507,6 +508,13 @@ TEST(LoaderTest, BeginKeepsAWithEpochStreamGoing) {
   for (const Sample& s : loader) keys.emplace_back(s.key());
   EXPECT_EQ(keys, Keys({"w0/e0/p0/i1", "w0/e0/p0/i2", "w0/e0/p0/i3"}));
   EXPECT_EQ(loader.epoch(), 2);
+}
+
+TEST(LoaderTest, LoaderErrorWhatIsCodeAndMessageWithoutPayloads) {
+  LoaderError error(
+      WithErrorKind(absl::DataLossError("x.tar: truncated"), ErrorKind::kShardUnreadable, "x.tar"));
+  EXPECT_STREQ(error.what(), "DATA_LOSS: x.tar: truncated");
+  EXPECT_EQ(ErrorKindOf(error.status()), ErrorKind::kShardUnreadable);
 }
 
 TEST(LoaderTest, RangeForThrowsLoaderErrorWithTheStatus) {

@@ -24,6 +24,7 @@
 #include "shards/shard_streams.h"
 #include "tar/tar_samples.h"
 #include "test_util.h"
+#include "wds/error_kind.h"
 #include "wds/internal/strings.h"
 #include "wds/internal/tar_grouping.h"
 #include "wds/tar_reader.h"
@@ -292,6 +293,8 @@ TEST_P(TarReaderCompressionTest, TruncatedCompressedStreamIsDataLossAtEveryCut) 
     EXPECT_EQ(r.status.code(), absl::StatusCode::kDataLoss)
         << "cut at " << cut << " of " << data.size() << ": " << r.status;
     EXPECT_THAT(Message(r.status), HasSubstr("mem://shard")) << "cut at " << cut;
+    EXPECT_EQ(ErrorKindOf(r.status), ErrorKind::kShardUnreadable) << "cut at " << cut;
+    EXPECT_EQ(ShardUrlOf(r.status), "mem://shard") << "cut at " << cut;
   }
 }
 
@@ -318,6 +321,7 @@ TEST(TarReaderTest, TruncatedMemberIsDataLossNamingMemberAndOffset) {
   EXPECT_EQ(r.status.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(Message(r.status), HasSubstr("mem://shard: member b.bin at offset 2560"));
   EXPECT_THAT(Message(r.status), HasSubstr("truncated"));
+  EXPECT_EQ(ErrorKindOf(r.status), ErrorKind::kShardUnreadable);
 }
 
 TEST(TarReaderTest, CutBetweenMembersIsDataLoss) {
@@ -328,6 +332,7 @@ TEST(TarReaderTest, CutBetweenMembersIsDataLoss) {
   EXPECT_THAT(Message(r.status), HasSubstr("mem://shard: truncated"));
   EXPECT_THAT(Message(r.status), HasSubstr("after member a.cls"));
   EXPECT_THAT(Message(r.status), HasSubstr("without an end-of-archive block"));
+  EXPECT_EQ(ErrorKindOf(r.status), ErrorKind::kShardUnreadable);
 }
 
 TEST(TarReaderTest, CutInsideThePaddingOfTheLastMemberIsDataLoss) {
@@ -344,6 +349,7 @@ TEST(TarReaderTest, CutInsideAHeaderIsDataLoss) {
   EXPECT_THAT(Names(r.members), ElementsAre("a.bin", "a.cls"));
   EXPECT_EQ(r.status.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(Message(r.status), HasSubstr("mem://shard: truncated or corrupt tar at offset 2560"));
+  EXPECT_EQ(ErrorKindOf(r.status), ErrorKind::kShardUnreadable);
 }
 
 TEST(TarReaderTest, CorruptHeaderChecksumIsDataLoss) {
@@ -353,12 +359,14 @@ TEST(TarReaderTest, CorruptHeaderChecksumIsDataLoss) {
   EXPECT_THAT(Names(r.members), ElementsAre("a.bin"));
   EXPECT_EQ(r.status.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(Message(r.status), HasSubstr("at offset 1536 after member a.bin"));
+  EXPECT_EQ(ErrorKindOf(r.status), ErrorKind::kShardUnreadable);
 }
 
 TEST(TarReaderTest, RandomBytesAreInvalidArgument) {
   Members r = ReadMembers(RandomBytes(4096));
   EXPECT_EQ(r.status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(Message(r.status), HasSubstr("mem://shard: not a tar archive"));
+  EXPECT_EQ(ErrorKindOf(r.status), ErrorKind::kShardUnreadable);
 }
 
 TEST(TarReaderTest, TextFileIsInvalidArgument) {
@@ -370,7 +378,27 @@ TEST(TarReaderTest, TextFileIsInvalidArgument) {
 TEST(TarReaderTest, EmptyStreamIsInvalidArgument) {
   Members r = ReadMembers("");
   EXPECT_EQ(r.status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(Message(r.status), HasSubstr("mem://shard: not a tar archive"));
+  EXPECT_EQ(Message(r.status), "mem://shard: not a tar archive (no data)");
+  EXPECT_EQ(ErrorKindOf(r.status), ErrorKind::kShardUnreadable);
+}
+
+TEST(TarReaderTest, EmptyStreamReportsItsFinishErrorInstead) {
+  absl::Status failed = WithErrorKind(absl::DataLossError("cmd: exit status 22"),
+                                      ErrorKind::kCommandFailed, "mem://shard");
+  Members r = ReadMembers("", failed);
+  EXPECT_EQ(r.status, failed);
+  EXPECT_EQ(ErrorKindOf(r.status), ErrorKind::kCommandFailed);
+}
+
+TEST(TarReaderTest, PipeCommandFailingWithoutOutputIsItsExitStatus) {
+  absl::StatusOr<std::unique_ptr<ByteStream>> stream = OpenUrl("pipe:echo gone >&2; exit 22");
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  Members r = ReadMembers(std::move(*stream));
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(Message(r.status),
+            "pipe:echo gone >&2; exit 22: command failed with exit status 22 (its output may be "
+            "incomplete); stderr: gone\n");
+  EXPECT_EQ(ErrorKindOf(r.status), ErrorKind::kCommandFailed);
 }
 
 TEST(TarReaderTest, CompressedTextIsInvalidArgument) {
@@ -382,6 +410,8 @@ TEST(TarReaderTest, CompressedTextIsInvalidArgument) {
   Members r = ReadMembers(std::move(*stream));
   EXPECT_EQ(r.status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(Message(r.status), HasSubstr(path + ".gz: not a tar archive"));
+  EXPECT_EQ(ErrorKindOf(r.status), ErrorKind::kShardUnreadable);
+  EXPECT_EQ(ShardUrlOf(r.status), path + ".gz");
 }
 
 // CorruptGzip overwrites part of the deflate data of a tar.gz.
@@ -396,6 +426,7 @@ TEST(TarReaderTest, CorruptGzipIsDataLoss) {
   EXPECT_THAT(r.members, IsEmpty());
   EXPECT_EQ(r.status.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(Message(r.status), HasSubstr("mem://shard: corrupt gzip data at compressed offset"));
+  EXPECT_EQ(ErrorKindOf(r.status), ErrorKind::kShardUnreadable);
 }
 
 TEST(TarReaderTest, CorruptStoredGzipBlockIsCaughtByTheChecksum) {
@@ -508,6 +539,7 @@ TEST(TarReaderTest, FinishErrorAfterACompleteTarIsReturnedAfterTheMembers) {
   EXPECT_THAT(Names(r.members), ElementsAre("a.bin", "a.cls", "b.bin"));
   EXPECT_EQ(r.status.code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(Message(r.status), "cmd: exit status 1");
+  EXPECT_EQ(ErrorKindOf(r.status), ErrorKind::kUnspecified);  // the stream's, not the reader's
 }
 
 // EventStream serves `data` in small reads, fails once `fail_at` bytes were
@@ -553,6 +585,7 @@ TEST(TarReaderTest, StreamErrorKeepsItsCodeAndPayloadsAndSaysWhere) {
   // What the opener attached for its callers (the Python bindings' URL and
   // errno) survives the reader.
   EXPECT_EQ(r.status.GetPayload("wds-test/origin"), absl::Cord("flaky stream"));
+  EXPECT_EQ(ErrorKindOf(r.status), ErrorKind::kUnspecified);
   EXPECT_FALSE(finished);
 }
 

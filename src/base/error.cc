@@ -1,9 +1,13 @@
 #include "wds/error.h"
 
 #include <cstdio>
+#include <iterator>
+#include <optional>
 #include <string>
 
+#include "absl/strings/cord.h"
 #include "base/handlers.h"
+#include "wds/error_kind.h"
 #include "wds/internal/strings.h"
 
 namespace wds {
@@ -46,6 +50,63 @@ std::string_view HandlerName(Handler handler) {
       return "ignore_and_stop";
   }
   return "unknown";
+}
+
+namespace {
+
+constexpr std::string_view kKindNames[] = {"", "shard-unreadable", "command-failed",
+                                           "field-decode"};
+
+bool Markable(const absl::Status& status) { return !status.ok() && !absl::IsCancelled(status); }
+
+void SetText(absl::Status& status, std::string_view type_url, std::string_view value) {
+  status.SetPayload(ToAbsl(type_url), absl::Cord(ToAbsl(value)));
+}
+
+std::optional<std::string> GetText(const absl::Status& status, std::string_view type_url) {
+  auto payload = status.GetPayload(ToAbsl(type_url));
+  if (!payload.has_value()) return std::nullopt;
+  return std::string(*payload);
+}
+
+}  // namespace
+
+absl::Status WithErrorKind(absl::Status status, ErrorKind kind, std::string_view shard_url) {
+  if (!Markable(status)) return status;
+  SetText(status, kErrorKindPayload, kKindNames[static_cast<size_t>(kind)]);
+  SetText(status, kShardUrlPayload, shard_url);
+  return status;
+}
+
+ErrorKind ErrorKindOf(const absl::Status& status) {
+  std::optional<std::string> name = GetText(status, kErrorKindPayload);
+  if (!name.has_value()) return ErrorKind::kUnspecified;
+  for (size_t i = 1; i < std::size(kKindNames); ++i) {
+    if (*name == kKindNames[i]) return static_cast<ErrorKind>(i);
+  }
+  return ErrorKind::kUnspecified;
+}
+
+std::optional<std::string> ShardUrlOf(const absl::Status& status) {
+  return GetText(status, kShardUrlPayload);
+}
+
+absl::Status WithFieldSite(absl::Status status, const FieldSite& site) {
+  if (!Markable(status)) return status;
+  SetText(status, kErrorKindPayload, kKindNames[static_cast<size_t>(ErrorKind::kFieldDecode)]);
+  SetText(status, kSampleUrlPayload, site.url);
+  SetText(status, kSampleKeyPayload, site.key);
+  SetText(status, kFieldPayload, site.field);
+  return status;
+}
+
+std::optional<FieldSite> FieldSiteOf(const absl::Status& status) {
+  if (ErrorKindOf(status) != ErrorKind::kFieldDecode) return std::nullopt;
+  FieldSite site;
+  site.url = GetText(status, kSampleUrlPayload).value_or("");
+  site.key = GetText(status, kSampleKeyPayload).value_or("");
+  site.field = GetText(status, kFieldPayload).value_or("");
+  return site;
 }
 
 void WriteWarningToStderr(std::string_view message) {
@@ -91,7 +152,9 @@ ErrorAction ApplyHandler(Handler handler, std::string_view stage, const absl::St
   if (counters != nullptr) counters->Record(stage, error.code());
   const bool warns = handler == Handler::kWarnAndContinue || handler == Handler::kWarnAndStop;
   if (warns) {
-    std::string message = Cat(stage, ": ", error.ToString());
+    // Code and message only: payloads (error kinds, URLs) are for programs.
+    std::string message =
+        Cat(stage, ": ", error.ToString(absl::StatusToStringMode::kWithNoExtraData));
     if (warn) {
       warn(message);
     } else {

@@ -5,6 +5,7 @@
 #include <zstd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <climits>
 #include <cstdint>
@@ -12,9 +13,11 @@
 #include <cstring>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "base/value_kind.h"
 #include "stages/transform_stream.h"
+#include "wds/error_kind.h"
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"
 #include "wds/npy.h"
@@ -148,6 +151,158 @@ absl::StatusOr<std::string> DecodeText(std::string_view data) {
   return std::string(data);
 }
 
+// JsonChecker checks that a text is one JSON value as Python's json.loads
+// (strict) accepts it: RFC 8259 plus NaN, Infinity and -Infinity, with only
+// space, tab, LF and CR for whitespace and no control characters in strings.
+// Nesting is followed with an explicit stack: depth costs no C++ stack.
+class JsonChecker {
+ public:
+  explicit JsonChecker(std::string_view text) : s_(text) {}
+
+  absl::Status Check() {
+    while (true) {
+      // A value is due: a scalar, or the start of an array or object (whose
+      // first member, if any, the next round checks).
+      SkipSpace();
+      if (Take('{')) {
+        SkipSpace();
+        if (!Take('}')) {
+          open_.push_back('{');
+          WDS_RETURN_IF_ERROR(Name());
+          continue;
+        }
+      } else if (Take('[')) {
+        SkipSpace();
+        if (!Take(']')) {
+          open_.push_back('[');
+          continue;
+        }
+      } else {
+        WDS_RETURN_IF_ERROR(Scalar());
+      }
+      // Closes what the value ended, up to a ',' that asks for another value.
+      while (true) {
+        SkipSpace();
+        if (open_.empty()) return i_ == s_.size() ? absl::OkStatus() : Error("extra data");
+        const bool object = open_.back() == '{';
+        if (Take(',')) {
+          if (object) WDS_RETURN_IF_ERROR(Name());
+          break;
+        }
+        if (!Take(object ? '}' : ']')) {
+          return Error(object ? "expecting ',' or '}'" : "expecting ',' or ']'");
+        }
+        open_.pop_back();
+      }
+    }
+  }
+
+ private:
+  absl::Status Error(std::string_view what) const {
+    return absl::InvalidArgumentError(Cat("invalid JSON at byte offset ", i_, ": ", what));
+  }
+  bool At(char c) const { return i_ < s_.size() && s_[i_] == c; }
+  bool Take(char c) {
+    if (!At(c)) return false;
+    ++i_;
+    return true;
+  }
+  bool TakeWord(std::string_view word) {
+    if (s_.substr(i_, word.size()) != word) return false;
+    i_ += word.size();
+    return true;
+  }
+  bool AtDigit() const { return i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9'; }
+  void SkipDigits() {
+    while (AtDigit()) ++i_;
+  }
+  void SkipSpace() {
+    while (i_ < s_.size() &&
+           (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r')) {
+      ++i_;
+    }
+  }
+
+  // Scalar checks a string, number or literal.
+  absl::Status Scalar() {
+    if (At('"')) return String();
+    if (At('-') || AtDigit()) return Number();
+    for (std::string_view word : {"null", "true", "false", "NaN", "Infinity"}) {
+      if (TakeWord(word)) return absl::OkStatus();
+    }
+    return Error("expecting a value");
+  }
+
+  // Name checks an object member's name and its ':'.
+  absl::Status Name() {
+    SkipSpace();
+    if (!At('"')) return Error("expecting a property name in double quotes");
+    WDS_RETURN_IF_ERROR(String());
+    SkipSpace();
+    if (!Take(':')) return Error("expecting ':'");
+    return absl::OkStatus();
+  }
+
+  // Number follows Python's -?(0|[1-9]\d*)(\.\d+)?([eE][-+]?\d+)?, where an
+  // optional part that does not match is left for the caller to refuse.
+  absl::Status Number() {
+    if (Take('-') && TakeWord("Infinity")) return absl::OkStatus();
+    if (!Take('0')) {
+      if (!AtDigit()) return Error("expecting a value");
+      SkipDigits();
+    }
+    if (At('.') && i_ + 1 < s_.size() && s_[i_ + 1] >= '0' && s_[i_ + 1] <= '9') {
+      ++i_;
+      SkipDigits();
+    }
+    if (At('e') || At('E')) {
+      const size_t mark = i_++;
+      if (!Take('+')) Take('-');
+      if (AtDigit()) {
+        SkipDigits();
+      } else {
+        i_ = mark;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // String checks a string, from its opening quote.
+  absl::Status String() {
+    const size_t start = i_++;
+    while (i_ < s_.size()) {
+      const unsigned char c = static_cast<unsigned char>(s_[i_]);
+      if (c == '"') {
+        ++i_;
+        return absl::OkStatus();
+      }
+      if (c < 0x20) return Error("invalid control character in a string");
+      ++i_;
+      if (c != '\\') continue;
+      if (Take('u')) {
+        for (int k = 0; k < 4; ++k, ++i_) {
+          if (i_ >= s_.size() || !std::isxdigit(static_cast<unsigned char>(s_[i_]))) {
+            return Error("invalid \\uXXXX escape");
+          }
+        }
+      } else if (i_ < s_.size() &&
+                 std::string_view("\"\\/bfnrt").find(s_[i_]) != std::string_view::npos) {
+        ++i_;
+      } else if (i_ < s_.size()) {
+        return Error("invalid escape");
+      }
+    }
+    i_ = start;
+    return Error("unterminated string");
+  }
+
+  std::string_view s_;
+  size_t i_ = 0;
+  std::vector<char> open_;  // '[' or '{' for each array or object still open
+};
+
+absl::Status CheckJson(std::string_view text) { return JsonChecker(text).Check(); }
+
 absl::StatusOr<std::optional<Value>> DecodeBasic(std::string_view field, const Buffer& data,
                                                  DecodeContext& /*ctx*/) {
   const std::optional<BasicKind> kind = FindBasicKind(field);
@@ -157,9 +312,11 @@ absl::StatusOr<std::optional<Value>> DecodeBasic(std::string_view field, const B
     if (!value.ok()) return value.status();
     return Value(*value);
   }
-  // JSON stays text: parsing belongs to the consumer, but it must be UTF-8.
+  // JSON stays text (parsing belongs to the consumer) but is checked here, so
+  // that bad JSON is this stage's error, for its handler, not the consumer's.
   absl::StatusOr<std::string> text = DecodeText(data.view());
   if (!text.ok()) return text.status();
+  if (*kind == BasicKind::kJson) WDS_RETURN_IF_ERROR(CheckJson(*text));
   return Value(*std::move(text));
 }
 
@@ -373,8 +530,10 @@ absl::Status DecodeField(const Sample& sample, Sample::Field& field,
   absl::StatusOr<std::optional<Value>> decoded =
       DecodeValue(field.first, std::get<Buffer>(field.second), decoders, options, ctx);
   if (!decoded.ok()) {
-    return SampleError(decoded.status().code(), sample.url(), sample.key(),
-                       Cat("field ", field.first, ": ", ToStd(decoded.status().message())));
+    return WithFieldSite(
+        SampleError(decoded.status().code(), sample.url(), sample.key(),
+                    Cat("field ", field.first, ": ", ToStd(decoded.status().message()))),
+        {std::string(sample.url()), std::string(sample.key()), field.first});
   }
   if (decoded->has_value()) field.second = **std::move(decoded);
   return absl::OkStatus();

@@ -22,6 +22,7 @@
 
 #include "io/file_stream.h"
 #include "wds/byte_stream.h"
+#include "wds/error_kind.h"
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"
 #include "wds/interrupt.h"
@@ -186,7 +187,7 @@ class PipeStream : public ByteStream {
     std::string message = Cat(url_, ": command failed with ", DescribeWaitStatus(status),
                               " (its output may be incomplete)");
     if (!stderr_tail_.empty()) message += Cat("; stderr: ", stderr_tail_);
-    return absl::DataLossError(message);
+    return WithErrorKind(absl::DataLossError(message), ErrorKind::kCommandFailed, url_);
   }
 
   const std::string& url() const override { return url_; }

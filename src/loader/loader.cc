@@ -393,7 +393,8 @@ absl::StatusOr<LoaderStateData> ParseState(std::string_view text) {
 }  // namespace
 
 LoaderError::LoaderError(absl::Status status)
-    : std::runtime_error(status.ToString()), status_(std::move(status)) {}
+    : std::runtime_error(status.ToString(absl::StatusToStringMode::kWithNoExtraData)),
+      status_(std::move(status)) {}
 
 struct Loader::Impl {
   Pipeline pipeline;

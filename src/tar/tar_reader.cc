@@ -27,6 +27,7 @@
 #include <utility>
 
 #include "absl/strings/cord.h"
+#include "wds/error_kind.h"
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"
 
@@ -74,6 +75,12 @@ absl::Status Annotate(const absl::Status& error, std::string_view where) {
   return annotated;
 }
 
+// Unreadable marks a reader's own error: the shard at `url` is not a readable
+// tar (wds/error_kind.h).
+absl::Status Unreadable(absl::Status error, std::string_view url) {
+  return WithErrorKind(std::move(error), ErrorKind::kShardUnreadable, url);
+}
+
 bool IsRegularFile(archive_entry* entry) {
   // Hard links carry no data of their own (the reference skips them as well).
   return archive_entry_filetype(entry) == AE_IFREG && archive_entry_hardlink(entry) == nullptr;
@@ -116,12 +123,16 @@ class GzipDecoder {
       if (rc == Z_STREAM_END) {
         WDS_RETURN_IF_ERROR(StartNextMember());
       } else if (rc == Z_BUF_ERROR && z_.avail_in == 0 && input_at_end_) {
-        return absl::DataLossError(Cat(stream_.url(), ": truncated gzip data: the stream ends at ",
-                                       "compressed offset ", read_, " inside a gzip member"));
+        return Unreadable(
+            absl::DataLossError(Cat(stream_.url(), ": truncated gzip data: the stream ends at ",
+                                    "compressed offset ", read_, " inside a gzip member")),
+            stream_.url());
       } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
-        return absl::DataLossError(Cat(stream_.url(), ": corrupt gzip data at compressed offset ",
-                                       read_ - z_.avail_in, ": ",
-                                       z_.msg != nullptr ? z_.msg : "inflate failed"));
+        return Unreadable(
+            absl::DataLossError(Cat(stream_.url(), ": corrupt gzip data at compressed offset ",
+                                    read_ - z_.avail_in, ": ",
+                                    z_.msg != nullptr ? z_.msg : "inflate failed")),
+            stream_.url());
       }
     }
     return size - z_.avail_out;
@@ -332,14 +343,20 @@ absl::Status TarReader::State::SeekTo(int64_t start) {
 }
 
 absl::Status TarReader::State::EndsBefore(int64_t end, int64_t start) const {
-  return absl::DataLossError(Cat(stream->url(), ": truncated: the tar ends at offset ", end,
-                                 ", before start offset ", start));
+  return Unreadable(absl::DataLossError(Cat(stream->url(), ": truncated: the tar ends at offset ",
+                                            end, ", before start offset ", start)),
+                    stream->url());
 }
 
 absl::Status TarReader::State::OpenArchive() {
   WDS_RETURN_IF_ERROR(StartSource());
   if (head == 0 && gzip == nullptr && base == 0) {
-    return absl::InvalidArgumentError(Cat(stream->url(), ": not a tar archive (no data)"));
+    // The source ended: what it can say about that (a pipe: command's exit
+    // status) explains an empty shard better than the reader can.
+    WDS_RETURN_IF_ERROR(stream->Finish());
+    return Unreadable(
+        absl::InvalidArgumentError(Cat(stream->url(), ": not a tar archive (no data)")),
+        stream->url());
   }
   ar = archive_read_new();
   if (ar == nullptr) return absl::ResourceExhaustedError("archive_read_new failed");
@@ -372,14 +389,18 @@ absl::Status TarReader::State::OpenArchive() {
   // libarchive's private ARCHIVE_ERRNO_FILE_FORMAT is EILSEQ on Linux: no
   // format (after any decompression) recognised the data.
   if (archive_errno(ar) == EILSEQ) {
-    return absl::InvalidArgumentError(
-        Cat(stream->url(), ": not a tar archive (", ArchiveMessage(ar), ")"));
+    return Unreadable(absl::InvalidArgumentError(
+                          Cat(stream->url(), ": not a tar archive (", ArchiveMessage(ar), ")")),
+                      stream->url());
   }
   // libarchive says what is wrong, not where: what was read tells how far
   // into the shard it found out (for a truncation, the very end).
-  return absl::DataLossError(
-      Cat(stream->url(), ": corrupt or truncated compressed data, detected by compressed offset ",
-          source_offset, ": ", ArchiveMessage(ar)));
+  return Unreadable(
+      absl::DataLossError(Cat(stream->url(),
+                              ": corrupt or truncated compressed data, detected by compressed "
+                              "offset ",
+                              source_offset, ": ", ArchiveMessage(ar))),
+      stream->url());
 }
 
 std::string TarReader::State::AfterPrevious() const {
@@ -391,8 +412,9 @@ absl::Status TarReader::State::HeaderError(int64_t position) {
   if (!stream_error.ok()) {
     return Annotate(stream_error, Cat("at offset ", position, AfterPrevious()));
   }
-  return absl::DataLossError(Cat(stream->url(), ": truncated or corrupt tar at offset ", position,
-                                 AfterPrevious(), ": ", ArchiveMessage(ar)));
+  return Unreadable(absl::DataLossError(Cat(stream->url(), ": truncated or corrupt tar at offset ",
+                                            position, AfterPrevious(), ": ", ArchiveMessage(ar))),
+                    stream->url());
 }
 
 // EntryError names the member whose data or padding could not be read.
@@ -400,7 +422,9 @@ absl::Status TarReader::State::EntryError(std::string_view detail) {
   failed_name = entry_name;
   const std::string where = Cat("member ", entry_name, " at offset ", entry_offset);
   if (!stream_error.ok()) return Annotate(stream_error, where);
-  return absl::DataLossError(Cat(stream->url(), ": ", where, ": truncated or corrupt: ", detail));
+  return Unreadable(
+      absl::DataLossError(Cat(stream->url(), ": ", where, ": truncated or corrupt: ", detail)),
+      stream->url());
 }
 
 absl::Status TarReader::State::SkipRestOfEntry() {
@@ -418,8 +442,10 @@ absl::Status TarReader::State::SkipRestOfEntry() {
 
 absl::StatusOr<Buffer> TarReader::State::ReadData(const char* name, int64_t offset, int64_t size) {
   if (size < 0) {
-    return absl::DataLossError(Cat(stream->url(), ": member ", name, " at offset ", offset,
-                                   ": implausible size ", size, " in its header"));
+    return Unreadable(
+        absl::DataLossError(Cat(stream->url(), ": member ", name, " at offset ", offset,
+                                ": implausible size ", size, " in its header")),
+        stream->url());
   }
   if (size > kGrowingMemberSize) return ReadGrowing(name, offset, size);
   Buffer data;
@@ -482,9 +508,11 @@ absl::Status TarReader::State::Fill(uint8_t* data, size_t end, size_t& filled, c
     if (n <= 0) {
       std::string where = Cat("member ", name, " at offset ", offset);
       if (!stream_error.ok()) return Annotate(stream_error, where);
-      return absl::DataLossError(
-          Cat(stream->url(), ": ", where, ": truncated or corrupt after ", filled, " of ", size,
-              " bytes: ", n == 0 ? "unexpected end of data" : ArchiveMessage(ar)));
+      return Unreadable(
+          absl::DataLossError(
+              Cat(stream->url(), ": ", where, ": truncated or corrupt after ", filled, " of ", size,
+                  " bytes: ", n == 0 ? "unexpected end of data" : ArchiveMessage(ar))),
+          stream->url());
     }
     filled += static_cast<size_t>(n);
   }
@@ -494,8 +522,10 @@ absl::Status TarReader::State::Fill(uint8_t* data, size_t end, size_t& filled, c
 absl::Status TarReader::State::FinishArchive() {
   const int64_t end = Position();
   if (end - entry_end < kBlockSize) {
-    return absl::DataLossError(Cat(stream->url(), ": truncated: the data ends at offset ", end,
-                                   AfterPrevious(), " without an end-of-archive block"));
+    return Unreadable(
+        absl::DataLossError(Cat(stream->url(), ": truncated: the data ends at offset ", end,
+                                AfterPrevious(), " without an end-of-archive block")),
+        stream->url());
   }
   // Whatever follows the compressed stream is read too, so that the stream's
   // Finish (a pipe command's exit status) judges a fully consumed source.
@@ -534,8 +564,9 @@ absl::StatusOr<std::optional<TarMember>> TarReader::State::ReadNext() {
     member.size = archive_entry_size(entry);
     const char* name = EntryName(entry);
     if (name == nullptr) {
-      return absl::DataLossError(Cat(stream->url(), ": member at offset ", member.offset,
-                                     " has no readable name: ", ArchiveMessage(ar)));
+      return Unreadable(absl::DataLossError(Cat(stream->url(), ": member at offset ", member.offset,
+                                                " has no readable name: ", ArchiveMessage(ar))),
+                        stream->url());
     }
     if (member.size > options.max_member_size) {
       failed_name = name;

@@ -22,6 +22,12 @@
 namespace wds::tools {
 namespace {
 
+// Text is a status's code and message: its payloads (error kinds) are for
+// programs, not for the terminal.
+std::string Text(const absl::Status& status) {
+  return status.ToString(absl::StatusToStringMode::kWithNoExtraData);
+}
+
 struct LsOptions {
   bool json = false;
   wds::Handler handler = wds::Handler::kReraise;
@@ -76,13 +82,13 @@ bool ParseLs(int argc, char** argv, LsOptions* options, std::string* error) {
     } else if (arg == "--handler") {
       if (++i == argc) return *error = "ls: --handler needs a value", false;
       absl::StatusOr<wds::Handler> h = wds::ParseHandler(argv[i]);
-      if (!h.ok()) return *error = "ls: " + h.status().ToString(), false;
+      if (!h.ok()) return *error = "ls: " + Text(h.status()), false;
       options->handler = *h;
     } else if (arg.size() > 1 && arg[0] == '-' && arg != "-") {
       return *error = "ls: unknown option " + std::string(arg), false;
     } else {
       absl::StatusOr<std::vector<std::string>> expanded = wds::ExpandUrls(arg);
-      if (!expanded.ok()) return *error = "ls: " + expanded.status().ToString(), false;
+      if (!expanded.ok()) return *error = "ls: " + Text(expanded.status()), false;
       options->urls.insert(options->urls.end(), expanded->begin(), expanded->end());
     }
   }
@@ -101,7 +107,7 @@ int RunLs(int argc, char** argv) {
   wds_options.nodesplitter = nullptr;
   wds_options.workersplitter = nullptr;
   absl::StatusOr<wds::Pipeline> pipeline = wds::WebDataset(options.urls, wds_options);
-  if (!pipeline.ok()) return Fail(pipeline.status().ToString());
+  if (!pipeline.ok()) return Fail(Text(pipeline.status()));
   wds::WorkerContext ctx;
   ctx.errors = std::make_shared<wds::ErrorCounters>();
   std::unique_ptr<wds::SampleStream> stream = pipeline->Open(ctx);
@@ -111,7 +117,7 @@ int RunLs(int argc, char** argv) {
     if (!item.ok()) {
       std::fwrite(out.data(), 1, out.size(), stdout);
       std::fflush(stdout);
-      return Fail(item.status().ToString());
+      return Fail(Text(item.status()));
     }
     if (!item->has_value()) break;
     options.json ? AppendJsonLine(out, **item) : AppendTextLine(out, **item);
