@@ -10,6 +10,7 @@
 
 #include "absl/strings/cord.h"
 #include "py_ref.h"
+#include "wds/error_kind.h"
 #include "wds/internal/strings.h"
 
 namespace wdspy {
@@ -131,42 +132,7 @@ py::object RemoteException(const absl::Status& status, const std::string& url, P
   }
 }
 
-// DecodeSite is where a native decoder failed: the decode stage's message
-// is "<url>: key <key>: field <field>: <what>" (wds::SampleError; no url
-// part for samples without one). A key holding ": " is not recognised.
-struct DecodeSite {
-  std::string url;
-  std::string key;
-  std::string field;
-};
-
-std::optional<DecodeSite> DecodeSiteOf(std::string_view message) {
-  constexpr std::string_view kKey = "key ", kField = ": field ";
-  DecodeSite site;
-  size_t key_at = 0;
-  if (message.substr(0, kKey.size()) != kKey) {
-    const size_t at = message.find(": key ");
-    if (at == std::string_view::npos) return std::nullopt;
-    site.url = std::string(message.substr(0, at));
-    key_at = at + 2;
-  }
-  key_at += kKey.size();
-  const size_t field_at = message.find(kField, key_at);
-  if (field_at == std::string_view::npos) return std::nullopt;
-  const size_t field_end = message.find(": ", field_at + kField.size());
-  if (field_end == std::string_view::npos) return std::nullopt;
-  site.key = std::string(message.substr(key_at, field_at - key_at));
-  if (site.key.find(": ") != std::string::npos) return std::nullopt;  // "batched: field ..."
-  site.field =
-      std::string(message.substr(field_at + kField.size(), field_end - field_at - kField.size()));
-  return site;
-}
-
-bool NamesASample(std::string_view message) {
-  return message.substr(0, 4) == "key " || message.find(": key ") != std::string_view::npos;
-}
-
-py::object DecodingException(const DecodeSite& site, const std::string& message) {
+py::object DecodingException(const wds::FieldSite& site, const std::string& message) {
   py::dict kwargs;
   kwargs["url"] = site.url.empty() ? py::none() : py::object(py::str(site.url));
   kwargs["key"] = py::str(site.key);
@@ -175,35 +141,28 @@ py::object DecodingException(const DecodeSite& site, const std::string& message)
   return ProjectException(ProjectClass::kDecodingError)(**kwargs);
 }
 
-// ReaderErrorClass is the class of a tar reader's or decompressor's error (a
-// DataLoss, or "not a tar archive", naming no sample; for a pipe: shard it
-// may be a failed command's, whose exit status comes after its output), else
-// DataError.
-ProjectClass ReaderErrorClass(absl::StatusCode code, const std::string& message) {
-  const bool unreadable = (code == absl::StatusCode::kDataLoss && !NamesASample(message)) ||
-                          (code == absl::StatusCode::kInvalidArgument &&
-                           message.find(": not a tar archive (") != std::string::npos);
-  if (!unreadable) return ProjectClass::kDataError;
-  return message.compare(0, 5, "pipe:") == 0 ? ProjectClass::kPipeShardError
-                                             : ProjectClass::kShardReadError;
-}
-
-// DataException is the exception of a data error (one TypeFor gives
-// DataError), of the class the reference raises for that kind of failure.
-// The core's statuses say what went wrong, not which layer failed, so its
-// fixed phrases decide: a pipe: command's exit status, a decoder's failure
-// (the decode stage's message) and the reader's errors (ReaderErrorClass).
-py::object DataException(const absl::Status& status, Phase phase) {
-  const std::string message = Message(status);
-  if (message.find(": command failed with ") != std::string::npos) {
-    return Make(ProjectException(ProjectClass::kCommandError), message);
-  }
-  if (phase == Phase::kData) {
-    if (std::optional<DecodeSite> site = DecodeSiteOf(message)) {
-      return DecodingException(*site, message);
+// KindException is the exception of a status that the core marked with the
+// kind of its failure (wds/error_kind.h), of the class the reference raises
+// for that kind; nullopt for an unmarked status. The kind alone decides, never
+// the message, which may be reworded.
+std::optional<py::object> KindException(const absl::Status& status) {
+  switch (wds::ErrorKindOf(status)) {
+    case wds::ErrorKind::kCommandFailed:
+      return Make(ProjectException(ProjectClass::kCommandError), Message(status));
+    case wds::ErrorKind::kShardUnreadable: {
+      // A pipe: shard's bad output may come from a command that failed: the
+      // reader sees the output before the command's exit status.
+      const bool pipe = wds::StartsWith(wds::ShardUrlOf(status).value_or(""), "pipe:");
+      return Make(
+          ProjectException(pipe ? ProjectClass::kPipeShardError : ProjectClass::kShardReadError),
+          Message(status));
     }
+    case wds::ErrorKind::kFieldDecode:
+      return DecodingException(*wds::FieldSiteOf(status), Message(status));
+    case wds::ErrorKind::kUnspecified:
+      break;
   }
-  return Make(ProjectException(ReaderErrorClass(status.code(), message)), message);
+  return std::nullopt;
 }
 
 }  // namespace
@@ -242,6 +201,7 @@ py::object ExceptionFromStatus(const absl::Status& status, Phase phase) {
   if (status.code() == absl::StatusCode::kAborted && pending.has_value()) {
     return PendingException(status);
   }
+  if (std::optional<py::object> exception = KindException(status)) return *std::move(exception);
   if (auto url = status.GetPayload(kRemotePayload)) {
     return RemoteException(status, std::string(*url), phase);
   }
@@ -250,9 +210,7 @@ py::object ExceptionFromStatus(const absl::Status& status, Phase phase) {
     const int number = std::stoi(std::string(*err));
     return OsError(number, std::strerror(number), path ? std::string(*path) : "");
   }
-  py::handle type = TypeFor(status.code(), phase);
-  if (type.is(ProjectException(ProjectClass::kDataError))) return DataException(status, phase);
-  return Make(type, Message(status));
+  return Make(TypeFor(status.code(), phase), Message(status));
 }
 
 void RaiseStatus(const absl::Status& status, Phase phase) {

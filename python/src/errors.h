@@ -8,8 +8,9 @@
 //   InvalidArgument / FailedPrecondition at setup ValueError
 //   anything else                               RuntimeError
 //
-// A data error is of the more specific class the reference package raises
-// for that failure (each also a DataError):
+// A failure that the core marked with its kind (wds/error_kind.h; the kind
+// decides, not the message) is of the class the reference package raises for
+// that failure (each also a DataError):
 //
 //   truncated or corrupt tar, gzip, zstd; not a tar   ShardReadError (a tarfile.ReadError)
 //   a pipe: command's non-zero exit status            CommandError (an OSError)

@@ -71,12 +71,41 @@ def test_a_failing_pipe_command_is_an_os_error(tmp_path):
     assert str(e.value) == (f"{url}: command failed with exit status 3 (its output may be "
                             "incomplete)")
     # A command that fails before writing anything (curl -f of a missing
-    # object): the reference raises OSError, a bad output ReadError; both work.
-    for caught in (OSError, tarfile.ReadError):
-        with pytest.raises(caught) as e:
-            list(wds.WebDataset("pipe:exit 22", shardshuffle=False))
-        assert type(e.value) is wds.PipeShardError
-        assert str(e.value) == "pipe:exit 22: not a tar archive (no data)"
+    # object): its exit status, OSError as in the reference.
+    with pytest.raises(OSError) as e:
+        list(wds.WebDataset("pipe:echo gone >&2; exit 22", shardshuffle=False))
+    assert type(e.value) is wds.CommandError
+    assert str(e.value) == ("pipe:echo gone >&2; exit 22: command failed with exit status 22 (its "
+                            "output may be incomplete); stderr: gone\n")
+    # Output that is no tar: the reference raises ReadError (exit 0) or
+    # OSError (exit 1); the reader sees the output first, so both work.
+    for url in ("pipe:echo this is no tar", "pipe:echo this is no tar; exit 1", "pipe:true"):
+        for caught in (OSError, tarfile.ReadError):
+            with pytest.raises(caught) as e:
+                list(wds.WebDataset(url, shardshuffle=False))
+            assert type(e.value) is wds.PipeShardError
+            assert str(e.value).startswith(f"{url}: not a tar archive (")
+
+
+def test_the_class_follows_the_kind_of_failure_not_the_message(tmp_path):
+    # Names that hold the phrases of other failures' messages.
+    path = str(tmp_path / "x: command failed with exit status 1.tar")
+    with open(path, "wb") as f:
+        f.write(b"this is no tar" * 100)
+    with pytest.raises(wds.ShardReadError) as e:
+        list(wds.WebDataset(path, shardshuffle=False))
+    assert type(e.value) is wds.ShardReadError
+    assert str(e.value) == f"{path}: not a tar archive (Unrecognized archive format)"
+    bad = write_tar(tmp_path / "bad.tar", [("a: b.cls", b"x"), ("c.cls", b"1")])
+    with pytest.raises(wds.DecodingError) as e:
+        list(wds.WebDataset(bad, shardshuffle=False).decode())
+    assert (e.value.url, e.value.key, e.value.k) == (bad, "a: b", "cls")
+    assert str(e.value) == f'{bad}: key a: b: field cls: "x" is not an integer'
+    # A data error that names a key and a field but is not a decoder's.
+    dup = write_tar(tmp_path / "dup.tar", [("a.cls", b"1"), ("a.cls", b"2")])
+    with pytest.raises(wds.DataError) as e:
+        list(wds.WebDataset(dup, shardshuffle=False))
+    assert type(e.value) is wds.DataError
 
 
 def test_a_failing_native_decoder_raises_decoding_error(tmp_path):

@@ -242,6 +242,59 @@ def test_decoding_errors_name_the_shard_key_and_field(tmp_path):
     assert [type(x) for x in seen] == [wds.DecodingError]
 
 
+def bad_json_shard(tmp_path):
+    return write_tar(tmp_path / "j.tar", [("a.json", b"{not json"), ("b.json", b'{"x": [1]}')])
+
+
+BAD_JSON = "key a: field json: invalid JSON at byte offset 1: expecting a property name in double quotes"
+
+
+def test_invalid_json_is_a_decoding_error_of_the_decode_stage(tmp_path):
+    # The reference's json.loads fails inside its decoder: DecodingError, k "json".
+    path = bad_json_shard(tmp_path)
+    with pytest.raises(wds.DecodingError) as e:
+        list(wds.WebDataset(path, shardshuffle=False).decode())
+    assert (e.value.url, e.value.key, e.value.k) == (path, "a", "json")
+    assert str(e.value) == f"{path}: {BAD_JSON}"
+
+
+def test_invalid_json_goes_to_the_decode_handler(tmp_path):
+    path = bad_json_shard(tmp_path)
+    kept = wds.WebDataset(path, shardshuffle=False).decode(handler=wds.ignore_and_continue)
+    assert [s["json"] for s in kept] == [{"x": [1]}]
+    with pytest.warns(UserWarning) as caught:
+        kept = list(wds.WebDataset(path, shardshuffle=False).decode(
+            handler=wds.warn_and_continue))
+    assert [s["json"] for s in kept] == [{"x": [1]}]
+    # Code and message only: no status payloads (error kind, sample URL).
+    assert [str(w.message) for w in caught] == [f"decode: INVALID_ARGUMENT: {path}: {BAD_JSON}"]
+    seen = []
+    ended = wds.WebDataset(path, shardshuffle=False).decode(
+        handler=lambda exn: seen.append(exn) or False)
+    assert list(ended) == []
+    assert [(type(x), x.k) for x in seen] == [(wds.DecodingError, "json")]
+
+
+def test_json_beside_a_python_decoder_fails_in_the_decode_stage_too(tmp_path):
+    path = bad_json_shard(tmp_path)
+    with pytest.raises(wds.DecodingError) as e:
+        list(wds.WebDataset(path, shardshuffle=False).decode(lambda key, data: None))
+    assert (e.value.url, e.value.key, e.value.k) == (path, "a", "json")
+    kept = wds.WebDataset(path, shardshuffle=False).decode(lambda key, data: None,
+                                                           handler=wds.ignore_and_continue)
+    assert [s["json"] for s in kept] == [{"x": [1]}]
+
+
+def test_bad_text_and_pickle_fields_are_decoding_errors(tmp_path):
+    for name, data in (("a.txt", b"ab\xff"), ("a.pyd", b"garbage"), ("a.json", b"\xff")):
+        path = write_tar(tmp_path / "x.tar", [(name, data)])
+        with pytest.raises(wds.DecodingError) as e:
+            list(wds.WebDataset(path, shardshuffle=False).decode())
+        assert (e.value.url, e.value.key, e.value.k) == (path, "a", name[2:])
+        assert list(wds.WebDataset(path, shardshuffle=False).decode(
+            handler=wds.ignore_and_continue)) == []
+
+
 def test_corrupt_image_is_a_data_error():
     broken = IMAGES["jpeg_rgb"][:200]
     with pytest.raises(wds.DataError, match=r"^u: key k: field jpg: .*(truncated|corrupt)"):
@@ -331,3 +384,28 @@ def test_scaled_and_cropped_decode():
         wds.decode("rgb8", size=8, crop="middle")
     with pytest.raises(ValueError, match="needs a size"):
         wds.decode("rgb8", crop="center")
+
+
+def test_python_decoder_follows_the_cores_basic_rules():
+    # Decoder called in Python decodes the core's types with the core (it had
+    # its own int(), json.loads(bytes) and np.load, which accepted more).
+    for field, data, why in (
+            ("cls", b"1_000", '"1_000" is not an integer'),
+            ("cls", b"99999999999999999999",
+             '"99999999999999999999" is not an integer in the int64 range'),
+            ("npy", _npy(np.zeros(2, np.complex64)),
+             "npy dtype '<c8' is not supported (only bool, [u]int8..64 and float16/32/64 are)")):
+        sample = {"__key__": "k", "__url__": "u.tar", field: data}
+        for decode in (wds.Decoder([]), lambda s: next(iter(wds.decode()(iter([s]))))):
+            with pytest.raises(wds.DecodingError) as e:
+                decode(sample)
+            assert (e.value.url, e.value.key, e.value.k) == ("u.tar", "k", field)
+            assert str(e.value).startswith(f"u.tar: key k: field {field}: ") and why in str(e.value)
+    # A byte-order mark is not JSON text (json.loads of bytes skipped it).
+    with pytest.raises(wds.DecodingError) as e:
+        wds.Decoder([])({"__key__": "k", "json": b'\xef\xbb\xbf{"a": 1}'})
+    assert e.value.k == "json"
+    assert wds.autodecode.basichandlers(".JSN", b'{"a": [1]}') == {"a": [1]}
+    assert wds.autodecode.npy_loads(_npy(np.arange(3, dtype=np.uint16))).dtype == np.uint16
+    assert set(wds.autodecode.decoders) == {"pkl", "pickle", "pyd", "pth", "ten", "tb", "mp",
+                                            "msg", "npz", "cbor"}

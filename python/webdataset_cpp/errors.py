@@ -56,10 +56,11 @@ class PipeShardError(ShardReadError, CommandError):
     """A ``pipe:`` shard that is not a readable tar: both a :class:`ShardReadError`
     and a :class:`CommandError`.
 
-    The reference raises ``OSError`` when the command failed (``pipe:curl -f``
-    of a missing object writes nothing and exits 22) and ``tarfile.ReadError``
-    when it exited 0 with bad output; the tar reader sees the output before
-    the exit status, so this is both.
+    The reference raises ``OSError`` when the command failed and
+    ``tarfile.ReadError`` when it exited 0 with bad output; the tar reader
+    sees the output before the exit status, so this is both. A command that
+    writes nothing (``pipe:curl -f`` of a missing object exits 22) raises
+    :class:`CommandError` with its exit status: the reader waits for it there.
     """
 
 
