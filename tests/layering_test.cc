@@ -56,6 +56,7 @@ const std::map<std::string, std::string> kHeaderLayers = {
     {"wds/byte_stream.h", "io"},
     {"wds/remote.h", "io"},
     {"wds/shard_index.h", "tar"},
+    {"wds/shard_counts.h", "tar"},
     {"wds/shard_writer.h", "tar"},
     {"wds/tar_reader.h", "tar"},
     {"wds/tar_writer.h", "tar"},

@@ -9,13 +9,14 @@
 #include <vector>
 
 #include "chain.h"
-#include "dataset_counts.h"
 #include "errors.h"
 #include "opener.h"
 #include "shared_batches.h"
+#include "sources.h"
 #include "wds/equalize.h"
 #include "wds/interrupt.h"
 #include "wds/placement.h"
+#include "wds/shard_counts.h"
 #include "wds/shard_index.h"
 #include "wds/shard_list.h"
 #include "wds/tar_reader.h"
@@ -97,7 +98,7 @@ absl::StatusOr<wds::RankEpochPlan> PlanWithCachedCounts(const std::vector<std::s
                                                         const wds::ShardListOptions& list,
                                                         const wds::WorkerContext& ctx,
                                                         const wds::EpochBatching& batching,
-                                                        DatasetCounts& cached,
+                                                        wds::ListCounts& cached,
                                                         const wds::Opener& opener) {
   std::vector<std::string> needed;
   if (list.split == wds::SplitGranularity::kSamples) {
@@ -153,7 +154,7 @@ void RegisterPlan(py::module_& m) {
         wds::WorkerContext ctx =
             CheckedWorkerContext(rank, world_size, 0, num_workers, epoch, 0, seed);
         wds::EpochBatching batching{batch_size, partial};
-        std::shared_ptr<DatasetCounts> cached = CountsFor(urls, dataset_index);
+        std::shared_ptr<wds::ListCounts> cached = CountsFor(urls, dataset_index);
         const wds::Opener opener = PythonOpener(RemoteAccess::FromPython(remote));
         absl::StatusOr<wds::RankEpochPlan> plan;
         SignalCheck signals;  // counts may read stalled shards
@@ -210,7 +211,7 @@ void RegisterShardLists(py::module_& m) {
         {
           py::gil_scoped_release release;
           wds::ScopedInterruptCheck check(signals.check());
-          n = ReadShardCount(url, opener);
+          n = wds::ReadShardCount(url, opener);
         }
         signals.RethrowIfRaised();
         return ValueOrRaise(std::move(n), Phase::kData);
@@ -255,15 +256,15 @@ void RegisterFork(py::module_& m) {
   m.def("_before_fork", [] {
     BeforeFork();
     SharedMappingsBeforeFork();
-    CountsBeforeFork();
+    ProcessCounts().LockForFork();
   });
   m.def("_after_fork_in_parent", [] {
-    CountsAfterFork();
+    ProcessCounts().UnlockAfterFork();
     SharedMappingsAfterFork();
     AfterForkInParent();
   });
   m.def("_after_fork_in_child", [] {
-    CountsAfterFork();
+    ProcessCounts().UnlockAfterFork();
     SharedMappingsAfterFork();
     AfterForkInChild();
   });

@@ -3,11 +3,11 @@
 #include <functional>
 #include <utility>
 
-#include "dataset_counts.h"
 #include "errors.h"
 #include "opener.h"
 #include "wds/internal/strings.h"
 #include "wds/interrupt.h"
+#include "wds/shard_counts.h"
 #include "wds/shard_list.h"
 #include "wds/stages.h"
 
@@ -245,7 +245,7 @@ wds::StreamFactory ShardSource(std::vector<std::string> urls, const ShardSourceO
     // count that cannot be read is left to the catalog, which reports it
     // when the stream starts, as without the cache; Ctrl-C during the reads
     // (a stalled pipe: or server) raises here.
-    std::shared_ptr<DatasetCounts> counts = CountsFor(urls, options.dataset_index);
+    std::shared_ptr<wds::ListCounts> counts = CountsFor(urls, options.dataset_index);
     if (options.split_samples) {
       SignalCheck signals;
       {
@@ -273,6 +273,26 @@ wds::StreamFactory UrlSource(py::handle iterator, StageHandler handler,
   return [next_url, handler, opener, member_name](const wds::WorkerContext& ctx) {
     return std::make_unique<ShardByShard>(next_url, handler, opener, member_name, ctx);
   };
+}
+
+wds::ShardCounts& ProcessCounts() {
+  static auto* counts = new wds::ShardCounts;
+  return *counts;
+}
+
+std::shared_ptr<wds::ListCounts> CountsFor(const std::vector<std::string>& urls,
+                                           const std::string& index_path) {
+  absl::StatusOr<std::shared_ptr<wds::ListCounts>> list;
+  {
+    py::gil_scoped_release release;  // the index file is read at first use
+    list = ProcessCounts().For(urls, index_path);
+  }
+  if (!list.ok()) {
+    const absl::Status& error = list.status();
+    RaiseStatus(absl::Status(error.code(), wds::Cat("dataset_index ", wds::ToStd(error.message()))),
+                Phase::kSetup);
+  }
+  return *std::move(list);
 }
 
 wds::MemberNameHook PythonMemberNames(py::handle select_files, py::handle rename_files) {

@@ -16,6 +16,7 @@
 #include "handlers.h"
 #include "opener.h"
 #include "wds/pipeline.h"
+#include "wds/shard_counts.h"
 #include "wds/stage.h"
 
 namespace wdspy {
@@ -48,6 +49,19 @@ struct ShardSourceOptions {
 wds::StreamFactory ShardSource(std::vector<std::string> urls, const ShardSourceOptions& options,
                                StageHandler handler, std::shared_ptr<const RemoteAccess> remote,
                                std::string* recipe = nullptr);
+
+// ProcessCounts is this process's cache of shard counts, made at first use
+// and kept for the process's life: each iteration of a Python dataset (a new
+// native pipeline) and each plan_epoch call would otherwise read the dataset
+// index, the sidecars or whole shards again. The fork handlers lock it across
+// fork() (a DataLoader worker keeps the counts).
+wds::ShardCounts& ProcessCounts();
+
+// CountsFor is ProcessCounts().For(urls, index_path), the GIL released while
+// the index file is read; its errors raise ValueError naming the file.
+// REQUIRES: the GIL is held.
+std::shared_ptr<wds::ListCounts> CountsFor(const std::vector<std::string>& urls,
+                                           const std::string& index_path);
 
 // UrlSource reads the shards a Python iterator yields (str URLs or dicts with
 // a "url"), one at a time, with `handler` deciding after a failing shard.
