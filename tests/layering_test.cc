@@ -46,6 +46,7 @@ const std::map<std::string, std::string> kHeaderLayers = {
     {"wds/buffer.h", "base"},
     {"wds/buffer_pool.h", "base"},
     {"wds/error.h", "base"},
+    {"wds/error_kind.h", "base"},
     {"wds/interrupt.h", "base"},
     {"wds/output_slots.h", "base"},
     {"wds/pull_iterator.h", "base"},
