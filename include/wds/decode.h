@@ -5,9 +5,13 @@
 //   cls cls2 class count index inx id   -> int64 (ASCII integer, surrounding
 //                                          whitespace allowed)
 //   txt text transcript                 -> string (must be valid UTF-8)
-//   json jsn                            -> string (the JSON text, unparsed)
+//   json jsn                            -> string (the JSON text, unparsed, but
+//                                          checked: one value as Python's strict
+//                                          json.loads reads it)
 //   npy                                 -> Array (see npy.h; no pickle)
 // Anything else stays bytes. Fields named like "__key__" are never decoded.
+// A decoder's error comes back naming the URL, key and field, marked
+// ErrorKind::kFieldDecode with that site (wds/error_kind.h).
 //
 // Compressed fields: a field whose last extension is "gz" (gzip) or "zst"
 // (zstd), e.g. "txt.gz" or "npy.zst", is decompressed first and then decoded
