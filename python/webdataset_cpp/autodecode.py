@@ -68,9 +68,9 @@ IMAGE_SPECS = tuple(imagespecs)
 # The image formats the native decoder reads (by content).
 NATIVE_IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
 
-# basichandlers' extensions: decoded natively, and those that need Python.
-NATIVE_BASIC_EXTENSIONS = "cls cls2 class count index inx id txt text transcript json jsn npy".split()
-PYTHON_BASIC_EXTENSIONS = "pkl pickle pyd pth ten tb mp msg npz cbor".split()
+# The core checks JSON fields and leaves their text; Python parses it (the
+# core's table of basic decoders is not published: see basichandlers).
+JSON_EXTENSIONS = ("json", "jsn")
 
 
 class Continue:
@@ -165,51 +165,54 @@ def cbor_loads(data):
 
 
 def npy_loads(data):
-    """An array from .npy bytes (object arrays refused: they would unpickle)."""
-    import numpy as np
+    """An array from .npy bytes, by the core's reader (no pickle; bool,
+    integer and float dtypes)."""
+    return _core.decode_basic(".npy", data)
 
-    return np.load(io.BytesIO(data), allow_pickle=False)
 
-
-# decoders: basichandlers' table, extension -> decoder of the bytes (the
-# reference's, plus class and count, which its writer encodes).
+# decoders: the reference's table (extension -> decoder of the bytes) for the
+# types the core does not decode; the core's own types come first.
 decoders = {
-    **{e: lambda data: data.decode("utf-8") for e in ("txt", "text", "transcript")},
-    **{e: int for e in ("cls", "cls2", "class", "count", "index", "inx", "id")},
-    **{e: json.loads for e in ("json", "jsn")},
     **{e: unpickle_loads for e in ("pkl", "pickle", "pyd")},
     "pth": torch_loads,
     **{e: tenbin_loads for e in ("ten", "tb")},
     **{e: msgpack_loads for e in ("mp", "msg")},
-    "npy": npy_loads,
     "npz": npz_loads,
     "cbor": cbor_loads,
 }
 
 
 def basichandlers(key, data):
-    """Decodes the basic field types by their last extension (the table
-    ``decoders``): txt/text/transcript -> str, cls/cls2/class/count/index/inx/id
-    -> int, json/jsn -> json.loads, pkl/pickle/pyd -> pickle, pth -> torch.load,
-    ten/tb -> tenbin (a list of arrays), mp/msg -> msgpack, npy/npz -> numpy,
-    cbor -> cbor. As in the reference, .tenbin and .msgpack fields stay bytes.
-    Unlike the reference, class and count fields (which its writer encodes) are
-    decoded too, and the extension's case does not matter (as in the native
-    decoders).
+    """Decodes the basic field types by their last extension, ignoring case:
+    first the core's decoders (what ``.decode()`` runs natively:
+    txt/text/transcript -> str, cls/cls2/class/count/index/inx/id -> int,
+    json/jsn -> json.loads, npy -> numpy), then the table ``decoders``:
+    pkl/pickle/pyd -> pickle, pth -> torch.load, ten/tb -> tenbin (a list of
+    arrays), mp/msg -> msgpack, npz -> numpy, cbor -> cbor. As in the
+    reference, .tenbin and .msgpack fields stay bytes.
+
+    Unlike the reference, class and count fields (which its writer encodes)
+    are decoded too, and the core's rules apply: integers are ASCII decimal
+    within int64 (no "1_000"), JSON is checked as strict json.loads of UTF-8
+    text, and .npy holds bool, integer or float arrays; anything else is a
+    DataError naming the fault, as in a pipeline's ``.decode()``.
 
     >>> basichandlers(".cls", b" 7\\n"), basichandlers(".jpg", b"")
     (7, None)
     """
+    value = _core.decode_basic(key, data)
+    if value is not None:
+        return json.loads(value) if _extension(key).lower() in JSON_EXTENSIONS else value
+    return _python_basic(key, data)
+
+
+def _python_basic(key, data):
     f = decoders.get(_extension(key).lower())
     return None if f is None else f(data)
 
 
-def _python_basic(key, data):
-    return basichandlers(key, data)
-
-
 def _json_handler(key, data):
-    return json.loads(data) if _extension(key).lower() in ("json", "jsn") else None
+    return basichandlers(key, data) if _extension(key).lower() in JSON_EXTENSIONS else None
 
 
 def resize_spec(size=None, crop=None, hflip=0.0, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
@@ -407,8 +410,8 @@ class Decoder:
             if item == "basic":
                 out.append(("basic", json_native))
                 if not json_native:
-                    out.append(("python", _json_handler, ["json", "jsn"]))
-                out.append(("python", _python_basic, PYTHON_BASIC_EXTENSIONS))
+                    out.append(("python", _json_handler, list(JSON_EXTENSIONS)))
+                out.append(("python", _python_basic, list(decoders)))
             else:
                 out.append(item)
         return out, json_native and basichandlers in self.post, user_python

@@ -26,7 +26,7 @@ import sys
 from . import _core
 from . import handlers as _handlers
 from ._plan import JSON, TORCH, Stage, alternatives_kind
-from .autodecode import Continue, Decoder, ImageHandler
+from .autodecode import JSON_EXTENSIONS, Continue, Decoder, ImageHandler
 from .cache import LMDBCached  # noqa: F401 (the reference defines it in filters)
 from .errors import DataError
 from .handlers import reraise_exception
@@ -677,7 +677,7 @@ class Decode(Stage):
             extension = _inner_extension(name)
             if extension in torch_extensions or (names is not None and name in names):
                 base |= TORCH
-            if json and extension in ("json", "jsn"):
+            if json and extension in JSON_EXTENSIONS:
                 base |= JSON
             return base
 
