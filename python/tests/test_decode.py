@@ -409,28 +409,3 @@ def test_python_decoder_follows_the_cores_basic_rules():
     assert wds.autodecode.npy_loads(_npy(np.arange(3, dtype=np.uint16))).dtype == np.uint16
     assert set(wds.autodecode.decoders) == {"pkl", "pickle", "pyd", "pth", "ten", "tb", "mp",
                                             "msg", "npz", "cbor"}
-
-
-def test_python_decoder_follows_the_cores_basic_rules():
-    # Decoder called in Python decodes the core's types with the core (it had
-    # its own int(), json.loads(bytes) and np.load, which accepted more).
-    for field, data, why in (
-            ("cls", b"1_000", '"1_000" is not an integer'),
-            ("cls", b"99999999999999999999",
-             '"99999999999999999999" is not an integer in the int64 range'),
-            ("npy", _npy(np.zeros(2, np.complex64)),
-             "npy dtype '<c8' is not supported (only bool, [u]int8..64 and float16/32/64 are)")):
-        sample = {"__key__": "k", "__url__": "u.tar", field: data}
-        for decode in (wds.Decoder([]), lambda s: next(iter(wds.decode()(iter([s]))))):
-            with pytest.raises(wds.DecodingError) as e:
-                decode(sample)
-            assert (e.value.url, e.value.key, e.value.k) == ("u.tar", "k", field)
-            assert str(e.value).startswith(f"u.tar: key k: field {field}: ") and why in str(e.value)
-    # A byte-order mark is not JSON text (json.loads of bytes skipped it).
-    with pytest.raises(wds.DecodingError) as e:
-        wds.Decoder([])({"__key__": "k", "json": b'\xef\xbb\xbf{"a": 1}'})
-    assert e.value.k == "json"
-    assert wds.autodecode.basichandlers(".JSN", b'{"a": [1]}') == {"a": [1]}
-    assert wds.autodecode.npy_loads(_npy(np.arange(3, dtype=np.uint16))).dtype == np.uint16
-    assert set(wds.autodecode.decoders) == {"pkl", "pickle", "pyd", "pth", "ten", "tb", "mp",
-                                            "msg", "npz", "cbor"}
