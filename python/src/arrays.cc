@@ -168,6 +168,13 @@ py::dtype NumpyDType(wds::DType dtype) {
 }
 
 std::optional<wds::DType> DTypeOf(const py::dtype& dtype) {
+  // numpy's dtypes of native byte order are singletons: most arrays are
+  // known by identity, without reading the name (a Python property, slow).
+  for (size_t d = 0; d <= static_cast<size_t>(wds::DType::kFloat64); ++d) {
+    if (dtype.ptr() == NumpyDType(static_cast<wds::DType>(d)).ptr()) {
+      return static_cast<wds::DType>(d);
+    }
+  }
   // numpy names a dtype by kind and size whatever its byte order ("float32"
   // for '<f4' and '>f4'), as wds::DTypeName does.
   if (dtype.attr("byteorder").cast<std::string>() == ">") return std::nullopt;

@@ -70,12 +70,40 @@ def test_collation_errors():
                             "of the batch's first sample (set BatchOptions.pad to pad)")
     with pytest.raises(wds.DataError) as e:
         wds.filters.default_collation_fn([{"a": np.zeros(2)}, {"a": np.zeros(3)}])
-    assert str(e.value) == "all shapes must be equal in collation, got [(2,), (3,)]"
+    assert str(e.value) == ("sample 1 of the batch: batched: field a: shape [3] differs from [2] "
+                            "of the batch's first sample (set BatchOptions.pad to pad)")
     with pytest.raises(ValueError, match="batchsize must be an int >= 1, got 0"):
         wds.batched(0)
     with pytest.raises(TypeError, match="native stages take samples that are dicts or tuples, "
                                         "got int"):
         run([wds.batched(2)], [1, 2])
+
+
+def test_default_collation_fn_is_the_core_collation():
+    # Called directly, it follows the native batched's rules (it was a second
+    # implementation that upcast mixed dtypes and made str arrays of mixed kinds).
+    with pytest.raises(wds.DataError, match=r"^sample 1 of the batch: batched: field a: dtype "
+                                            r"int64 differs from int32 of the batch's first"):
+        wds.filters.default_collation_fn([{"a": np.zeros(2, np.int32)},
+                                          {"a": np.zeros(2, np.int64)}])
+    with pytest.raises(wds.DataError, match=r"^sample 1 of the batch: batched: field 0: holds "
+                                            r"text but the batch's first sample holds an integer"):
+        wds.filters.default_collation_fn([(1,), ("x",)])
+    samples = [(torch.full((2,), i), i, f"s{i}", np.full(3, i, np.uint8)) for i in range(3)]
+    tensors, numbers, texts, arrays = wds.filters.default_collation_fn(samples)
+    assert isinstance(tensors, torch.Tensor) and tensors.tolist() == [[0, 0], [1, 1], [2, 2]]
+    assert numbers.dtype == np.int64 and texts == ["s0", "s1", "s2"]
+    assert arrays.dtype == np.uint8 and arrays.shape == (3, 3)
+    listed = wds.filters.default_collation_fn(samples, combine_tensors=False)
+    assert type(listed[0]) is list and listed[0][1] is samples[1][0]
+    assert type(listed[3]) is list and listed[1].tolist() == [0, 1, 2]
+    scalars = wds.filters.default_collation_fn(
+        [{"i": 1, "a": np.zeros(1)}, {"i": 2, "a": np.ones(1)}], combine_scalars=False)
+    assert scalars["i"] == [1, 2] and scalars["a"].shape == (2, 1)
+    assert wds.filters.combine_values([np.zeros(2), np.ones(2)]).shape == (2, 2)
+    assert wds.filters.combine_values([1, 2], combine_scalars=False) == [1, 2]
+    with pytest.raises(IndexError, match="collation of no samples"):
+        wds.filters.default_collation_fn([])
 
 
 def test_unbatched_gives_views_of_the_batch():

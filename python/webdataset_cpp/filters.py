@@ -763,30 +763,34 @@ reference, a value that is not bytes (decoded earlier) passes through."""
 # ---------------------------------------------------------------- batching
 
 
-def _is_tensor(x):
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(x, torch.Tensor)
+def _is_array(x):
+    np, torch = sys.modules.get("numpy"), sys.modules.get("torch")
+    return ((np is not None and isinstance(x, np.ndarray))
+            or (torch is not None and isinstance(x, torch.Tensor)))
+
+
+def _collate(samples):
+    """The core's collation of `samples` (the rules in include/wds/batch.h),
+    run by a native batched stage over them."""
+    if not samples:
+        raise IndexError("collation of no samples")
+    return next(iter(Batched(len(samples))(samples)))
+
+
+def _combined(value, combine_tensors, combine_scalars):
+    """Whether a column starting with `value` is collated (else listed)."""
+    if isinstance(value, (int, float)):
+        return combine_scalars
+    if _is_array(value):
+        return combine_tensors
+    return True
 
 
 def combine_values(values, combine_tensors=True, combine_scalars=True):
     """One column of a batch: see default_collation_fn."""
-    import numpy as np
-
-    first = values[0]
-    if isinstance(first, (int, float)):
-        return np.array(values) if combine_scalars else list(values)
-    if _is_tensor(first) or isinstance(first, np.ndarray):
-        if not combine_tensors:
-            return list(values)
-        shapes = {tuple(x.shape) for x in values}
-        if len(shapes) != 1:
-            raise DataError(f"all shapes must be equal in collation, got {sorted(shapes)}")
-        if _is_tensor(first):
-            import torch
-
-            return torch.stack(list(values))
-        return np.array(list(values))
-    return list(values)
+    if not _combined(values[0], combine_tensors, combine_scalars):
+        return list(values)
+    return _collate([(v,) for v in values])[0]
 
 
 def tuple2dict(sample):
@@ -800,26 +804,27 @@ def dict2tuple(d):
 
 
 def default_collation_fn(samples, combine_tensors=True, combine_scalars=True):
-    """Collates a list of samples (dicts or tuples) column by column: numbers
-    to a NumPy array, ndarrays stacked (same shape), tensors torch.stack'ed,
-    everything else (str, bytes, PIL images, ...) a list.
+    """Collates a list of samples (dicts or tuples) column by column, by the
+    core's rules (what a native batched does): numbers to a NumPy array,
+    ndarrays and tensors stacked (same dtype and shape), everything else
+    (str, bytes, PIL images, ...) a list. combine_tensors=False or
+    combine_scalars=False lists those columns instead.
+
+    Unlike the reference, columns of different dtypes, shapes or kinds (an int
+    and a str) are a DataError naming the field, where the reference may
+    build an object or str array or raise AssertionError.
 
     >>> default_collation_fn([(1, "a"), (2, "b")])
     (array([1, 2]), ['a', 'b'])
     """
-    first = samples[0]
-    if isinstance(first, dict):
-        keys = list(first)
-        for s in samples:
-            if set(s) != set(keys):
-                raise DataError(f"keys don't match in different samples: {sorted(keys)} and "
-                                f"{sorted(s)}")
-        return {k: combine_values([s[k] for s in samples], combine_tensors, combine_scalars)
-                for k in keys}
-    if not isinstance(first, (list, tuple)):
-        raise TypeError(f"collation takes dicts or tuples, got {type(first).__name__}")
-    columns = list(zip(*samples))
-    return tuple(combine_values(list(c), combine_tensors, combine_scalars) for c in columns)
+    batch = _collate(samples)
+    if combine_tensors and combine_scalars:
+        return batch
+    columns, first = tuple2dict(batch), tuple2dict(samples[0])
+    for k, v in first.items():
+        if not _combined(v, combine_tensors, combine_scalars):
+            columns[k] = [tuple2dict(s)[k] for s in samples]
+    return columns if isinstance(batch, dict) else dict2tuple(columns)
 
 
 def _batched(data, batchsize=20, collation_fn=default_collation_fn, partial=True):
