@@ -179,6 +179,28 @@ def test_state_dict_resumes_mid_epoch_with_identical_batches(shards):
         assert second.epoch == 1
 
 
+def test_an_unseeded_shuffle_is_named_when_a_state_cannot_resume(shards, monkeypatch):
+    # It was refused as "another recipe": each Loader drew its own shuffle seed.
+    monkeypatch.delenv("WDS_SEED", raising=False)
+    unseeded = lambda: wds.Loader(wds.WebDataset(shards, shardshuffle=10).shuffle(5)  # noqa: E731
+                                  .decode("rgb8").to_tuple("jpg", "cls").batched(4))
+    why = ("shuffle() without a seed draws a new order every run, which a state cannot replay "
+           "(pass seed= to shuffle, or give the pipeline a seed: WebDataset(seed=...), "
+           "DataPipeline.seed or $WDS_SEED)")
+    loader = unseeded()
+    next(iter(loader))
+    state = loader.state_dict()
+    assert state["resumable"] is False and state["reason"] == why
+    message = f"load_state_dict: this loader's position cannot be restored: {why}"
+    with pytest.raises(ValueError) as e:
+        unseeded().load_state_dict(state)
+    assert str(e.value) == message
+    seeded = wds.Loader(dataset(shards, shardshuffle=10, seed=4)).state_dict()
+    with pytest.raises(ValueError) as e:
+        unseeded().load_state_dict(seeded)
+    assert str(e.value) == message
+
+
 def test_load_state_dict_refuses_another_recipe(shards):
     state = wds.Loader(dataset(shards, shardshuffle=10, seed=4), workers=2).state_dict()
     other = wds.Loader(dataset(shards, shardshuffle=10, seed=5), workers=2)

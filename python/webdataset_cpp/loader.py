@@ -93,6 +93,7 @@ class Loader:
                                   world_size=world_size, device=device, kinds=kinds,
                                   kind_names=names)
         self._core.set_epoch(dataset.epoch)
+        self._unrecordable = _plan.unrecordable_stage(dataset.pipeline, ctx)
 
     def set_epoch(self, epoch):
         """The epoch the next iteration runs (default: 0, then one more after
@@ -113,7 +114,13 @@ class Loader:
         StatefulDataLoader protocol): a dict holding the core loader's state
         (a short JSON text of positions, not data; taking it costs
         microseconds and no I/O). Batches prefetched but not yet handed out
-        are not part of it: after load_state_dict they come again."""
+        are not part of it: after load_state_dict they come again.
+
+        Never raises (StatefulDataLoader calls it at every step): a loader
+        whose position cannot be replayed (an unseeded shuffle) gives
+        {"resumable": False, "reason": ...}, which load_state_dict refuses."""
+        if self._unrecordable is not None:
+            return {_STATE_KEY: None, "resumable": False, "reason": self._unrecordable}
         return {_STATE_KEY: self._core.state()}
 
     def load_state_dict(self, state_dict):
@@ -121,10 +128,15 @@ class Loader:
         the same dataset, rank, world size and workers): the next batches are
         those the saved loader would have handed out, identical in bytes and
         order, even mid-epoch. Another recipe (shards, seed, stages, batch
-        size), layout or state version raises ValueError."""
+        size), layout or state version raises ValueError, and so does a state
+        of (or into) a loader that cannot replay its position, naming why."""
         if not isinstance(state_dict, dict) or _STATE_KEY not in state_dict:
             raise ValueError(f"load_state_dict: not a webdataset_cpp Loader state_dict (no "
                              f"{_STATE_KEY!r} key)")
+        why = state_dict.get("reason") if state_dict.get("resumable") is False else None
+        why = why or self._unrecordable
+        if why is not None:
+            raise ValueError(f"load_state_dict: this loader's position cannot be restored: {why}")
         self._core.restore(state_dict[_STATE_KEY])
 
     def __len__(self):
