@@ -14,7 +14,6 @@
 #include "errors.h"
 #include "handlers.h"
 #include "opener.h"
-#include "wds/internal/strings.h"
 
 namespace wdspy {
 namespace {
@@ -164,11 +163,8 @@ void RegisterLoader(py::module_& m) {
              options.rank = rank;
              options.world_size = world_size;
              options.device = device;
-             if (workers < 1)
-               throw py::value_error(wds::Cat("workers must be >= 1, got ", workers));
-             if (prefetch < 1) {
-               throw py::value_error(wds::Cat("prefetch must be >= 1, got ", prefetch));
-             }
+             // Options are checked by webdataset_cpp.Loader (at once) and by
+             // the core (at the first batch), not a third time here.
              std::vector<std::shared_ptr<NameSet>> names;
              if (!kind_names.is_none()) {
                for (py::handle h : kind_names) names.push_back(h.cast<std::shared_ptr<NameSet>>());
