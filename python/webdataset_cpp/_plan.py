@@ -29,10 +29,16 @@ ONE_TO_ONE = "one_to_one"  # one output per input, in order (decode, rename, to_
 SHUFFLE = "shuffle"  # one output per input, reordered through a buffer
 BATCHES = "batches"  # one output per `batchsize` inputs; has batchsize and partial
 HOLDS = "holds"  # holds inputs between its outputs (mcached, unbatched, unlisted)
+# What the native shard source fuses (see shardlists.fuse_source):
+SHARD_LIST = "shard_list"  # a list of shard URLs with ordered_urls() (SimpleShardList)
+RESAMPLED_SHARDS = "resampled_shards"  # URLs drawn with replacement (ResampledShards)
+SHARD_SHUFFLE = "shard_shuffle"  # permutes the URLs by (seed, epoch, pass) (epoch_shuffle)
 
 
 def kind_of(stage):
-    """The `_wds_kind` a stage declares, or None."""
+    """The `_wds_kind` a stage declares, or None (a class is no stage)."""
+    if isinstance(stage, type):
+        return None
     kind = getattr(stage, "_wds_kind", None)
     return kind if kind is not None else getattr(getattr(stage, "f", None), "_wds_kind", None)
 

@@ -27,7 +27,7 @@ import time
 from typing import List
 
 from . import _core
-from ._plan import Stage
+from ._plan import RESAMPLED_SHARDS, SHARD_LIST, SHARD_SHUFFLE, Stage, kind_of
 from .filters import PythonFilter, _seed_given
 from .pipeline import IterableDataset
 from .utils import (PipelineStage, is_iterable, node_info, obsolete, pytorch_worker_seed,
@@ -134,6 +134,8 @@ class SimpleShardList(PipelineStage):
     ones are relative to the index's directory).
     """
 
+    _wds_kind = SHARD_LIST
+
     def __init__(self, urls, seed=None, split=None, dataset_index=None):
         if split not in (None, "shards", "samples"):
             raise ValueError(f"SimpleShardList: split must be None, 'shards' or 'samples', not "
@@ -188,6 +190,8 @@ class ResampledShards(PipelineStage):
     are native; a `worker_seed` callable makes them run in Python with
     Python's random, as in the reference.
     """
+
+    _wds_kind = RESAMPLED_SHARDS
 
     def __init__(self, urls, nshards=sys.maxsize, seed=None, worker_seed=None,
                  deterministic=False, max_urls=int(1e6), empty_check=True):
@@ -442,6 +446,8 @@ class epoch_shuffle(Stage):
     rank; placed before the splitters (WebDataset(shardshuffle=...) adds it).
     seed=None uses the pipeline's seed."""
 
+    _wds_kind = SHARD_SHUFFLE
+
     def __init__(self, seed=None):
         self.seed = seed
 
@@ -582,15 +588,14 @@ class ShardSource:
 
 
 def fuse_source(stages, ctx):
-    """(ShardSource, index of the first stage after it), or None."""
-    from .tariterators import TarfileToSamples
-
+    """(ShardSource, index of the first stage after it), or None: the stages
+    are asked what they are (their `_wds_kind`; a tar reader `reads_urls`)."""
     if not stages:
         return None
     first = stages[0]
-    if isinstance(first, SimpleShardList):
+    if kind_of(first) == SHARD_LIST:
         urls, resampled, nshards = first.ordered_urls(), False, None
-    elif isinstance(first, ResampledShards) and first.native_ok():
+    elif kind_of(first) == RESAMPLED_SHARDS and first.native_ok():
         urls, resampled = first.urls, True
         nshards = None if first.nshards == sys.maxsize else first.nshards
     else:
@@ -598,7 +603,7 @@ def fuse_source(stages, ctx):
     i, shuffle, shuffle_seed, node, split_workers = 1, False, None, None, False
     while i < len(stages):
         s = stages[i]
-        if isinstance(s, epoch_shuffle) and not (shuffle or node or split_workers):
+        if kind_of(s) == SHARD_SHUFFLE and not (shuffle or node or split_workers):
             shuffle, shuffle_seed = True, s.seed
         elif (s is split_by_node or s is single_node_only) and not (node or split_workers):
             node = s
@@ -607,7 +612,7 @@ def fuse_source(stages, ctx):
         else:
             break
         i += 1
-    if i == len(stages) or not isinstance(stages[i], TarfileToSamples):
+    if i == len(stages) or not getattr(stages[i], "reads_urls", False):
         return None
     tar = stages[i]
     if not tar.fusable():
