@@ -210,6 +210,8 @@ pybind11_dir=$($py -m pybind11 --cmakedir 2>/dev/null || true)
 nccl_root=$($py -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null || true)
 [[ -n $nccl_root ]] && export NCCL_ROOT=$nccl_root
 nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+# The toolkit nvcc belongs to, for FindCUDAToolkit (ours and LibTorch's).
+export CUDAToolkit_ROOT=$(dirname "$(dirname "$(readlink -f "$nvcc")")")
 rpath_link="-Wl,-rpath-link,$libdir"
 configure_args=(
   -S "$repo" -B "$build" -G Ninja -DCMAKE_MAKE_PROGRAM="$ninja" -DCMAKE_BUILD_TYPE=Release
@@ -220,7 +222,7 @@ configure_args=(
   -DCMAKE_CXX_FLAGS="-include cstdint"
   -DCMAKE_EXE_LINKER_FLAGS="$rpath_link" -DCMAKE_SHARED_LINKER_FLAGS="$rpath_link"
   -DCMAKE_MODULE_LINKER_FLAGS="$rpath_link"
-  -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="80;90"
+  -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="80;90" -DCUDAToolkit_ROOT="$CUDAToolkit_ROOT"
   -DWDS_PYTHON_EXECUTABLE="$(command -v "$py")" -DWDS_BUILD_BENCHMARKS=OFF
 )
 with_torch=1
