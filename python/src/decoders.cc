@@ -104,17 +104,15 @@ struct ImageItem {
   }
 };
 
-// BasicItem is the core's BasicDecoders, optionally without JSON.
+// BasicItem is the core's BasicDecoders, except for the fields whose
+// extension is in `skipped` (Python's: JSON, when Python parses it).
 struct BasicItem {
   Decoders basic = wds::BasicDecoders();
-  bool json = true;
+  Extensions skipped;
 
   DecodeResult operator()(std::string_view field, const wds::Buffer& data,
                           wds::DecodeContext& ctx) const {
-    if (!json) {
-      const std::string ext = LowerExtension(field);
-      if (ext == "json" || ext == "jsn") return std::nullopt;
-    }
+    if (skipped != nullptr && Accepts(skipped, field)) return std::nullopt;
     return RunDecoders(basic, 0, field, data, ctx);
   }
 };
@@ -237,7 +235,7 @@ std::vector<wds::FieldDecoder> MakeDecoders(py::list items, py::handle continue_
       if (!item[4].is_none()) image.fallback = python(item[4]);
       reversed.push_back(std::move(image));
     } else if (kind == "basic") {
-      reversed.push_back(BasicItem{wds::BasicDecoders(), item[1].cast<bool>()});
+      reversed.push_back(BasicItem{wds::BasicDecoders(), ExtensionsFromPython(item[1])});
     } else if (kind == "python") {
       Extensions extensions = ExtensionsFromPython(item[2]);
       PythonCall call = python(item[1]);

@@ -7,8 +7,9 @@
 //   ("image", spec, extensions, resize, fallback)  native image decoding for
 //       JPEG/PNG/WebP content of fields with these extensions; `fallback`
 //       (a Python (key, data) callable, or None) decodes the rest (PIL).
-//   ("basic", json)  cls/txt/json/npy/... natively; with json = False the
-//       .json/.jsn fields are left to the items after it.
+//   ("basic", skipped)  the core's basic decoders (cls/txt/json/npy/...), but
+//       fields with one of the `skipped` extensions (a list) are left to the
+//       items after it.
 //   ("python", fn, extensions)  fn(".field", bytes) -> value | None |
 //       Continue(key, data); extensions (or None: all fields) filter the
 //       fields it is called for, so the GIL is taken only for those.
