@@ -3,7 +3,9 @@
 // where a device exists: PinnedHostAllocator), reused from batch to batch, and
 // the gathering of the images' bytes into one buffer.
 //
-//   StagingPool pool(allocator, /*max_buffers=*/2);
+//   // Pinned where a device answers, else ordinary memory with a note:
+//   WDS_ASSIGN_OR_RETURN(BatchAllocator a, DefaultBatchAllocator(/*pin_memory=*/true, device));
+//   StagingPool pool(a.allocator, /*max_buffers=*/2);
 //   WDS_ASSIGN_OR_RETURN(GatheredBatch batch, GatherEncoded(pool, images));
 //   cudaMemcpyAsync(device, batch.buffer.data(), batch.bytes, ..., stream);
 //   // image i is at device + batch.offsets[i], batch.lengths[i] bytes
