@@ -8,8 +8,8 @@
 //       JPEG/PNG/WebP content of fields with these extensions; `fallback`
 //       (a Python (key, data) callable, or None) decodes the rest (PIL).
 //   ("basic", skipped)  the core's basic decoders (cls/txt/json/npy/...), but
-//       fields with one of the `skipped` extensions (a list) are left to the
-//       items after it.
+//       fields with one of the `skipped` extensions (a list, or None: none)
+//       are left to the items after it.
 //   ("python", fn, extensions)  fn(".field", bytes) -> value | None |
 //       Continue(key, data); extensions (or None: all fields) filter the
 //       fields it is called for, so the GIL is taken only for those.

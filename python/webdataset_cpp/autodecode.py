@@ -408,7 +408,7 @@ class Decoder:
         out = []
         for item in items:
             if item == "basic":
-                out.append(("basic", [] if json_native else list(JSON_EXTENSIONS)))
+                out.append(("basic", None if json_native else list(JSON_EXTENSIONS)))
                 if not json_native:
                     out.append(("python", _json_handler, list(JSON_EXTENSIONS)))
                 out.append(("python", _python_basic, list(decoders)))
