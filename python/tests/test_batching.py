@@ -102,6 +102,11 @@ def test_default_collation_fn_is_the_core_collation():
     assert scalars["i"] == [1, 2] and scalars["a"].shape == (2, 1)
     assert wds.filters.combine_values([np.zeros(2), np.ones(2)]).shape == (2, 2)
     assert wds.filters.combine_values([1, 2], combine_scalars=False) == [1, 2]
+    # Arrays of dtypes the core does not hold are stacked as the reference stacks them.
+    odd = wds.filters.default_collation_fn([(np.array(["a"]), torch.ones(2, dtype=torch.bfloat16),
+                                             np.zeros(1, np.complex64))] * 2)
+    assert odd[0].tolist() == [["a"], ["a"]] and odd[1].dtype == torch.bfloat16
+    assert odd[1].shape == (2, 2) and odd[2].dtype == np.complex64 and odd[2].shape == (2, 1)
     with pytest.raises(IndexError, match="collation of no samples"):
         wds.filters.default_collation_fn([])
 

@@ -786,11 +786,18 @@ def _combined(value, combine_tensors, combine_scalars):
     return True
 
 
+def _stacked(values):
+    """Arrays of a dtype the core does not hold (str, complex, bfloat16, ...),
+    stacked as the reference stacks them."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(values[0], torch.Tensor):
+        return torch.stack(values)
+    return sys.modules["numpy"].array(values)
+
+
 def combine_values(values, combine_tensors=True, combine_scalars=True):
     """One column of a batch: see default_collation_fn."""
-    if not _combined(values[0], combine_tensors, combine_scalars):
-        return list(values)
-    return _collate([(v,) for v in values])[0]
+    return default_collation_fn([(v,) for v in values], combine_tensors, combine_scalars)[0]
 
 
 def tuple2dict(sample):
@@ -808,7 +815,9 @@ def default_collation_fn(samples, combine_tensors=True, combine_scalars=True):
     core's rules (what a native batched does): numbers to a NumPy array,
     ndarrays and tensors stacked (same dtype and shape), everything else
     (str, bytes, PIL images, ...) a list. combine_tensors=False or
-    combine_scalars=False lists those columns instead.
+    combine_scalars=False lists those columns instead. Arrays of dtypes the
+    core does not hold (str, complex, bfloat16, ...) are stacked by NumPy or
+    torch, as in the reference.
 
     Unlike the reference, columns of different dtypes, shapes or kinds (an int
     and a str) are a DataError naming the field, where the reference may
@@ -818,12 +827,12 @@ def default_collation_fn(samples, combine_tensors=True, combine_scalars=True):
     (array([1, 2]), ['a', 'b'])
     """
     batch = _collate(samples)
-    if combine_tensors and combine_scalars:
-        return batch
     columns, first = tuple2dict(batch), tuple2dict(samples[0])
     for k, v in first.items():
         if not _combined(v, combine_tensors, combine_scalars):
             columns[k] = [tuple2dict(s)[k] for s in samples]
+        elif _is_array(v) and isinstance(columns[k], list):
+            columns[k] = _stacked(columns[k])
     return columns if isinstance(batch, dict) else dict2tuple(columns)
 
 
