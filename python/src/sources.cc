@@ -49,8 +49,9 @@ class ShardByShard : public wds::SampleStream {
       : next_url_(std::move(next_url)),
         handler_(std::move(handler)),
         opener_(std::move(opener)),
-        member_name_(std::move(member_name)),
         ctx_(ctx) {
+    member_name_ = handler_.is_native() || !member_name ? std::move(member_name)
+                                                        : HandledPerMember(std::move(member_name));
     shard_ctx_ = ctx;
     // A Python handler counts the errors itself (StageHandler::Handle).
     if (!handler_.is_native()) shard_ctx_.errors = nullptr;
@@ -67,6 +68,10 @@ class ShardByShard : public wds::SampleStream {
       if (item.ok()) {
         if (StoppedByHandler()) return Finish();
         continue;
+      }
+      if (hook_raised_) {
+        error_ = item.status();  // the handler saw it already (HandledPerMember)
+        return error_;
       }
       absl::Status raised;
       const wds::ErrorAction action = handler_.is_native()
@@ -90,10 +95,37 @@ class ShardByShard : public wds::SampleStream {
       return false;
     }
     if (!url->has_value()) return false;
+    skip_rest_of_shard_ = false;
     errors_before_ = ctx_.errors ? ctx_.errors->Total() : 0;
     shard_ = OneShard(**url, handler_.is_native() ? handler_.native() : wds::Handler::kReraise,
                       opener_, member_name_, shard_ctx_);
     return true;
+  }
+
+  // HandledPerMember hands the errors of the member callables (`hook`) to
+  // the Python handler member by member, as the reference does: True skips
+  // the member; False ends the shard after the sample in progress (the rest
+  // of the shard is read but skipped), then the next shard is read; its
+  // exception is raised as it is, without asking the handler again.
+  wds::MemberNameHook HandledPerMember(wds::MemberNameHook hook) {
+    return [this, hook = std::move(hook)](
+               std::string_view name) -> absl::StatusOr<std::optional<std::string>> {
+      if (skip_rest_of_shard_) return std::nullopt;
+      absl::StatusOr<std::optional<std::string>> named = hook(name);
+      if (named.ok()) return named;
+      absl::Status raised;
+      switch (handler_.Handle(ctx_, "tar", named.status(), &raised)) {
+        case wds::ErrorAction::kContinue:
+          return std::nullopt;
+        case wds::ErrorAction::kStop:
+          skip_rest_of_shard_ = true;
+          return std::nullopt;
+        case wds::ErrorAction::kRaise:
+          hook_raised_ = true;
+          return raised;
+      }
+      return std::nullopt;
+    };
   }
 
   // StoppedByHandler: a native "stop" handler ended the shard on an error.
@@ -116,6 +148,10 @@ class ShardByShard : public wds::SampleStream {
   wds::WorkerContext shard_ctx_;
   std::unique_ptr<wds::SampleStream> shard_;
   int64_t errors_before_ = 0;
+  // Set by HandledPerMember: the handler chose to stop reading this shard,
+  // or raised.
+  bool skip_rest_of_shard_ = false;
+  bool hook_raised_ = false;
   absl::Status error_;
   bool ended_ = false;
 };

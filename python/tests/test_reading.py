@@ -178,6 +178,39 @@ def test_member_callable_errors_are_the_very_exception_or_go_to_the_handler(tmp_
         members_read(path, rename_files=lambda n: 3)
 
 
+def test_a_python_handler_decides_member_by_member_on_callable_errors(tmp_path):
+    first = write_tar(tmp_path / "a.tar", [("a.txt", b"1"), ("b.cls", b"2"), ("c.txt", b"3")])
+    second = write_tar(tmp_path / "b.tar", [("d.txt", b"4")])
+    error = KeyError("boom")
+
+    def bad(name):
+        if name == "b.cls":
+            raise error
+        return name
+
+    def keys(handler):
+        pipeline = wds.DataPipeline(wds.SimpleShardList([first, second]),
+                                    wds.tarfile_to_samples(rename_files=bad, handler=handler))
+        return [s["__key__"] for s in pipeline]
+
+    seen = []
+    # True skips that member; False ends that shard after the sample in progress.
+    assert keys(lambda e: seen.append(e) or True) == ["a", "c", "d"]
+    assert keys(lambda e: seen.append(e) or False) == ["a", "d"]
+    assert seen == [error, error]
+
+    class Stop(Exception):
+        pass
+
+    def raising(exn):
+        seen.append(exn)
+        raise Stop("handled") from exn
+
+    with pytest.raises(Stop):
+        keys(raising)
+    assert seen == [error] * 3  # asked once
+
+
 def test_member_callables_run_in_the_native_reader_not_in_python(tmp_path, monkeypatch):
     from webdataset_cpp import tariterators
 
