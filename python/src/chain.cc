@@ -13,6 +13,7 @@
 #include "shared_batches.h"
 #include "sources.h"
 #include "wds/batch.h"
+#include "wds/buffer_pool.h"
 #include "wds/internal/resume_channel.h"
 #include "wds/internal/strings.h"
 #include "wds/stages.h"
@@ -20,6 +21,14 @@
 
 namespace wdspy {
 namespace {
+
+// BatchPool is host memory that the batches of several openings share: a
+// chain opened without one makes its own pool, whose fresh pages cost more
+// than a short chain's work (a collation called from Python).
+struct BatchPool {
+  std::shared_ptr<wds::BufferPool> pool = std::make_shared<wds::BufferPool>(
+      wds::AlignedHostAllocator(), wds::BufferPoolOptions{size_t{256} << 20});
+};
 
 // ChainIterator runs one opened chain in the calling thread. Each step
 // releases the GIL while native stages read, decode and batch.
@@ -195,10 +204,10 @@ void RegisterSources(py::module_& m) {
       "url_source",
       [](py::handle iterator, py::handle handler, py::handle remote, py::handle select_files,
          py::handle rename_files) {
-        return Source{UrlSource(iterator, StageHandler::FromPython(handler),
-                                RemoteAccess::FromPython(remote),
-                                PythonMemberNames(select_files, rename_files)),
-                      false, nullptr};
+        return Source{
+            UrlSource(iterator, StageHandler::FromPython(handler), RemoteAccess::FromPython(remote),
+                      PythonMemberNames(select_files, rename_files)),
+            false, nullptr};
       },
       py::arg("iterator"), py::arg("handler") = "reraise", py::arg("remote") = py::none(),
       py::arg("select_files") = py::none(), py::arg("rename_files") = py::none(),
@@ -343,6 +352,16 @@ void RegisterChainClass(py::module_& m) {
         }
         return out;
       });
+  py::class_<BatchPool, std::shared_ptr<BatchPool>>(
+      m, "BatchPool", "Host memory reused by the batches of the chains opened with it.")
+      .def(py::init<>())
+      .def_property_readonly(
+          "stats",
+          [](const BatchPool& self) {
+            const wds::BufferPoolStats s = self.pool->stats();
+            return py::dict(py::arg("allocations") = s.allocations, py::arg("reuses") = s.reuses);
+          },
+          "Blocks taken from the allocator, and Acquires served from the cache.");
   py::class_<Chain>(m, "Chain", "A source and native stages, run as one native pipeline.")
       .def(py::init<Source, std::vector<Stage>, uint64_t>(), py::arg("source"), py::arg("stages"),
            py::arg("seed") = 0)
@@ -358,12 +377,13 @@ void RegisterChainClass(py::module_& m) {
           "open",
           [](const Chain& chain, int rank, int world_size, int worker, int num_workers,
              int64_t epoch, int64_t pass, std::optional<int64_t> length, py::object kinds,
-             py::object kind_names, std::shared_ptr<SharedBlocks> shared_blocks,
-             py::object restore) {
+             py::object kind_names, std::shared_ptr<SharedBlocks> shared_blocks, py::object restore,
+             std::shared_ptr<BatchPool> pool) {
             wds::WorkerContext ctx =
                 CheckedWorkerContext(rank, world_size, worker, num_workers, epoch, pass);
             ctx.errors = std::make_shared<wds::ErrorCounters>();
             ctx.warn = PythonWarnings();
+            if (pool != nullptr) ctx.pool = pool->pool;
             if (shared_blocks != nullptr) ctx.pool = shared_blocks->pool();
             if (length.has_value() && *length < 0) throw py::value_error("length must be >= 0");
             ctx.resume = std::make_shared<wds::ResumeChannel>();
@@ -382,9 +402,10 @@ void RegisterChainClass(py::module_& m) {
           py::arg("num_workers") = 1, py::arg("epoch") = 0, py::arg("pass_") = 0,
           py::arg("length") = py::none(), py::arg("kinds") = py::none(),
           py::arg("kind_names") = py::none(), py::arg("shared_blocks") = nullptr,
-          py::arg("restore") = py::none(),
+          py::arg("restore") = py::none(), py::arg("pool") = nullptr,
           "Runs one copy of the chain in this thread; with shared_blocks (a DataLoader "
-          "worker's), batches are collated into that pool's shared memory. restore, a "
+          "worker's), batches are collated into that pool's shared memory, else with pool (a "
+          "BatchPool) into its memory. restore, a "
           "ChainIterator.checkpoint of a copy of this chain with the same placement, epoch and "
           "length (one it could be restored from), makes it continue where that copy stood "
           "(its pass replaces pass_).");

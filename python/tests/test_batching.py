@@ -107,6 +107,14 @@ def test_default_collation_fn_is_the_core_collation():
                                              np.zeros(1, np.complex64))] * 2)
     assert odd[0].tolist() == [["a"], ["a"]] and odd[1].dtype == torch.bfloat16
     assert odd[1].shape == (2, 2) and odd[2].dtype == np.complex64 and odd[2].shape == (2, 1)
+    # Its batches come from one pool, reused once a batch is dropped (a pool
+    # per call mapped fresh pages each time: 2.5x the reference's time).
+    images = [{"a": np.zeros((64, 64, 3), np.uint8)} for _ in range(4)]
+    wds.filters.default_collation_fn(images)
+    before = wds.filters._collation_pool.stats
+    wds.filters.default_collation_fn(images)
+    after = wds.filters._collation_pool.stats
+    assert after["reuses"] > before["reuses"] and after["allocations"] == before["allocations"]
     with pytest.raises(IndexError, match="collation of no samples"):
         wds.filters.default_collation_fn([])
 

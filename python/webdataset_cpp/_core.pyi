@@ -95,7 +95,14 @@ class Chain:
              kinds: Optional[KindFunction] = None,
              kind_names: Optional[list[NameSet]] = None,
              shared_blocks: Optional[SharedBlocks] = None,
-             restore: Optional[Checkpoint] = None) -> ChainIterator: ...
+             restore: Optional[Checkpoint] = None,
+             pool: Optional[BatchPool] = None) -> ChainIterator: ...
+
+class BatchPool:
+    """Host memory reused by the batches of the chains opened with it."""
+    def __init__(self) -> None: ...
+    @property
+    def stats(self) -> dict[str, int]: ...
 
 class SharedBlocks:
     """A DataLoader worker's pool of batch blocks in shared memory (_shared.py)."""

@@ -25,7 +25,7 @@ import sys
 
 from . import _core
 from . import handlers as _handlers
-from ._plan import JSON, TORCH, Stage, alternatives_kind
+from ._plan import JSON, TORCH, Context, NativeSegment, Stage, alternatives_kind
 from .autodecode import JSON_EXTENSIONS, Continue, Decoder, ImageHandler
 from .cache import LMDBCached  # noqa: F401 (the reference defines it in filters)
 from .errors import DataError
@@ -769,12 +769,20 @@ def _is_array(x):
             or (torch is not None and isinstance(x, torch.Tensor)))
 
 
+_collation_pool = None  # batch memory every _collate of this process reuses
+
+
 def _collate(samples):
     """The core's collation of `samples` (the rules in include/wds/batch.h),
     run by a native batched stage over them."""
+    global _collation_pool
     if not samples:
         raise IndexError("collation of no samples")
-    return next(iter(Batched(len(samples))(samples)))
+    if _collation_pool is None:
+        _collation_pool = _core.BatchPool()
+    segment = NativeSegment("samples", None, [Batched(len(samples))])
+    chain, kinds, names = segment.build(iter(samples), Context())
+    return next(chain.open(kinds=kinds, kind_names=names, pool=_collation_pool))
 
 
 def _combined(value, combine_tensors, combine_scalars):
