@@ -62,14 +62,11 @@ def expand_urls(urls):
     """
     if not isinstance(urls, str):
         return list(urls)
-
-    def env(match):
-        name = "WDS_" + match.group(1)
-        if name not in os.environ:
-            raise ValueError(f"{urls}: the environment variable {name} is not set")
-        return os.environ[name]
-
-    return _core.expand_urls(_ENV_VARIABLE.sub(env, urls))
+    try:
+        substituted = envsubst(urls)
+    except ValueError as e:
+        raise ValueError(f"{urls}: {e}") from None
+    return _core.expand_urls(substituted)
 
 
 def expand_source(source, max_urls=int(1e9)):
