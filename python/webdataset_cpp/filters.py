@@ -763,10 +763,12 @@ reference, a value that is not bytes (decoded earlier) passes through."""
 # ---------------------------------------------------------------- batching
 
 
-def _is_array(x):
+def _stacker(x):
+    """torch.stack for a tensor, np.array for an ndarray, else None."""
     np, torch = sys.modules.get("numpy"), sys.modules.get("torch")
-    return ((np is not None and isinstance(x, np.ndarray))
-            or (torch is not None and isinstance(x, torch.Tensor)))
+    if torch is not None and isinstance(x, torch.Tensor):
+        return torch.stack
+    return np.array if np is not None and isinstance(x, np.ndarray) else None
 
 
 _collation_pool = None  # batch memory every _collate of this process reuses
@@ -789,18 +791,7 @@ def _combined(value, combine_tensors, combine_scalars):
     """Whether a column starting with `value` is collated (else listed)."""
     if isinstance(value, (int, float)):
         return combine_scalars
-    if _is_array(value):
-        return combine_tensors
-    return True
-
-
-def _stacked(values):
-    """Arrays of a dtype the core does not hold (str, complex, bfloat16, ...),
-    stacked as the reference stacks them."""
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(values[0], torch.Tensor):
-        return torch.stack(values)
-    return sys.modules["numpy"].array(values)
+    return combine_tensors or _stacker(value) is None
 
 
 def combine_values(values, combine_tensors=True, combine_scalars=True):
@@ -839,8 +830,8 @@ def default_collation_fn(samples, combine_tensors=True, combine_scalars=True):
     for k, v in first.items():
         if not _combined(v, combine_tensors, combine_scalars):
             columns[k] = [tuple2dict(s)[k] for s in samples]
-        elif _is_array(v) and isinstance(columns[k], list):
-            columns[k] = _stacked(columns[k])
+        elif _stacker(v) is not None and isinstance(columns[k], list):
+            columns[k] = _stacker(v)(columns[k])  # a dtype the core does not hold
     return columns if isinstance(batch, dict) else dict2tuple(columns)
 
 
