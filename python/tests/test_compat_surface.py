@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tarfile
 import textwrap
+import types
 
 import pytest
 
@@ -517,3 +518,42 @@ def test_the_reference_top_level_names_exist():
     for name in ["with_epoch", "with_length", "MultiShardSample", "LMDBCached", "tenbin",
                  "install_as_webdataset", "ShardReadError", "CommandError", "PipeShardError"]:
         assert hasattr(wds, name), name
+
+
+class _FakeLmdb:
+    """An in-memory lmdb module: what LMDBCached uses of it (open, begin,
+    get, put, cursor)."""
+
+    def __init__(self):
+        self.opened = []
+
+    def open(self, fname, readonly, map_size):
+        self.opened.append((fname, readonly, map_size))
+        data = {}
+
+        class Txn:
+            def __init__(self, write):
+                self.get, self.cursor = data.get, lambda: sorted(data.items())
+                self.put = data.__setitem__ if write else None
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                return False
+
+        return types.SimpleNamespace(begin=lambda write: Txn(write))
+
+
+def test_fluid_lmdb_cached_composes_lmdb_cached(monkeypatch, tmp_path):
+    fake = _FakeLmdb()
+    monkeypatch.setitem(sys.modules, "lmdb", fake)
+    samples = [{"__key__": f"k{i}", "v": i} for i in range(3)]
+    ds = wds.FluidWrapper(samples).lmdb_cached(str(tmp_path / "db"), map_size=1e7, chunksize=2)
+    assert fake.opened == [(str(tmp_path / "db"), False, 10**7)]
+    assert list(ds) == samples
+    samples.clear()  # a completed pass is replayed from the database
+    assert list(ds) == [{"__key__": f"k{i}", "v": i} for i in range(3)]
+    monkeypatch.setitem(sys.modules, "lmdb", None)
+    with pytest.raises(ModuleNotFoundError):
+        wds.FluidWrapper([]).lmdb_cached(str(tmp_path / "other"))

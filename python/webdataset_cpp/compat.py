@@ -85,6 +85,10 @@ class FluidInterface:
     def mcached(self):
         return self.compose(filters.Cached())
 
+    def lmdb_cached(self, *args, **kw):
+        """Caches samples in an LMDB database: filters.LMDBCached(*args, **kw)."""
+        return self.compose(filters.LMDBCached(*args, **kw))
+
 
 class FluidWrapper(DataPipeline, FluidInterface):
     """A DataPipeline with the fluent methods, starting from `initial`."""
