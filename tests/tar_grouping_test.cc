@@ -32,10 +32,12 @@ std::vector<std::string> Fields(const Sample& sample) {
   return names;
 }
 
-// Read runs WebDataset() over one in-memory shard `tar` with `hook`.
+// Read runs WebDataset() over `shards` copies of the in-memory shard `tar`
+// with `hook`.
 absl::StatusOr<std::vector<Sample>> Read(const std::string& tar, MemberNameHook hook,
                                          Handler handler = Handler::kReraise,
-                                         std::shared_ptr<ErrorCounters> errors = nullptr) {
+                                         std::shared_ptr<ErrorCounters> errors = nullptr,
+                                         int shards = 1) {
   WebDatasetOptions options;
   options.nodesplitter = nullptr;
   options.workersplitter = nullptr;
@@ -44,7 +46,8 @@ absl::StatusOr<std::vector<Sample>> Read(const std::string& tar, MemberNameHook 
   options.opener = [tar](std::string_view url) -> absl::StatusOr<std::unique_ptr<ByteStream>> {
     return MemoryStream(std::string(url), tar);
   };
-  absl::StatusOr<Pipeline> pipeline = WebDataset(std::vector<std::string>{"s.tar"}, options);
+  absl::StatusOr<Pipeline> pipeline =
+      WebDataset(std::vector<std::string>(shards, "s.tar"), options);
   if (!pipeline.ok()) return pipeline.status();
   WorkerContext ctx;
   ctx.warn = [](std::string_view) {};
@@ -122,10 +125,12 @@ TEST(MemberNameHookTest, ErrorsGoToTheHandlerOneMemberAtATime) {
   EXPECT_THAT(Keys(*skipped), ElementsAre("a", "c"));  // only that member is dropped
   EXPECT_EQ(errors->Total(), 1);                       // handed over once
 
-  // Stopping yields the sample in progress ("a"), raising does not.
-  absl::StatusOr<std::vector<Sample>> stopped = Read(tar, failing, Handler::kIgnoreAndStop);
+  // Stopping yields the sample in progress ("a") and ends that shard only
+  // (here, every shard is s.tar); raising yields nothing more.
+  absl::StatusOr<std::vector<Sample>> stopped =
+      Read(tar, failing, Handler::kIgnoreAndStop, nullptr, 2);
   ASSERT_TRUE(stopped.ok()) << stopped.status();
-  EXPECT_THAT(Keys(*stopped), ElementsAre("a"));
+  EXPECT_THAT(Keys(*stopped), ElementsAre("a", "a"));
   WebDatasetOptions options;
   options.nodesplitter = nullptr;
   options.workersplitter = nullptr;

@@ -75,8 +75,9 @@ struct WebDatasetOptions {
   int64_t max_member_size = kDefaultMaxMemberSize;
   // member_name, if set, is asked for each member's name (metadata names
   // aside) before grouping: nullopt skips the member, a name is grouped in
-  // its place. Its errors go to `handler` per member: "continue" skips that
-  // member only.
+  // its place. Its errors go to `handler` per member, as the reference's
+  // tar_file_iterator hands them over: "continue" skips that member, "stop"
+  // ends that shard after the sample in progress (the next shard is read).
   MemberNameHook member_name;
   // opener turns a URL into a byte stream; tests substitute in-memory streams.
   // The default reads remote URLs with RemoteOptions::FromEnvironment() (read

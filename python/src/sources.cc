@@ -50,8 +50,10 @@ class ShardByShard : public wds::SampleStream {
         handler_(std::move(handler)),
         opener_(std::move(opener)),
         ctx_(ctx) {
-    member_name_ = handler_.is_native() || !member_name ? std::move(member_name)
-                                                        : HandledPerMember(std::move(member_name));
+    if (member_name) {
+      member_name_ = handler_.is_native() ? CountingErrors(std::move(member_name))
+                                          : HandledPerMember(std::move(member_name));
+    }
     shard_ctx_ = ctx;
     // A Python handler counts the errors itself (StageHandler::Handle).
     if (!handler_.is_native()) shard_ctx_.errors = nullptr;
@@ -96,6 +98,7 @@ class ShardByShard : public wds::SampleStream {
     }
     if (!url->has_value()) return false;
     skip_rest_of_shard_ = false;
+    hook_errors_ = 0;
     errors_before_ = ctx_.errors ? ctx_.errors->Total() : 0;
     shard_ = OneShard(**url, handler_.is_native() ? handler_.native() : wds::Handler::kReraise,
                       opener_, member_name_, shard_ctx_);
@@ -128,10 +131,21 @@ class ShardByShard : public wds::SampleStream {
     };
   }
 
+  // CountingErrors counts the member callables' errors, which the core hands
+  // to a native handler one member at a time (a stopping one ends only that
+  // shard, as in the reference): StoppedByHandler leaves them out.
+  wds::MemberNameHook CountingErrors(wds::MemberNameHook hook) {
+    return [this, hook = std::move(hook)](std::string_view name) {
+      absl::StatusOr<std::optional<std::string>> named = hook(name);
+      if (!named.ok()) ++hook_errors_;
+      return named;
+    };
+  }
+
   // StoppedByHandler: a native "stop" handler ended the shard on an error.
   bool StoppedByHandler() const {
     return handler_.is_native() && IsStopHandler(handler_.native()) && ctx_.errors &&
-           ctx_.errors->Total() > errors_before_;
+           ctx_.errors->Total() > errors_before_ + hook_errors_;
   }
 
   wds::SampleResult Finish() {
@@ -152,6 +166,8 @@ class ShardByShard : public wds::SampleStream {
   // or raised.
   bool skip_rest_of_shard_ = false;
   bool hook_raised_ = false;
+  // hook_errors_ counts CountingErrors' errors in the current shard.
+  int64_t hook_errors_ = 0;
   absl::Status error_;
   bool ended_ = false;
 };

@@ -174,6 +174,10 @@ def test_member_callable_errors_are_the_very_exception_or_go_to_the_handler(tmp_
         {"__key__": "a", "txt": b"1"}, {"__key__": "c", "txt": b"3"}]
     assert members_read(path, rename_files=bad, handler=wds.ignore_and_stop) == [
         {"__key__": "a", "txt": b"1"}]
+    # ... and ends that shard only.
+    twice = wds.DataPipeline(wds.SimpleShardList([path, path]),
+                             wds.tarfile_to_samples(rename_files=bad, handler=wds.ignore_and_stop))
+    assert [s["__key__"] for s in twice] == ["a", "a"]
     with pytest.raises(TypeError, match="rename_files must return a str, got 3 for member a.txt"):
         members_read(path, rename_files=lambda n: 3)
 

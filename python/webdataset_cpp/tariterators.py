@@ -1,20 +1,16 @@
 """Reading shards: tar members grouped into samples.
 
 ``tarfile_to_samples()`` turns shard URLs into samples ``{"__key__", "__url__",
-<field>: bytes, ...}``. It runs in the native core (tar reading and grouping,
-GIL released), ``select_files`` and ``rename_files`` included: the core's
-grouping calls them (with the GIL) on each member's name, in the reference's
-order: ``rename_files(name)``, then ``select_files`` on the new name. Metadata
-names (``__x__``, ``__x__/...``) never reach them. Their exceptions go to the
-handler one member at a time, as in the reference (``reraise_exception``:
-the very exception propagates; a continuing handler skips that member); a
-stopping handler ends the stream, where the reference ends that shard and
-goes on with the next. Remote URLs (http(s)://, s3://, gs://) are read by the
-native remote reader, with ``remote=RemoteOptions(...)`` when given (an
-extension of the reference's signatures).
+<field>: bytes, ...}`` in the native core (GIL released). Its ``select_files``
+and ``rename_files`` are called by the core's grouping, with the GIL, in the
+reference's order (``rename_files(name)``, then ``select_files`` on the new
+name; never on metadata names), their exceptions handed to the handler member
+by member as the reference does. Remote URLs are read natively, with
+``remote=RemoteOptions(...)`` when given (an extension of the reference's
+signatures).
 
-The reference's three steps stay available as its public functions, with its
-keyword arguments, for code that composes them itself:
+The reference's three steps, with its keyword arguments, are for code that
+composes them itself:
 
 * ``url_opener(urls)`` adds a ``"stream"`` to each ``{"url": ...}``;
 * ``tar_file_expander(streams)`` yields ``{"fname", "data", "__url__"}`` per
@@ -338,9 +334,7 @@ class TarfileToSamples(Stage):
         return True
 
     def fusable(self):
-        """Whether the shard list fuses into the native shard source: not with
-        member callables, which the URL source (fed by the Python shard list)
-        runs."""
+        # Member callables run in the URL source, fed by the Python shard list.
         return self.select_files is None and self.rename_files is None
 
     def core_handler(self):

@@ -99,7 +99,7 @@ class TarSampleStream : public SampleStream {
   const int64_t max_member_size_;
   const std::shared_ptr<ShardCatalog> catalog_;
   const MemberNameHook member_name_;
-  // hook_action_ is what the handler chose for the hook error that ended
+  // hook_action_ is what the handler chose for the hook error that ends
   // the shard (kRaise or kStop): it is not handed over a second time.
   std::optional<ErrorAction> hook_action_;
   absl::Status hook_error_;
@@ -271,11 +271,11 @@ SampleResult TarSampleStream::Advance() {
     }
     absl::StatusOr<std::optional<GroupedSample>> grouped = NextInSlice();
     if (hook_action_.has_value() && (*hook_action_ == ErrorAction::kRaise || !grouped.ok())) {
-      // As in the reference: raising drops the sample in progress, stopping
-      // yields it first.
+      // As in the reference: raising drops the sample in progress; stopping
+      // yields it first and ends only that shard.
       reader_.reset();
-      if (*hook_action_ == ErrorAction::kRaise) return hook_error_;
-      return std::nullopt;
+      if (*std::exchange(hook_action_, std::nullopt) == ErrorAction::kRaise) return hook_error_;
+      continue;
     }
     if (!grouped.ok() || !grouped->has_value()) {
       reader_.reset();

@@ -30,8 +30,9 @@ namespace wds {
 // `member_name`, if set, renames or skips members before grouping
 // (ShardSampleReaderOptions::member_name). Its errors go to `handler` one
 // member at a time, as the reference's tar_file_iterator hands them over:
-// "continue" skips that member only; "stop" ends the stream after the sample
-// in progress; "raise" returns the error as it is, without that sample.
+// "continue" skips that member only; "stop" ends that shard after the sample
+// in progress and goes on with the next shard; "raise" returns the error as
+// it is, without that sample.
 std::unique_ptr<SampleStream> TarSamples(std::unique_ptr<UrlStream> urls, Opener opener,
                                          Handler handler, const WorkerContext& ctx,
                                          int64_t max_member_size = kDefaultMaxMemberSize,
