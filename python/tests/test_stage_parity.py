@@ -408,3 +408,21 @@ REFERENCE_NAMES = {
 def test_every_public_name_of_the_reference_module_exists(module):
     missing = [n for n in REFERENCE_NAMES[module].split() if not hasattr(module, n)]
     assert missing == []
+
+
+def test_the_shard_source_is_fused_by_what_its_stages_say_they_are(shards):
+    from webdataset_cpp import _plan
+
+    class MyList(wds.SimpleShardList):
+        pass
+
+    ctx = _plan.Context()
+    for first in (MyList(shards), wds.SimpleShardList(shards), wds.ResampledShards(shards)):
+        pipeline = [first, shardlists.epoch_shuffle(), wds.split_by_worker,
+                    wds.tarfile_to_samples()]
+        assert _plan.single_native_segment(pipeline, ctx) is not None, first
+    # A class is no stage: the uncalled class is not taken for the stage it makes.
+    assert _plan.kind_of(wds.SimpleShardList) is None
+    assert _plan.kind_of(wds.SimpleShardList(shards)) == _plan.SHARD_LIST
+    unfused = [wds.SimpleShardList(shards), shardlists.epoch_shuffle, wds.tarfile_to_samples()]
+    assert _plan.single_native_segment(unfused, ctx) is None
