@@ -357,7 +357,7 @@ wds::MemberNameHook PythonMemberNames(py::handle select_files, py::handle rename
     // here, before it could stand for a later error.
     ClearPythonError();
     try {
-      py::object fname = py::str(name.data(), name.size());
+      py::object fname = ToPyStr(name);  // as the reference's tarfile decodes names
       if (!rename->get().is_none()) fname = rename->get()(fname);
       if (!select->get().is_none() && !py::bool_(select->get()(fname))) return std::nullopt;
       if (!py::isinstance<py::str>(fname)) {
@@ -365,7 +365,9 @@ wds::MemberNameHook PythonMemberNames(py::handle select_files, py::handle rename
                              py::repr(fname).cast<std::string>() + " for member " +
                              std::string(name));
       }
-      return fname.cast<std::string>();
+      PyObject* encoded = PyUnicode_AsEncodedString(fname.ptr(), "utf-8", "surrogateescape");
+      if (encoded == nullptr) throw py::error_already_set();
+      return std::string(py::reinterpret_steal<py::bytes>(encoded));
     } catch (py::error_already_set& e) {
       return StorePythonError(e);
     }

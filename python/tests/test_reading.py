@@ -153,6 +153,14 @@ def test_member_callables_never_see_metadata_names(tmp_path):
         "dir/sub/", "a", "a/__k__/b"]
 
 
+def test_member_callables_see_undecodable_bytes_as_surrogates(tmp_path):
+    path = write_tar(tmp_path / "u.tar", [("a\udcff.txt", b"1"), ("b.txt", b"2")])
+    seen = []
+    got = members_read(path, rename_files=lambda n: seen.append(n) or n.replace("b", "c\udcfe"))
+    assert seen == ["a\udcff.txt", "b.txt"]
+    assert [s["__key__"] for s in got] == ["a\udcff", "c\udcfe"]
+
+
 def test_member_callable_errors_are_the_very_exception_or_go_to_the_handler(tmp_path):
     path = write_tar(tmp_path / "a.tar", [("a.txt", b"1"), ("b.cls", b"2"), ("c.txt", b"3")])
     error = KeyError("boom")
