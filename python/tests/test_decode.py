@@ -409,3 +409,15 @@ def test_python_decoder_follows_the_cores_basic_rules():
     assert wds.autodecode.npy_loads(_npy(np.arange(3, dtype=np.uint16))).dtype == np.uint16
     assert set(wds.autodecode.decoders) == {"pkl", "pickle", "pyd", "pth", "ten", "tb", "mp",
                                             "msg", "npz", "cbor"}
+
+
+def test_partial_leaves_a_json_field_that_is_already_a_str_as_the_reference():
+    # A map may set a .json field to a str before decode(partial=True): the
+    # reference's decoder leaves it as it is (not bytes: already decoded),
+    # bytes fields beside it are parsed.
+    samples = [{"__key__": "a", "json": "[1]", "txt": b"x"},
+               {"__key__": "b", "json": "{bad"},
+               {"__key__": "c", "json": b"[2]"}]
+    out = list(wds.DataPipeline(lambda: iter(samples), wds.decode(partial=True)))
+    assert out == [{"__key__": "a", "json": "[1]", "txt": "x"}, {"__key__": "b", "json": "{bad"},
+                   {"__key__": "c", "json": [2]}]

@@ -404,7 +404,9 @@ class Decoder:
                 user_python = True
         # JSON is parsed in Python at the chain's end (FieldKinds) unless a
         # user callable might see .json fields first.
-        json_native = not user_python
+        # With partial=True a json field may already be a str (set by a map),
+        # which the reference leaves as it is: only Python can tell it apart.
+        json_native = not user_python and not self.partial
         out = []
         for item in items:
             if item == "basic":
