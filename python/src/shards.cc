@@ -16,6 +16,7 @@
 #include "wds/equalize.h"
 #include "wds/interrupt.h"
 #include "wds/placement.h"
+#include "wds/random.h"
 #include "wds/shard_counts.h"
 #include "wds/shard_index.h"
 #include "wds/shard_list.h"
@@ -275,6 +276,14 @@ void RegisterFork(py::module_& m) {
 }  // namespace
 
 void RegisterShards(py::module_& m) {
+  // The core's one seed mixer, for the seeds Python derives (a shuffle
+  // stage's own epoch).
+  m.def(
+      "derive_shuffle_seed",
+      [](uint64_t seed, uint64_t epoch) {
+        return wds::DeriveSeed(seed, {wds::kShuffle, epoch});
+      },
+      py::arg("seed"), py::arg("epoch"));
   RegisterShardLists(m);
   RegisterPlan(m);
   RegisterFork(m);

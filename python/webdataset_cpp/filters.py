@@ -170,13 +170,6 @@ def _seed_given(seed):
     return not getattr(seed, "unset", False)
 
 
-def _mixed(seed, epoch):
-    """A 64-bit seed from (seed, epoch), different for every epoch."""
-    x = (int(seed) * 0x9E3779B97F4A7C15 + int(epoch) + 1) & _SEED_MASK
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _SEED_MASK
-    return ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _SEED_MASK
-
-
 class Shuffle(Stage):
     """A buffer of `bufsize` samples, a random one yielded once it holds
     `initial`: see shuffle()."""
@@ -218,7 +211,8 @@ class Shuffle(Stage):
         if seed is None and not _seed_given(ctx.seed):
             return int.from_bytes(os.urandom(8), "little")
         if self.epoch is not None and self.epoch >= 0:
-            return _mixed(ctx.seed if seed is None else seed, self.epoch)
+            return _core.derive_shuffle_seed(int(ctx.seed if seed is None else seed) & _SEED_MASK,
+                                             self.epoch)
         return None if seed is None else int(seed) & _SEED_MASK
 
     def python(self, src, ctx):
