@@ -27,7 +27,7 @@ namespace {
 // than a short chain's work (a collation called from Python).
 struct BatchPool {
   std::shared_ptr<wds::BufferPool> pool = std::make_shared<wds::BufferPool>(
-      wds::AlignedHostAllocator(), wds::BufferPoolOptions{size_t{256} << 20});
+      wds::AlignedHostAllocator(), wds::BufferPoolOptions{size_t{32} << 20});
 };
 
 // ChainIterator runs one opened chain in the calling thread. Each step

@@ -248,3 +248,22 @@ def test_arrays_entering_native_stages_are_not_copied():
     out = list(wds.DataPipeline([[{"a": a} for a in arrays]], wds.shuffle(0),
                                 wds.map(record)))
     assert all(np.shares_memory(o["a"], a) for o, a in zip(out, arrays))
+
+
+def test_listed_columns_are_never_checked_by_the_core_collation():
+    # combine_tensors=False / combine_scalars=False list those columns as the
+    # reference does, whatever they hold: arrays of other shapes (variable-length
+    # data), a bool beside an int, an int past int64.
+    ragged = wds.filters.default_collation_fn([(np.zeros(2), "a"), (np.zeros(3), "b")],
+                                              combine_tensors=False)
+    assert [a.shape for a in ragged[0]] == [(2,), (3,)] and ragged[1] == ["a", "b"]
+    mixed = wds.filters.default_collation_fn([(True, np.zeros(2)), (2, np.zeros(2))],
+                                             combine_scalars=False)
+    assert mixed[0] == [True, 2] and mixed[1].shape == (2, 2)
+    big = wds.filters.default_collation_fn(
+        [{"a": 2**63, "b": np.ones(2, np.float32)}, {"a": 1, "b": np.ones(2, np.float32)}],
+        combine_scalars=False)
+    assert list(big) == ["a", "b"] and big["a"] == [2**63, 1] and big["b"].dtype == np.float32
+    only_listed = wds.filters.default_collation_fn([(np.zeros(1),), (np.zeros(4),)],
+                                                   combine_tensors=False)
+    assert type(only_listed) is tuple and [a.size for a in only_listed[0]] == [1, 4]

@@ -819,14 +819,28 @@ def default_collation_fn(samples, combine_tensors=True, combine_scalars=True):
     >>> default_collation_fn([(1, "a"), (2, "b")])
     (array([1, 2]), ['a', 'b'])
     """
-    batch = _collate(samples)
-    columns, first = tuple2dict(batch), tuple2dict(samples[0])
+    if not samples:
+        raise IndexError("collation of no samples")
+    first = tuple2dict(samples[0])
+    listed = {k for k, v in first.items() if not _combined(v, combine_tensors, combine_scalars)}
+    # Only the columns to collate go to the core: a listed column may hold
+    # what the core refuses to stack (arrays of other shapes, mixed kinds).
+    collated = {}
+    if len(listed) < len(first):
+        keep = [k for k in first if k not in listed]
+        if isinstance(samples[0], dict):
+            collated = _collate([{k: s[k] for k in keep} for s in samples])
+        else:
+            collated = dict(zip(keep, _collate([tuple(s[k] for k in keep) for s in samples])))
+    columns = {}
     for k, v in first.items():
-        if not _combined(v, combine_tensors, combine_scalars):
+        if k in listed:
             columns[k] = [tuple2dict(s)[k] for s in samples]
-        elif _stacker(v) is not None and isinstance(columns[k], list):
-            columns[k] = _stacker(v)(columns[k])  # a dtype the core does not hold
-    return columns if isinstance(batch, dict) else dict2tuple(columns)
+        elif _stacker(v) is not None and isinstance(collated[k], list):
+            columns[k] = _stacker(v)(collated[k])  # a dtype the core does not hold
+        else:
+            columns[k] = collated[k]
+    return columns if isinstance(samples[0], dict) else dict2tuple(columns)
 
 
 def _batched(data, batchsize=20, collation_fn=default_collation_fn, partial=True):
