@@ -426,3 +426,25 @@ def test_the_shard_source_is_fused_by_what_its_stages_say_they_are(shards):
     assert _plan.kind_of(wds.SimpleShardList(shards)) == _plan.SHARD_LIST
     unfused = [wds.SimpleShardList(shards), shardlists.epoch_shuffle, wds.tarfile_to_samples()]
     assert _plan.single_native_segment(unfused, ctx) is None
+
+
+def test_a_shard_list_subclass_that_redefines_iteration_is_run_as_written(shards):
+    # The reference iterates the subclass; fusing it into the native source as
+    # its base class would read other shards, silently (15 samples for 5).
+    class FirstShardOnly(wds.SimpleShardList):
+        def __iter__(self):
+            yield {"url": self.urls[0]}
+
+    class TwoDraws(wds.ResampledShards):
+        def __iter__(self):
+            yield {"url": self.urls[0]}
+            yield {"url": self.urls[1]}
+
+    def count(first):
+        return len(list(wds.DataPipeline(first, wds.tarfile_to_samples())))
+
+    per_shard = count(wds.SimpleShardList(shards[:1]))
+    assert count(FirstShardOnly(shards)) == per_shard
+    assert count(TwoDraws(shards)) == count(wds.SimpleShardList(shards[:2]))
+    from webdataset_cpp import _plan
+    assert _plan.kind_of(FirstShardOnly(shards)) is None and _plan.kind_of(TwoDraws(shards)) is None

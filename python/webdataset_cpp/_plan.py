@@ -35,12 +35,26 @@ RESAMPLED_SHARDS = "resampled_shards"  # URLs drawn with replacement (ResampledS
 SHARD_SHUFFLE = "shard_shuffle"  # permutes the URLs by (seed, epoch, pass) (epoch_shuffle)
 
 
+# Methods by which a subclass changes what a stage does: one that redefines
+# any of them below the class declaring `_wds_kind` is not that kind.
+_BEHAVIOUR = ("__iter__", "__call__", "run")
+
+
 def kind_of(stage):
-    """The `_wds_kind` a stage declares, or None (a class is no stage)."""
+    """The `_wds_kind` a stage declares, or None (a class is no stage; a
+    subclass that redefines how the declaring class iterates is a Python
+    step, as the reference would run it)."""
     if isinstance(stage, type):
         return None
     kind = getattr(stage, "_wds_kind", None)
-    return kind if kind is not None else getattr(getattr(stage, "f", None), "_wds_kind", None)
+    if kind is None:
+        return getattr(getattr(stage, "f", None), "_wds_kind", None)
+    for cls in type(stage).__mro__:
+        if "_wds_kind" in vars(cls):
+            break
+        if any(name in vars(cls) for name in _BEHAVIOUR):
+            return None
+    return kind
 
 
 @dataclasses.dataclass(frozen=True)

@@ -225,6 +225,9 @@ class ResampledShards(PipelineStage):
         for _ in range(self.nshards):
             yield {"url": rng.choice(self.urls)}
 
+    def run(self, *args):
+        return iter(self)
+
 
 ResampledShardList = ResampledShards
 
