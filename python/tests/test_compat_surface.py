@@ -557,3 +557,29 @@ def test_fluid_lmdb_cached_composes_lmdb_cached(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "lmdb", None)
     with pytest.raises(ModuleNotFoundError):
         wds.FluidWrapper([]).lmdb_cached(str(tmp_path / "other"))
+
+
+def test_names_the_reference_modules_import_are_there_too():
+    # Clients import names from the module they saw them in, imports included.
+    from webdataset_cpp import compat, filters, pipeline, shardlists
+    assert compat.group_by_keys is tariterators.group_by_keys
+    assert compat.tar_file_expander is tariterators.tar_file_expander
+    assert compat.pipelinefilter is filters.pipelinefilter is shardlists.pipelinefilter
+    assert pipeline.PipelineStage is filters.PipelineStage is utils.PipelineStage
+
+
+def test_add_length_method_gives_len_of_size():
+    from webdataset_cpp.pipeline import add_length_method
+
+    class Source:
+        size = 7
+
+        def __iter__(self):
+            return iter(range(3))
+
+    source = add_length_method(Source())
+    assert len(source) == 7 and list(source) == [0, 1, 2]
+    assert type(source).__name__ == "Source_Length" and isinstance(source, Source)
+    dataset = wds.DataPipeline([1, 2]).with_length(4, silent=True)
+    assert add_length_method(dataset) is dataset and len(dataset) == 4
+    assert len(pickle.loads(pickle.dumps(dataset))) == 4

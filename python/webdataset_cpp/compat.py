@@ -14,7 +14,8 @@ from .handlers import reraise_exception
 from .pipeline import DataPipeline
 from .shardlists import (ResampledShards, SimpleShardList, check_empty, epoch_shuffle,
                          expand_urls, single_node_only, split_by_worker)
-from .tariterators import tarfile_to_samples
+from .filters import pipelinefilter  # noqa: F401 (the reference's compat module has them)
+from .tariterators import group_by_keys, tar_file_expander, tarfile_to_samples  # noqa: F401
 
 
 class FluidInterface:

@@ -30,6 +30,7 @@ from .autodecode import JSON_EXTENSIONS, Continue, Decoder, ImageHandler
 from .cache import LMDBCached  # noqa: F401 (the reference defines it in filters)
 from .errors import DataError
 from .handlers import reraise_exception
+from .utils import PipelineStage  # noqa: F401 (the reference's filters module has it)
 
 _builtin_map = map
 _builtin_slice = slice

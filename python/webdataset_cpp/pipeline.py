@@ -39,6 +39,7 @@ import warnings
 import weakref
 
 from . import _plan
+from .utils import PipelineStage  # noqa: F401 (the reference's pipeline module has it)
 
 try:
     from torch.utils.data import IterableDataset
@@ -47,6 +48,17 @@ except ImportError:  # torch is optional
     class IterableDataset:
         """Stands in for torch's IterableDataset when torch is missing."""
 
+
+
+def add_length_method(obj):
+    """Gives `obj` a len() that returns its `size` attribute, as the
+    reference's helper does (a DataPipeline has one already: returned as it is,
+    so that it stays picklable)."""
+    if isinstance(obj, DataPipeline):
+        return obj
+    cls = obj.__class__
+    obj.__class__ = type(cls.__name__ + "_Length", (cls,), {"__len__": lambda self: self.size})
+    return obj
 
 class _UnsetSeed(int):
     """0, the seed of a pipeline made without one and without $WDS_SEED. It

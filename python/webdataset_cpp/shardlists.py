@@ -28,7 +28,7 @@ from typing import List
 
 from . import _core
 from ._plan import RESAMPLED_SHARDS, SHARD_LIST, SHARD_SHUFFLE, Stage, kind_of
-from .filters import PythonFilter, _seed_given
+from .filters import PythonFilter, _seed_given, pipelinefilter  # noqa: F401 (as the reference)
 from .pipeline import IterableDataset
 from .utils import (PipelineStage, is_iterable, node_info, obsolete, pytorch_worker_seed,
                     worker_info)
