@@ -27,9 +27,9 @@ namespace {
 // SignalsBlocked blocks the asynchronous signals in the calling thread while
 // it lives, so that the threads it starts inherit that mask: a SIGINT or
 // SIGTERM sent to the process then goes to one of the application's threads,
-// never to a worker. (Python runs its handlers in the main thread: a SIGINT
-// taken by a worker left a main thread in time.sleep() asleep, and Ctrl-C
-// waited for it.) The signals a thread raises itself stay deliverable.
+// never to a worker (runtimes such as Python's run their signal handlers
+// only in the main thread, which a signal taken by a worker would not wake).
+// The signals a thread raises itself stay deliverable.
 class SignalsBlocked {
  public:
   SignalsBlocked() {
