@@ -17,6 +17,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "io/local_url.h"
 #include "test_util.h"
 #include "wds/byte_stream.h"
 #include "wds/error_kind.h"
@@ -496,6 +497,22 @@ TEST(OpenUrlTest, ColonInRelativePathIsNotAScheme) {
   absl::StatusOr<std::unique_ptr<ByteStream>> stream = OpenUrl("no-such-dir/a:b.tar");
   EXPECT_EQ(stream.status().code(), absl::StatusCode::kNotFound) << stream.status();
   EXPECT_THAT(Message(stream.status()), HasSubstr("no-such-dir/a:b.tar"));
+}
+
+TEST(OpenLocalUrlTest, ARemoteUrlNeedsAnOpenerWithASession) {
+  // OpenUrl hands remote URLs to a RemoteOpener, which hands local ones here:
+  // this end never calls back into the remote opener.
+  for (const char* url : {"http://h/a.tar", "https://h/a.tar", "s3://b/a.tar", "gs://b/a.tar"}) {
+    absl::StatusOr<std::unique_ptr<ByteStream>> stream = OpenLocalUrl(url);
+    EXPECT_EQ(stream.status().code(), absl::StatusCode::kInvalidArgument) << url;
+    EXPECT_EQ(Message(stream.status()),
+              Cat(url, ": a remote URL needs an opener with a remote session (MakeOpener)"));
+  }
+  TempDir dir;
+  const std::string path = dir.Write("a.tar", "abc");
+  absl::StatusOr<std::unique_ptr<ByteStream>> stream = OpenLocalUrl(Cat("file:", path));
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  EXPECT_EQ(*ReadAll(**stream, {2}), "abc");
 }
 
 // ---------------------------------------------------------------- memory

@@ -21,6 +21,7 @@
 #include <utility>
 
 #include "io/file_stream.h"
+#include "io/local_url.h"
 #include "wds/byte_stream.h"
 #include "wds/error_kind.h"
 #include "wds/internal/status_macros.h"
@@ -297,16 +298,24 @@ bool HasScheme(std::string_view url) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ByteStream>> OpenUrl(std::string_view url) {
+absl::StatusOr<std::unique_ptr<ByteStream>> OpenLocalUrl(std::string_view url) {
   if (url.empty()) return absl::InvalidArgumentError("empty URL");
   if (url == "-") return std::make_unique<StdinStream>(std::string(url));
   if (StartsWith(url, "pipe:")) return OpenPipe(std::string(url), std::string(url.substr(5)));
   if (StartsWith(url, "file://")) return OpenFile(std::string(url), std::string(url.substr(7)));
   if (StartsWith(url, "file:")) return OpenFile(std::string(url), std::string(url.substr(5)));
-  // A one-off session: no connection pool to share (MakeOpener has one).
-  if (IsRemoteUrl(url)) return MakeOpener()(url);
+  if (IsRemoteUrl(url)) {
+    return absl::InvalidArgumentError(Cat(url, ": a remote URL needs an opener with a remote "
+                                          "session (MakeOpener)"));
+  }
   if (HasScheme(url)) return absl::UnimplementedError(Cat("unsupported URL scheme: ", url));
   return OpenFile(std::string(url), std::string(url));
+}
+
+absl::StatusOr<std::unique_ptr<ByteStream>> OpenUrl(std::string_view url) {
+  // A one-off session: no connection pool to share (MakeOpener has one).
+  if (IsRemoteUrl(url)) return MakeOpener()(url);
+  return OpenLocalUrl(url);
 }
 
 }  // namespace wds

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "io/local_url.h"
 #include "io/remote_stream.h"
 #include "io/remote_target.h"
 #include "io/shard_cache.h"
@@ -200,7 +201,7 @@ absl::StatusOr<std::unique_ptr<ByteStream>> RemoteOpener::OpenAt(std::string_vie
     return absl::InvalidArgumentError(Cat(url, ": negative offset ", offset));
   }
   if (IsRemoteUrl(url)) return session_->Open(url, offset);
-  absl::StatusOr<std::unique_ptr<ByteStream>> stream = OpenUrl(url);
+  absl::StatusOr<std::unique_ptr<ByteStream>> stream = OpenLocalUrl(url);
   if (!stream.ok() || offset == 0) return stream;
   if (absl::Status s = SkipTo(**stream, offset); !s.ok()) return s;
   return stream;
@@ -208,7 +209,7 @@ absl::StatusOr<std::unique_ptr<ByteStream>> RemoteOpener::OpenAt(std::string_vie
 
 Opener RemoteOpener::AsOpener() const {
   return [session = session_](std::string_view url) -> absl::StatusOr<std::unique_ptr<ByteStream>> {
-    if (!IsRemoteUrl(url)) return OpenUrl(url);
+    if (!IsRemoteUrl(url)) return OpenLocalUrl(url);
     return session->Open(url, 0);
   };
 }
