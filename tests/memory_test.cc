@@ -32,6 +32,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::wds::testing::ScopedEnv;
 using ::wds::testing::VectorSource;
 
 // CountingAllocator records what it hands out and takes back.
@@ -108,31 +109,6 @@ void ExpectPinnedOn(const void* p, int device) {
   ADD_FAILURE() << "pinned memory " << p << " for device " << device << " without CUDA";
 #endif
 }
-
-// ScopedEnv sets (or, given nullptr, unsets) an environment variable for one
-// test and restores its previous state.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value != nullptr) {
-      setenv(name, value, 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_.has_value()) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 // ---------------------------------------------------------- allocators
 

@@ -31,6 +31,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 using ::wds::testing::FaultPlan;
+using ::wds::testing::ScopedEnv;
 using ::wds::testing::FaultRequest;
 using ::wds::testing::FaultServer;
 using ::wds::testing::Sha256;
@@ -517,30 +518,6 @@ TEST_F(RemoteStreamTest, ARedirectToAHostThatDoesNotResolveIsSentOnce) {
   // Fast() allows 6 attempts: each would ask this server first.
   EXPECT_EQ(server_.requests(), 1);
 }
-
-// ScopedEnv sets (or, for nullptr, unsets) a variable until it ends.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value == nullptr) {
-      unsetenv(name);
-    } else {
-      setenv(name, value, 1);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_.has_value()) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 TEST_F(RemoteStreamTest, AProxyThatDoesNotResolveFailsAtOnce) {
   // libcurl reads the proxy from the environment at each request.

@@ -224,4 +224,21 @@ StreamFactory VectorSource(std::vector<Sample> samples) {
   return [shared](const WorkerContext&) { return std::make_unique<VectorStream>(shared); };
 }
 
+ScopedEnv::ScopedEnv(const char* name, const char* value) : name_(name) {
+  if (const char* old = std::getenv(name)) old_ = old;
+  if (value != nullptr) {
+    setenv(name, value, 1);
+  } else {
+    unsetenv(name);
+  }
+}
+
+ScopedEnv::~ScopedEnv() {
+  if (old_.has_value()) {
+    setenv(name_, old_->c_str(), 1);
+  } else {
+    unsetenv(name_);
+  }
+}
+
 }  // namespace wds::testing

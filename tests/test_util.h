@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -75,5 +76,19 @@ int RunShell(const std::string& command);
 // VectorSource is a pipeline source whose every stream yields copies of
 // `samples`, in order, whatever the context.
 StreamFactory VectorSource(std::vector<Sample> samples);
+
+// ScopedEnv sets (or, given nullptr, unsets) an environment variable for one
+// test and restores its previous state when it ends.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value);
+  ~ScopedEnv();
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
 
 }  // namespace wds::testing

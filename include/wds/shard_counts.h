@@ -40,6 +40,12 @@ namespace wds {
 // remote shard, a read of all of it). Errors name the shard.
 [[nodiscard]] absl::StatusOr<int64_t> ReadShardCount(const std::string& url, const Opener& opener);
 
+// CountsKnownWithoutReading is true when every shard of `urls` is listed in
+// `index` (may be null) or is a local file with a .idx sidecar: their counts
+// can be had without reading a shard, so a split may choose samples.
+[[nodiscard]] bool CountsKnownWithoutReading(const std::vector<std::string>& urls,
+                                             const DatasetIndex* index);
+
 // ListCounts is the counts of one (shard list, dataset index): a shard's
 // count comes from the dataset index, else from ReadShardCount, once.
 class ListCounts {

@@ -1,6 +1,5 @@
 #include "wds/pipeline.h"
 
-#include <set>
 #include <string_view>
 #include <utility>
 
@@ -11,6 +10,7 @@
 #include "tar/tar_samples.h"
 #include "wds/internal/status_macros.h"
 #include "wds/internal/strings.h"
+#include "wds/shard_counts.h"
 
 namespace wds {
 
@@ -130,19 +130,6 @@ std::string UrlsHash(const std::vector<std::string>& urls) {
   return absl::StrCat(absl::Hex(h, absl::kZeroPad16));
 }
 
-// CountsKnown is true when every shard's sample count can be had without
-// reading the shard.
-bool CountsKnown(const std::vector<std::string>& urls, const DatasetIndex* index) {
-  std::set<std::string_view> listed;
-  if (index != nullptr) {
-    for (const DatasetShard& shard : index->shards) listed.insert(shard.url);
-  }
-  for (const std::string& url : urls) {
-    if (listed.count(url) == 0 && !HasSidecar(url)) return false;
-  }
-  return true;
-}
-
 // SamplesCanSplit is true when the splitters are the built-in ones (or null):
 // those the sample-granular split reproduces at sample granularity. A custom
 // splitter's choice of shards has no meaning for a run of samples.
@@ -161,7 +148,7 @@ absl::StatusOr<SplitGranularity> ChooseSplit(const std::vector<std::string>& url
                                              const WebDatasetOptions& options) {
   if (options.resampled) return SplitGranularity::kShards;
   if (!options.split.has_value()) {
-    return SamplesCanSplit(options) && CountsKnown(urls, options.dataset_index.get())
+    return SamplesCanSplit(options) && CountsKnownWithoutReading(urls, options.dataset_index.get())
                ? SplitGranularity::kSamples
                : SplitGranularity::kShards;
   }

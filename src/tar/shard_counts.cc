@@ -17,7 +17,9 @@ std::string Key(const std::vector<std::string>& urls, const std::string& index_p
   return key;
 }
 
-bool AllKnown(const std::vector<std::string>& urls, const DatasetIndex* index) {
+}  // namespace
+
+bool CountsKnownWithoutReading(const std::vector<std::string>& urls, const DatasetIndex* index) {
   std::unordered_set<std::string_view> listed;
   if (index != nullptr) {
     for (const DatasetShard& shard : index->shards) listed.insert(shard.url);
@@ -27,8 +29,6 @@ bool AllKnown(const std::vector<std::string>& urls, const DatasetIndex* index) {
   }
   return true;
 }
-
-}  // namespace
 
 absl::StatusOr<int64_t> ReadShardCount(const std::string& url, const Opener& opener) {
   if (HasSidecar(url)) return CountSamples(url);
@@ -97,7 +97,7 @@ absl::StatusOr<std::shared_ptr<ListCounts>> ShardCounts::For(const std::vector<s
     if (!loaded.ok()) return loaded.status();
     index = std::make_shared<const DatasetIndex>(*std::move(loaded));
   }
-  const bool known = AllKnown(urls, index.get());
+  const bool known = CountsKnownWithoutReading(urls, index.get());
   auto list = std::make_shared<ListCounts>(mu_, std::move(index), known);
   std::lock_guard<std::mutex> lock(*mu_);
   return lists_.emplace(key, std::move(list)).first->second;
