@@ -29,6 +29,8 @@ ONE_TO_ONE = "one_to_one"  # one output per input, in order (decode, rename, to_
 SHUFFLE = "shuffle"  # one output per input, reordered through a buffer
 BATCHES = "batches"  # one output per `batchsize` inputs; has batchsize and partial
 HOLDS = "holds"  # holds inputs between its outputs (mcached, unbatched, unlisted)
+
+SEED_MASK = 2**64 - 1  # seeds cross to the core as uint64
 # What the native shard source fuses (see shardlists.fuse_source):
 SHARD_LIST = "shard_list"  # a list of shard URLs with ordered_urls() (SimpleShardList)
 RESAMPLED_SHARDS = "resampled_shards"  # URLs drawn with replacement (ResampledShards)
@@ -477,6 +479,7 @@ def unrecordable_stage(stages, ctx):
     shuffle: its `_wds_unrecordable(ctx)`), or None."""
     for stage in stages:
         why = getattr(stage, "_wds_unrecordable", None)
-        if why is not None and why(ctx):
-            return why(ctx)
+        reason = why(ctx) if why is not None else None
+        if reason:
+            return reason
     return None

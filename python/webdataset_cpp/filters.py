@@ -25,12 +25,14 @@ import sys
 
 from . import _core
 from . import handlers as _handlers
-from ._plan import JSON, TORCH, Context, NativeSegment, Stage, alternatives_kind
+from ._plan import (BATCHES, HOLDS, JSON, ONE_TO_ONE, SEED_MASK, SHUFFLE, TORCH, Context,
+                    NativeSegment, Stage, alternatives_kind)
 from .autodecode import JSON_EXTENSIONS, Continue, Decoder, ImageHandler
 from .cache import LMDBCached  # noqa: F401 (the reference defines it in filters)
 from .errors import DataError
 from .handlers import reraise_exception
 from .utils import PipelineStage  # noqa: F401 (the reference's filters module has it)
+from .utils import identity
 
 _builtin_map = map
 _builtin_slice = slice
@@ -87,10 +89,6 @@ def pipelinefilter(f):
     return RestCurried(f)
 
 
-def identity(x):
-    return x
-
-
 def compose2(f, g):
     """x -> g(f(x))."""
     return lambda x: g(f(x))
@@ -110,12 +108,11 @@ def parse_field_spec(fields):
     """A field spec ("jpg;png cls", or a list) as lists of alternatives."""
     if isinstance(fields, str):
         fields = fields.split()
-    return [field.split(";") for field in fields]
+    return [_alternatives(field) for field in fields]
 
 
 # ---------------------------------------------------------------- shuffling
 
-_SEED_MASK = 2**64 - 1
 
 
 def pick(buf, rng):
@@ -162,7 +159,7 @@ def _shuffle(data, bufsize=1000, initial=100, rng=None, seed=None, handler=None)
         yield pick(buf, rng)
 
 
-_shuffle._wds_kind = "holds"
+_shuffle._wds_kind = HOLDS
 
 
 def _seed_given(seed):
@@ -189,7 +186,7 @@ class Shuffle(Stage):
     @property
     def _wds_kind(self):
         # A Python shuffle (rng=) is a Python step that holds items.
-        return "shuffle" if self.rng is None else "holds"
+        return SHUFFLE if self.rng is None else HOLDS
 
     @property
     def name(self):
@@ -212,9 +209,9 @@ class Shuffle(Stage):
         if seed is None and not _seed_given(ctx.seed):
             return int.from_bytes(os.urandom(8), "little")
         if self.epoch is not None and self.epoch >= 0:
-            return _core.derive_shuffle_seed(int(ctx.seed if seed is None else seed) & _SEED_MASK,
+            return _core.derive_shuffle_seed(int(ctx.seed if seed is None else seed) & SEED_MASK,
                                              self.epoch)
-        return None if seed is None else int(seed) & _SEED_MASK
+        return None if seed is None else int(seed) & SEED_MASK
 
     def python(self, src, ctx):
         return _shuffle(src, self.bufsize, self.initial, rng=self.rng)
@@ -396,7 +393,7 @@ def getfirst(a, keys, default=None, missing_is_error=True):
     if isinstance(keys, str):
         if " " in keys:
             raise ValueError(f"getfirst: {keys!r} holds a space")
-        keys = keys.split(";")
+        keys = _alternatives(keys)
     for k in keys:
         if k in a:
             return a[k]
@@ -445,7 +442,7 @@ def _to_tuple(data, *args, handler=reraise_exception, missing_is_error=True, non
 
 class ToTuple(Stage):
     """to_tuple(*fields): a tuple of the fields (each may be "a;b")."""
-    _wds_kind = "one_to_one"
+    _wds_kind = ONE_TO_ONE
 
     def __init__(self, *args, handler=reraise_exception, missing_is_error=True,
                  none_is_error=None):
@@ -509,7 +506,7 @@ def _rename(data, handler=reraise_exception, keep=True, **kw):
 
 class Rename(Stage):
     """rename(new="old;alt", ...): see rename()."""
-    _wds_kind = "one_to_one"
+    _wds_kind = ONE_TO_ONE
 
     def __init__(self, handler=reraise_exception, keep=True, **kw):
         if not kw:
@@ -620,7 +617,7 @@ reference)."""
 
 class Decode(Stage):
     """decode(*specs_or_handlers): see decode()."""
-    _wds_kind = "one_to_one"
+    _wds_kind = ONE_TO_ONE
 
     def __init__(self, *args, handler=reraise_exception, pre=None, post=None, only=None,
                  partial=False, size=None, crop=None, hflip=0.0, scale=(0.08, 1.0),
@@ -822,21 +819,24 @@ def default_collation_fn(samples, combine_tensors=True, combine_scalars=True):
     """
     if not samples:
         raise IndexError("collation of no samples")
-    first = tuple2dict(samples[0])
+    rows = [tuple2dict(s) for s in samples]
+    first = rows[0]
     listed = {k for k, v in first.items() if not _combined(v, combine_tensors, combine_scalars)}
     # Only the columns to collate go to the core: a listed column may hold
     # what the core refuses to stack (arrays of other shapes, mixed kinds).
     collated = {}
-    if len(listed) < len(first):
+    if not listed:
+        collated = tuple2dict(_collate(samples))
+    elif len(listed) < len(first):
         keep = [k for k in first if k not in listed]
         if isinstance(samples[0], dict):
-            collated = _collate([{k: s[k] for k in keep} for s in samples])
+            collated = _collate([{k: r[k] for k in keep} for r in rows])
         else:
-            collated = dict(zip(keep, _collate([tuple(s[k] for k in keep) for s in samples])))
+            collated = dict(zip(keep, _collate([tuple(r[k] for k in keep) for r in rows])))
     columns = {}
     for k, v in first.items():
         if k in listed:
-            columns[k] = [tuple2dict(s)[k] for s in samples]
+            columns[k] = [r[k] for r in rows]
         elif _stacker(v) is not None and isinstance(collated[k], list):
             columns[k] = _stacker(v)(collated[k])  # a dtype the core does not hold
         else:
@@ -857,7 +857,7 @@ def _batched(data, batchsize=20, collation_fn=default_collation_fn, partial=True
 
 class Batched(Stage):
     """batched(batchsize): see batched()."""
-    _wds_kind = "batches"
+    _wds_kind = BATCHES
 
     def __init__(self, batchsize=20, collation_fn=default_collation_fn, partial=True):
         if not isinstance(batchsize, int) or isinstance(batchsize, bool) or batchsize < 1:
@@ -908,7 +908,7 @@ def _unbatched(data):
 
 
 unbatched = pipelinefilter(_unbatched)
-_unbatched._wds_kind = "holds"
+_unbatched._wds_kind = HOLDS
 unbatched.__doc__ = "Turns batches back into samples (views of the batch's arrays)."
 
 
@@ -920,7 +920,7 @@ def _unlisted(data):
 
 
 unlisted = pipelinefilter(_unlisted)
-_unlisted._wds_kind = "holds"
+_unlisted._wds_kind = HOLDS
 
 
 # ---------------------------------------------------------------- slicing
@@ -962,7 +962,7 @@ def slice(*args):
 
 class Cached(Stage):
     """Records the samples of the first iteration and replays them after."""
-    _wds_kind = "holds"
+    _wds_kind = HOLDS
 
     def __init__(self):
         self.cached = None

@@ -27,7 +27,7 @@ import time
 from typing import List
 
 from . import _core
-from ._plan import RESAMPLED_SHARDS, SHARD_LIST, SHARD_SHUFFLE, Stage, kind_of
+from ._plan import RESAMPLED_SHARDS, SEED_MASK, SHARD_LIST, SHARD_SHUFFLE, Stage, kind_of
 from .filters import PythonFilter, _seed_given, pipelinefilter  # noqa: F401 (as the reference)
 from .pipeline import IterableDataset
 from .utils import (PipelineStage, is_iterable, node_info, obsolete, pytorch_worker_seed,
@@ -215,7 +215,7 @@ class ResampledShards(PipelineStage):
         """The seed of one iteration's native draws (fresh without one)."""
         if not self.repeatable():
             return int.from_bytes(os.urandom(8), "little")
-        return ctx.seed if self.seed is None else int(self.seed) & (2**64 - 1)
+        return ctx.seed if self.seed is None else int(self.seed) & SEED_MASK
 
     def __iter__(self):
         self.epoch += 1
