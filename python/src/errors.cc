@@ -69,17 +69,24 @@ py::object OsError(int err, const std::string& reason, const std::string& path) 
   return exception;
 }
 
+// DecodingException is the DecodingError(url, key, k, message) of a field
+// that failed at `site`.
+py::object DecodingException(const wds::FieldSite& site, const std::string& message) {
+  py::dict kwargs;
+  kwargs["url"] = site.url.empty() ? py::none() : py::object(py::str(site.url));
+  kwargs["key"] = py::str(site.key);
+  kwargs["k"] = py::str(site.field);
+  kwargs["message"] = py::str(message);
+  return ProjectException(ProjectClass::kDecodingError)(**kwargs);
+}
+
 py::object PendingException(const absl::Status& status) {
   PendingError error = std::move(*pending);
   pending.reset();
   py::object original = py::reinterpret_borrow<py::object>(error.exception.get());
   if (error.field.empty()) return original;
-  py::dict kwargs;
-  kwargs["url"] = error.url.empty() ? py::none() : py::object(py::str(error.url));
-  kwargs["key"] = py::str(error.key);
-  kwargs["k"] = py::str(error.field);
-  kwargs["message"] = py::str(Message(status));
-  py::object wrapped = ProjectException(ProjectClass::kDecodingError)(**kwargs);
+  py::object wrapped =
+      DecodingException(wds::FieldSite{error.url, error.key, error.field}, Message(status));
   PyException_SetCause(wrapped.ptr(), original.inc_ref().ptr());
   return wrapped;
 }
@@ -130,15 +137,6 @@ py::object RemoteException(const absl::Status& status, const std::string& url, P
     default:
       return Make(TypeFor(status.code(), phase), message);
   }
-}
-
-py::object DecodingException(const wds::FieldSite& site, const std::string& message) {
-  py::dict kwargs;
-  kwargs["url"] = site.url.empty() ? py::none() : py::object(py::str(site.url));
-  kwargs["key"] = py::str(site.key);
-  kwargs["k"] = py::str(site.field);
-  kwargs["message"] = py::str(message);
-  return ProjectException(ProjectClass::kDecodingError)(**kwargs);
 }
 
 // KindException is the exception of a status that the core marked with the

@@ -155,6 +155,8 @@ absl::StatusOr<std::string> DecodeText(std::string_view data) {
 // (strict) accepts it: RFC 8259 plus NaN, Infinity and -Infinity, with only
 // space, tab, LF and CR for whitespace and no control characters in strings.
 // Nesting is followed with an explicit stack: depth costs no C++ stack.
+// Not nlohmann::json::accept: it refuses NaN and Infinity, which json.loads
+// (the reference's decoder) takes, so a field the reference reads would fail.
 class JsonChecker {
  public:
   explicit JsonChecker(std::string_view text) : s_(text) {}
@@ -298,7 +300,7 @@ class JsonChecker {
 
   std::string_view s_;
   size_t i_ = 0;
-  std::vector<char> open_;  // '[' or '{' for each array or object still open
+  std::string open_;  // '[' or '{' for each array or object still open (no allocation up to 15)
 };
 
 absl::Status CheckJson(std::string_view text) { return JsonChecker(text).Check(); }
