@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # scripts/sanitize.sh [asan|tsan|all]: the test suite under the sanitizers (CI runs `all`).
 #
-#  asan: every test binary of tests/ that needs neither LibTorch nor the Python extension (neither
-#        is built with the sanitizers), with the tools they run, under AddressSanitizer (leaks
-#        included) + UndefinedBehaviorSanitizer, in the build that scripts/fuzz.sh fuzzes
-#        (${WDS_FUZZ_BUILD_DIR:-build-fuzz}), so the library is compiled once for both. Left out:
+#  asan: every test binary of tests/ (tests/<layer>/*_test.cc) that needs neither LibTorch nor
+#        the Python extension (neither is built with the sanitizers), with the tools they run,
+#        under AddressSanitizer (leaks included) + UndefinedBehaviorSanitizer, in the build that
+#        scripts/fuzz.sh fuzzes (${WDS_FUZZ_BUILD_DIR:-build-fuzz}), so the library is compiled
+#        once for both. Left out:
 #        limits_test, whose bounds are on peak RSS and address space, which ASan's shadow memory
 #        and quarantine make meaningless (it runs in the Release build of scripts/test.sh).
 #  tsan: the tests that run threads (the Loader with its stress test, resume, sample split,
@@ -24,7 +25,7 @@ scripts/deps.sh
 
 # Tests that take no sanitizer build: LibTorch's, and limits_test (see above).
 asan_tests=()
-for f in tests/*_test.cc; do
+for f in tests/*_test.cc tests/*/*_test.cc; do
   name=$(basename "$f" .cc)
   [[ $name == torch_* || $name == limits_test ]] && continue
   # The CUDA kernels and nvJPEG are not built with the sanitizers (nvcc takes no

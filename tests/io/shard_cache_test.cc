@@ -1,0 +1,402 @@
+// The shared shard cache: one download that both feeds the reader and fills
+// the cache, hits served from the local copy, LRU eviction that spares files
+// in use, changed objects, abandoned and killed downloads, and several
+// processes (wds-shard) sharing one cache directory.
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "io/sigv4.h"
+#include "util/remote_test_util.h"
+#include "util/test_util.h"
+#include "wds/internal/strings.h"
+#include "wds/remote.h"
+
+namespace wds {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::UnorderedElementsAre;
+using ::wds::testing::FaultPlan;
+using ::wds::testing::FaultRequest;
+using ::wds::testing::FaultServer;
+using ::wds::testing::Sha256;
+
+std::string RandomBytes(size_t size, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::string out(size, '\0');
+  for (char& c : out) c = static_cast<char>(rng());
+  return out;
+}
+
+absl::StatusOr<std::string> ReadAll(ByteStream& stream) {
+  std::string out;
+  std::vector<char> buffer(65536);
+  while (true) {
+    absl::StatusOr<size_t> n = stream.Read(buffer.data(), buffer.size());
+    if (!n.ok()) return n.status();
+    if (*n == 0) return out;
+    out.append(buffer.data(), *n);
+  }
+}
+
+std::string Message(const absl::Status& s) { return std::string(ToStd(s.message())); }
+
+// Names lists the cache directory, hashes shortened to "<8 hex>..." so that
+// failures read well.
+std::vector<std::string> Names(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string Hash(const std::string& url) { return sigv4::Sha256Hex(url); }
+
+class ShardCacheTest : public ::testing::Test {
+ protected:
+  ShardCacheTest() {
+    for (int i = 0; i < 3; ++i) {
+      bodies_.push_back(RandomBytes(300'000, i + 1));
+      server_.Put(Cat("/", i, ".tar"), bodies_[i]);
+    }
+    options_.cache_dir = cache_.path() + "/cache";
+    options_.backoff_base = std::chrono::milliseconds(1);
+    options_.backoff_cap = std::chrono::milliseconds(5);
+    options_.stall_timeout = std::chrono::milliseconds(300);
+    options_.aws_credentials_file = "/nonexistent";
+  }
+  std::string url(int i) const { return server_.Url(Cat("/", i, ".tar")); }
+  std::string cached(int i) const { return Cat(options_.cache_dir, "/", Hash(url(i))); }
+  absl::StatusOr<std::string> Fetch(int i, const Opener& open) {
+    absl::StatusOr<std::unique_ptr<ByteStream>> s = open(url(i));
+    if (!s.ok()) return s.status();
+    absl::StatusOr<std::string> data = ReadAll(**s);
+    if (data.ok()) EXPECT_TRUE((*s)->Finish().ok());
+    return data;
+  }
+  void ExpectFetch(int i, const Opener& open) {
+    absl::StatusOr<std::string> data = Fetch(i, open);
+    ASSERT_TRUE(data.ok()) << data.status();
+    EXPECT_EQ(Sha256(*data), Sha256(bodies_[i]));
+  }
+  // Age sets a cached file's last use `seconds` in the past.
+  void Age(int i, int seconds) {
+    const auto t = fs::last_write_time(cached(i));
+    fs::last_write_time(cached(i), t - std::chrono::seconds(seconds));
+  }
+
+  FaultServer server_;
+  testing::TempDir cache_;
+  RemoteOptions options_;
+  std::vector<std::string> bodies_;
+};
+
+TEST_F(ShardCacheTest, AMissDownloadsOnceAndLaterReadsAreLocal) {
+  Opener open = MakeOpener(options_);
+  ExpectFetch(0, open);
+  EXPECT_EQ(server_.requests(), 1);
+  EXPECT_THAT(Names(options_.cache_dir), ElementsAre(Hash(url(0)), Cat(Hash(url(0)), ".meta")));
+  EXPECT_EQ(Sha256(testing::ReadFile(cached(0))), Sha256(bodies_[0]));
+  EXPECT_EQ(testing::ReadFile(cached(0) + ".meta"),
+            Cat("url ", url(0), "\netag \"v1\"\nsize 300000\n"));
+  // Another opener (another process, say) reads the local copy.
+  ExpectFetch(0, MakeOpener(options_));
+  ExpectFetch(0, open);
+  EXPECT_EQ(server_.requests(), 1);
+}
+
+TEST_F(ShardCacheTest, AResumedDownloadIsCachedByteExact) {
+  server_.SetPlanner([](const FaultRequest& r) {
+    return r.index == 0 ? FaultPlan{.close_after = 100'000, .reset = true} : FaultPlan();
+  });
+  ExpectFetch(0, MakeOpener(options_));
+  EXPECT_EQ(server_.requests(), 2);
+  EXPECT_EQ(Sha256(testing::ReadFile(cached(0))), Sha256(bodies_[0]));
+}
+
+TEST_F(ShardCacheTest, AnObjectChangedMidDownloadLeavesNothingCached) {
+  server_.SetPlanner([this](const FaultRequest& r) {
+    if (r.index == 0) return FaultPlan{.close_after = 100'000};
+    server_.Put("/0.tar", RandomBytes(300'000, 77), "\"v2\"");
+    return FaultPlan();
+  });
+  absl::Status s = Fetch(0, MakeOpener(options_)).status();
+  EXPECT_TRUE(absl::IsAborted(s)) << s;
+  EXPECT_THAT(Message(s), HasSubstr(Cat(url(0), ": the object changed while it was read")));
+  EXPECT_THAT(Names(options_.cache_dir), IsEmpty());
+}
+
+TEST_F(ShardCacheTest, CachedCopiesAreTrustedUnlessRevalidated) {
+  ExpectFetch(0, MakeOpener(options_));
+  const std::string v2 = RandomBytes(300'000, 42);
+  server_.Put("/0.tar", v2, "\"v2\"");
+  ExpectFetch(0, MakeOpener(options_));  // the old copy, by design
+  EXPECT_EQ(server_.requests(), 1);
+
+  RemoteOptions revalidating = options_;
+  revalidating.cache_revalidate = true;
+  absl::StatusOr<std::string> data = Fetch(0, MakeOpener(revalidating));
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(Sha256(*data), Sha256(v2));
+  EXPECT_EQ(Sha256(testing::ReadFile(cached(0))), Sha256(v2));
+  EXPECT_THAT(testing::ReadFile(cached(0) + ".meta"), HasSubstr("etag \"v2\""));
+  std::vector<FaultRequest> log = server_.log();
+  ASSERT_EQ(log.size(), 3u);
+  EXPECT_EQ(log[1].method, "HEAD");
+  // Unchanged now: one HEAD, no download.
+  data = Fetch(0, MakeOpener(revalidating));
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(server_.requests(), 4);
+  EXPECT_EQ(server_.log().back().method, "HEAD");
+}
+
+TEST_F(ShardCacheTest, AnAbandonedDownloadLeavesNoPartFile) {
+  {
+    absl::StatusOr<std::unique_ptr<ByteStream>> s = MakeOpener(options_)(url(0));
+    ASSERT_TRUE(s.ok()) << s.status();
+    char buffer[1000];
+    ASSERT_TRUE((*s)->Read(buffer, sizeof(buffer)).ok());
+    EXPECT_THAT(Names(options_.cache_dir), ElementsAre(Cat(Hash(url(0)), ".part")));
+  }
+  EXPECT_THAT(Names(options_.cache_dir), IsEmpty());
+}
+
+TEST_F(ShardCacheTest, ASecondReaderDuringTheDownloadStreamsUncached) {
+  Opener open = MakeOpener(options_);
+  absl::StatusOr<std::unique_ptr<ByteStream>> first = open(url(0));
+  ASSERT_TRUE(first.ok()) << first.status();
+  char buffer[1000];
+  ASSERT_TRUE((*first)->Read(buffer, sizeof(buffer)).ok());
+  ExpectFetch(0, open);  // not blocked by the first, not cached by it either
+  EXPECT_THAT(Names(options_.cache_dir), ElementsAre(Cat(Hash(url(0)), ".part")));
+  absl::StatusOr<std::string> rest = ReadAll(**first);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  EXPECT_EQ(Sha256(std::string(buffer, sizeof(buffer)) + *rest), Sha256(bodies_[0]));
+  EXPECT_THAT(Names(options_.cache_dir), ElementsAre(Hash(url(0)), Cat(Hash(url(0)), ".meta")));
+  EXPECT_EQ(server_.requests(), 2);
+}
+
+TEST_F(ShardCacheTest, TheSizeLimitEvictsTheLeastRecentlyUsed) {
+  options_.cache_size = 700'000;  // two of the three objects
+  Opener open = MakeOpener(options_);
+  ExpectFetch(0, open);
+  ExpectFetch(1, open);
+  Age(0, 20);
+  Age(1, 10);
+  ExpectFetch(0, open);  // a hit: 0 is now the most recently used
+  EXPECT_EQ(server_.requests(), 2);
+  ExpectFetch(2, open);
+  EXPECT_TRUE(fs::exists(cached(0)));
+  EXPECT_FALSE(fs::exists(cached(1)));
+  EXPECT_FALSE(fs::exists(cached(1) + ".meta"));
+  EXPECT_TRUE(fs::exists(cached(2)));
+}
+
+TEST_F(ShardCacheTest, AFileInUseIsNeverEvicted) {
+  options_.cache_size = 400'000;  // one object
+  Opener open = MakeOpener(options_);
+  ExpectFetch(0, open);
+  Age(0, 20);
+  {
+    absl::StatusOr<std::unique_ptr<ByteStream>> reading = open(url(0));  // a hit, held open
+    ASSERT_TRUE(reading.ok());
+    ExpectFetch(1, open);
+    EXPECT_TRUE(fs::exists(cached(0)));
+    EXPECT_TRUE(fs::exists(cached(1)));
+    absl::StatusOr<std::string> data = ReadAll(**reading);
+    ASSERT_TRUE(data.ok());
+    EXPECT_EQ(Sha256(*data), Sha256(bodies_[0]));
+  }
+  Age(0, 20);
+  Age(1, 10);
+  ExpectFetch(2, open);
+  EXPECT_FALSE(fs::exists(cached(0)));
+  EXPECT_FALSE(fs::exists(cached(1)));
+  EXPECT_TRUE(fs::exists(cached(2)));
+}
+
+TEST_F(ShardCacheTest, ACacheDirectoryThatCannotBeMadeIsAnError) {
+  options_.cache_dir = cache_.Write("file", "not a directory") + "/cache";
+  absl::Status s = Fetch(0, MakeOpener(options_)).status();
+  EXPECT_EQ(Message(s), Cat(url(0), ": cannot create ", options_.cache_dir, "/", Hash(url(0)),
+                            ".part in the cache: Not a directory"));
+  EXPECT_EQ(server_.requests(), 0);
+}
+
+TEST_F(ShardCacheTest, StaleFilesAreCleanedUp) {
+  fs::create_directories(options_.cache_dir);
+  // A .part no process holds (its writer died) and a .meta without data.
+  const std::string stale = Cat(options_.cache_dir, "/", Hash("http://gone/x.tar"));
+  std::ofstream(stale + ".part") << "half a shard";
+  std::ofstream(stale + ".meta") << "url http://gone/x.tar\n";
+  ExpectFetch(0, MakeOpener(options_));
+  EXPECT_THAT(Names(options_.cache_dir), ElementsAre(Hash(url(0)), Cat(Hash(url(0)), ".meta")));
+}
+
+TEST_F(ShardCacheTest, AKilledDownloadLeavesAPartThatIsTakenOverAndCleaned) {
+  const std::string tar = testing::MakeTar({{"a.bin", RandomBytes(400'000, 5)}, {"a.cls", "1"}});
+  server_.Put("/k.tar", tar);
+  const std::string url = server_.Url("/k.tar");
+  server_.SetPlanner([](const FaultRequest& r) {
+    return r.index == 0 ? FaultPlan{.stall_after = 200'000, .stall_ms = 30'000} : FaultPlan();
+  });
+  const std::string part = Cat(options_.cache_dir, "/", Hash(url), ".part");
+  {
+    testing::Subprocess child({testing::ToolPath("wds-shard"), "ls", url},
+                              {Cat("WDS_CACHE=", options_.cache_dir)});
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (std::chrono::steady_clock::now() < deadline &&
+           !(fs::exists(part) && fs::file_size(part) >= 200'000)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_TRUE(fs::exists(part));
+    child.Kill(SIGKILL);
+    EXPECT_TRUE(WIFSIGNALED(child.Wait()));
+  }
+  EXPECT_EQ(fs::file_size(part), 200'000u);  // left behind, unlocked
+  absl::StatusOr<std::unique_ptr<ByteStream>> s = MakeOpener(options_)(url);
+  ASSERT_TRUE(s.ok()) << s.status();
+  absl::StatusOr<std::string> data = ReadAll(**s);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(Sha256(*data), Sha256(tar));
+  EXPECT_THAT(Names(options_.cache_dir), ElementsAre(Hash(url), Cat(Hash(url), ".meta")));
+  EXPECT_EQ(Sha256(testing::ReadFile(Cat(options_.cache_dir, "/", Hash(url)))), Sha256(tar));
+}
+
+TEST_F(ShardCacheTest, ProcessesShareOneCache) {
+  std::vector<testing::TarEntry> entries;
+  for (int i = 0; i < 30; ++i) {
+    entries.push_back({Cat("s", i, ".bin"), RandomBytes(30'000, 100 + i)});
+    entries.push_back({Cat("s", i, ".cls"), std::to_string(i)});
+  }
+  const std::string tar = testing::MakeTar(entries);
+  server_.Put("/shared.tar", tar);
+  const std::string url = server_.Url("/shared.tar");
+  // The first reader's download is slow (about 1.2 s): the three others
+  // start once its .part exists, so each finds it locked and, by design,
+  // streams from the server without waiting or writing the cache. Exactly
+  // four downloads, one of them cached; none waits for another.
+  server_.SetPlanner([](const FaultRequest& r) {
+    return r.index == 0 ? FaultPlan{.chunk_delay_ms = 20} : FaultPlan();
+  });
+  testing::TempDir out;
+  std::vector<std::unique_ptr<testing::Subprocess>> readers;
+  const std::string part = Cat(options_.cache_dir, "/", Hash(url), ".part");
+  for (int i = 0; i < 4; ++i) {
+    readers.push_back(std::make_unique<testing::Subprocess>(
+        std::vector<std::string>{testing::ToolPath("wds-shard"), "ls", "--json", url},
+        std::vector<std::string>{Cat("WDS_CACHE=", options_.cache_dir)}, Cat(out.path(), "/out", i),
+        Cat(out.path(), "/err", i)));
+    if (i == 0) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (std::chrono::steady_clock::now() < deadline &&
+             !(fs::exists(part) && fs::file_size(part) > 0)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      ASSERT_TRUE(fs::exists(part));
+    }
+  }
+  for (int i = 3; i >= 0; --i) {
+    const int status = readers[i]->Wait();
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    // The uncached readers finish while the cached download still runs.
+    if (i == 1) EXPECT_TRUE(readers[0]->running());
+  }
+  const std::string expected = testing::ReadFile(Cat(out.path(), "/out0"));
+  EXPECT_THAT(expected, HasSubstr("\"__key__\": \"s29\""));
+  for (int i = 1; i < 4; ++i) EXPECT_EQ(testing::ReadFile(Cat(out.path(), "/out", i)), expected);
+  EXPECT_THAT(Names(options_.cache_dir), ElementsAre(Hash(url), Cat(Hash(url), ".meta")));
+  EXPECT_EQ(Sha256(testing::ReadFile(Cat(options_.cache_dir, "/", Hash(url)))), Sha256(tar));
+  const int downloads = server_.requests();
+  EXPECT_EQ(downloads, 4);
+  for (const FaultRequest& r : server_.log()) EXPECT_EQ(r.headers.count("range"), 0u);
+  // A later process reads the local copy.
+  testing::Subprocess later({testing::ToolPath("wds-shard"), "ls", "--json", url},
+                            {Cat("WDS_CACHE=", options_.cache_dir)}, Cat(out.path(), "/later"));
+  EXPECT_EQ(later.Wait(), 0);
+  EXPECT_EQ(testing::ReadFile(Cat(out.path(), "/later")), expected);
+  EXPECT_EQ(server_.requests(), downloads);
+}
+
+TEST_F(ShardCacheTest, AProcessThatOnlyHitsStillCleansUp) {
+  // Two complete copies over the limit, and a stale download, left by
+  // others: the first open in this process cleans up before its hit.
+  ExpectFetch(0, MakeOpener(options_));
+  ExpectFetch(1, MakeOpener(options_));
+  Age(0, 20);
+  Age(1, 10);
+  const std::string stale = Cat(options_.cache_dir, "/", Hash("http://gone/x.tar"), ".part");
+  std::ofstream(stale) << "half a shard";
+  // A new directory name for the same directory: housekeeping runs once per
+  // process per cache directory, and this process has opened the first name.
+  options_.cache_dir += "/.";
+  options_.cache_size = 400'000;
+  const int requests = server_.requests();
+  ExpectFetch(1, MakeOpener(options_));  // a hit
+  EXPECT_EQ(server_.requests(), requests);
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_FALSE(fs::exists(cached(0)));
+  EXPECT_TRUE(fs::exists(cached(1)));
+  // Once per process: later stale files wait for the next download.
+  std::ofstream(stale) << "half a shard";
+  ExpectFetch(1, MakeOpener(options_));
+  EXPECT_TRUE(fs::exists(stale));
+}
+
+TEST_F(ShardCacheTest, OpenAtReadsAHitLocallyAndAMissUncached) {
+  RemoteOpener remote(options_);
+  // A miss from an offset: one ranged request, nothing cached.
+  absl::StatusOr<std::unique_ptr<ByteStream>> miss = remote.OpenAt(url(0), 123'456);
+  ASSERT_TRUE(miss.ok()) << miss.status();
+  EXPECT_EQ(Sha256(*ReadAll(**miss)), Sha256(bodies_[0].substr(123'456)));
+  ASSERT_EQ(server_.requests(), 1);
+  EXPECT_EQ(server_.log()[0].headers["range"], "bytes=123456-");
+  EXPECT_FALSE(fs::exists(cached(0)));
+  EXPECT_FALSE(fs::exists(cached(0) + ".part"));
+  // Cached from the start, then read from the offset locally.
+  ExpectFetch(0, remote.AsOpener());
+  absl::StatusOr<std::unique_ptr<ByteStream>> hit = remote.OpenAt(url(0), 299'999);
+  ASSERT_TRUE(hit.ok()) << hit.status();
+  EXPECT_EQ(*ReadAll(**hit), bodies_[0].substr(299'999));
+  EXPECT_EQ(server_.requests(), 2);
+  absl::Status past = remote.OpenAt(url(0), 300'000).status();
+  EXPECT_TRUE(absl::IsOutOfRange(past)) << past;
+  EXPECT_EQ(Message(past), Cat(url(0), ": offset 300000 is not before the end of its 300000 ",
+                               "bytes (cached copy)"));
+}
+
+TEST_F(ShardCacheTest, ASkipWhileCachingIsReadIntoTheCache) {
+  options_.skip_by_request = 1;
+  absl::StatusOr<std::unique_ptr<ByteStream>> s = MakeOpener(options_)(url(0));
+  ASSERT_TRUE(s.ok()) << s.status();
+  char head[10];
+  ASSERT_EQ(*(*s)->Read(head, sizeof(head)), 10u);
+  // The stream that fills the cache file does not skip: its reader reads.
+  EXPECT_EQ(*(*s)->Skip(200'000), 0);
+  EXPECT_EQ(Sha256(std::string(head, 10) + *ReadAll(**s)), Sha256(bodies_[0]));
+  EXPECT_EQ(Sha256(testing::ReadFile(cached(0))), Sha256(bodies_[0]));
+  // A hit skips by seeking.
+  absl::StatusOr<std::unique_ptr<ByteStream>> hit = MakeOpener(options_)(url(0));
+  ASSERT_TRUE(hit.ok()) << hit.status();
+  EXPECT_EQ(*(*hit)->Skip(299'000), 299'000);
+  EXPECT_EQ(*ReadAll(**hit), bodies_[0].substr(299'000));
+  EXPECT_EQ(server_.requests(), 1);
+}
+
+}  // namespace
+}  // namespace wds

@@ -1,0 +1,104 @@
+#include "wds/equalize.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "util/test_util.h"
+
+namespace wds {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+const std::vector<std::string> kShards = {"a.tar", "b.tar", "c.tar", "d.tar", "e.tar"};
+
+ShardSampleCounts UnevenCounts() {
+  ShardSampleCounts counts;
+  const int sizes[] = {100, 300, 50, 700, 20};
+  for (int s = 0; s < 5; ++s) counts.Set(kShards[s], sizes[s]);
+  return counts;
+}
+
+RankEpochPlan Plan(int rank, int world, int workers, int64_t batch, bool partial) {
+  ShardSampleCounts counts = UnevenCounts();
+  WorkerContext ctx{.rank = rank, .world_size = world, .num_workers = workers};
+  return PlanRankEpoch(kShards, {}, ctx, {.batch_size = batch, .partial = partial}, counts).value();
+}
+
+TEST(ParseEqualizePolicyTest, NamesRoundTrip) {
+  for (EqualizePolicy p : {EqualizePolicy::kDrop, EqualizePolicy::kWrap, EqualizePolicy::kOff}) {
+    EXPECT_EQ(ParseEqualizePolicy(EqualizePolicyName(p)).value(), p);
+  }
+}
+
+TEST(ParseEqualizePolicyTest, UnknownNameIsInvalidArgument) {
+  absl::StatusOr<EqualizePolicy> p = ParseEqualizePolicy("pad");
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(p.status().message()), HasSubstr("\"pad\""));
+}
+
+TEST(PlanRankEpochTest, OneWorkerPerRankFollowsSplitByNode) {
+  RankEpochPlan plan = Plan(0, 2, 1, 10, /*partial=*/false);
+  ASSERT_EQ(plan.workers.size(), 1u);
+  EXPECT_THAT(plan.workers[0].shards, ElementsAre("a.tar", "c.tar", "e.tar"));
+  EXPECT_EQ(plan.samples(), 170);
+  EXPECT_EQ(plan.LocalSteps(EqualizePolicy::kDrop), 17);
+  EXPECT_EQ(plan.SamplesInFirst(17), 170);
+}
+
+TEST(PlanRankEpochTest, PartialBatchCountsForWrapOnly) {
+  RankEpochPlan drop = Plan(1, 2, 1, 16, /*partial=*/false);  // 1000 samples
+  RankEpochPlan wrap = Plan(1, 2, 1, 16, /*partial=*/true);
+  EXPECT_EQ(drop.LocalSteps(EqualizePolicy::kDrop), 62);
+  EXPECT_EQ(wrap.LocalSteps(EqualizePolicy::kWrap), 63);
+  EXPECT_EQ(wrap.SamplesInFirst(63), 1000);
+}
+
+// Workers hold 120 and 50 samples: 12 and 5 batches of 10. Round-robin, the
+// 12th batch would be worker 1's sixth, from its next pass.
+TEST(PlanRankEpochTest, RoundRobinBoundsPerWorker) {
+  RankEpochPlan plan = Plan(0, 2, 2, 10, /*partial=*/false);
+  ASSERT_EQ(plan.workers.size(), 2u);
+  EXPECT_EQ(plan.workers[0].batches, 12);
+  EXPECT_EQ(plan.workers[1].batches, 5);
+  EXPECT_EQ(plan.BatchesWithoutRepeats(), 11);
+  EXPECT_EQ(plan.BatchesCoveringPass(), 23);  // worker 0's 12th batch is round-robin item 23
+  EXPECT_EQ(plan.SamplesInFirst(11), 110);
+  EXPECT_EQ(plan.LocalSteps(EqualizePolicy::kOff), 17);
+}
+
+TEST(PlanRankEpochTest, WorkerWithoutShardsIsFailedPrecondition) {
+  ShardSampleCounts counts = UnevenCounts();
+  WorkerContext ctx{.rank = 2, .world_size = 3, .num_workers = 2};
+  absl::StatusOr<RankEpochPlan> plan = PlanRankEpoch(kShards, {}, ctx, {.batch_size = 4}, counts);
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(plan.status().message()), HasSubstr("rank 2 worker 1"));
+}
+
+TEST(PlanRankEpochTest, ZeroBatchSizeIsInvalidArgument) {
+  ShardSampleCounts counts = UnevenCounts();
+  absl::StatusOr<RankEpochPlan> plan = PlanRankEpoch(kShards, {}, {}, {.batch_size = 0}, counts);
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ShardSampleCountsTest, MissingShardIsAnErrorNamingIt) {
+  testing::TempDir dir;
+  ShardSampleCounts counts;
+  absl::StatusOr<int64_t> n = counts.Count(dir.path() + "/missing.tar");
+  EXPECT_FALSE(n.ok());
+  EXPECT_THAT(std::string(n.status().message()), HasSubstr("missing.tar"));
+}
+
+TEST(ShardSampleCountsTest, CountsByScanningTheShard) {
+  testing::TempDir dir;
+  const std::string shard =
+      dir.Write("s.tar", testing::MakeTar({{"a.cls", "1"}, {"a.txt", "x"}, {"b.cls", "2"}}));
+  ShardSampleCounts counts;
+  EXPECT_EQ(counts.Count(shard).value(), 2);
+}
+
+}  // namespace
+}  // namespace wds

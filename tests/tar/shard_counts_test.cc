@@ -1,0 +1,139 @@
+// ShardCounts: shard sample counts read once per cache, from the dataset
+// index, a sidecar or the shard itself.
+#include "wds/shard_counts.h"
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "util/test_util.h"
+#include "wds/remote.h"
+
+namespace wds {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using testing::MakeTar;
+using testing::TempDir;
+
+// CountingOpener serves in-memory shards of `samples` one-member samples and
+// counts the opens.
+struct CountingOpener {
+  std::shared_ptr<std::atomic<int>> opens = std::make_shared<std::atomic<int>>(0);
+
+  Opener opener(int samples) const {
+    std::vector<testing::TarEntry> entries;
+    for (int i = 0; i < samples; ++i) entries.push_back({"s" + std::to_string(i) + ".cls", "1"});
+    const std::string tar = MakeTar(entries);
+    return
+        [tar, opens = opens](std::string_view url) -> absl::StatusOr<std::unique_ptr<ByteStream>> {
+          ++*opens;
+          return MemoryStream(std::string(url), tar);
+        };
+  }
+};
+
+TEST(ShardCountsTest, AShardIsCountedOnceAndKnownAfterwards) {
+  ShardCounts cache;
+  const std::vector<std::string> urls = {"mem://a.tar", "mem://b.tar"};
+  absl::StatusOr<std::shared_ptr<ListCounts>> list = cache.For(urls, "");
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_FALSE((*list)->known());
+  EXPECT_TRUE((*list)->Known()->shards.empty());
+  CountingOpener counting;
+  const Opener opener = counting.opener(3);
+  absl::StatusOr<std::vector<int64_t>> counts = (*list)->Counts(urls, opener);
+  ASSERT_TRUE(counts.ok()) << counts.status();
+  EXPECT_THAT(*counts, ElementsAre(3, 3));
+  EXPECT_EQ(*(*list)->Count("mem://a.tar", opener), 3);
+  EXPECT_EQ(*counting.opens, 2);
+  std::shared_ptr<const DatasetIndex> known = (*list)->Known();
+  EXPECT_EQ(known->total_samples(), 6);
+  EXPECT_EQ((*list)->Known(), known);  // the same object until a count is added
+}
+
+TEST(ShardCountsTest, OneEntryPerListAndIndexForTheCachesLife) {
+  ShardCounts cache;
+  std::shared_ptr<ListCounts> first = *cache.For({"mem://a.tar"}, "");
+  EXPECT_EQ(*cache.For({"mem://a.tar"}, ""), first);
+  EXPECT_NE(*cache.For({"mem://a.tar", "mem://b.tar"}, ""), first);
+  CountingOpener counting;
+  ASSERT_TRUE(first->Count("mem://a.tar", counting.opener(2)).ok());
+  EXPECT_EQ(*(*cache.For({"mem://a.tar"}, ""))->Count("mem://a.tar", counting.opener(2)), 2);
+  EXPECT_EQ(*counting.opens, 1);
+  ShardCounts other;  // another owner reads again
+  EXPECT_EQ(*(*other.For({"mem://a.tar"}, ""))->Count("mem://a.tar", counting.opener(2)), 2);
+  EXPECT_EQ(*counting.opens, 2);
+}
+
+TEST(ShardCountsTest, TheDatasetIndexGivesCountsWithoutReading) {
+  TempDir dir;
+  DatasetIndex index;
+  index.shards.push_back({"mem://a.tar", 7, 0});
+  const std::string path = dir.path() + "/dataset.json";
+  ASSERT_TRUE(index.Save(path).ok());
+  ShardCounts cache;
+  std::shared_ptr<ListCounts> list = *cache.For({"mem://a.tar"}, path);
+  EXPECT_TRUE(list->known());
+  EXPECT_EQ(list->Known(), list->index());
+  CountingOpener counting;
+  EXPECT_EQ(*list->Count("mem://a.tar", counting.opener(1)), 7);
+  EXPECT_EQ(*counting.opens, 0);
+  EXPECT_FALSE((*cache.For({"mem://a.tar", "mem://b.tar"}, path))->known());
+}
+
+TEST(ShardCountsTest, AnUnreadableIndexOrShardIsAnErrorNamingIt) {
+  TempDir dir;
+  ShardCounts cache;
+  const std::string missing = dir.path() + "/missing.json";
+  absl::StatusOr<std::shared_ptr<ListCounts>> list = cache.For({"mem://a.tar"}, missing);
+  ASSERT_FALSE(list.ok());
+  EXPECT_THAT(list.status().message(), HasSubstr(missing));
+  const std::string shard = dir.Write("cut.tar", MakeTar({{"a.cls", "1"}}).substr(0, 700));
+  std::shared_ptr<ListCounts> cut = *cache.For({shard}, "");
+  absl::StatusOr<int64_t> count = cut->Count(shard, MakeOpener());
+  ASSERT_FALSE(count.ok());
+  EXPECT_THAT(count.status().message(), HasSubstr(shard));
+}
+
+TEST(ShardCountsTest, ASidecarIsTrustedAsItIs) {
+  TempDir dir;
+  const std::string shard = dir.Write("a.tar", MakeTar({{"a.cls", "1"}, {"b.cls", "2"}}));
+  ShardIndex index;
+  index.samples.resize(5);  // not the shard's 2: proves that the sidecar is what is read
+  for (size_t i = 0; i < index.samples.size(); ++i) {
+    index.samples[i].members.push_back({"cls", static_cast<int64_t>(512 * (2 * i + 1)), 1, ""});
+  }
+  ASSERT_TRUE(index.Save(IndexPath(shard)).ok());
+  EXPECT_EQ(*ReadShardCount(shard, MakeOpener()), 5);
+  ShardCounts cache;
+  EXPECT_TRUE((*cache.For({shard}, ""))->known());
+}
+
+TEST(ShardCountsTest, ConcurrentCountsAgree) {
+  ShardCounts cache;
+  std::vector<std::string> urls;
+  for (int i = 0; i < 8; ++i) urls.push_back("mem://" + std::to_string(i) + ".tar");
+  std::shared_ptr<ListCounts> list = *cache.For(urls, "");
+  CountingOpener counting;
+  const Opener opener = counting.opener(4);
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      absl::StatusOr<std::vector<int64_t>> counts = list->Counts(urls, opener);
+      if (!counts.ok() || *counts != std::vector<int64_t>(8, 4)) ++wrong;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(wrong, 0);
+  EXPECT_EQ(list->Known()->total_samples(), 32);
+}
+
+}  // namespace
+}  // namespace wds
