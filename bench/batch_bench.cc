@@ -14,10 +14,10 @@
 
 #include "batch/collate.h"
 #include "benchmark/benchmark.h"
-#include "wds/batch.h"
-#include "wds/buffer_pool.h"
-#include "wds/decode.h"
-#include "wds/npy.h"
+#include "wds/base/buffer_pool.h"
+#include "wds/batch/batch.h"
+#include "wds/decode/decode.h"
+#include "wds/decode/npy.h"
 
 namespace wds {
 namespace {

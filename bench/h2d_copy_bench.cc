@@ -39,11 +39,11 @@
 #include <vector>
 
 #include "base/host_allocator.h"
-#include "wds/buffer_pool.h"
-#include "wds/loader.h"
-#include "wds/pipeline.h"
-#include "wds/shard_list.h"
-#include "wds/shard_writer.h"
+#include "wds/base/buffer_pool.h"
+#include "wds/loader/loader.h"
+#include "wds/pipeline/pipeline.h"
+#include "wds/shards/shard_list.h"
+#include "wds/tar/shard_writer.h"
 
 namespace {
 

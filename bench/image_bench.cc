@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "image/resample.h"
-#include "wds/image.h"
+#include "wds/image/image.h"
 
 namespace wds {
 namespace {

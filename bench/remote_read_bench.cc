@@ -31,9 +31,9 @@
 #include <string>
 #include <vector>
 
-#include "wds/pipeline.h"
-#include "wds/remote.h"
-#include "wds/shard_list.h"
+#include "wds/io/remote.h"
+#include "wds/pipeline/pipeline.h"
+#include "wds/shards/shard_list.h"
 
 namespace {
 

@@ -15,7 +15,7 @@
 #include <optional>
 #include <string>
 
-#include "wds/loader.h"
+#include "wds/loader/loader.h"
 
 namespace {
 

@@ -12,8 +12,8 @@
 
 #include "allocation_count.h"
 #include "benchmark/benchmark.h"
-#include "wds/decode.h"
-#include "wds/pipeline.h"
+#include "wds/decode/decode.h"
+#include "wds/pipeline/pipeline.h"
 
 namespace wds {
 namespace {

@@ -28,11 +28,11 @@
 
 #include "allocation_count.h"
 #include "benchmark/benchmark.h"
-#include "wds/byte_stream.h"
-#include "wds/internal/strings.h"
-#include "wds/loader.h"
-#include "wds/pipeline.h"
-#include "wds/tar_reader.h"
+#include "wds/internal/base/strings.h"
+#include "wds/io/byte_stream.h"
+#include "wds/loader/loader.h"
+#include "wds/pipeline/pipeline.h"
+#include "wds/tar/tar_reader.h"
 
 namespace wds {
 namespace {

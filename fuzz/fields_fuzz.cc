@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <string>
 
-#include "wds/decode.h"
-#include "wds/random.h"
-#include "wds/sample.h"
+#include "wds/base/random.h"
+#include "wds/base/sample.h"
+#include "wds/decode/decode.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;

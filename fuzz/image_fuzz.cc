@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string_view>
 
-#include "wds/image.h"
-#include "wds/random.h"
+#include "wds/base/random.h"
+#include "wds/image/image.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;

@@ -4,7 +4,7 @@
 #include <string_view>
 
 #include "tar/index_lookup.h"
-#include "wds/shard_index.h"
+#include "wds/tar/shard_index.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

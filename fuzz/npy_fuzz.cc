@@ -3,8 +3,8 @@
 #include <cstdint>
 #include <string_view>
 
-#include "wds/buffer.h"
-#include "wds/npy.h"
+#include "wds/base/buffer.h"
+#include "wds/decode/npy.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto array = wds::DecodeNpy(wds::Buffer::Copy(std::string_view(reinterpret_cast<const char*>(data), size)));

@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "tar/index_lookup.h"
-#include "wds/byte_stream.h"
-#include "wds/internal/shard_scan.h"
-#include "wds/internal/tar_grouping.h"
-#include "wds/shard_index.h"
+#include "wds/internal/tar/shard_scan.h"
+#include "wds/internal/tar/tar_grouping.h"
+#include "wds/io/byte_stream.h"
+#include "wds/tar/shard_index.h"
 
 namespace {
 

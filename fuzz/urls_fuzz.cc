@@ -7,8 +7,8 @@
 
 #include "io/remote_target.h"
 #include "shards/url_patterns.h"
-#include "wds/remote.h"
-#include "wds/shard_list.h"
+#include "wds/io/remote.h"
+#include "wds/shards/shard_list.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

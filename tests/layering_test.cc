@@ -3,6 +3,13 @@
 // public headers include only public headers, and the tools reach the library
 // only through its public headers and the explicitly internal ones.
 //
+// A file's layer is read from its path, and so is an included header's:
+//   include/wds/<layer>/x.h            public, included as "wds/<layer>/x.h"
+//   include/wds/wds.h                  the umbrella: the top of wds::core
+//   internal/wds/internal/<layer>/x.h  internal, "wds/internal/<layer>/x.h"
+//   src/<layer>/x.h                    private, "<layer>/x.h"
+// where <layer> is a folder of src/ (image/ belongs to decode).
+//
 // Who may include what:
 //   include/wds/          public headers only (they are installed alone)
 //   internal/wds/internal public and internal headers, of its layer or below
@@ -15,10 +22,12 @@
 //   tests/downstream/     public headers only: it builds against the installed
 //                         package, which holds nothing else
 //   tests/                anything
-// Includes are read in both forms, "wds/x.h" and <wds/x.h>.
+// Includes are read in both forms, "wds/x.h" and <wds/x.h>. Each check runs
+// over a tree root, so that the self-tests below can show it failing on a
+// small tree with a violation.
+#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <optional>
 #include <regex>
 #include <string>
@@ -31,59 +40,19 @@ namespace wds {
 namespace {
 
 namespace fs = std::filesystem;
+using ::testing::ElementsAre;
 using ::testing::IsEmpty;
+using ::testing::Not;
+using Violations = std::vector<std::string>;
 
 // kLayers lists the layers from the bottom up; each src/ folder is one, and
 // image/ belongs to decode.
-const std::vector<std::string> kLayers = {"base",  "shards", "io",       "tar",
-                                          "stages", "decode", "batch",  "gpu",
+const std::vector<std::string> kLayers = {"base",     "shards", "io",    "tar",
+                                          "stages",   "decode", "batch", "gpu",
                                           "pipeline", "loader", "torch"};
-
-// kHeaderLayers places every public and internal header. A header missing
-// here fails the test, so a new one gets a layer when it is added.
-const std::map<std::string, std::string> kHeaderLayers = {
-    {"wds/array.h", "base"},
-    {"wds/buffer.h", "base"},
-    {"wds/buffer_pool.h", "base"},
-    {"wds/error.h", "base"},
-    {"wds/error_kind.h", "base"},
-    {"wds/interrupt.h", "base"},
-    {"wds/output_slots.h", "base"},
-    {"wds/pull_iterator.h", "base"},
-    {"wds/random.h", "base"},
-    {"wds/sample.h", "base"},
-    {"wds/stage.h", "base"},
-    {"wds/shard_list.h", "shards"},
-    {"wds/byte_stream.h", "io"},
-    {"wds/remote.h", "io"},
-    {"wds/shard_index.h", "tar"},
-    {"wds/shard_counts.h", "tar"},
-    {"wds/shard_writer.h", "tar"},
-    {"wds/tar_reader.h", "tar"},
-    {"wds/tar_writer.h", "tar"},
-    {"wds/stages.h", "stages"},
-    {"wds/decode.h", "decode"},
-    {"wds/image.h", "decode"},
-    {"wds/npy.h", "decode"},
-    {"wds/batch.h", "batch"},
-    {"wds/pipeline.h", "pipeline"},
-    {"wds/equalize.h", "loader"},
-    {"wds/loader.h", "loader"},
-    {"wds/placement.h", "loader"},
-    {"wds/wds.h", "loader"},
-    {"wds/torch/distributed.h", "torch"},
-    {"wds/torch/equalize.h", "torch"},
-    {"wds/torch/prefetcher.h", "torch"},
-    {"wds/torch/tensor.h", "torch"},
-    {"wds/internal/atomic_file.h", "io"},
-    {"wds/internal/bounded_queue.h", "base"},
-    {"wds/internal/resume_channel.h", "base"},
-    {"wds/internal/shard_roller.h", "tar"},
-    {"wds/internal/shard_scan.h", "tar"},
-    {"wds/internal/status_macros.h", "base"},
-    {"wds/internal/strings.h", "base"},
-    {"wds/internal/tar_grouping.h", "tar"},
-};
+// kUmbrella is wds/wds.h, which includes all of wds::core.
+constexpr char kUmbrella[] = "wds/wds.h";
+constexpr char kUmbrellaLayer[] = "loader";
 
 int Rank(const std::string& layer) {
   for (size_t i = 0; i < kLayers.size(); ++i) {
@@ -92,11 +61,42 @@ int Rank(const std::string& layer) {
   return -1;
 }
 
-// FolderLayer is the layer of a private path "tar/tar_samples.h".
+bool StartsWith(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+
+// FolderLayer is the layer of a path whose first folder names one:
+// "tar/tar_samples.h" is in tar, "image/codecs.h" in decode.
 std::optional<std::string> FolderLayer(const std::string& path) {
-  const std::string folder = path.substr(0, path.find('/'));
+  const size_t slash = path.find('/');
+  if (slash == std::string::npos) return std::nullopt;
+  const std::string folder = path.substr(0, slash);
   if (folder == "image") return "decode";
   if (Rank(folder) >= 0) return folder;
+  return std::nullopt;
+}
+
+bool IsInternalInclude(const std::string& include) { return StartsWith(include, "wds/internal/"); }
+bool IsPublicInclude(const std::string& include) {
+  return StartsWith(include, "wds/") && !IsInternalInclude(include);
+}
+// IsPrivateInclude: "<layer>/x.h", a header beside its sources in src/.
+bool IsPrivateInclude(const std::string& include) { return FolderLayer(include).has_value(); }
+
+// IncludeLayer is the layer of an included path, or nullopt for a path that
+// is no library header (a file of the same folder, a third-party header).
+std::optional<std::string> IncludeLayer(const std::string& include) {
+  if (include == kUmbrella) return kUmbrellaLayer;
+  if (IsInternalInclude(include)) return FolderLayer(include.substr(strlen("wds/internal/")));
+  if (IsPublicInclude(include)) return FolderLayer(include.substr(strlen("wds/")));
+  return FolderLayer(include);
+}
+
+// FileLayer is the layer of a library file, from its path relative to the
+// root; nullopt for a file in no layer's folder.
+std::optional<std::string> FileLayer(const std::string& relative) {
+  if (relative == std::string("include/") + kUmbrella) return kUmbrellaLayer;
+  for (const std::string tree : {"include/wds/", "internal/wds/internal/", "src/"}) {
+    if (StartsWith(relative, tree)) return FolderLayer(relative.substr(tree.size()));
+  }
   return std::nullopt;
 }
 
@@ -117,6 +117,7 @@ std::vector<std::string> ProjectIncludes(const fs::path& file) {
 
 std::vector<fs::path> SourceFiles(const fs::path& dir) {
   std::vector<fs::path> files;
+  if (!fs::exists(dir)) return files;
   for (const auto& entry : fs::recursive_directory_iterator(dir)) {
     const std::string ext = entry.path().extension().string();
     if (entry.is_regular_file() && (ext == ".h" || ext == ".cc" || ext == ".cu")) {
@@ -126,117 +127,200 @@ std::vector<fs::path> SourceFiles(const fs::path& dir) {
   return files;
 }
 
-const fs::path kRoot = WDS_SOURCE_DIR;
-
-// LayerOf is the layer of an included path, or nullopt for a path that is no
-// library header (a file of the same folder, say).
-std::optional<std::string> LayerOf(const std::string& include) {
-  auto it = kHeaderLayers.find(include);
-  if (it != kHeaderLayers.end()) return it->second;
-  return FolderLayer(include);
+// ForEachInclude calls `f(where, include)` for each project include of each
+// source file under root/dir; `where` names the file and the include.
+template <typename F>
+void ForEachInclude(const fs::path& root, const std::string& dir, F f) {
+  for (const fs::path& file : SourceFiles(root / dir)) {
+    for (const std::string& include : ProjectIncludes(file)) {
+      f(file, fs::relative(file, root).string() + " includes " + include, include);
+    }
+  }
 }
 
 // ResolvesInTree is false for an include that names a project header which
 // does not exist: "wds/..." missing from include/ and internal/, or
 // "<layer>/..." missing from src/. Other includes (a file beside `file`, a
 // third-party header) are not the project's to check.
-bool ResolvesInTree(const fs::path& file, const std::string& include) {
-  if (include.rfind("wds/", 0) == 0) {
-    return fs::exists(kRoot / "include" / include) || fs::exists(kRoot / "internal" / include);
+bool ResolvesInTree(const fs::path& root, const fs::path& file, const std::string& include) {
+  if (StartsWith(include, "wds/")) {
+    return fs::exists(root / "include" / include) || fs::exists(root / "internal" / include);
   }
-  if (FolderLayer(include).has_value() && !fs::exists(file.parent_path() / include)) {
-    return fs::exists(kRoot / "src" / include);
+  if (IsPrivateInclude(include) && !fs::exists(file.parent_path() / include)) {
+    return fs::exists(root / "src" / include);
   }
   return true;
 }
 
-TEST(LayeringTest, IncludesAreReadInBothForms) {
-  const fs::path file = fs::path(::testing::TempDir()) / "layering_includes.cc";
-  std::ofstream(file) << "#include \"wds/a.h\"\n"
-                         "#include <wds/b.h>\n"
-                         "  #  include<wds/torch/c.h>  // comment\n"
-                         "#include \"tar/d.h\"\n"
-                         "#include <vector>\n"
-                         "#include <torch/types.h>\n"
-                         "// #include \"wds/commented.h\" is not at the start of a line\n"
-                         "int x;  #include \"wds/e.h\"\n";
-  EXPECT_THAT(ProjectIncludes(file),
-              ::testing::ElementsAre("wds/a.h", "wds/b.h", "wds/torch/c.h", "tar/d.h"));
-  fs::remove(file);
-}
+const fs::path kRoot = WDS_SOURCE_DIR;
 
-TEST(LayeringTest, EveryHeaderHasALayer) {
-  std::vector<std::string> missing;
-  for (const fs::path& dir : {kRoot / "include", kRoot / "internal"}) {
-    for (const fs::path& file : SourceFiles(dir)) {
-      const std::string name = fs::relative(file, dir).string();
-      if (kHeaderLayers.count(name) == 0) missing.push_back(name);
+// ------------------------------------------------------------------ checks
+
+// FilesOutsideALayer: every library file sits in its layer's folder.
+Violations FilesOutsideALayer(const fs::path& root) {
+  Violations out;
+  for (const char* dir : {"include", "internal", "src"}) {
+    for (const fs::path& file : SourceFiles(root / dir)) {
+      const std::string relative = fs::relative(file, root).string();
+      if (!FileLayer(relative).has_value()) out.push_back(relative + " is in no layer's folder");
     }
   }
-  EXPECT_THAT(missing, IsEmpty()) << "add them to kHeaderLayers";
+  return out;
+}
+
+// HigherLayerIncludes: no library file includes a header of a higher layer.
+Violations HigherLayerIncludes(const fs::path& root) {
+  Violations out;
+  for (const char* dir : {"include", "internal", "src"}) {
+    for (const fs::path& file : SourceFiles(root / dir)) {
+      const std::string relative = fs::relative(file, root).string();
+      std::optional<std::string> layer = FileLayer(relative);
+      if (!layer.has_value()) continue;  // FilesOutsideALayer reports it
+      for (const std::string& include : ProjectIncludes(file)) {
+        std::optional<std::string> to = IncludeLayer(include);
+        if (to.has_value() && Rank(*to) > Rank(*layer)) {
+          out.push_back(relative + " (" + *layer + ") includes " + include + " (" + *to + ")");
+        }
+      }
+    }
+  }
+  return out;
+}
+
+Violations NonPublicIncludesOfPublicHeaders(const fs::path& root) {
+  Violations out;
+  ForEachInclude(root, "include",
+                 [&](const fs::path&, const std::string& where, const std::string& include) {
+                   if (IsInternalInclude(include) || IsPrivateInclude(include))
+                     out.push_back(where);
+                 });
+  return out;
+}
+
+// PrivateIncludesOf: files under `dir` that include private headers (the
+// tools, the bindings and the internal headers have no src/ on their path).
+Violations PrivateIncludesOf(const fs::path& root, const std::string& dir) {
+  Violations out;
+  ForEachInclude(root, dir,
+                 [&](const fs::path&, const std::string& where, const std::string& include) {
+                   if (IsPrivateInclude(include)) out.push_back(where);
+                 });
+  return out;
+}
+
+Violations MissingOrTorchIncludesOf(const fs::path& root, const std::string& dir) {
+  Violations out;
+  ForEachInclude(root, dir,
+                 [&](const fs::path& file, const std::string& where, const std::string& include) {
+                   if (!ResolvesInTree(root, file, include)) out.push_back(where + " (missing)");
+                   if (IncludeLayer(include) == "torch") out.push_back(where + " (torch)");
+                 });
+  return out;
+}
+
+// ------------------------------------------------------------- self-tests
+
+// FakeTree writes a small tree of one-line files under a temporary root.
+class FakeTree {
+ public:
+  FakeTree() : root_(fs::path(::testing::TempDir()) / "layering_tree") { fs::remove_all(root_); }
+  ~FakeTree() { fs::remove_all(root_); }
+  FakeTree& File(const std::string& path, const std::string& text = "") {
+    fs::create_directories((root_ / path).parent_path());
+    std::ofstream(root_ / path) << text;
+    return *this;
+  }
+  const fs::path& root() const { return root_; }
+
+ private:
+  fs::path root_;
+};
+
+std::string Includes(const std::string& header) { return "#include \"" + header + "\"\n"; }
+
+TEST(LayeringTest, IncludesAreReadInBothForms) {
+  FakeTree tree;
+  tree.File("a.cc",
+            "#include \"wds/a.h\"\n"
+            "#include <wds/b.h>\n"
+            "  #  include<wds/torch/c.h>  // comment\n"
+            "#include \"tar/d.h\"\n"
+            "#include <vector>\n"
+            "#include <torch/types.h>\n"
+            "// #include \"wds/commented.h\" is not at the start of a line\n"
+            "int x;  #include \"wds/e.h\"\n");
+  EXPECT_THAT(ProjectIncludes(tree.root() / "a.cc"),
+              ElementsAre("wds/a.h", "wds/b.h", "wds/torch/c.h", "tar/d.h"));
+}
+
+TEST(LayeringTest, TheLayerIsReadFromThePath) {
+  EXPECT_EQ(IncludeLayer("wds/tar/tar_reader.h"), "tar");
+  EXPECT_EQ(IncludeLayer("wds/internal/io/atomic_file.h"), "io");
+  EXPECT_EQ(IncludeLayer("wds/image/image.h"), "decode");
+  EXPECT_EQ(IncludeLayer("wds/wds.h"), "loader");
+  EXPECT_EQ(IncludeLayer("wds/torch/tensor.h"), "torch");
+  EXPECT_EQ(IncludeLayer("loader/launcher_env.h"), "loader");
+  EXPECT_EQ(IncludeLayer("wds/flat.h"), std::nullopt);
+  EXPECT_EQ(IncludeLayer("helper.h"), std::nullopt);
+  EXPECT_EQ(FileLayer("include/wds/stages/stages.h"), "stages");
+  EXPECT_EQ(FileLayer("internal/wds/internal/base/strings.h"), "base");
+  EXPECT_EQ(FileLayer("src/image/codecs.h"), "decode");
+  EXPECT_EQ(FileLayer("include/wds/wds.h"), "loader");
+  EXPECT_EQ(FileLayer("include/wds/flat.h"), std::nullopt);
+  EXPECT_EQ(FileLayer("include/wds/internal/base/x.h"), std::nullopt);
+  EXPECT_EQ(FileLayer("internal/wds/internal/x.h"), std::nullopt);
+}
+
+TEST(LayeringTest, EveryCheckFailsOnATreeThatBreaksIt) {
+  FakeTree tree;
+  tree.File("include/wds/flat.h")                                         // no layer
+      .File("include/wds/base/a.h", Includes("wds/loader/l.h"))           // higher
+      .File("include/wds/loader/l.h", Includes("wds/internal/base/q.h"))  // not public
+      .File("internal/wds/internal/base/q.h", Includes("base/p.h"))       // private
+      .File("src/base/p.h", Includes("stages/s.h"))                       // higher
+      .File("src/stages/s.h")
+      .File("tools/t.cc", Includes("tar/x.h"))  // private
+      .File("bench/b.cc", Includes("wds/torch/t.h") + Includes("wds/base/gone.h"));
+  EXPECT_THAT(FilesOutsideALayer(tree.root()),
+              ElementsAre("include/wds/flat.h is in no layer's folder"));
+  EXPECT_THAT(HigherLayerIncludes(tree.root()),
+              ::testing::UnorderedElementsAre(
+                  "include/wds/base/a.h (base) includes wds/loader/l.h (loader)",
+                  "src/base/p.h (base) includes stages/s.h (stages)"));
+  EXPECT_THAT(NonPublicIncludesOfPublicHeaders(tree.root()),
+              ElementsAre("include/wds/loader/l.h includes wds/internal/base/q.h"));
+  EXPECT_THAT(PrivateIncludesOf(tree.root(), "internal"),
+              ElementsAre("internal/wds/internal/base/q.h includes base/p.h"));
+  EXPECT_THAT(PrivateIncludesOf(tree.root(), "tools"), ElementsAre("tools/t.cc includes tar/x.h"));
+  EXPECT_THAT(MissingOrTorchIncludesOf(tree.root(), "bench"),
+              ::testing::UnorderedElementsAre("bench/b.cc includes wds/torch/t.h (missing)",
+                                              "bench/b.cc includes wds/torch/t.h (torch)",
+                                              "bench/b.cc includes wds/base/gone.h (missing)"));
+}
+
+// ------------------------------------------------------ the project's tree
+
+TEST(LayeringTest, EveryLibraryFileIsInItsLayersFolder) {
+  EXPECT_THAT(SourceFiles(kRoot / "include"), Not(IsEmpty()));
+  EXPECT_THAT(FilesOutsideALayer(kRoot), IsEmpty());
 }
 
 TEST(LayeringTest, NoFileIncludesAHigherLayer) {
-  std::vector<std::string> violations;
-  auto check = [&](const fs::path& file, const std::string& layer) {
-    for (const std::string& include : ProjectIncludes(file)) {
-      std::optional<std::string> to = LayerOf(include);
-      if (to.has_value() && Rank(*to) > Rank(layer)) {
-        violations.push_back(fs::relative(file, kRoot).string() + " (" + layer + ") includes " +
-                             include + " (" + *to + ")");
-      }
-    }
-  };
-  for (const fs::path& dir : {kRoot / "include", kRoot / "internal"}) {
-    for (const fs::path& file : SourceFiles(dir)) {
-      check(file, kHeaderLayers.at(fs::relative(file, dir).string()));
-    }
-  }
-  for (const fs::path& file : SourceFiles(kRoot / "src")) {
-    const std::string relative = fs::relative(file, kRoot / "src").string();
-    std::optional<std::string> layer = FolderLayer(relative);
-    ASSERT_TRUE(layer.has_value()) << relative << " is in no layer's folder";
-    check(file, *layer);
-  }
-  EXPECT_THAT(violations, IsEmpty());
+  EXPECT_THAT(HigherLayerIncludes(kRoot), IsEmpty());
 }
 
 TEST(LayeringTest, PublicHeadersIncludeOnlyPublicHeaders) {
-  std::vector<std::string> violations;
-  for (const fs::path& file : SourceFiles(kRoot / "include")) {
-    for (const std::string& include : ProjectIncludes(file)) {
-      if (include.rfind("wds/internal/", 0) == 0 || FolderLayer(include).has_value()) {
-        violations.push_back(fs::relative(file, kRoot).string() + " includes " + include);
-      }
-    }
-  }
-  EXPECT_THAT(violations, IsEmpty());
+  EXPECT_THAT(NonPublicIncludesOfPublicHeaders(kRoot), IsEmpty());
 }
 
 TEST(LayeringTest, InternalHeadersIncludeNoPrivateHeaders) {
   // The tools and the bindings include internal headers without src/ on
   // their include path.
-  std::vector<std::string> violations;
-  for (const fs::path& file : SourceFiles(kRoot / "internal")) {
-    for (const std::string& include : ProjectIncludes(file)) {
-      if (FolderLayer(include).has_value()) {
-        violations.push_back(fs::relative(file, kRoot).string() + " includes " + include);
-      }
-    }
-  }
-  EXPECT_THAT(violations, IsEmpty());
+  EXPECT_THAT(PrivateIncludesOf(kRoot, "internal"), IsEmpty());
 }
 
 TEST(LayeringTest, ToolsUseOnlyPublicAndInternalHeaders) {
-  std::vector<std::string> violations;
-  for (const fs::path& file : SourceFiles(kRoot / "tools")) {
-    for (const std::string& include : ProjectIncludes(file)) {
-      if (FolderLayer(include).has_value()) {
-        violations.push_back(fs::relative(file, kRoot).string() + " includes private " + include);
-      }
-    }
-  }
-  EXPECT_THAT(violations, IsEmpty());
+  EXPECT_THAT(PrivateIncludesOf(kRoot, "tools"), IsEmpty());
 }
 
 TEST(LayeringTest, BenchmarksAndFuzzersUseExistingHeadersBelowTorch) {
@@ -245,32 +329,20 @@ TEST(LayeringTest, BenchmarksAndFuzzersUseExistingHeadersBelowTorch) {
   // only), and a header that no longer exists; fuzz/ is compiled only in a
   // clang build with WDS_BUILD_FUZZERS, so a header moved from under a fuzzer
   // would otherwise go unnoticed.
-  std::vector<std::string> violations;
-  for (const char* dir : {"bench", "fuzz"}) {
-    for (const fs::path& file : SourceFiles(kRoot / dir)) {
-      for (const std::string& include : ProjectIncludes(file)) {
-        const std::string where = fs::relative(file, kRoot).string() + " includes " + include;
-        if (!ResolvesInTree(file, include)) violations.push_back(where + " (missing)");
-        if (LayerOf(include) == "torch") violations.push_back(where + " (torch)");
-      }
-    }
-  }
-  EXPECT_THAT(violations, IsEmpty());
+  EXPECT_THAT(MissingOrTorchIncludesOf(kRoot, "bench"), IsEmpty());
+  EXPECT_THAT(MissingOrTorchIncludesOf(kRoot, "fuzz"), IsEmpty());
 }
 
 TEST(LayeringTest, DownstreamUsesOnlyPublicHeaders) {
   // tests/downstream builds against the installed package, exactly as a user
   // does: only include/wds/ is installed.
-  std::vector<std::string> violations;
+  Violations violations;
   std::vector<std::string> seen;
-  for (const fs::path& file : SourceFiles(kRoot / "tests" / "downstream")) {
-    for (const std::string& include : ProjectIncludes(file)) {
-      seen.push_back(include);
-      if (!fs::exists(kRoot / "include" / include)) {
-        violations.push_back(fs::relative(file, kRoot).string() + " includes " + include);
-      }
-    }
-  }
+  ForEachInclude(kRoot, "tests/downstream",
+                 [&](const fs::path&, const std::string& where, const std::string& include) {
+                   seen.push_back(include);
+                   if (!fs::exists(kRoot / "include" / include)) violations.push_back(where);
+                 });
   EXPECT_THAT(seen, ::testing::Contains("wds/wds.h"));  // read through <wds/wds.h>
   EXPECT_THAT(violations, IsEmpty());
 }
@@ -278,14 +350,11 @@ TEST(LayeringTest, DownstreamUsesOnlyPublicHeaders) {
 TEST(LayeringTest, PythonBindingsUseOnlyPublicAndInternalHeaders) {
   // python/ sits above the library: public headers, the internal helpers, and
   // no LibTorch (torch interop goes through DLPack).
-  std::vector<std::string> violations;
-  for (const fs::path& file : SourceFiles(kRoot / "python")) {
-    for (const std::string& include : ProjectIncludes(file)) {
-      if (FolderLayer(include).has_value() || include.rfind("wds/torch/", 0) == 0) {
-        violations.push_back(fs::relative(file, kRoot).string() + " includes " + include);
-      }
-    }
-  }
+  Violations violations = PrivateIncludesOf(kRoot, "python");
+  ForEachInclude(kRoot, "python",
+                 [&](const fs::path&, const std::string& where, const std::string& include) {
+                   if (StartsWith(include, "wds/torch/")) violations.push_back(where);
+                 });
   EXPECT_THAT(violations, IsEmpty());
 }
 

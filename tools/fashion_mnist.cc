@@ -22,7 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "wds/tar_writer.h"
+#include "wds/tar/tar_writer.h"
 
 namespace {
 

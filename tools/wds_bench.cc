@@ -24,10 +24,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "json_text.h"
-#include "wds/image.h"
-#include "wds/internal/strings.h"
-#include "wds/loader.h"
-#include "wds/pipeline.h"
+#include "wds/image/image.h"
+#include "wds/internal/base/strings.h"
+#include "wds/loader/loader.h"
+#include "wds/pipeline/pipeline.h"
 
 namespace {
 

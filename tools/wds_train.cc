@@ -31,11 +31,11 @@
 #include <string_view>
 #include <vector>
 
-#include "wds/equalize.h"
-#include "wds/internal/atomic_file.h"
-#include "wds/loader.h"
-#include "wds/pipeline.h"
-#include "wds/shard_index.h"
+#include "wds/internal/io/atomic_file.h"
+#include "wds/loader/equalize.h"
+#include "wds/loader/loader.h"
+#include "wds/pipeline/pipeline.h"
+#include "wds/tar/shard_index.h"
 #include "wds/torch/distributed.h"
 #include "wds/torch/equalize.h"
 #include "wds/torch/tensor.h"

@@ -16,7 +16,7 @@
 
 #include <optional>
 
-#include "wds/array.h"
+#include "wds/base/array.h"
 
 namespace wdspy {
 

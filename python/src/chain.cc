@@ -12,11 +12,11 @@
 #include "opener.h"
 #include "shared_batches.h"
 #include "sources.h"
-#include "wds/batch.h"
-#include "wds/buffer_pool.h"
-#include "wds/internal/resume_channel.h"
-#include "wds/internal/strings.h"
-#include "wds/stages.h"
+#include "wds/base/buffer_pool.h"
+#include "wds/batch/batch.h"
+#include "wds/internal/base/resume_channel.h"
+#include "wds/internal/base/strings.h"
+#include "wds/stages/stages.h"
 #include "worker_context.h"
 
 namespace wdspy {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "convert.h"
-#include "wds/pipeline.h"
+#include "wds/pipeline/pipeline.h"
 
 namespace wdspy {
 

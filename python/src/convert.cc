@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "arrays.h"
-#include "wds/internal/strings.h"
+#include "wds/internal/base/strings.h"
 
 namespace wdspy {
 namespace {

@@ -25,7 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "py_ref.h"
-#include "wds/sample.h"
+#include "wds/base/sample.h"
 
 namespace wdspy {
 

@@ -5,8 +5,8 @@
 #include <utility>
 
 #include "errors.h"
-#include "wds/internal/strings.h"
-#include "wds/random.h"
+#include "wds/base/random.h"
+#include "wds/internal/base/strings.h"
 
 namespace wdspy {
 namespace {

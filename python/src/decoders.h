@@ -22,8 +22,8 @@
 
 #include "convert.h"
 #include "handlers.h"
-#include "wds/decode.h"
-#include "wds/image.h"
+#include "wds/decode/decode.h"
+#include "wds/image/image.h"
 
 namespace wdspy {
 

@@ -10,8 +10,8 @@
 
 #include "absl/strings/cord.h"
 #include "py_ref.h"
-#include "wds/error_kind.h"
-#include "wds/internal/strings.h"
+#include "wds/base/error_kind.h"
+#include "wds/internal/base/strings.h"
 
 namespace wdspy {
 namespace {
@@ -140,7 +140,7 @@ py::object RemoteException(const absl::Status& status, const std::string& url, P
 }
 
 // KindException is the exception of a status that the core marked with the
-// kind of its failure (wds/error_kind.h), of the class the reference raises
+// kind of its failure (wds/base/error_kind.h), of the class the reference raises
 // for that kind; nullopt for an unmarked status. The kind alone decides, never
 // the message, which may be reworded.
 std::optional<py::object> KindException(const absl::Status& status) {

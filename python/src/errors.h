@@ -8,7 +8,7 @@
 //   InvalidArgument / FailedPrecondition at setup ValueError
 //   anything else                               RuntimeError
 //
-// A failure that the core marked with its kind (wds/error_kind.h; the kind
+// A failure that the core marked with its kind (wds/base/error_kind.h; the kind
 // decides, not the message) is of the class the reference package raises for
 // that failure (each also a DataError):
 //
@@ -42,7 +42,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
-#include "wds/interrupt.h"
+#include "wds/base/interrupt.h"
 
 namespace wdspy {
 

@@ -10,10 +10,10 @@
 #include "convert.h"
 #include "decoders.h"
 #include "errors.h"
-#include "wds/decode.h"
-#include "wds/image.h"
-#include "wds/internal/strings.h"
-#include "wds/random.h"
+#include "wds/base/random.h"
+#include "wds/decode/decode.h"
+#include "wds/image/image.h"
+#include "wds/internal/base/strings.h"
 
 namespace wdspy {
 namespace {

@@ -3,7 +3,7 @@
 #include <string>
 
 #include "errors.h"
-#include "wds/internal/strings.h"
+#include "wds/internal/base/strings.h"
 
 namespace wdspy {
 

@@ -11,8 +11,8 @@
 
 #include "absl/status/status.h"
 #include "py_ref.h"
-#include "wds/error.h"
-#include "wds/stage.h"
+#include "wds/base/error.h"
+#include "wds/base/stage.h"
 
 namespace wdspy {
 

@@ -2,7 +2,7 @@
 // are entirely native. Threads exist only while an epoch is being iterated:
 // they start at its first item and are joined at its end, when it is
 // abandoned (close) and when the Loader goes.
-#include "wds/loader.h"
+#include "wds/loader/loader.h"
 
 #include <pybind11/stl.h>
 

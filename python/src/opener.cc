@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "errors.h"
-#include "wds/internal/strings.h"
-#include "wds/interrupt.h"
-#include "wds/remote.h"
+#include "wds/base/interrupt.h"
+#include "wds/internal/base/strings.h"
+#include "wds/io/remote.h"
 
 namespace wdspy {
 namespace {
@@ -53,7 +53,7 @@ void CloseRegistered(int fd) {
 
 // ReadFd reads once. A descriptor that may have no data for a long time (a
 // FIFO: `may_block`) is first polled in slices while the thread has an
-// interrupt check (wds/interrupt.h), which is also asked after EINTR.
+// interrupt check (wds/base/interrupt.h), which is also asked after EINTR.
 absl::StatusOr<size_t> ReadFd(int fd, void* buffer, size_t size, const std::string& url,
                               bool may_block) {
   if (may_block && wds::InterruptCheckInstalled()) {

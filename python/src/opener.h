@@ -3,7 +3,7 @@
 // PythonOpener opens local paths and file: URLs itself (descriptors it keeps
 // track of), hands "-" and pipe: URLs to wds::OpenUrl, and reads http://,
 // https://, s3:// and gs:// URLs with the core's remote reader
-// (wds/remote.h: resumed byte-exactly after faults, retried with backoff,
+// (wds/io/remote.h: resumed byte-exactly after faults, retried with backoff,
 // signed for S3, optionally through the shared cache) as its RemoteAccess
 // says. A file that cannot be opened is an errno error (FileNotFoundError
 // in Python) naming it; a remote error carries its URL (RemoteStatus in
@@ -28,8 +28,8 @@
 #include <memory>
 #include <utility>
 
-#include "wds/byte_stream.h"
-#include "wds/remote.h"
+#include "wds/io/byte_stream.h"
+#include "wds/io/remote.h"
 
 namespace wdspy {
 

@@ -10,7 +10,7 @@
 
 #include "errors.h"
 #include "opener.h"
-#include "wds/internal/strings.h"
+#include "wds/internal/base/strings.h"
 
 namespace wdspy {
 namespace {

@@ -17,7 +17,7 @@
 
 #include "arrays.h"
 #include "errors.h"
-#include "wds/internal/strings.h"
+#include "wds/internal/base/strings.h"
 
 namespace wdspy {
 namespace {

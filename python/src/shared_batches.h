@@ -37,8 +37,8 @@
 #include <vector>
 
 #include "py_ref.h"
-#include "wds/array.h"
-#include "wds/buffer_pool.h"
+#include "wds/base/array.h"
+#include "wds/base/buffer_pool.h"
 
 namespace wdspy {
 

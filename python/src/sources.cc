@@ -5,11 +5,11 @@
 
 #include "errors.h"
 #include "opener.h"
-#include "wds/internal/strings.h"
-#include "wds/interrupt.h"
-#include "wds/shard_counts.h"
-#include "wds/shard_list.h"
-#include "wds/stages.h"
+#include "wds/base/interrupt.h"
+#include "wds/internal/base/strings.h"
+#include "wds/shards/shard_list.h"
+#include "wds/stages/stages.h"
+#include "wds/tar/shard_counts.h"
 
 namespace wdspy {
 namespace {

@@ -15,9 +15,9 @@
 #include "convert.h"
 #include "handlers.h"
 #include "opener.h"
-#include "wds/pipeline.h"
-#include "wds/shard_counts.h"
-#include "wds/stage.h"
+#include "wds/base/stage.h"
+#include "wds/pipeline/pipeline.h"
+#include "wds/tar/shard_counts.h"
 
 namespace wdspy {
 

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "wds/stage.h"
+#include "wds/base/stage.h"
 
 namespace wdspy {
 

@@ -11,11 +11,11 @@
 #include "errors.h"
 #include "opener.h"
 #include "py_ref.h"
-#include "wds/internal/shard_roller.h"
-#include "wds/internal/strings.h"
-#include "wds/internal/tar_grouping.h"
-#include "wds/shard_writer.h"
-#include "wds/tar_writer.h"
+#include "wds/internal/base/strings.h"
+#include "wds/internal/tar/shard_roller.h"
+#include "wds/internal/tar/tar_grouping.h"
+#include "wds/tar/shard_writer.h"
+#include "wds/tar/tar_writer.h"
 
 namespace wdspy {
 namespace {

@@ -1,7 +1,7 @@
 """Caching remote shards on local disk (WebDataset(cache_dir=...)), and the
 reference's cache helpers.
 
-WebDataset's cache is the native remote reader's (``wds/remote.h``): a remote
+WebDataset's cache is the native remote reader's (``wds/io/remote.h``): a remote
 shard (http://, https://, s3://, gs://) is written to ``<cache_dir>/<SHA-256 of
 the URL>`` while it streams to its first reader (``.part`` until it arrived
 whole), read from there afterwards, shared by DataLoader workers, ranks and

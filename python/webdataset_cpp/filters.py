@@ -767,7 +767,7 @@ _collation_pool = None  # batch memory every _collate of this process reuses
 
 
 def _collate(samples):
-    """The core's collation of `samples` (the rules in include/wds/batch.h),
+    """The core's collation of `samples` (the rules in include/wds/batch/batch.h),
     run by a native batched stage over them."""
     global _collation_pool
     if not samples:

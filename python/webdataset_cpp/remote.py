@@ -1,7 +1,7 @@
 """How remote shards (http://, https://, s3://, gs://) are read.
 
 Remote URLs are read in-process by the native remote reader (the C++
-library's, ``wds/remote.h``): a connection cut or a transient HTTP status is
+library's, ``wds/io/remote.h``): a connection cut or a transient HTTP status is
 retried with backoff and resumed byte-exactly (``Range`` with ``If-Match``),
 s3:// is signed with AWS Signature Version 4, and an optional cache directory
 keeps complete copies, named by the SHA-256 of the URL and shared by processes.

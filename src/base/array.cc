@@ -1,6 +1,6 @@
-#include "wds/array.h"
+#include "wds/base/array.h"
 
-#include "wds/internal/strings.h"
+#include "wds/internal/base/strings.h"
 
 namespace wds {
 namespace {

@@ -1,4 +1,4 @@
-#include "wds/buffer.h"
+#include "wds/base/buffer.h"
 
 #include <cassert>
 #include <cstdlib>

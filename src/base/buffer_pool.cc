@@ -1,6 +1,6 @@
 // BufferPool: size-classed free lists over a HostAllocator, shared with the
 // deleters of the Buffers it hands out.
-#include "wds/buffer_pool.h"
+#include "wds/base/buffer_pool.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "wds/internal/strings.h"
+#include "wds/internal/base/strings.h"
 
 namespace wds {
 namespace {

@@ -5,8 +5,8 @@
 #include <string>
 
 #include "base/host_allocator.h"
-#include "wds/buffer_pool.h"
-#include "wds/internal/strings.h"
+#include "wds/base/buffer_pool.h"
+#include "wds/internal/base/strings.h"
 
 #if WDS_WITH_CUDA
 #include <cuda_runtime_api.h>

@@ -1,4 +1,4 @@
-#include "wds/error.h"
+#include "wds/base/error.h"
 
 #include <cstdio>
 #include <iterator>
@@ -7,8 +7,8 @@
 
 #include "absl/strings/cord.h"
 #include "base/handlers.h"
-#include "wds/error_kind.h"
-#include "wds/internal/strings.h"
+#include "wds/base/error_kind.h"
+#include "wds/internal/base/strings.h"
 
 namespace wds {
 
@@ -147,7 +147,7 @@ void ErrorCounters::Reset() {
 ErrorAction ApplyHandler(Handler handler, std::string_view stage, const absl::Status& error,
                          ErrorCounters* counters, const WarningSink& warn) {
   // An interruption is not the item's fault: skipping it would only go on
-  // to the next shard (wds/interrupt.h).
+  // to the next shard (wds/base/interrupt.h).
   if (absl::IsCancelled(error)) return ErrorAction::kRaise;
   if (counters != nullptr) counters->Record(stage, error.code());
   const bool warns = handler == Handler::kWarnAndContinue || handler == Handler::kWarnAndStop;

@@ -4,7 +4,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
-#include "wds/error.h"
+#include "wds/base/error.h"
 
 namespace wds {
 

@@ -18,8 +18,8 @@
 #include <string>
 #include <unordered_map>
 
-#include "wds/buffer_pool.h"
-#include "wds/internal/strings.h"
+#include "wds/base/buffer_pool.h"
+#include "wds/internal/base/strings.h"
 
 namespace wds {
 namespace {

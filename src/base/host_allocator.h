@@ -6,7 +6,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "wds/buffer_pool.h"
+#include "wds/base/buffer_pool.h"
 
 namespace wds {
 

@@ -1,4 +1,4 @@
-#include "wds/interrupt.h"
+#include "wds/base/interrupt.h"
 
 #include <utility>
 

@@ -1,4 +1,4 @@
-#include "wds/random.h"
+#include "wds/base/random.h"
 
 #include "base/split_mix64.h"
 

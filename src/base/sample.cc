@@ -1,9 +1,9 @@
-#include "wds/sample.h"
+#include "wds/base/sample.h"
 
 #include <algorithm>
 
 #include "base/value_kind.h"
-#include "wds/internal/strings.h"
+#include "wds/internal/base/strings.h"
 
 namespace wds {
 

@@ -1,4 +1,4 @@
-#include "wds/stage.h"
+#include "wds/base/stage.h"
 
 #include "base/handlers.h"
 

@@ -3,7 +3,7 @@
 
 #include <string_view>
 
-#include "wds/sample.h"
+#include "wds/base/sample.h"
 
 namespace wds {
 

@@ -9,10 +9,10 @@
 #include <string_view>
 #include <vector>
 
-#include "wds/buffer.h"
-#include "wds/buffer_pool.h"
-#include "wds/output_slots.h"
-#include "wds/sample.h"
+#include "wds/base/buffer.h"
+#include "wds/base/buffer_pool.h"
+#include "wds/base/output_slots.h"
+#include "wds/base/sample.h"
 
 namespace wds {
 

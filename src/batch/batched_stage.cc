@@ -11,8 +11,8 @@
 
 #include "batch/batch_slots.h"
 #include "batch/collate.h"
-#include "wds/batch.h"
-#include "wds/internal/strings.h"
+#include "wds/batch/batch.h"
+#include "wds/internal/base/strings.h"
 
 namespace wds {
 namespace {

@@ -15,8 +15,8 @@
 
 #include "base/value_kind.h"
 #include "stages/transform_stream.h"
-#include "wds/internal/status_macros.h"
-#include "wds/internal/strings.h"
+#include "wds/internal/base/status_macros.h"
+#include "wds/internal/base/strings.h"
 
 namespace wds {
 namespace {

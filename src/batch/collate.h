@@ -5,9 +5,9 @@
 
 #include "absl/status/statusor.h"
 #include "batch/batch_slots.h"
-#include "wds/batch.h"
-#include "wds/buffer_pool.h"
-#include "wds/sample.h"
+#include "wds/base/buffer_pool.h"
+#include "wds/base/sample.h"
+#include "wds/batch/batch.h"
 
 namespace wds {
 

@@ -1,5 +1,5 @@
 // Field decoding: BasicDecoders, DecodeSample and the Decode stage.
-#include "wds/decode.h"
+#include "wds/decode/decode.h"
 
 #include <zlib.h>
 #include <zstd.h>
@@ -17,10 +17,10 @@
 
 #include "base/value_kind.h"
 #include "stages/transform_stream.h"
-#include "wds/error_kind.h"
-#include "wds/internal/status_macros.h"
-#include "wds/internal/strings.h"
-#include "wds/npy.h"
+#include "wds/base/error_kind.h"
+#include "wds/decode/npy.h"
+#include "wds/internal/base/status_macros.h"
+#include "wds/internal/base/strings.h"
 
 namespace wds {
 namespace {

@@ -2,7 +2,7 @@
 // literal; it is parsed by a small recursive-descent reader that knows just the
 // literals numpy writes (strings, True/False, tuples of integers), so that no
 // pickle and no general evaluator is ever involved.
-#include "wds/npy.h"
+#include "wds/decode/npy.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include "wds/internal/status_macros.h"
-#include "wds/internal/strings.h"
+#include "wds/internal/base/status_macros.h"
+#include "wds/internal/base/strings.h"
 
 namespace wds {
 namespace {

@@ -4,7 +4,7 @@
 #include <optional>
 #include <utility>
 
-#include "wds/internal/strings.h"
+#include "wds/internal/base/strings.h"
 
 namespace wds::gpu {
 namespace {

@@ -10,8 +10,8 @@
 #include "absl/status/statusor.h"
 #include "image/codecs.h"
 #include "image/decode_plan.h"
-#include "wds/image.h"
-#include "wds/random.h"
+#include "wds/base/random.h"
+#include "wds/image/image.h"
 
 namespace wds::gpu {
 

@@ -3,7 +3,7 @@
 
 #include <nvjpeg.h>
 
-#include "wds/internal/strings.h"
+#include "wds/internal/base/strings.h"
 
 namespace wds::gpu {
 namespace {

@@ -10,8 +10,8 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "wds/array.h"
-#include "wds/image.h"
+#include "wds/base/array.h"
+#include "wds/image/image.h"
 
 namespace wds::gpu {
 

@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "absl/synchronization/mutex.h"
-#include "wds/internal/strings.h"
+#include "wds/internal/base/strings.h"
 
 namespace wds::gpu {
 

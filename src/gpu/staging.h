@@ -19,7 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "wds/buffer_pool.h"
+#include "wds/base/buffer_pool.h"
 
 namespace wds::gpu {
 

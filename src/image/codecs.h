@@ -5,7 +5,7 @@
 
 #include "absl/status/statusor.h"
 #include "image/decode_plan.h"
-#include "wds/array.h"
+#include "wds/base/array.h"
 
 namespace wds::image_internal {
 

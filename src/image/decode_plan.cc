@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "wds/internal/strings.h"
+#include "wds/internal/base/strings.h"
 
 namespace wds::image_internal {
 namespace {

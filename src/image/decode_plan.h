@@ -5,9 +5,9 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "wds/image.h"
-#include "wds/output_slots.h"
-#include "wds/random.h"
+#include "wds/base/output_slots.h"
+#include "wds/base/random.h"
+#include "wds/image/image.h"
 
 namespace wds::image_internal {
 

@@ -3,9 +3,9 @@
 #include <utility>
 
 #include "image/codecs.h"
-#include "wds/image.h"
-#include "wds/internal/status_macros.h"
-#include "wds/internal/strings.h"
+#include "wds/image/image.h"
+#include "wds/internal/base/status_macros.h"
+#include "wds/internal/base/strings.h"
 
 namespace wds {
 namespace {

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "wds/image.h"
-#include "wds/internal/strings.h"
+#include "wds/image/image.h"
+#include "wds/internal/base/strings.h"
 
 namespace wds {
 namespace {

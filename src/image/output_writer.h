@@ -7,8 +7,8 @@
 #include <utility>
 
 #include "image/decode_plan.h"
-#include "wds/array.h"
-#include "wds/output_slots.h"
+#include "wds/base/array.h"
+#include "wds/base/output_slots.h"
 
 namespace wds::image_internal {
 

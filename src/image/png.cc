@@ -9,8 +9,8 @@
 #include "image/pixels.h"
 #include "image/resample.h"
 #include "image/scratch.h"
-#include "wds/internal/status_macros.h"
-#include "wds/internal/strings.h"
+#include "wds/internal/base/status_macros.h"
+#include "wds/internal/base/strings.h"
 
 namespace wds::image_internal {
 namespace {

@@ -9,7 +9,7 @@
 #include "image/output_writer.h"
 #include "image/pixels.h"
 #include "image/scratch.h"
-#include "wds/array.h"
+#include "wds/base/array.h"
 
 namespace wds::image_internal {
 

@@ -1,12 +1,12 @@
 // TemporaryPath and WriteFileAtomically.
-#include "wds/internal/atomic_file.h"
+#include "wds/internal/io/atomic_file.h"
 
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 
-#include "wds/internal/strings.h"
+#include "wds/internal/base/strings.h"
 
 namespace wds {
 

@@ -13,7 +13,7 @@
 #include <string_view>
 #include <utility>
 
-#include "wds/byte_stream.h"
+#include "wds/io/byte_stream.h"
 
 namespace wds {
 
@@ -45,7 +45,7 @@ class UniqueFd {
 // descriptor someone else made non-blocking (standard input may be shared).
 // `may_block` says the descriptor may have no data for a long time (not a
 // regular file): with an interrupt check installed on the thread
-// (wds/interrupt.h) it waits in poll(2) first, calling the check every
+// (wds/base/interrupt.h) it waits in poll(2) first, calling the check every
 // kInterruptCheckInterval, so a Cancelled error ends a wait on a stalled
 // command or FIFO. Errors name `url` and what is read (`what`, e.g. "its
 // cached copy: ").

@@ -7,8 +7,8 @@
 #include <cstring>
 #include <mutex>
 
-#include "wds/internal/strings.h"
-#include "wds/interrupt.h"
+#include "wds/base/interrupt.h"
+#include "wds/internal/base/strings.h"
 
 namespace wds {
 namespace {

@@ -7,7 +7,7 @@
 //   if (s.ok() && transfer.response().status == 200)
 //     while ((n = *transfer.Read(buffer, size)) > 0) ...
 //
-// A thread with an interrupt check (wds/interrupt.h) has it called at least
+// A thread with an interrupt check (wds/base/interrupt.h) has it called at least
 // every kInterruptCheckInterval while it waits for the server; a non-OK
 // check abandons the request and Begin or Read returns that status.
 //
@@ -35,7 +35,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "wds/remote.h"
+#include "wds/io/remote.h"
 
 namespace wds {
 

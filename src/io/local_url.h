@@ -8,7 +8,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "wds/byte_stream.h"
+#include "wds/io/byte_stream.h"
 
 namespace wds {
 

@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "wds/byte_stream.h"
+#include "wds/io/byte_stream.h"
 
 namespace wds {
 namespace {

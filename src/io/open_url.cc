@@ -22,12 +22,12 @@
 
 #include "io/file_stream.h"
 #include "io/local_url.h"
-#include "wds/byte_stream.h"
-#include "wds/error_kind.h"
-#include "wds/internal/status_macros.h"
-#include "wds/internal/strings.h"
-#include "wds/interrupt.h"
-#include "wds/remote.h"
+#include "wds/base/error_kind.h"
+#include "wds/base/interrupt.h"
+#include "wds/internal/base/status_macros.h"
+#include "wds/internal/base/strings.h"
+#include "wds/io/byte_stream.h"
+#include "wds/io/remote.h"
 
 extern char** environ;
 
@@ -196,7 +196,7 @@ class PipeStream : public ByteStream {
  private:
   // AwaitOutput blocks until stdout is readable or closed, draining whatever
   // stderr the command writes meanwhile, or until the thread's interrupt
-  // check says to give up (wds/interrupt.h).
+  // check says to give up (wds/base/interrupt.h).
   absl::Status AwaitOutput() {
     std::array<pollfd, 2> fds = {pollfd{out_.get(), POLLIN, 0}, pollfd{err_.get(), POLLIN, 0}};
     // poll ignores negative descriptors, so closed ones simply drop out.

@@ -10,8 +10,8 @@
 #include "io/remote_stream.h"
 #include "io/remote_target.h"
 #include "io/shard_cache.h"
-#include "wds/internal/strings.h"
-#include "wds/remote.h"
+#include "wds/internal/base/strings.h"
+#include "wds/io/remote.h"
 
 namespace wds {
 namespace {

@@ -7,9 +7,9 @@
 #include <ctime>
 #include <thread>
 
-#include "wds/internal/status_macros.h"
-#include "wds/internal/strings.h"
-#include "wds/interrupt.h"
+#include "wds/base/interrupt.h"
+#include "wds/internal/base/status_macros.h"
+#include "wds/internal/base/strings.h"
 
 namespace wds {
 namespace {

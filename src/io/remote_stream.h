@@ -1,5 +1,5 @@
 // RemoteStream: the ByteStream of a remote object, resumed byte-exactly
-// after transient faults (the policy is documented in wds/remote.h).
+// after transient faults (the policy is documented in wds/io/remote.h).
 //
 //   auto pool = std::make_shared<TransferPool>();
 //   absl::StatusOr<std::unique_ptr<RemoteStream>> s =
@@ -19,8 +19,8 @@
 
 #include "io/http_transfer.h"
 #include "io/remote_target.h"
-#include "wds/byte_stream.h"
-#include "wds/remote.h"
+#include "wds/io/byte_stream.h"
+#include "wds/io/remote.h"
 
 namespace wds {
 
@@ -139,7 +139,7 @@ std::chrono::milliseconds RetryAfter(const std::string& value);
 std::chrono::milliseconds BackoffDelay(int failures, const RemoteOptions& options,
                                        std::chrono::milliseconds retry_after, std::mt19937_64& rng);
 // kMinProgress is the least an attempt must deliver, without being cut for
-// slowness, to end a run of failures (see wds/remote.h).
+// slowness, to end a run of failures (see wds/io/remote.h).
 inline constexpr int64_t kMinProgress = 64 << 10;
 
 }  // namespace wds

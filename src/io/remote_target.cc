@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "wds/internal/strings.h"
+#include "wds/internal/base/strings.h"
 
 namespace wds {
 namespace {

@@ -20,7 +20,7 @@
 #include "absl/status/statusor.h"
 #include "io/http_transfer.h"
 #include "io/sigv4.h"
-#include "wds/remote.h"
+#include "wds/io/remote.h"
 
 namespace wds {
 

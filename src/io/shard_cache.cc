@@ -19,8 +19,8 @@
 
 #include "io/file_stream.h"
 #include "io/sigv4.h"
-#include "wds/internal/atomic_file.h"
-#include "wds/internal/strings.h"
+#include "wds/internal/base/strings.h"
+#include "wds/internal/io/atomic_file.h"
 
 namespace wds {
 namespace {

@@ -1,7 +1,7 @@
 // ShardCache: complete local copies of remote objects, filled while they
 // stream to their first reader, shared by processes through flock(2) and
 // bounded by least-recently-used eviction. The protocol is documented in
-// wds/remote.h ("Cache").
+// wds/io/remote.h ("Cache").
 //
 //   auto cache = std::make_shared<ShardCache>("/scratch/cache", int64_t{100} << 30);
 //   absl::StatusOr<std::unique_ptr<ByteStream>> s =
@@ -20,7 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "io/remote_stream.h"
-#include "wds/byte_stream.h"
+#include "wds/io/byte_stream.h"
 
 namespace wds {
 

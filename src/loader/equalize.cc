@@ -1,11 +1,11 @@
-#include "wds/equalize.h"
+#include "wds/loader/equalize.h"
 
 #include <algorithm>
 #include <utility>
 
-#include "wds/internal/status_macros.h"
-#include "wds/internal/strings.h"
-#include "wds/shard_index.h"
+#include "wds/internal/base/status_macros.h"
+#include "wds/internal/base/strings.h"
+#include "wds/tar/shard_index.h"
 
 namespace wds {
 namespace {

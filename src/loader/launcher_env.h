@@ -1,5 +1,5 @@
 // What the launcher's environment says besides rank and world size (those are
-// ResolvePlacement's, wds/placement.h): the local rank, which picks this
+// ResolvePlacement's, wds/loader/placement.h): the local rank, which picks this
 // process's GPU (for the Loader's pinned memory and the LibTorch layer's
 // device), and the address where rank 0 listens (for the LibTorch layer's
 // rendezvous). Same precedence and errors as ResolvePlacement.
@@ -13,7 +13,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "wds/placement.h"
+#include "wds/loader/placement.h"
 
 namespace wds {
 

@@ -1,4 +1,4 @@
-#include "wds/loader.h"
+#include "wds/loader/loader.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -14,12 +14,12 @@
 #include "base/handlers.h"
 #include "base/host_allocator.h"
 #include "loader/launcher_env.h"
-#include "wds/internal/bounded_queue.h"
-#include "wds/internal/resume_channel.h"
-#include "wds/internal/status_macros.h"
-#include "wds/internal/strings.h"
-#include "wds/interrupt.h"
-#include "wds/placement.h"
+#include "wds/base/interrupt.h"
+#include "wds/internal/base/bounded_queue.h"
+#include "wds/internal/base/resume_channel.h"
+#include "wds/internal/base/status_macros.h"
+#include "wds/internal/base/strings.h"
+#include "wds/loader/placement.h"
 
 namespace wds {
 namespace {
@@ -205,7 +205,7 @@ class WorkerGroup {
 
   // Take returns the next item or error in loader order, or nullopt once every
   // worker has ended. When the calling thread's interrupt check gives up
-  // (wds/interrupt.h), Take returns its error with *interrupted set, and
+  // (wds/base/interrupt.h), Take returns its error with *interrupted set, and
   // nothing was taken.
   SampleResult Take(bool* interrupted) {
     *interrupted = false;

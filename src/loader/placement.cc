@@ -1,4 +1,4 @@
-#include "wds/placement.h"
+#include "wds/loader/placement.h"
 
 #include <charconv>
 #include <cstdlib>
@@ -8,8 +8,8 @@
 
 #include "loader/launcher_env.h"
 #include "loader/slurm_nodelist.h"
-#include "wds/internal/status_macros.h"
-#include "wds/internal/strings.h"
+#include "wds/internal/base/status_macros.h"
+#include "wds/internal/base/strings.h"
 
 namespace wds {
 namespace {

@@ -1,4 +1,4 @@
-#include "wds/pipeline.h"
+#include "wds/pipeline/pipeline.h"
 
 #include <string_view>
 #include <utility>
@@ -8,9 +8,9 @@
 #include "stages/passes.h"
 #include "tar/index_lookup.h"
 #include "tar/tar_samples.h"
-#include "wds/internal/status_macros.h"
-#include "wds/internal/strings.h"
-#include "wds/shard_counts.h"
+#include "wds/internal/base/status_macros.h"
+#include "wds/internal/base/strings.h"
+#include "wds/tar/shard_counts.h"
 
 namespace wds {
 

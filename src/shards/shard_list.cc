@@ -1,14 +1,14 @@
 // Shard lists: per-epoch permutation, node/worker splits and the URL streams
 // of one worker.
-#include "wds/shard_list.h"
+#include "wds/shards/shard_list.h"
 
 #include <algorithm>
 #include <cassert>
 #include <utility>
 
 #include "shards/shard_streams.h"
-#include "wds/internal/strings.h"
-#include "wds/random.h"
+#include "wds/base/random.h"
+#include "wds/internal/base/strings.h"
 
 namespace wds {
 namespace {

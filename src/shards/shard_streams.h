@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "wds/shard_list.h"
-#include "wds/stage.h"
+#include "wds/base/stage.h"
+#include "wds/shards/shard_list.h"
 
 namespace wds {
 

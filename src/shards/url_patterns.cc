@@ -6,9 +6,9 @@
 #include <cstdio>
 #include <utility>
 
-#include "wds/internal/status_macros.h"
-#include "wds/internal/strings.h"
-#include "wds/shard_list.h"
+#include "wds/internal/base/status_macros.h"
+#include "wds/internal/base/strings.h"
+#include "wds/shards/shard_list.h"
 
 namespace wds {
 namespace {

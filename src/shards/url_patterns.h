@@ -1,5 +1,5 @@
 // Brace expansion of one URL pattern (no "::" lists), the part of ExpandUrls
-// (wds/shard_list.h, which documents the rules) that each list item goes
+// (wds/shards/shard_list.h, which documents the rules) that each list item goes
 // through.
 #pragma once
 
@@ -29,7 +29,7 @@ struct ExpansionLimits {
 [[nodiscard]] absl::StatusOr<std::vector<std::string>> ExpandBraces(std::string_view pattern,
                                                                     ExpansionLimits limits = {});
 
-// ExpandUrls is wds::ExpandUrls (wds/shard_list.h) within `limits` (the
+// ExpandUrls is wds::ExpandUrls (wds/shards/shard_list.h) within `limits` (the
 // fuzzer's are small, so that each input costs little).
 [[nodiscard]] absl::StatusOr<std::vector<std::string>> ExpandUrls(std::string_view urls,
                                                                   ExpansionLimits limits);

@@ -2,8 +2,8 @@
 
 #include <utility>
 
-#include "wds/internal/resume_channel.h"
-#include "wds/internal/strings.h"
+#include "wds/internal/base/resume_channel.h"
+#include "wds/internal/base/strings.h"
 
 namespace wds {
 namespace {

@@ -6,7 +6,7 @@
 #include <memory>
 #include <optional>
 
-#include "wds/stage.h"
+#include "wds/base/stage.h"
 
 namespace wds {
 

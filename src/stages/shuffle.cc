@@ -4,10 +4,10 @@
 #include <utility>
 #include <vector>
 
-#include "wds/internal/resume_channel.h"
-#include "wds/internal/strings.h"
-#include "wds/random.h"
-#include "wds/stages.h"
+#include "wds/base/random.h"
+#include "wds/internal/base/resume_channel.h"
+#include "wds/internal/base/strings.h"
+#include "wds/stages/stages.h"
 
 namespace wds {
 namespace {

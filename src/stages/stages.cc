@@ -1,6 +1,6 @@
 // The per-sample stages: map, select, rename, to_tuple, slice and repeat
 // (shuffle lives in shuffle.cc).
-#include "wds/stages.h"
+#include "wds/stages/stages.h"
 
 #include <algorithm>
 #include <functional>
@@ -13,7 +13,7 @@
 
 #include "stages/passes.h"
 #include "stages/transform_stream.h"
-#include "wds/internal/strings.h"
+#include "wds/internal/base/strings.h"
 
 namespace wds {
 namespace {

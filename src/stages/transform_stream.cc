@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "wds/internal/strings.h"
+#include "wds/internal/base/strings.h"
 
 namespace wds {
 

@@ -9,9 +9,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "wds/error.h"
-#include "wds/sample.h"
-#include "wds/stage.h"
+#include "wds/base/error.h"
+#include "wds/base/sample.h"
+#include "wds/base/stage.h"
 
 namespace wds {
 

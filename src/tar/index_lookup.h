@@ -1,5 +1,5 @@
 // Index lookup for sample-granular reading: at which tar offset each sample
-// of an index (IndexOf, wds/shard_index.h) starts. The pipeline's
+// of an index (IndexOf, wds/tar/shard_index.h) starts. The pipeline's
 // ShardCatalog (tar/shard_catalog.h) is built on it; it lives beside the index
 // format in shard_index.cc.
 #pragma once
@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "wds/shard_index.h"
+#include "wds/tar/shard_index.h"
 
 namespace wds {
 

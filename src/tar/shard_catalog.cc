@@ -3,8 +3,8 @@
 #include <utility>
 
 #include "tar/index_lookup.h"
-#include "wds/internal/status_macros.h"
-#include "wds/internal/strings.h"
+#include "wds/internal/base/status_macros.h"
+#include "wds/internal/base/strings.h"
 
 namespace wds {
 

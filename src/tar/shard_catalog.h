@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "wds/byte_stream.h"
-#include "wds/shard_index.h"
+#include "wds/io/byte_stream.h"
+#include "wds/tar/shard_index.h"
 
 namespace wds {
 

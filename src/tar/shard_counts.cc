@@ -1,4 +1,4 @@
-#include "wds/shard_counts.h"
+#include "wds/tar/shard_counts.h"
 
 #include <string_view>
 #include <unordered_set>

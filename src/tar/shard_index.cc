@@ -1,5 +1,5 @@
 // Shard indexes: header-only tar scans, DALI's text index, wids' JSON index.
-#include "wds/shard_index.h"
+#include "wds/tar/shard_index.h"
 
 #include <cerrno>
 #include <cstdio>
@@ -10,13 +10,13 @@
 #include <sstream>
 
 #include "tar/index_lookup.h"
-#include "wds/byte_stream.h"
-#include "wds/internal/atomic_file.h"
-#include "wds/internal/shard_scan.h"
-#include "wds/internal/status_macros.h"
-#include "wds/internal/strings.h"
-#include "wds/internal/tar_grouping.h"
-#include "wds/remote.h"
+#include "wds/internal/base/status_macros.h"
+#include "wds/internal/base/strings.h"
+#include "wds/internal/io/atomic_file.h"
+#include "wds/internal/tar/shard_scan.h"
+#include "wds/internal/tar/tar_grouping.h"
+#include "wds/io/byte_stream.h"
+#include "wds/io/remote.h"
 
 namespace wds {
 namespace {

@@ -1,9 +1,9 @@
 // Upper bounds of tar footprints and the shard rolling rule.
-#include "wds/internal/shard_roller.h"
+#include "wds/internal/tar/shard_roller.h"
 
 #include <optional>
 
-#include "wds/internal/strings.h"
+#include "wds/internal/base/strings.h"
 
 namespace wds {
 namespace {

@@ -1,4 +1,4 @@
-#include "wds/shard_writer.h"
+#include "wds/tar/shard_writer.h"
 
 #include <sys/stat.h>
 
@@ -7,12 +7,12 @@
 #include <optional>
 #include <utility>
 
-#include "wds/internal/atomic_file.h"
-#include "wds/internal/shard_roller.h"
-#include "wds/internal/status_macros.h"
-#include "wds/internal/strings.h"
-#include "wds/internal/tar_grouping.h"
-#include "wds/shard_index.h"
+#include "wds/internal/base/status_macros.h"
+#include "wds/internal/base/strings.h"
+#include "wds/internal/io/atomic_file.h"
+#include "wds/internal/tar/shard_roller.h"
+#include "wds/internal/tar/tar_grouping.h"
+#include "wds/tar/shard_index.h"
 
 namespace wds {
 namespace {

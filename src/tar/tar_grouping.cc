@@ -1,10 +1,10 @@
 // WebDataset grouping: member names -> (key, field), consecutive members with
 // one key -> one GroupedSample.
-#include "wds/internal/tar_grouping.h"
+#include "wds/internal/tar/tar_grouping.h"
 
 #include <utility>
 
-#include "wds/internal/strings.h"
+#include "wds/internal/base/strings.h"
 
 namespace wds {
 namespace {

@@ -13,7 +13,7 @@
 //    neither, and corrupt bytes in a stored block would pass unnoticed.
 // Members after a zero block (tars concatenated with cat) are read too, as
 // `tar --ignore-zeros` does.
-#include "wds/tar_reader.h"
+#include "wds/tar/tar_reader.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -27,9 +27,9 @@
 #include <utility>
 
 #include "absl/strings/cord.h"
-#include "wds/error_kind.h"
-#include "wds/internal/status_macros.h"
-#include "wds/internal/strings.h"
+#include "wds/base/error_kind.h"
+#include "wds/internal/base/status_macros.h"
+#include "wds/internal/base/strings.h"
 
 namespace wds {
 namespace {
@@ -76,7 +76,7 @@ absl::Status Annotate(const absl::Status& error, std::string_view where) {
 }
 
 // Unreadable marks a reader's own error: the shard at `url` is not a readable
-// tar (wds/error_kind.h).
+// tar (wds/base/error_kind.h).
 absl::Status Unreadable(absl::Status error, std::string_view url) {
   return WithErrorKind(std::move(error), ErrorKind::kShardUnreadable, url);
 }

@@ -7,10 +7,10 @@
 #include <utility>
 #include <vector>
 
-#include "wds/internal/resume_channel.h"
-#include "wds/internal/status_macros.h"
-#include "wds/internal/strings.h"
-#include "wds/internal/tar_grouping.h"
+#include "wds/internal/base/resume_channel.h"
+#include "wds/internal/base/status_macros.h"
+#include "wds/internal/base/strings.h"
+#include "wds/internal/tar/tar_grouping.h"
 
 namespace wds {
 namespace {

@@ -5,15 +5,15 @@
 
 #include "shards/shard_streams.h"
 #include "tar/shard_catalog.h"
-#include "wds/byte_stream.h"
-#include "wds/error.h"
-#include "wds/stage.h"
-#include "wds/tar_reader.h"
+#include "wds/base/error.h"
+#include "wds/base/stage.h"
+#include "wds/io/byte_stream.h"
+#include "wds/tar/tar_reader.h"
 
 namespace wds {
 
 // TarSamples reads every shard `urls` yields and turns its grouped members
-// (wds/internal/tar_grouping.h) into Samples: "__key__", "__url__", then one
+// (wds/internal/tar/tar_grouping.h) into Samples: "__key__", "__url__", then one
 // field per member, lower-cased. A repeated field is an InvalidArgument error
 // naming the sample and the member. Errors (opening, reading, grouping) go to
 // `handler` (stage "tar"); "continue" drops the broken sample (or the rest of

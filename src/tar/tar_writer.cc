@@ -1,4 +1,4 @@
-#include "wds/tar_writer.h"
+#include "wds/tar/tar_writer.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "tar/zstd_file_sink.h"
-#include "wds/internal/strings.h"
+#include "wds/internal/base/strings.h"
 
 namespace wds {
 namespace {

@@ -6,7 +6,7 @@
 #include <cerrno>
 
 #include "absl/status/status.h"
-#include "wds/internal/strings.h"
+#include "wds/internal/base/strings.h"
 
 namespace wds {
 

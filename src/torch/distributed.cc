@@ -25,7 +25,7 @@
 #include "loader/launcher_env.h"
 #include "torch/distributed_impl.h"
 #include "torch/torch_errors.h"
-#include "wds/internal/strings.h"
+#include "wds/internal/base/strings.h"
 
 #if defined(WDS_WITH_NCCL)
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>

@@ -10,7 +10,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
-#include "wds/placement.h"
+#include "wds/loader/placement.h"
 #include "wds/torch/distributed.h"
 
 namespace wds {

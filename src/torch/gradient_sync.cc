@@ -17,7 +17,7 @@
 
 #include "torch/distributed_impl.h"
 #include "torch/torch_errors.h"
-#include "wds/internal/strings.h"
+#include "wds/internal/base/strings.h"
 #include "wds/torch/distributed.h"
 
 namespace wds {

@@ -14,7 +14,7 @@
 #include <utility>
 
 #include "torch/torch_errors.h"
-#include "wds/internal/strings.h"
+#include "wds/internal/base/strings.h"
 
 namespace wds {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "torch/torch_dtype.h"
 #include "torch/torch_errors.h"
-#include "wds/internal/strings.h"
+#include "wds/internal/base/strings.h"
 
 namespace wds {
 namespace {

@@ -3,7 +3,7 @@
 
 #include <torch/types.h>
 
-#include "wds/array.h"
+#include "wds/base/array.h"
 
 namespace wds {
 

@@ -7,11 +7,11 @@
 #include "base/split_mix64.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "wds/buffer.h"
-#include "wds/error.h"
-#include "wds/error_kind.h"
-#include "wds/random.h"
-#include "wds/sample.h"
+#include "wds/base/buffer.h"
+#include "wds/base/error.h"
+#include "wds/base/error_kind.h"
+#include "wds/base/random.h"
+#include "wds/base/sample.h"
 
 namespace wds {
 namespace {

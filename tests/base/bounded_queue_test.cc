@@ -1,5 +1,5 @@
 // BoundedQueue: order, capacity, timed pops, Close and CloseInput.
-#include "wds/internal/bounded_queue.h"
+#include "wds/internal/base/bounded_queue.h"
 
 #include <atomic>
 #include <chrono>

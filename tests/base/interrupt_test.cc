@@ -1,6 +1,6 @@
-// wds/interrupt.h: waits on stalled sources give up when the thread's
+// wds/base/interrupt.h: waits on stalled sources give up when the thread's
 // interrupt check says so; handlers never swallow the interruption.
-#include "wds/interrupt.h"
+#include "wds/base/interrupt.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -11,9 +11,9 @@
 #include <thread>
 
 #include "util/test_util.h"
-#include "wds/byte_stream.h"
-#include "wds/loader.h"
-#include "wds/pipeline.h"
+#include "wds/io/byte_stream.h"
+#include "wds/loader/loader.h"
+#include "wds/pipeline/pipeline.h"
 
 namespace wds {
 namespace {

@@ -19,9 +19,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "util/test_util.h"
-#include "wds/buffer_pool.h"
-#include "wds/loader.h"
-#include "wds/pipeline.h"
+#include "wds/base/buffer_pool.h"
+#include "wds/loader/loader.h"
+#include "wds/pipeline/pipeline.h"
 
 #if WDS_WITH_CUDA
 #include <cuda_runtime_api.h>

@@ -1,6 +1,6 @@
 // Cat: every piece in the text it stands for, integers by their own
 // signedness.
-#include "wds/internal/strings.h"
+#include "wds/internal/base/strings.h"
 
 #include <cstdint>
 #include <limits>

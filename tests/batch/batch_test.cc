@@ -1,7 +1,7 @@
 // Tests for collation (Collate) and the Batched stage: every collation rule
 // and error, padding and lengths, partial batches, dynamic budgets, handlers
 // and pool use.
-#include "wds/batch.h"
+#include "wds/batch/batch.h"
 
 #include <algorithm>
 #include <cstring>
@@ -14,8 +14,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "util/test_util.h"
-#include "wds/npy.h"
-#include "wds/pipeline.h"
+#include "wds/decode/npy.h"
+#include "wds/pipeline/pipeline.h"
 
 namespace wds {
 namespace {

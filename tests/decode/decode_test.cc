@@ -1,6 +1,6 @@
 // Tests for field decoding: FieldExtension, BasicDecoders, DecodeSample and
 // the Decode stage.
-#include "wds/decode.h"
+#include "wds/decode/decode.h"
 
 #include <zlib.h>
 #include <zstd.h>
@@ -13,9 +13,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "util/test_util.h"
-#include "wds/error_kind.h"
-#include "wds/npy.h"
-#include "wds/pipeline.h"
+#include "wds/base/error_kind.h"
+#include "wds/decode/npy.h"
+#include "wds/pipeline/pipeline.h"
 
 namespace wds {
 namespace {
@@ -349,7 +349,7 @@ TEST(DecodeSampleTest, DecoderErrorKeepsCodeAndNamesUrlKeyAndField) {
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(std::string(status.message()),
             std::string(kUrl) + ": key k9: field seg.png: corrupt header");
-  // The site travels apart from the message too (wds/error_kind.h).
+  // The site travels apart from the message too (wds/base/error_kind.h).
   EXPECT_EQ(ErrorKindOf(status), ErrorKind::kFieldDecode);
   std::optional<FieldSite> site = FieldSiteOf(status);
   ASSERT_TRUE(site.has_value());

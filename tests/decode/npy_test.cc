@@ -2,7 +2,7 @@
 // python3) are compared element by element with numpy's own C-order native
 // bytes; malformed files fail with precise codes; EncodeNpy is read back by
 // numpy; npy fields decode through BasicDecoders.
-#include "wds/npy.h"
+#include "wds/decode/npy.h"
 
 #include <cstring>
 #include <fstream>
@@ -13,7 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "util/test_util.h"
-#include "wds/decode.h"
+#include "wds/decode/decode.h"
 
 namespace wds {
 namespace {

@@ -20,8 +20,8 @@
 #include "gtest/gtest.h"
 #include "image/resample.h"
 #include "jpeg_variants.h"
-#include "wds/image.h"
-#include "wds/random.h"
+#include "wds/base/random.h"
+#include "wds/image/image.h"
 
 namespace wds::gpu {
 namespace {

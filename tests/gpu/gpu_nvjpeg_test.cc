@@ -15,9 +15,9 @@
 #include "gpu/staging.h"
 #include "gtest/gtest.h"
 #include "jpeg_variants.h"
-#include "wds/buffer_pool.h"
-#include "wds/image.h"
-#include "wds/random.h"
+#include "wds/base/buffer_pool.h"
+#include "wds/base/random.h"
+#include "wds/image/image.h"
 
 namespace wds::gpu {
 namespace {

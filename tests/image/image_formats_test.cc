@@ -12,8 +12,8 @@
 #include "gtest/gtest.h"
 #include "image_test_util.h"
 #include "util/test_util.h"
-#include "wds/image.h"
-#include "wds/pipeline.h"
+#include "wds/image/image.h"
+#include "wds/pipeline/pipeline.h"
 
 namespace wds {
 namespace {

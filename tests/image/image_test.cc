@@ -1,7 +1,7 @@
 // Tests for image specs, options, the resampler, JPEG decoding (full size,
 // DCT-scaled, cropped), random resized crops and flips. Expected pixels come
 // from djpeg (libjpeg-turbo-progs), not from this library's own decoder.
-#include "wds/image.h"
+#include "wds/image/image.h"
 
 #include <cmath>
 #include <string>

@@ -16,7 +16,7 @@
 #include "gtest/gtest.h"
 #include "image/resample.h"
 #include "util/test_util.h"
-#include "wds/image.h"
+#include "wds/image/image.h"
 
 namespace wds::image_testing {
 

@@ -19,9 +19,9 @@
 #include "gtest/gtest.h"
 #include "io/local_url.h"
 #include "util/test_util.h"
-#include "wds/byte_stream.h"
-#include "wds/error_kind.h"
-#include "wds/internal/strings.h"
+#include "wds/base/error_kind.h"
+#include "wds/internal/base/strings.h"
+#include "wds/io/byte_stream.h"
 
 namespace wds {
 namespace {

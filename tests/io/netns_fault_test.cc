@@ -13,7 +13,7 @@
 #include "gtest/gtest.h"
 #include "util/remote_test_util.h"
 #include "util/test_util.h"
-#include "wds/internal/strings.h"
+#include "wds/internal/base/strings.h"
 
 namespace wds {
 namespace {

@@ -15,9 +15,9 @@
 #include "gtest/gtest.h"
 #include "util/remote_test_util.h"
 #include "util/test_util.h"
-#include "wds/internal/strings.h"
-#include "wds/pipeline.h"
-#include "wds/remote.h"
+#include "wds/internal/base/strings.h"
+#include "wds/io/remote.h"
+#include "wds/pipeline/pipeline.h"
 
 namespace wds {
 namespace {

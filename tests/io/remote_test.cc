@@ -2,7 +2,7 @@
 // reader must survive is recovered with the object's exact bytes (compared
 // by SHA-256), and every fault it must not survive fails with the documented
 // code and a message naming the URL.
-#include "wds/remote.h"
+#include "wds/io/remote.h"
 
 #include <signal.h>
 
@@ -19,11 +19,11 @@
 #include "io/remote_stream.h"
 #include "util/remote_test_util.h"
 #include "util/test_util.h"
-#include "wds/internal/strings.h"
-#include "wds/interrupt.h"
-#include "wds/loader.h"
-#include "wds/pipeline.h"
-#include "wds/tar_reader.h"
+#include "wds/base/interrupt.h"
+#include "wds/internal/base/strings.h"
+#include "wds/loader/loader.h"
+#include "wds/pipeline/pipeline.h"
+#include "wds/tar/tar_reader.h"
 
 namespace wds {
 namespace {

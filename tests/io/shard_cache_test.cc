@@ -20,8 +20,8 @@
 #include "io/sigv4.h"
 #include "util/remote_test_util.h"
 #include "util/test_util.h"
-#include "wds/internal/strings.h"
-#include "wds/remote.h"
+#include "wds/internal/base/strings.h"
+#include "wds/io/remote.h"
 
 namespace wds {
 namespace {

@@ -20,7 +20,7 @@
 #include "gtest/gtest.h"
 #include "io/remote_target.h"
 #include "util/test_util.h"
-#include "wds/internal/strings.h"
+#include "wds/internal/base/strings.h"
 
 namespace wds {
 namespace {

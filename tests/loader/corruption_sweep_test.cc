@@ -20,9 +20,9 @@
 #include "gtest/gtest.h"
 #include "tar/zstd_file_sink.h"
 #include "util/test_util.h"
-#include "wds/loader.h"
-#include "wds/pipeline.h"
-#include "wds/tar_writer.h"
+#include "wds/loader/loader.h"
+#include "wds/pipeline/pipeline.h"
+#include "wds/tar/tar_writer.h"
 
 namespace wds {
 namespace {

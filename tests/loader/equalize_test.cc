@@ -1,4 +1,4 @@
-#include "wds/equalize.h"
+#include "wds/loader/equalize.h"
 
 #include <string>
 #include <vector>

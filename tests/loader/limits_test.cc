@@ -17,9 +17,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "util/test_util.h"
-#include "wds/decode.h"
-#include "wds/image.h"
-#include "wds/pipeline.h"
+#include "wds/decode/decode.h"
+#include "wds/image/image.h"
+#include "wds/pipeline/pipeline.h"
 
 namespace wds {
 namespace {

@@ -1,7 +1,7 @@
 // Tests for the Loader: worker threads, round-robin order, epoch sizing,
 // shutdown, rank/world resolution and error counting. Sources are in-memory
 // streams whose items are named after the WorkerContext that produced them.
-#include "wds/loader.h"
+#include "wds/loader/loader.h"
 
 #include <dirent.h>
 #include <pthread.h>
@@ -28,10 +28,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "util/test_util.h"
-#include "wds/decode.h"
-#include "wds/error_kind.h"
-#include "wds/pipeline.h"
-#include "wds/stage.h"
+#include "wds/base/error_kind.h"
+#include "wds/base/stage.h"
+#include "wds/decode/decode.h"
+#include "wds/pipeline/pipeline.h"
 
 namespace wds {
 namespace {

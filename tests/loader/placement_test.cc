@@ -1,6 +1,6 @@
-// Tests for wds/placement.h: rank, world size, local rank and rendezvous from
+// Tests for wds/loader/placement.h: rank, world size, local rank and rendezvous from
 // explicit options, torchrun's and SLURM's variables, and SLURM node lists.
-#include "wds/placement.h"
+#include "wds/loader/placement.h"
 
 #include <cstdlib>
 #include <optional>

@@ -12,11 +12,11 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "util/test_util.h"
-#include "wds/array.h"
-#include "wds/internal/resume_channel.h"
-#include "wds/loader.h"
-#include "wds/npy.h"
-#include "wds/shard_index.h"
+#include "wds/base/array.h"
+#include "wds/decode/npy.h"
+#include "wds/internal/base/resume_channel.h"
+#include "wds/loader/loader.h"
+#include "wds/tar/shard_index.h"
 
 namespace wds {
 namespace {

@@ -9,8 +9,8 @@
 #include "gtest/gtest.h"
 #include "shards/shard_streams.h"
 #include "shards/url_patterns.h"
-#include "wds/internal/strings.h"
-#include "wds/shard_list.h"
+#include "wds/internal/base/strings.h"
+#include "wds/shards/shard_list.h"
 
 namespace wds {
 namespace {

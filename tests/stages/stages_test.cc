@@ -9,8 +9,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "util/test_util.h"
-#include "wds/pipeline.h"
-#include "wds/random.h"
+#include "wds/base/random.h"
+#include "wds/pipeline/pipeline.h"
 
 namespace wds {
 namespace {

@@ -11,14 +11,14 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "util/remote_test_util.h"
 #include "tar/index_lookup.h"
+#include "util/remote_test_util.h"
 #include "util/test_util.h"
-#include "wds/internal/strings.h"
-#include "wds/loader.h"
-#include "wds/pipeline.h"
-#include "wds/remote.h"
-#include "wds/shard_index.h"
+#include "wds/internal/base/strings.h"
+#include "wds/io/remote.h"
+#include "wds/loader/loader.h"
+#include "wds/pipeline/pipeline.h"
+#include "wds/tar/shard_index.h"
 
 namespace wds {
 namespace {

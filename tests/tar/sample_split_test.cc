@@ -13,12 +13,12 @@
 #include "gtest/gtest.h"
 #include "tar/index_lookup.h"
 #include "util/test_util.h"
-#include "wds/equalize.h"
-#include "wds/internal/shard_scan.h"
-#include "wds/loader.h"
-#include "wds/shard_index.h"
-#include "wds/shard_list.h"
-#include "wds/tar_reader.h"
+#include "wds/internal/tar/shard_scan.h"
+#include "wds/loader/equalize.h"
+#include "wds/loader/loader.h"
+#include "wds/shards/shard_list.h"
+#include "wds/tar/shard_index.h"
+#include "wds/tar/tar_reader.h"
 
 namespace wds {
 namespace {

@@ -1,6 +1,6 @@
 // ShardCounts: shard sample counts read once per cache, from the dataset
 // index, a sidecar or the shard itself.
-#include "wds/shard_counts.h"
+#include "wds/tar/shard_counts.h"
 
 #include <atomic>
 #include <memory>
@@ -11,7 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "util/test_util.h"
-#include "wds/remote.h"
+#include "wds/io/remote.h"
 
 namespace wds {
 namespace {

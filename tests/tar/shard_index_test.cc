@@ -1,5 +1,5 @@
 // Tests for shard indexes: header scans, DALI text, wids JSON, sample counts.
-#include "wds/shard_index.h"
+#include "wds/tar/shard_index.h"
 
 #include <filesystem>
 #include <fstream>
@@ -8,7 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "util/test_util.h"
-#include "wds/internal/atomic_file.h"
+#include "wds/internal/io/atomic_file.h"
 #include "wds/wds.h"
 
 namespace wds {

@@ -1,6 +1,6 @@
 // Tests for ShardWriter: naming, rolling at maxcount/maxsize, compression,
 // reproducibility, atomic finishing, index sidecars and errors.
-#include "wds/shard_writer.h"
+#include "wds/tar/shard_writer.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,8 +12,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "util/test_util.h"
-#include "wds/internal/shard_roller.h"
-#include "wds/shard_index.h"
+#include "wds/internal/tar/shard_roller.h"
+#include "wds/tar/shard_index.h"
 #include "wds/wds.h"
 
 namespace wds {

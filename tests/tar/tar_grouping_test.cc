@@ -1,7 +1,7 @@
 // The member-name hook of the grouping (ShardSampleReaderOptions::member_name,
 // WebDatasetOptions::member_name): what the Python bindings' select_files and
 // rename_files go through, with the reference's order and error handling.
-#include "wds/internal/tar_grouping.h"
+#include "wds/internal/tar/tar_grouping.h"
 
 #include <memory>
 #include <optional>
@@ -12,8 +12,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "util/test_util.h"
-#include "wds/byte_stream.h"
-#include "wds/pipeline.h"
+#include "wds/io/byte_stream.h"
+#include "wds/pipeline/pipeline.h"
 
 namespace wds {
 namespace {

@@ -24,10 +24,10 @@
 #include "shards/shard_streams.h"
 #include "tar/tar_samples.h"
 #include "util/test_util.h"
-#include "wds/error_kind.h"
-#include "wds/internal/strings.h"
-#include "wds/internal/tar_grouping.h"
-#include "wds/tar_reader.h"
+#include "wds/base/error_kind.h"
+#include "wds/internal/base/strings.h"
+#include "wds/internal/tar/tar_grouping.h"
+#include "wds/tar/tar_reader.h"
 
 namespace wds {
 namespace {

@@ -1,6 +1,6 @@
 // Tests for TarWriter: member layout, reproducibility, compression, errors, and
 // independent readers (GNU tar, Python's tarfile, zstd(1)).
-#include "wds/tar_writer.h"
+#include "wds/tar/tar_writer.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -15,9 +15,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "util/test_util.h"
-#include "wds/loader.h"
-#include "wds/pipeline.h"
-#include "wds/tar_reader.h"
+#include "wds/loader/loader.h"
+#include "wds/pipeline/pipeline.h"
+#include "wds/tar/tar_reader.h"
 
 namespace wds {
 namespace {

@@ -8,7 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "util/test_util.h"
-#include "wds/tar_writer.h"
+#include "wds/tar/tar_writer.h"
 
 namespace wds {
 namespace {

@@ -7,7 +7,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "util/test_util.h"
-#include "wds/shard_index.h"
+#include "wds/tar/shard_index.h"
 
 namespace wds {
 namespace {

@@ -17,9 +17,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "util/test_util.h"
-#include "wds/image.h"
-#include "wds/shard_index.h"
-#include "wds/tar_reader.h"
+#include "wds/image/image.h"
+#include "wds/tar/shard_index.h"
+#include "wds/tar/tar_reader.h"
 
 namespace wds {
 namespace {
@@ -132,8 +132,8 @@ TEST(WdsShardCreateTest, ReferenceGroupingAgreesWithOurReader) {
   ASSERT_EQ(RunWdsShard(dir, "create --maxcount 2 --output out/s-%d.tar in").status, 0);
   const std::string shards = "out/s-0.tar out/s-1.tar";
   ToolRun ours = RunWdsShard(dir, "ls --json " + shards);
-  ToolRun reference = Shell(
-      dir, "/usr/bin/python3 " + std::string(WDS_SOURCE_DIR) + "/tests/tools/reference_ls.py " + shards);
+  ToolRun reference = Shell(dir, "/usr/bin/python3 " + std::string(WDS_SOURCE_DIR) +
+                                     "/tests/tools/reference_ls.py " + shards);
   ASSERT_EQ(reference.status, 0) << reference.err;
   EXPECT_EQ(ours.out, reference.out);
   EXPECT_THAT(ours.out, HasSubstr("\"__key__\": \"dir.v1/b\""));

@@ -19,11 +19,11 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "util/test_util.h"
-#include "wds/array.h"
-#include "wds/equalize.h"
-#include "wds/npy.h"
-#include "wds/shard_index.h"
-#include "wds/shard_list.h"
+#include "wds/base/array.h"
+#include "wds/decode/npy.h"
+#include "wds/loader/equalize.h"
+#include "wds/shards/shard_list.h"
+#include "wds/tar/shard_index.h"
 
 namespace wds {
 namespace {

@@ -16,10 +16,10 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "util/test_util.h"
 #include "torch/torch_dtype.h"
-#include "wds/loader.h"
-#include "wds/pipeline.h"
+#include "util/test_util.h"
+#include "wds/loader/loader.h"
+#include "wds/pipeline/pipeline.h"
 #include "wds/torch/prefetcher.h"
 #include "wds/torch/tensor.h"
 

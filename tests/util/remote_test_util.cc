@@ -21,7 +21,7 @@
 
 #include "io/sigv4.h"
 #include "util/test_util.h"
-#include "wds/internal/strings.h"
+#include "wds/internal/base/strings.h"
 
 extern char** environ;
 

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "wds/remote.h"
+#include "wds/io/remote.h"
 
 namespace wds::testing {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "wds/stage.h"
+#include "wds/base/stage.h"
 
 namespace wds::testing {
 

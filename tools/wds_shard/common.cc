@@ -9,10 +9,10 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
-#include "wds/byte_stream.h"
-#include "wds/internal/strings.h"
-#include "wds/internal/tar_grouping.h"
-#include "wds/remote.h"
+#include "wds/internal/base/strings.h"
+#include "wds/internal/tar/tar_grouping.h"
+#include "wds/io/byte_stream.h"
+#include "wds/io/remote.h"
 
 namespace wds::tools {
 namespace {

@@ -13,8 +13,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "wds/byte_stream.h"
-#include "wds/tar_reader.h"
+#include "wds/io/byte_stream.h"
+#include "wds/tar/tar_reader.h"
 
 namespace wds::tools {
 
@@ -108,12 +108,12 @@ struct ShardVisitor {
 };
 
 // OpenShard opens a shard URL (a path, "-", "pipe:", or a remote URL read with
-// wds/remote.h's options from the environment). Remote shards share one
+// wds/io/remote.h's options from the environment). Remote shards share one
 // connection pool for the whole run.
 [[nodiscard]] absl::StatusOr<std::unique_ptr<ByteStream>> OpenShard(const std::string& url);
 
 // WalkShard reads the shard at `url` grouped by ShardSampleReader
-// (wds/internal/tar_grouping.h), without merging repeated fields. The error of
+// (wds/internal/tar/tar_grouping.h), without merging repeated fields. The error of
 // a broken shard is returned after the samples completed before it.
 [[nodiscard]] absl::Status WalkShard(const std::string& url, const ShardVisitor& visitor);
 

@@ -31,13 +31,13 @@
 #include "commands.h"
 #include "common.h"
 #include "inputs.h"
-#include "wds/internal/atomic_file.h"
-#include "wds/internal/bounded_queue.h"
-#include "wds/internal/shard_roller.h"
-#include "wds/internal/strings.h"
-#include "wds/random.h"
-#include "wds/shard_index.h"
-#include "wds/shard_writer.h"
+#include "wds/base/random.h"
+#include "wds/internal/base/bounded_queue.h"
+#include "wds/internal/base/strings.h"
+#include "wds/internal/io/atomic_file.h"
+#include "wds/internal/tar/shard_roller.h"
+#include "wds/tar/shard_index.h"
+#include "wds/tar/shard_writer.h"
 
 namespace wds::tools {
 namespace {

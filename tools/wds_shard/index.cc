@@ -3,7 +3,7 @@
 //
 //   wds-shard index [--json FILE] [--dir DIR] SHARD...
 //
-// Each SHARD gets SHARD.idx (see wds/shard_index.h), built from its tar
+// Each SHARD gets SHARD.idx (see wds/tar/shard_index.h), built from its tar
 // headers alone. A remote shard (http(s)://, s3://, gs://) cannot get a file
 // beside it: its index is written locally, as DIR/<name of the shard>.idx
 // (DIR defaults to the current directory). FILE lists every shard with its
@@ -18,10 +18,10 @@
 
 #include "commands.h"
 #include "common.h"
-#include "wds/internal/shard_scan.h"
-#include "wds/remote.h"
-#include "wds/shard_index.h"
-#include "wds/shard_list.h"
+#include "wds/internal/tar/shard_scan.h"
+#include "wds/io/remote.h"
+#include "wds/shards/shard_list.h"
+#include "wds/tar/shard_index.h"
 
 namespace wds::tools {
 namespace {

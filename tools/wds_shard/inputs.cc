@@ -16,12 +16,12 @@
 #include <utility>
 
 #include "common.h"
-#include "wds/byte_stream.h"
-#include "wds/internal/shard_roller.h"
-#include "wds/internal/strings.h"
-#include "wds/internal/tar_grouping.h"
-#include "wds/shard_list.h"
-#include "wds/shard_writer.h"
+#include "wds/internal/base/strings.h"
+#include "wds/internal/tar/shard_roller.h"
+#include "wds/internal/tar/tar_grouping.h"
+#include "wds/io/byte_stream.h"
+#include "wds/shards/shard_list.h"
+#include "wds/tar/shard_writer.h"
 
 namespace wds::tools {
 namespace {

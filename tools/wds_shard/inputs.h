@@ -31,8 +31,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "wds/buffer.h"
-#include "wds/sample.h"
+#include "wds/base/buffer.h"
+#include "wds/base/sample.h"
 
 namespace wds::tools {
 

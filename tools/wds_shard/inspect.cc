@@ -30,10 +30,10 @@
 
 #include "commands.h"
 #include "common.h"
-#include "wds/internal/shard_scan.h"
-#include "wds/internal/strings.h"
-#include "wds/shard_index.h"
-#include "wds/shard_list.h"
+#include "wds/internal/base/strings.h"
+#include "wds/internal/tar/shard_scan.h"
+#include "wds/shards/shard_list.h"
+#include "wds/tar/shard_index.h"
 
 namespace wds::tools {
 namespace {

@@ -18,11 +18,11 @@
 
 #include "commands.h"
 #include "common.h"
-#include "wds/decode.h"
-#include "wds/image.h"
-#include "wds/internal/tar_grouping.h"
-#include "wds/shard_index.h"
-#include "wds/shard_list.h"
+#include "wds/decode/decode.h"
+#include "wds/image/image.h"
+#include "wds/internal/tar/tar_grouping.h"
+#include "wds/shards/shard_list.h"
+#include "wds/tar/shard_index.h"
 
 namespace wds::tools {
 namespace {

@@ -19,7 +19,7 @@
 //                                             wds::ReduceOp::kSum);
 //
 // Launchers: torchrun, SLURM's srun, or a plain single process (see
-// wds/placement.h for the variables and their precedence). World size 1 needs
+// wds/loader/placement.h for the variables and their precedence). World size 1 needs
 // no rendezvous and no process group; every collective then returns its input.
 //
 // Rendezvous goes through c10d's TCPStore, served by rank 0 at MASTER_ADDR:
@@ -62,7 +62,7 @@
 #include <string>
 #include <vector>
 
-#include "wds/placement.h"
+#include "wds/loader/placement.h"
 
 namespace c10d {
 class ProcessGroup;

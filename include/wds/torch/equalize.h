@@ -1,4 +1,4 @@
-// Equalized steps across DDP ranks: each rank plans its epoch (wds/equalize.h)
+// Equalized steps across DDP ranks: each rank plans its epoch (wds/loader/equalize.h)
 // and the ranks agree on one step count, so that every collective of the
 // epoch has a partner on every rank.
 //
@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "wds/equalize.h"
+#include "wds/loader/equalize.h"
 #include "wds/torch/distributed.h"
 
 namespace wds {

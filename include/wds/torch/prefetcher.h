@@ -42,9 +42,9 @@
 
 #include "absl/status/statusor.h"
 
-#include "wds/loader.h"
-#include "wds/pull_iterator.h"
-#include "wds/sample.h"
+#include "wds/loader/loader.h"
+#include "wds/base/pull_iterator.h"
+#include "wds/base/sample.h"
 #include "wds/torch/tensor.h"
 
 namespace wds {

@@ -38,8 +38,8 @@
 #include <string_view>
 #include <vector>
 
-#include "wds/array.h"
-#include "wds/sample.h"
+#include "wds/base/array.h"
+#include "wds/base/sample.h"
 
 namespace wds {
 

@@ -1,0 +1,149 @@
+// Loader: runs a pipeline recipe on worker threads and hands out its items in
+// a deterministic order.
+//
+//   wds::Loader loader(pipeline, {.workers = 4, .prefetch = 2});
+//   for (int epoch = 0; epoch < 10; ++epoch) {
+//     loader.SetEpoch(epoch);
+//     for (const wds::Sample& item : loader) Train(item);   // throws LoaderError
+//   }
+//
+// Each worker thread opens its own copy of the recipe with its WorkerContext
+// (rank, world_size, worker, num_workers, epoch, seed) and fills a bounded
+// queue of `prefetch` items. Items are taken round-robin over the workers, as
+// PyTorch's DataLoader does (a worker that ends drops out of the rotation), so
+// a fixed seed gives a fixed stream; an error reaches the consumer at its
+// place in that order. Options.ordered = false takes items as they come.
+//
+// Epoch sizing follows the recipe: a natural epoch ends when every worker's
+// stream ends; WithLength(n) yields exactly n items over all workers (each
+// worker continues into fresh passes when its data runs out); WithEpoch(n)
+// yields the next n items of streams that continue across epochs.
+//
+// Under WithEpoch the worker streams (and their queues and the rotation) live
+// on from epoch to epoch, so their WorkerContext keeps the epoch they were
+// opened in; they are re-opened only after an error.
+//
+// Destroying a Loader mid-epoch stops and joins its threads promptly (a worker
+// inside its stream's Next() finishes that call first; one waiting on a
+// stalled pipe: command, standard input or FIFO gives up within
+// kInterruptCheckInterval, see wds/base/interrupt.h).
+// Thread safety: one consumer thread. `warn` is called from worker threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "wds/base/buffer_pool.h"
+#include "wds/base/error.h"
+#include "wds/base/pull_iterator.h"
+#include "wds/base/sample.h"
+#include "wds/pipeline/pipeline.h"
+
+namespace wds {
+
+struct LoaderOptions {
+  int workers = 1;   // >= 1
+  int prefetch = 2;  // items queued per worker, >= 1
+  bool ordered = true;
+  // Distributed placement; nullopt reads RANK/WORLD_SIZE, then
+  // SLURM_PROCID/SLURM_NTASKS (each pair together: one set without the other
+  // is an error), else 0/1.
+  std::optional<int> rank;
+  std::optional<int> world_size;
+  WarningSink warn;  // null: stderr
+  // pin_memory asks for batch storage in CUDA page-locked memory on `device`.
+  // When that is unavailable (built without CUDA, no device at run time) the
+  // loader uses aligned host memory and warns once through `warn`; a device
+  // beyond those visible is an InvalidArgument setup error.
+  bool pin_memory = false;
+  // device is the rank's local GPU; nullopt reads LOCAL_RANK, else
+  // SLURM_LOCALID, else 0. Read only when pin_memory is set.
+  std::optional<int> device;
+};
+
+// LoaderError carries the Status of an error met during range-for iteration.
+class LoaderError : public std::runtime_error {
+ public:
+  explicit LoaderError(absl::Status status);
+  const absl::Status& status() const { return status_; }
+
+ private:
+  absl::Status status_;
+};
+
+class Loader {
+ public:
+  // An invalid option (workers or prefetch < 1, a negative length) or a bad
+  // rank / world size (malformed or out of range, naming its variable) makes
+  // every Next() return InvalidArgument and begin() throw.
+  Loader(Pipeline pipeline, LoaderOptions options = {});
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  // SetEpoch chooses the epoch that the next iteration runs (default: 0, then
+  // one more after each started epoch: completed, failed or abandoned).
+  void SetEpoch(int64_t epoch);
+  // epoch is the running epoch, or when none runs the one that runs next.
+  int64_t epoch() const;
+  // in_epoch is whether an epoch runs: started (or restored) and not ended.
+  bool in_epoch() const;
+
+  // Next returns the next item of the current epoch (starting one if none is
+  // running), nullopt at its end, or the first error. After an error or the
+  // end, the next call starts the next epoch. While the calling thread has an
+  // interrupt check (wds/base/interrupt.h), Next waits in slices and returns the
+  // check's error when it gives up; the epoch then goes on (nothing was
+  // taken) and the next call waits again.
+  [[nodiscard]] absl::StatusOr<std::optional<Sample>> Next();
+
+  // size is the recipe's length() (WithLength / WithEpoch), else nullopt.
+  std::optional<int64_t> size() const;
+  int rank() const;
+  int world_size() const;
+  // errors counts every error the handlers saw, over all workers and epochs.
+  const ErrorCounters& errors() const;
+  // pool is the batch buffer pool shared by every worker (its pinned() says
+  // whether pin_memory took effect). Never null.
+  const std::shared_ptr<BufferPool>& pool() const;
+  // read_pool is the pool of tar member buffers shared by every worker (host
+  // memory, never pinned). Never null.
+  const std::shared_ptr<BufferPool>& read_pool() const;
+
+  // State returns the loader's position as a small versioned text (JSON)
+  // that Restore() takes back: the epoch, the items still to come in it, the
+  // worker rotation and, per worker, the checkpoint of the last item handed
+  // out (positions, not data). It takes microseconds and no
+  // I/O. Items prefetched but not yet handed out are not part of it: after a
+  // restore they come again. FailedPrecondition for an unordered loader (its
+  // order depends on timing), a recipe with Slice or Repeat, or a stream
+  // without exactly one tar source or with more than one shuffle stage.
+  [[nodiscard]] absl::StatusOr<std::string> State() const;
+  // Restore makes the loader continue from `state` (taken by a loader of the
+  // same recipe, placement and worker count): its items are then those the
+  // loader that took the state would have handed out next, in bytes and
+  // order. The shuffle buffers are re-read by seeking to their samples (one
+  // seek per run of consecutive samples), not by reading what came before.
+  // A running epoch is stopped. Errors: InvalidArgument for text that is not
+  // a loader state or of an unknown version; FailedPrecondition for a state
+  // of another recipe (shards, seed, stages and their parameters, length),
+  // placement or worker count. Exactness assumes the data reads the same as
+  // before (no errors skipped by a handler before the shuffle stage).
+  [[nodiscard]] absl::Status Restore(std::string_view state);
+
+  using Iterator = PullIterator<Sample>;
+  // begin starts an epoch; the iterator throws LoaderError on an error.
+  Iterator begin();
+  Iterator end();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace wds

@@ -1,0 +1,22 @@
+// ScanStream: the header-only scan of ScanShard (wds/tar/shard_index.h) over a
+// stream the caller opened, measuring the stream on the way. wds-shard indexes
+// and inspects shards opened with its own remote options this way, and learns
+// their sizes without a second request.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "wds/io/byte_stream.h"
+#include "wds/tar/shard_index.h"
+
+namespace wds {
+
+// ScanStream is ScanShard over an open stream (taking ownership of it);
+// `stream_bytes`, when not null, receives how many bytes the stream
+// delivered or skipped: the shard's size, also for a remote one.
+[[nodiscard]] absl::StatusOr<ShardIndex> ScanStream(std::unique_ptr<ByteStream> stream,
+                                                    int64_t* stream_bytes = nullptr);
+
+}  // namespace wds
