@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "base/output_slots.h"
+#include "image/codecs.h"
 #include "image/resample.h"
 #include "wds/image/image.h"
 
@@ -206,7 +208,7 @@ void BM_JpegRgb8IntoBatchSlots(benchmark::State& state) {
   size_t i = 0;
   for (auto _ : state) {
     const std::string& data = inputs[i++ % inputs.size()];
-    absl::StatusOr<Array> image = DecodeImage(data, rgb8, {}, rng, nullptr, &slots, "jpg");
+    absl::StatusOr<Array> image = DecodeImageInto(data, rgb8, {}, rng, nullptr, &slots, "jpg");
     if (!image.ok()) {
       state.SkipWithError(std::string(image.status().message()).c_str());
       return;

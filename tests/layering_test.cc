@@ -28,8 +28,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -218,6 +220,56 @@ Violations MissingOrTorchIncludesOf(const fs::path& root, const std::string& dir
   return out;
 }
 
+// CodeOnly is `text` without its comments and string literals.
+std::string CodeOnly(const std::string& text) {
+  static const std::regex kNotCode(R"re(//[^\n]*|/\*[\s\S]*?\*/|"(?:[^"\\\n]|\\.)*")re");
+  return std::regex_replace(text, kNotCode, " ");
+}
+
+std::string ReadFile(const fs::path& file) {
+  std::ifstream in(file);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// TypesDefinedIn lists the types that the headers under root/dir define at
+// their own name (class, struct, enum, alias); a member defined out of its
+// class ("struct WorkerContext::Wiring {") is its class's.
+std::set<std::string> TypesDefinedIn(const fs::path& root, const std::string& dir) {
+  static const std::regex kDefinition(
+      R"re(\b(?:class|struct|enum(?:\s+class)?)\s+(\w+)\s*(?:final\s*)?[:{]|\busing\s+(\w+)\s*=)re");
+  std::set<std::string> out;
+  for (const fs::path& file : SourceFiles(root / dir)) {
+    if (file.extension() != ".h") continue;
+    const std::string code = CodeOnly(ReadFile(file));
+    for (std::sregex_iterator it(code.begin(), code.end(), kDefinition), end; it != end; ++it) {
+      out.insert((*it)[1].matched ? (*it)[1].str() : (*it)[2].str());
+    }
+  }
+  return out;
+}
+
+// InternalTypesInPublicHeaders: a public header names no type that only an
+// internal or private header defines (a type of the same name that a public
+// header defines too is a public one).
+Violations InternalTypesInPublicHeaders(const fs::path& root) {
+  std::set<std::string> hidden = TypesDefinedIn(root, "internal");
+  for (const std::string& name : TypesDefinedIn(root, "src")) hidden.insert(name);
+  for (const std::string& name : TypesDefinedIn(root, "include")) hidden.erase(name);
+  static const std::regex kWord(R"re(\b[A-Za-z_]\w*\b)re");
+  Violations out;
+  for (const fs::path& file : SourceFiles(root / "include")) {
+    const std::string code = CodeOnly(ReadFile(file));
+    std::set<std::string> named;
+    for (std::sregex_iterator it(code.begin(), code.end(), kWord), end; it != end; ++it) {
+      if (hidden.count(it->str()) != 0) named.insert(it->str());
+    }
+    for (const std::string& name : named) {
+      out.push_back(fs::relative(file, root).string() + " names " + name);
+    }
+  }
+  return out;
+}
+
 // ------------------------------------------------------------- self-tests
 
 // FakeTree writes a small tree of one-line files under a temporary root.
@@ -298,6 +350,26 @@ TEST(LayeringTest, EveryCheckFailsOnATreeThatBreaksIt) {
                                               "bench/b.cc includes wds/base/gone.h (missing)"));
 }
 
+TEST(LayeringTest, APublicHeaderNamingAnInternalTypeFails) {
+  FakeTree tree;
+  tree.File("internal/wds/internal/base/channel.h", "struct Channel {\n  int n;\n};\n")
+      .File("src/base/slots.h", "class Slots final : public Base {};\nusing Alias = int;\n")
+      .File("src/base/shared.h", "struct Options {};\n")
+      .File("include/wds/base/shared.h", "struct Options {};\n")
+      .File("include/wds/base/context.h",
+            "// Channel and Slots in a comment are fine, \"Alias\" in a string too.\n"
+            "struct Channel;\n"
+            "struct Context {\n"
+            "  std::shared_ptr<Channel> channel;\n"
+            "  Slots* slots;\n"
+            "  Options options;  // public: include/ defines it as well\n"
+            "  struct Wiring;\n"
+            "};\n");
+  EXPECT_THAT(InternalTypesInPublicHeaders(tree.root()),
+              ElementsAre("include/wds/base/context.h names Channel",
+                          "include/wds/base/context.h names Slots"));
+}
+
 // ------------------------------------------------------ the project's tree
 
 TEST(LayeringTest, EveryLibraryFileIsInItsLayersFolder) {
@@ -356,6 +428,12 @@ TEST(LayeringTest, PythonBindingsUseOnlyPublicAndInternalHeaders) {
                    if (StartsWith(include, "wds/torch/")) violations.push_back(where);
                  });
   EXPECT_THAT(violations, IsEmpty());
+}
+
+TEST(LayeringTest, PublicHeadersNameNoInternalType) {
+  // WorkerContext::Wiring is declared by the public header and defined by an
+  // internal one, as a member of a public type: an opaque handle.
+  EXPECT_THAT(InternalTypesInPublicHeaders(kRoot), IsEmpty());
 }
 
 }  // namespace

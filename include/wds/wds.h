@@ -5,7 +5,6 @@
 #include "wds/base/buffer.h"
 #include "wds/base/buffer_pool.h"
 #include "wds/base/error.h"
-#include "wds/base/output_slots.h"
 #include "wds/base/pull_iterator.h"
 #include "wds/base/random.h"
 #include "wds/base/sample.h"

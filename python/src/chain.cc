@@ -16,6 +16,7 @@
 #include "wds/batch/batch.h"
 #include "wds/internal/base/resume_channel.h"
 #include "wds/internal/base/strings.h"
+#include "wds/internal/base/worker_wiring.h"
 #include "wds/stages/stages.h"
 #include "worker_context.h"
 
@@ -383,20 +384,21 @@ void RegisterChainClass(py::module_& m) {
                 CheckedWorkerContext(rank, world_size, worker, num_workers, epoch, pass);
             ctx.errors = std::make_shared<wds::ErrorCounters>();
             ctx.warn = PythonWarnings();
-            if (pool != nullptr) ctx.pool = pool->pool;
-            if (shared_blocks != nullptr) ctx.pool = shared_blocks->pool();
+            if (pool != nullptr) wds::Rewire(ctx).pool = pool->pool;
+            if (shared_blocks != nullptr) wds::Rewire(ctx).pool = shared_blocks->pool();
             if (length.has_value() && *length < 0) throw py::value_error("length must be >= 0");
-            ctx.resume = std::make_shared<wds::ResumeChannel>();
+            const auto resume = std::make_shared<wds::ResumeChannel>();
+            wds::Rewire(ctx).resume = resume;
             std::optional<wds::StreamCheckpoint> restored;
             if (!restore.is_none()) {
-              restored = ParseRestore(restore, ctx.resume->restore_dropped);
-              ctx.resume->restore = restored;
+              restored = ParseRestore(restore, resume->restore_dropped);
+              resume->restore = restored;
               ctx.pass = restored->pass;
             }
             std::unique_ptr<wds::SampleStream> stream = chain.Recipe(length).Open(ctx);
             return ChainIterator(
                 std::move(stream), std::make_unique<FieldKinds>(kinds, NameSets(kind_names)),
-                chain.count(), ctx.errors, std::move(shared_blocks), ctx.resume, restored);
+                chain.count(), ctx.errors, std::move(shared_blocks), resume, restored);
           },
           py::kw_only(), py::arg("rank") = 0, py::arg("world_size") = 1, py::arg("worker") = 0,
           py::arg("num_workers") = 1, py::arg("epoch") = 0, py::arg("pass_") = 0,

@@ -141,7 +141,6 @@ class DecodeStream : public wds::SampleStream {
         decoders_(std::move(decoders)),
         options_(std::move(options)),
         handler_(std::move(handler)),
-        slots_(ctx.output_slots),
         rng_(wds::DeriveSeed(
             ctx.seed,
             {wds::kDecode, static_cast<uint64_t>(ctx.epoch), static_cast<uint64_t>(ctx.pass),
@@ -154,7 +153,7 @@ class DecodeStream : public wds::SampleStream {
       wds::SampleResult item = upstream_->Next();
       if (!item.ok() || !item->has_value()) return item;
       wds::Sample& sample = **item;
-      absl::Status status = wds::DecodeSample(sample, *decoders_, *options_, rng_, slots_.get());
+      absl::Status status = wds::DecodeSample(sample, *decoders_, *options_, rng_, &ctx_);
       if (status.ok()) return item;
       NoteSample(sample.url(), sample.key());
       absl::Status raised;
@@ -184,7 +183,6 @@ class DecodeStream : public wds::SampleStream {
   std::shared_ptr<const Decoders> decoders_;
   std::shared_ptr<const wds::DecodeOptions> options_;
   StageHandler handler_;
-  std::shared_ptr<wds::OutputSlots> slots_;
   wds::Rng rng_;
   absl::Status error_;
   bool stopped_ = false;

@@ -9,9 +9,9 @@
 #include <string_view>
 #include <vector>
 
+#include "base/output_slots.h"
 #include "wds/base/buffer.h"
 #include "wds/base/buffer_pool.h"
-#include "wds/base/output_slots.h"
 #include "wds/base/sample.h"
 
 namespace wds {

@@ -13,6 +13,7 @@
 #include "batch/collate.h"
 #include "wds/batch/batch.h"
 #include "wds/internal/base/strings.h"
+#include "wds/internal/base/worker_wiring.h"
 
 namespace wds {
 namespace {
@@ -117,7 +118,7 @@ class BatchStream final : public SampleStream {
       : ctx_(ctx),
         batch_size_(batch_size),
         options_(std::move(options)),
-        pool_(ctx.pool != nullptr ? ctx.pool : std::make_shared<BufferPool>()),
+        pool_(WiringOf(ctx).pool != nullptr ? WiringOf(ctx).pool : std::make_shared<BufferPool>()),
         budget_(*options_) {
     // A batch of unknown size (budgets) has no slots; padded arrays are
     // copied into place anyway.
@@ -125,7 +126,7 @@ class BatchStream final : public SampleStream {
       slots_ = std::make_shared<BatchSlots>(batch_size_, pool_);
     }
     WorkerContext upstream_ctx = ctx;
-    upstream_ctx.output_slots = slots_;
+    Rewire(upstream_ctx).output_slots = slots_;
     upstream_ = upstream(upstream_ctx);
   }
 

@@ -549,21 +549,21 @@ class DecodeStream final : public TransformStream {
       : TransformStream(std::move(upstream), ctx, "decode", options->handler),
         decoders_(std::move(decoders)),
         options_(std::move(options)),
-        slots_(ctx.output_slots),
+        worker_(ctx),
         rng_(DeriveSeed(ctx.seed,
                         {kDecode, static_cast<uint64_t>(ctx.epoch), static_cast<uint64_t>(ctx.pass),
                          static_cast<uint64_t>(ctx.rank), static_cast<uint64_t>(ctx.worker)})) {}
 
  private:
   absl::StatusOr<bool> Apply(Sample& sample) override {
-    absl::Status status = DecodeSample(sample, *decoders_, *options_, rng_, slots_.get());
+    absl::Status status = DecodeSample(sample, *decoders_, *options_, rng_, &worker_);
     if (!status.ok()) return status;
     return true;
   }
 
   std::shared_ptr<const std::vector<FieldDecoder>> decoders_;
   std::shared_ptr<const DecodeOptions> options_;
-  std::shared_ptr<OutputSlots> slots_;
+  WorkerContext worker_;
   Rng rng_;
 };
 
@@ -579,8 +579,8 @@ std::vector<FieldDecoder> BasicDecoders() { return {DecodeBasic, DecodeNpyField}
 // As in the reference, a selected field that is no longer bytes is an error
 // unless `partial` is set, in which case it passes through untouched.
 absl::Status DecodeSample(Sample& sample, const std::vector<FieldDecoder>& decoders,
-                          const DecodeOptions& options, Rng& rng, OutputSlots* slots) {
-  DecodeContext ctx{sample.key(), &rng, slots};
+                          const DecodeOptions& options, Rng& rng, const WorkerContext* worker) {
+  DecodeContext ctx{sample.key(), &rng, worker};
   for (Sample::Field& field : sample) {
     if (!Selected(field.first, options)) continue;
     if (std::holds_alternative<Buffer>(field.second)) {

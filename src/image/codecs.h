@@ -35,3 +35,15 @@ struct JpegHeader {
 [[nodiscard]] absl::StatusOr<Array> DecodeWebp(std::string_view data, DecodeRequest& request);
 
 }  // namespace wds::image_internal
+
+namespace wds {
+
+// DecodeImageInto is DecodeImage offering `slots`, if not null, the output
+// (as field `field`) once its shape is known from the header; an image that
+// fails to decode leaves what it was given partly written.
+[[nodiscard]] absl::StatusOr<Array> DecodeImageInto(std::string_view data, const ImageSpec& spec,
+                                                    const ImageDecodeOptions& options, Rng& rng,
+                                                    ImageDecodeInfo* info, OutputSlots* slots,
+                                                    std::string_view field);
+
+}  // namespace wds

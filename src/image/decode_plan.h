@@ -5,7 +5,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "wds/base/output_slots.h"
+#include "base/output_slots.h"
 #include "wds/base/random.h"
 #include "wds/image/image.h"
 

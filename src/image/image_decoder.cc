@@ -6,6 +6,7 @@
 #include "wds/image/image.h"
 #include "wds/internal/base/status_macros.h"
 #include "wds/internal/base/strings.h"
+#include "wds/internal/base/worker_wiring.h"
 
 namespace wds {
 namespace {
@@ -56,8 +57,14 @@ bool IsImageExtension(std::string_view extension) {
 
 absl::StatusOr<Array> DecodeImage(std::string_view data, const ImageSpec& spec,
                                   const ImageDecodeOptions& options, Rng& rng,
-                                  ImageDecodeInfo* info, OutputSlots* slots,
-                                  std::string_view field) {
+                                  ImageDecodeInfo* info) {
+  return DecodeImageInto(data, spec, options, rng, info, nullptr, {});
+}
+
+absl::StatusOr<Array> DecodeImageInto(std::string_view data, const ImageSpec& spec,
+                                      const ImageDecodeOptions& options, Rng& rng,
+                                      ImageDecodeInfo* info, OutputSlots* slots,
+                                      std::string_view field) {
   WDS_RETURN_IF_ERROR(ValidateImageDecodeOptions(options));
   const std::optional<ImageFormat> format = SniffImageFormat(data);
   if (!format.has_value()) {
@@ -87,8 +94,10 @@ absl::StatusOr<FieldDecoder> ImageDecoder(std::string_view spec, ImageDecodeOpti
       [parsed, options](std::string_view field, const Buffer& data,
                         DecodeContext& ctx) -> absl::StatusOr<std::optional<Value>> {
         if (!IsImageExtension(FieldExtension(field))) return std::nullopt;
-        WDS_ASSIGN_OR_RETURN(Array image, DecodeImage(data.view(), parsed, options, *ctx.rng,
-                                                      nullptr, ctx.slots, field));
+        OutputSlots* slots =
+            ctx.worker != nullptr ? WiringOf(*ctx.worker).output_slots.get() : nullptr;
+        WDS_ASSIGN_OR_RETURN(Array image, DecodeImageInto(data.view(), parsed, options, *ctx.rng,
+                                                          nullptr, slots, field));
         return Value(std::move(image));
       });
 }

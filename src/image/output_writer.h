@@ -6,9 +6,9 @@
 #include <string_view>
 #include <utility>
 
+#include "base/output_slots.h"
 #include "image/decode_plan.h"
 #include "wds/base/array.h"
-#include "wds/base/output_slots.h"
 
 namespace wds::image_internal {
 

@@ -19,6 +19,7 @@
 #include "wds/internal/base/resume_channel.h"
 #include "wds/internal/base/status_macros.h"
 #include "wds/internal/base/strings.h"
+#include "wds/internal/base/worker_wiring.h"
 #include "wds/loader/placement.h"
 
 namespace wds {
@@ -176,9 +177,10 @@ class WorkerGroup {
         if (ended_[w]) continue;
         WorkerContext ctx = base;
         ctx.worker = w;
-        ctx.resume = std::make_shared<ResumeChannel>();
+        const std::shared_ptr<ResumeChannel> resume = std::make_shared<ResumeChannel>();
+        Rewire(ctx).resume = resume;
         if (start != nullptr) {
-          ctx.resume->restore = start->workers[w].checkpoint;
+          resume->restore = start->workers[w].checkpoint;
           ctx.pass = start->workers[w].checkpoint.pass;
         }
         BoundedQueue<Entry>* queue = queues_[ordered_ ? w : 0].get();
@@ -249,7 +251,7 @@ class WorkerGroup {
       return queue.closed() ? absl::CancelledError("the loader was stopped") : absl::OkStatus();
     });
     std::unique_ptr<SampleStream> stream = OpenGuarded(pipeline, ctx, endless);
-    ResumeChannel& resume = *ctx.resume;
+    ResumeChannel& resume = *WiringOf(ctx).resume;
     while (!queue.closed()) {
       SampleResult result = NextGuarded(*stream, ctx.worker);
       // A stage that could not restore reports it here, at the first item.
@@ -492,8 +494,9 @@ struct Loader::Impl {
     ctx.seed = pipeline.seed();
     ctx.errors = errors;
     ctx.warn = options.warn;
-    ctx.pool = pool;
-    ctx.read_pool = read_pool;
+    WorkerContext::Wiring& wiring = Rewire(ctx);
+    wiring.pool = pool;
+    wiring.read_pool = read_pool;
     try {
       group = std::make_unique<WorkerGroup>(
           pipeline, ctx, options, /*endless=*/mode() != EpochMode::kNatural,

@@ -4,6 +4,7 @@
 
 #include "wds/internal/base/resume_channel.h"
 #include "wds/internal/base/strings.h"
+#include "wds/internal/base/worker_wiring.h"
 
 namespace wds {
 namespace {
@@ -26,9 +27,10 @@ class PassesStreamImpl : public SampleStream {
         items_in_pass_ = 0;
         // A pass restored at a checkpoint (ResumeChannel) had items before
         // it; the passes after it start fresh.
-        if (ctx_.resume != nullptr && ctx_.resume->restore.has_value()) {
-          if (ctx_.resume->restore->source_out > 0) items_in_pass_ = 1;
-          ctx_.resume->restore.reset();
+        ResumeChannel* resume = WiringOf(ctx_).resume.get();
+        if (resume != nullptr && resume->restore.has_value()) {
+          if (resume->restore->source_out > 0) items_in_pass_ = 1;
+          resume->restore.reset();
         }
       }
       SampleResult item = current_->Next();

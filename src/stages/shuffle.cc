@@ -7,6 +7,7 @@
 #include "wds/base/random.h"
 #include "wds/internal/base/resume_channel.h"
 #include "wds/internal/base/strings.h"
+#include "wds/internal/base/worker_wiring.h"
 #include "wds/stages/stages.h"
 
 namespace wds {
@@ -226,7 +227,7 @@ StageFactory ShuffleStage(size_t bufsize, size_t initial) {
     // the shuffle's replay.
     std::unique_ptr<SampleStream> source = upstream(ctx);
     return std::make_unique<ShuffleStream>(std::move(source), bufsize, initial, ShuffleSeed(ctx),
-                                           ctx.resume);
+                                           WiringOf(ctx).resume);
   };
 }
 

@@ -10,6 +10,7 @@
 #include "wds/internal/base/resume_channel.h"
 #include "wds/internal/base/status_macros.h"
 #include "wds/internal/base/strings.h"
+#include "wds/internal/base/worker_wiring.h"
 #include "wds/internal/tar/tar_grouping.h"
 
 namespace wds {
@@ -29,12 +30,12 @@ class TarSampleStream : public SampleStream {
         opener_(std::move(opener)),
         handler_(handler),
         ctx_(std::move(ctx)),
-        pool_(ctx_.read_pool != nullptr
-                  ? ctx_.read_pool
+        pool_(WiringOf(ctx_).read_pool != nullptr
+                  ? WiringOf(ctx_).read_pool
                   : std::make_shared<BufferPool>(AlignedHostAllocator(),
                                                  BufferPoolOptions{.classes_per_doubling = 1024})) {
-    if (ctx_.resume == nullptr) return;
-    ResumeChannel& resume = *ctx_.resume;
+    if (WiringOf(ctx_).resume == nullptr) return;
+    ResumeChannel& resume = *WiringOf(ctx_).resume;
     if (resume.counted_pass != ctx_.pass) {
       resume.counted_pass = ctx_.pass;
       resume.sources = 0;
@@ -65,8 +66,8 @@ class TarSampleStream : public SampleStream {
       return sample;
     }
     SampleResult result = Advance();
-    if (result.ok() && result->has_value() && ctx_.resume != nullptr) {
-      ++ctx_.resume->position.source_out;
+    if (result.ok() && result->has_value() && WiringOf(ctx_).resume != nullptr) {
+      ++WiringOf(ctx_).resume->position.source_out;
     }
     if (!result.ok()) {
       done_ = result.status();
@@ -163,7 +164,7 @@ void TarSampleStream::PlanRestore(ResumeChannel& resume) {
 // the pass at the checkpoint's position.
 absl::Status TarSampleStream::Restore() {
   WDS_RETURN_IF_ERROR(restore_error_);
-  ResumeChannel& resume = *ctx_.resume;
+  ResumeChannel& resume = *WiringOf(ctx_).resume;
   const int64_t start = resume.continue_at >= 0 ? resume.continue_at : restore_at_;
   std::vector<int64_t> replay = std::move(resume.replay);
   resume.replay.clear();

@@ -10,11 +10,13 @@
 #include <utility>
 #include <vector>
 
+#include "base/output_slots.h"
 #include "batch/collate.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "util/test_util.h"
 #include "wds/decode/npy.h"
+#include "wds/internal/base/worker_wiring.h"
 #include "wds/pipeline/pipeline.h"
 
 namespace wds {
@@ -617,7 +619,7 @@ TEST(BatchedPoolTest, UsesTheContextPoolWithNoAllocationInSteadyState) {
               {"cls", int64_t{i}}}));
   }
   WorkerContext ctx;
-  ctx.pool = std::make_shared<BufferPool>();
+  Rewire(ctx).pool = std::make_shared<BufferPool>();
   std::unique_ptr<SampleStream> s = Pipeline(VectorSource(samples)).Batched(4).Open(ctx);
   int batches = 0;
   while (true) {
@@ -627,7 +629,7 @@ TEST(BatchedPoolTest, UsesTheContextPoolWithNoAllocationInSteadyState) {
     ++batches;
   }
   EXPECT_EQ(batches, 100);
-  const BufferPoolStats stats = ctx.pool->stats();
+  const BufferPoolStats stats = WiringOf(ctx).pool->stats();
   EXPECT_EQ(stats.allocations, 2);  // one block for img, one for cls
   EXPECT_EQ(stats.reuses, 198);
   EXPECT_EQ(stats.live_bytes, 0u);
@@ -671,20 +673,23 @@ TEST(BatchedEndToEndTest, NpyFromATarDecodesAndPads) {
 
 // OfferLog records what a SlotDecoder was offered, per decoded sample.
 struct OfferLog {
-  bool had_slots = false;              // ctx.slots was set at least once
+  bool had_slots = false;              // the worker's wiring had slots at least once
   std::vector<const uint8_t*> offers;  // the storage offered; null when declined
 };
 
 // SlotDecoder decodes a "raw" field into a uint8 [n] array of its bytes,
-// written into the storage ctx.slots offers when it offers any.
+// written into the storage the worker's output slots offer when they offer
+// any (as the library's image decoder does).
 FieldDecoder SlotDecoder(std::shared_ptr<OfferLog> log) {
   return [log](std::string_view field, const Buffer& data,
                DecodeContext& ctx) -> absl::StatusOr<std::optional<Value>> {
     if (field != "raw") return std::nullopt;
     Array a{DType::kUInt8, {static_cast<int64_t>(data.size())}, Buffer()};
-    if (ctx.slots != nullptr) {
+    OutputSlots* slots =
+        ctx.worker != nullptr ? WiringOf(*ctx.worker).output_slots.get() : nullptr;
+    if (slots != nullptr) {
       log->had_slots = true;
-      a.data = ctx.slots->Offer(field, a.dtype, a.shape);
+      a.data = slots->Offer(field, a.dtype, a.shape);
       log->offers.push_back(a.data.empty() ? nullptr : a.data.data());
     }
     if (a.data.empty()) a = Array::Allocate(DType::kUInt8, a.shape);

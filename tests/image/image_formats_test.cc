@@ -8,11 +8,14 @@
 #include <thread>
 #include <vector>
 
+#include "base/output_slots.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "image/codecs.h"
 #include "image_test_util.h"
 #include "util/test_util.h"
 #include "wds/image/image.h"
+#include "wds/internal/base/worker_wiring.h"
 #include "wds/pipeline/pipeline.h"
 
 namespace wds {
@@ -401,7 +404,7 @@ TEST(OutputSlotsTest, EveryCodecAndOutputIsWrittenIntoTheOfferedStorage) {
         RecordingSlots slots;
         Rng rng(1);
         absl::StatusOr<Array> slotted =
-            DecodeImage(data, *ParseImageSpec(spec), options, rng, nullptr, &slots, "img.jpg");
+            DecodeImageInto(data, *ParseImageSpec(spec), options, rng, nullptr, &slots, "img.jpg");
         ASSERT_TRUE(slotted.ok()) << slotted.status();
         EXPECT_EQ(slotted->data.data(), slots.offered.data());
         EXPECT_EQ(slots.fields, std::vector<std::string>{"img.jpg"});
@@ -419,7 +422,7 @@ TEST(OutputSlotsTest, StorageOfAnotherSizeIsNotUsed) {
   RecordingSlots slots(/*skew=*/1);
   Rng rng(1);
   absl::StatusOr<Array> image =
-      DecodeImage(jpeg, *ParseImageSpec("rgb8"), {}, rng, nullptr, &slots, "jpg");
+      DecodeImageInto(jpeg, *ParseImageSpec("rgb8"), {}, rng, nullptr, &slots, "jpg");
   ASSERT_TRUE(image.ok()) << image.status();
   EXPECT_EQ(slots.fields.size(), 1u);
   EXPECT_NE(image->data.data(), slots.offered.data());
@@ -427,14 +430,16 @@ TEST(OutputSlotsTest, StorageOfAnotherSizeIsNotUsed) {
 }
 
 TEST(OutputSlotsTest, ImageDecoderOffersTheFieldItDecodes) {
-  RecordingSlots slots;
+  auto slots = std::make_shared<RecordingSlots>();
+  WorkerContext worker;
+  Rewire(worker).output_slots = slots;
   Rng rng(0);
-  DecodeContext ctx{"key", &rng, &slots};
+  DecodeContext ctx{"key", &rng, &worker};
   absl::StatusOr<std::optional<Value>> result =
       (*ImageDecoder("rgb8"))("seg.png", Buffer::Copy(Fixtures::Get().Read("pil_rgb.png")), ctx);
   ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(slots.fields, std::vector<std::string>{"seg.png"});
-  EXPECT_EQ(std::get<Array>(**result).data.data(), slots.offered.data());
+  EXPECT_EQ(slots->fields, std::vector<std::string>{"seg.png"});
+  EXPECT_EQ(std::get<Array>(**result).data.data(), slots->offered.data());
 }
 
 TEST(ImageDecoderTest, UnknownSpecIsASetupError) {

@@ -25,12 +25,14 @@
 #include <utility>
 #include <vector>
 
+#include "base/output_slots.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "util/test_util.h"
 #include "wds/base/error_kind.h"
 #include "wds/base/stage.h"
 #include "wds/decode/decode.h"
+#include "wds/internal/base/worker_wiring.h"
 #include "wds/pipeline/pipeline.h"
 
 namespace wds {
@@ -763,7 +765,9 @@ TEST(LoaderTest, BatchesDecodedInPlaceReachTheConsumerIntact) {
                                  DecodeContext& ctx) -> absl::StatusOr<std::optional<Value>> {
     if (field != "raw") return std::nullopt;
     Array a{DType::kUInt8, {static_cast<int64_t>(data.size())}, Buffer()};
-    if (ctx.slots != nullptr) a.data = ctx.slots->Offer(field, a.dtype, a.shape);
+    OutputSlots* slots =
+        ctx.worker != nullptr ? WiringOf(*ctx.worker).output_slots.get() : nullptr;
+    if (slots != nullptr) a.data = slots->Offer(field, a.dtype, a.shape);
     if (a.data.empty()) {
       a = Array::Allocate(a.dtype, a.shape);
     } else {

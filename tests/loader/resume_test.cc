@@ -15,6 +15,7 @@
 #include "wds/base/array.h"
 #include "wds/decode/npy.h"
 #include "wds/internal/base/resume_channel.h"
+#include "wds/internal/base/worker_wiring.h"
 #include "wds/loader/loader.h"
 #include "wds/tar/shard_index.h"
 
@@ -360,7 +361,7 @@ TEST(ResumeTest, ShuffleRecordsWhatAStageBeforeItDroppedAndRestoresWithIt) {
       WebDataset(urls, {.allow_empty = true}).value().Select(keep).Shuffle(6, 2).Decode();
   WorkerContext ctx;
   ctx.epoch = 1;
-  ctx.resume = std::make_shared<ResumeChannel>();
+  Rewire(ctx).resume = std::make_shared<ResumeChannel>();
   std::vector<std::string> expected;
   std::vector<Noted> noted;
   {
@@ -370,7 +371,7 @@ TEST(ResumeTest, ShuffleRecordsWhatAStageBeforeItDroppedAndRestoresWithIt) {
       ASSERT_TRUE(item.ok()) << item.status();
       if (!item->has_value()) break;
       expected.push_back(Describe(**item));
-      const ResumeChannel& r = *ctx.resume;
+      const ResumeChannel& r = *WiringOf(ctx).resume;
       EXPECT_EQ(r.shuffle_in + r.dropped_samples, r.position.source_out);
       noted.push_back({r.position, r.dropped});
     }
@@ -381,31 +382,31 @@ TEST(ResumeTest, ShuffleRecordsWhatAStageBeforeItDroppedAndRestoresWithIt) {
   for (size_t stop = 1; stop <= noted.size(); ++stop) {
     SCOPED_TRACE(absl::StrCat("stopped after ", stop, " of ", expected.size(), " items"));
     WorkerContext again = ctx;
-    again.resume = std::make_shared<ResumeChannel>();
-    again.resume->restore = noted[stop - 1].at;
-    again.resume->restore_dropped = noted[stop - 1].dropped;
+    Rewire(again).resume = std::make_shared<ResumeChannel>();
+    WiringOf(again).resume->restore = noted[stop - 1].at;
+    WiringOf(again).resume->restore_dropped = noted[stop - 1].dropped;
     std::unique_ptr<SampleStream> stream = p.Open(again);
     std::vector<std::string> tail;
     while (true) {
       SampleResult item = stream->Next();
       ASSERT_TRUE(item.ok()) << item.status();
-      ASSERT_TRUE(again.resume->error.ok()) << again.resume->error;
+      ASSERT_TRUE(WiringOf(again).resume->error.ok()) << WiringOf(again).resume->error;
       if (!item->has_value()) break;
       tail.push_back(Describe(**item));
-      const ResumeChannel& r = *again.resume;
+      const ResumeChannel& r = *WiringOf(again).resume;
       EXPECT_EQ(r.shuffle_in + r.dropped_samples, r.position.source_out);
     }
     ASSERT_EQ(tail.size(), expected.size() - stop);
     for (size_t i = 0; i < tail.size(); ++i) ASSERT_EQ(tail[i], expected[stop + i]) << i;
-    EXPECT_EQ(again.resume->dropped, all_dropped);
+    EXPECT_EQ(WiringOf(again).resume->dropped, all_dropped);
   }
   // Without the drops the replay takes other samples: the restore says so.
   WorkerContext blind = ctx;
-  blind.resume = std::make_shared<ResumeChannel>();
-  blind.resume->restore = noted[30].at;
+  Rewire(blind).resume = std::make_shared<ResumeChannel>();
+  WiringOf(blind).resume->restore = noted[30].at;
   std::unique_ptr<SampleStream> stream = p.Open(blind);
   (void)stream->Next();
-  EXPECT_THAT(std::string(blind.resume->error.message()),
+  EXPECT_THAT(std::string(WiringOf(blind).resume->error.message()),
               HasSubstr("cannot restore the shuffle stage: it took"));
 }
 

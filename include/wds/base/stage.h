@@ -20,9 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "wds/base/buffer_pool.h"
 #include "wds/base/error.h"
-#include "wds/base/output_slots.h"
 #include "wds/base/sample.h"
 
 namespace wds {
@@ -38,10 +36,6 @@ class Stage {
 
 using SampleStream = Stage<Sample>;
 using SampleResult = absl::StatusOr<std::optional<Sample>>;
-
-// ResumeChannel links the resumable stages of a worker's stream with the
-// Loader that checkpoints it (wds/internal/base/resume_channel.h).
-struct ResumeChannel;
 
 // WorkerContext is what one running copy of a pipeline recipe knows about
 // where it runs. The Loader fills it for each worker; a plain Open() uses the
@@ -60,19 +54,14 @@ struct WorkerContext {
   std::shared_ptr<ErrorCounters> errors;
   // warn receives handler warnings; null means stderr.
   WarningSink warn;
-  // pool is the worker's memory for the arrays stages make (the Loader's,
-  // pinned when asked for); null means each stage that needs one makes its
-  // own.
-  std::shared_ptr<BufferPool> pool;
-  // read_pool is host memory for the bytes readers fill (tar members), shared
-  // by the workers so that member buffers are recycled instead of allocated
-  // per member; null means each reader makes its own.
-  std::shared_ptr<BufferPool> read_pool;
-  // output_slots is set by a Batched stage for the stages it pulls from, so
-  // that their decoders write arrays straight into the batch; null elsewhere.
-  std::shared_ptr<OutputSlots> output_slots;
-  // resume is set by the Loader (see ResumeChannel); null elsewhere.
-  std::shared_ptr<ResumeChannel> resume;
+  // Wiring is how the library connects the stages of one running chain with
+  // each other and with the Loader that runs it (memory pools, the slots a
+  // Batched offers its decoders, checkpoint counters). Opaque here: it is
+  // defined by an internal header (wds/internal/base/worker_wiring.h). A
+  // stage of a user's passes it on by handing its upstream a copy of its
+  // context; null where nothing is wired (a plain Open()).
+  struct Wiring;
+  std::shared_ptr<const Wiring> wiring;
 
   // Handle applies `handler` to `error` with this context's counters and sink.
   ErrorAction Handle(Handler handler, std::string_view stage, const absl::Status& error) const;

@@ -33,7 +33,6 @@
 #include "absl/status/statusor.h"
 #include "wds/base/buffer.h"
 #include "wds/base/error.h"
-#include "wds/base/output_slots.h"
 #include "wds/base/random.h"
 #include "wds/base/sample.h"
 #include "wds/base/stage.h"
@@ -48,9 +47,11 @@ struct DecodeContext {
   // the Decode stage seeds it by DeriveSeed(seed, {kDecode, epoch, pass, rank,
   // worker}), so augmentations are reproducible. Never null.
   Rng* rng = nullptr;
-  // slots, if not null, offers the memory for decoded arrays (see
-  // OutputSlots); a decoder producing an array should ask it first.
-  OutputSlots* slots = nullptr;
+  // worker is the context of the stream that decodes the sample (its rank,
+  // epoch, ...); null when DecodeSample is called outside a stream. The
+  // library's image decoder finds there the slots a downstream Batched offers
+  // for the decoded arrays.
+  const WorkerContext* worker = nullptr;
 };
 
 // FieldDecoder decodes one field: nullopt declines (the next decoder is
@@ -85,16 +86,16 @@ std::vector<FieldDecoder> BasicDecoders();
 // DecodeStage decodes each sample with DecodeSample: the first of `decoders`
 // that accepts a field decodes it. Random choices draw from a generator
 // seeded by DeriveSeed(seed, {kDecode, epoch, pass, rank, worker}); decoded
-// arrays are written into the slots a downstream Batched offers
-// (WorkerContext::output_slots). Errors go to options.handler (stage
+// arrays are written into the slots a downstream Batched offers. Errors go to options.handler (stage
 // "decode"). An empty decoder makes it a FailingStage.
 StageFactory DecodeStage(std::vector<FieldDecoder> decoders = BasicDecoders(),
                          DecodeOptions options = {});
 
 // DecodeSample applies `decoders` to every eligible field of `sample`, drawing
-// any randomness from `rng` and offering them `slots` (may be null).
+// any randomness from `rng`; `worker` (may be null) is handed to them as
+// DecodeContext::worker.
 [[nodiscard]] absl::Status DecodeSample(Sample& sample, const std::vector<FieldDecoder>& decoders,
                                         const DecodeOptions& options, Rng& rng,
-                                        OutputSlots* slots = nullptr);
+                                        const WorkerContext* worker = nullptr);
 
 }  // namespace wds

@@ -145,14 +145,10 @@ struct ImageDecodeInfo {
 // a supported image, an unsupported variant (e.g. animated WebP, 12-bit JPEG)
 // or bad options; DataLoss for corrupt or truncated data; ResourceExhausted
 // beyond max_pixels (or a progressive JPEG of more than 500 scans). `info`,
-// if not null, receives the report. `slots`, if not null, is offered the
-// output (as field `field`) once its shape is known from the header; an image
-// that fails to decode leaves what it was given partly written.
+// if not null, receives the report.
 [[nodiscard]] absl::StatusOr<Array> DecodeImage(std::string_view data, const ImageSpec& spec,
                                                 const ImageDecodeOptions& options, Rng& rng,
-                                                ImageDecodeInfo* info = nullptr,
-                                                OutputSlots* slots = nullptr,
-                                                std::string_view field = {});
+                                                ImageDecodeInfo* info = nullptr);
 
 // IsImageExtension is true for the extensions ImageDecoder accepts: jpg, jpeg,
 // png and webp (ignoring case).

@@ -4,7 +4,8 @@
 //   if (storage.empty()) { /* declined: allocate as usual */ }
 //
 // Batched offers each sample its slot in the batch's pooled (possibly pinned)
-// block through WorkerContext::output_slots, and image decoders write straight
+// block through the worker's wiring (WorkerContext::Wiring::output_slots, in
+// wds/internal/base/worker_wiring.h), and image decoders write straight
 // into it, so a decoded batch needs no collation copy.
 #pragma once
 
