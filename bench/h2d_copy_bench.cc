@@ -42,6 +42,7 @@
 #include "wds/base/buffer_pool.h"
 #include "wds/loader/loader.h"
 #include "wds/pipeline/pipeline.h"
+#include "wds/pipeline/web_dataset.h"
 #include "wds/shards/shard_list.h"
 #include "wds/tar/shard_writer.h"
 

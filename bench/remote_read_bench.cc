@@ -33,6 +33,7 @@
 
 #include "wds/io/remote.h"
 #include "wds/pipeline/pipeline.h"
+#include "wds/pipeline/web_dataset.h"
 #include "wds/shards/shard_list.h"
 
 namespace {

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "wds/loader/loader.h"
+#include "wds/pipeline/web_dataset.h"
 
 namespace {
 

@@ -32,6 +32,7 @@
 #include "wds/io/byte_stream.h"
 #include "wds/loader/loader.h"
 #include "wds/pipeline/pipeline.h"
+#include "wds/pipeline/web_dataset.h"
 #include "wds/tar/tar_reader.h"
 
 namespace wds {

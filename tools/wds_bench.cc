@@ -28,6 +28,7 @@
 #include "wds/internal/base/strings.h"
 #include "wds/loader/loader.h"
 #include "wds/pipeline/pipeline.h"
+#include "wds/pipeline/web_dataset.h"
 
 namespace {
 

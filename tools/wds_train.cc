@@ -35,6 +35,7 @@
 #include "wds/loader/equalize.h"
 #include "wds/loader/loader.h"
 #include "wds/pipeline/pipeline.h"
+#include "wds/pipeline/web_dataset.h"
 #include "wds/tar/shard_index.h"
 #include "wds/torch/distributed.h"
 #include "wds/torch/equalize.h"

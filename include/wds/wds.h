@@ -19,6 +19,7 @@
 #include "wds/loader/loader.h"
 #include "wds/loader/placement.h"
 #include "wds/pipeline/pipeline.h"
+#include "wds/pipeline/web_dataset.h"
 #include "wds/shards/shard_list.h"
 #include "wds/stages/stages.h"
 #include "wds/tar/shard_index.h"

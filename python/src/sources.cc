@@ -7,6 +7,7 @@
 #include "opener.h"
 #include "wds/base/interrupt.h"
 #include "wds/internal/base/strings.h"
+#include "wds/pipeline/web_dataset.h"
 #include "wds/shards/shard_list.h"
 #include "wds/stages/stages.h"
 #include "wds/tar/shard_counts.h"

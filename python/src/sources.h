@@ -18,6 +18,7 @@
 #include "wds/base/stage.h"
 #include "wds/pipeline/pipeline.h"
 #include "wds/tar/shard_counts.h"
+#include "wds/tar/tar_reader.h"
 
 namespace wdspy {
 

@@ -10,6 +10,7 @@
 #include "tar/tar_samples.h"
 #include "wds/internal/base/status_macros.h"
 #include "wds/internal/base/strings.h"
+#include "wds/pipeline/web_dataset.h"
 #include "wds/tar/shard_counts.h"
 
 namespace wds {

@@ -22,6 +22,7 @@
 #include "wds/base/buffer_pool.h"
 #include "wds/loader/loader.h"
 #include "wds/pipeline/pipeline.h"
+#include "wds/pipeline/web_dataset.h"
 
 #if WDS_WITH_CUDA
 #include <cuda_runtime_api.h>

@@ -18,6 +18,7 @@
 #include "wds/decode/npy.h"
 #include "wds/internal/base/worker_wiring.h"
 #include "wds/pipeline/pipeline.h"
+#include "wds/pipeline/web_dataset.h"
 
 namespace wds {
 namespace {

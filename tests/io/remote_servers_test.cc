@@ -18,6 +18,7 @@
 #include "wds/internal/base/strings.h"
 #include "wds/io/remote.h"
 #include "wds/pipeline/pipeline.h"
+#include "wds/pipeline/web_dataset.h"
 
 namespace wds {
 namespace {

@@ -22,6 +22,7 @@
 #include "util/test_util.h"
 #include "wds/loader/loader.h"
 #include "wds/pipeline/pipeline.h"
+#include "wds/pipeline/web_dataset.h"
 #include "wds/tar/tar_writer.h"
 
 namespace wds {

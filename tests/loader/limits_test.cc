@@ -20,6 +20,7 @@
 #include "wds/decode/decode.h"
 #include "wds/image/image.h"
 #include "wds/pipeline/pipeline.h"
+#include "wds/pipeline/web_dataset.h"
 
 namespace wds {
 namespace {

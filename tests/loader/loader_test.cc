@@ -34,6 +34,7 @@
 #include "wds/decode/decode.h"
 #include "wds/internal/base/worker_wiring.h"
 #include "wds/pipeline/pipeline.h"
+#include "wds/pipeline/web_dataset.h"
 
 namespace wds {
 namespace {

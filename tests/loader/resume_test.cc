@@ -17,6 +17,7 @@
 #include "wds/internal/base/resume_channel.h"
 #include "wds/internal/base/worker_wiring.h"
 #include "wds/loader/loader.h"
+#include "wds/pipeline/web_dataset.h"
 #include "wds/tar/shard_index.h"
 
 namespace wds {

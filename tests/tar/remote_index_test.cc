@@ -18,6 +18,7 @@
 #include "wds/io/remote.h"
 #include "wds/loader/loader.h"
 #include "wds/pipeline/pipeline.h"
+#include "wds/pipeline/web_dataset.h"
 #include "wds/tar/shard_index.h"
 
 namespace wds {

@@ -16,6 +16,7 @@
 #include "wds/internal/tar/shard_scan.h"
 #include "wds/loader/equalize.h"
 #include "wds/loader/loader.h"
+#include "wds/pipeline/web_dataset.h"
 #include "wds/shards/shard_list.h"
 #include "wds/tar/shard_index.h"
 #include "wds/tar/tar_reader.h"

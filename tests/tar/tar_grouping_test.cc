@@ -14,6 +14,7 @@
 #include "util/test_util.h"
 #include "wds/io/byte_stream.h"
 #include "wds/pipeline/pipeline.h"
+#include "wds/pipeline/web_dataset.h"
 
 namespace wds {
 namespace {

@@ -17,6 +17,7 @@
 #include "util/test_util.h"
 #include "wds/loader/loader.h"
 #include "wds/pipeline/pipeline.h"
+#include "wds/pipeline/web_dataset.h"
 #include "wds/tar/tar_reader.h"
 
 namespace wds {

@@ -20,6 +20,7 @@
 #include "util/test_util.h"
 #include "wds/loader/loader.h"
 #include "wds/pipeline/pipeline.h"
+#include "wds/pipeline/web_dataset.h"
 #include "wds/torch/prefetcher.h"
 #include "wds/torch/tensor.h"
 
