@@ -90,16 +90,15 @@ absl::StatusOr<Array> DecodeImageInto(std::string_view data, const ImageSpec& sp
 absl::StatusOr<FieldDecoder> ImageDecoder(std::string_view spec, ImageDecodeOptions options) {
   WDS_ASSIGN_OR_RETURN(const ImageSpec parsed, ParseImageSpec(spec));
   WDS_RETURN_IF_ERROR(ValidateImageDecodeOptions(options));
-  return FieldDecoder(
-      [parsed, options](std::string_view field, const Buffer& data,
-                        DecodeContext& ctx) -> absl::StatusOr<std::optional<Value>> {
-        if (!IsImageExtension(FieldExtension(field))) return std::nullopt;
-        OutputSlots* slots =
-            ctx.worker != nullptr ? WiringOf(*ctx.worker).output_slots.get() : nullptr;
-        WDS_ASSIGN_OR_RETURN(Array image, DecodeImageInto(data.view(), parsed, options, *ctx.rng,
-                                                          nullptr, slots, field));
-        return Value(std::move(image));
-      });
+  return FieldDecoder([parsed, options](
+                          std::string_view field, const Buffer& data,
+                          DecodeContext& ctx) -> absl::StatusOr<std::optional<Value>> {
+    if (!IsImageExtension(FieldExtension(field))) return std::nullopt;
+    OutputSlots* slots = ctx.worker != nullptr ? WiringOf(*ctx.worker).output_slots.get() : nullptr;
+    WDS_ASSIGN_OR_RETURN(Array image, DecodeImageInto(data.view(), parsed, options, *ctx.rng,
+                                                      nullptr, slots, field));
+    return Value(std::move(image));
+  });
 }
 
 StageFactory DecodeStage(std::string_view image_spec, ImageDecodeOptions image,

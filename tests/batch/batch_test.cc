@@ -686,8 +686,7 @@ FieldDecoder SlotDecoder(std::shared_ptr<OfferLog> log) {
                DecodeContext& ctx) -> absl::StatusOr<std::optional<Value>> {
     if (field != "raw") return std::nullopt;
     Array a{DType::kUInt8, {static_cast<int64_t>(data.size())}, Buffer()};
-    OutputSlots* slots =
-        ctx.worker != nullptr ? WiringOf(*ctx.worker).output_slots.get() : nullptr;
+    OutputSlots* slots = ctx.worker != nullptr ? WiringOf(*ctx.worker).output_slots.get() : nullptr;
     if (slots != nullptr) {
       log->had_slots = true;
       a.data = slots->Offer(field, a.dtype, a.shape);

@@ -766,8 +766,7 @@ TEST(LoaderTest, BatchesDecodedInPlaceReachTheConsumerIntact) {
                                  DecodeContext& ctx) -> absl::StatusOr<std::optional<Value>> {
     if (field != "raw") return std::nullopt;
     Array a{DType::kUInt8, {static_cast<int64_t>(data.size())}, Buffer()};
-    OutputSlots* slots =
-        ctx.worker != nullptr ? WiringOf(*ctx.worker).output_slots.get() : nullptr;
+    OutputSlots* slots = ctx.worker != nullptr ? WiringOf(*ctx.worker).output_slots.get() : nullptr;
     if (slots != nullptr) a.data = slots->Offer(field, a.dtype, a.shape);
     if (a.data.empty()) {
       a = Array::Allocate(a.dtype, a.shape);

@@ -86,8 +86,8 @@ std::vector<FieldDecoder> BasicDecoders();
 // DecodeStage decodes each sample with DecodeSample: the first of `decoders`
 // that accepts a field decodes it. Random choices draw from a generator
 // seeded by DeriveSeed(seed, {kDecode, epoch, pass, rank, worker}); decoded
-// arrays are written into the slots a downstream Batched offers. Errors go to options.handler (stage
-// "decode"). An empty decoder makes it a FailingStage.
+// arrays are written into the slots a downstream Batched offers. Errors go to options.handler
+// (stage "decode"). An empty decoder makes it a FailingStage.
 StageFactory DecodeStage(std::vector<FieldDecoder> decoders = BasicDecoders(),
                          DecodeOptions options = {});
 
