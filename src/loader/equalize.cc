@@ -15,6 +15,12 @@ int64_t BatchesOf(int64_t samples, const EpochBatching& batching) {
   return full + (batching.partial && samples % batching.batch_size != 0 ? 1 : 0);
 }
 
+absl::Status CheckBatching(const EpochBatching& batching) {
+  if (batching.batch_size >= 1) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      Cat("equalize: batch size must be >= 1, got ", batching.batch_size));
+}
+
 // BatchesFromWorker is how many of the first n round-robin batches come from
 // worker w of `workers`.
 int64_t BatchesFromWorker(int64_t n, int w, int workers) {
@@ -101,14 +107,25 @@ int64_t RankEpochPlan::SamplesInFirst(int64_t n) const {
   return total;
 }
 
+absl::StatusOr<RankEpochPlan> PlanFromSamples(const std::vector<int64_t>& worker_samples,
+                                              const EpochBatching& batching) {
+  WDS_RETURN_IF_ERROR(CheckBatching(batching));
+  RankEpochPlan plan;
+  plan.batching = batching;
+  for (int64_t samples : worker_samples) {
+    WorkerPlan worker;
+    worker.samples = samples;
+    worker.batches = BatchesOf(samples, batching);
+    plan.workers.push_back(std::move(worker));
+  }
+  return plan;
+}
+
 absl::StatusOr<RankEpochPlan> PlanRankEpoch(const std::vector<std::string>& shards,
                                             const ShardListOptions& options,
                                             const WorkerContext& ctx, const EpochBatching& batching,
                                             ShardSampleCounts& counts) {
-  if (batching.batch_size < 1) {
-    return absl::InvalidArgumentError(
-        Cat("equalize: batch size must be >= 1, got ", batching.batch_size));
-  }
+  WDS_RETURN_IF_ERROR(CheckBatching(batching));
   RankEpochPlan plan;
   plan.batching = batching;
   WorkerContext worker_ctx = ctx;

@@ -4,7 +4,6 @@
 #include <signal.h>
 
 #include <exception>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -13,7 +12,9 @@
 
 #include "base/handlers.h"
 #include "base/host_allocator.h"
+#include "loader/elastic_plan.h"
 #include "loader/launcher_env.h"
+#include "loader/loader_state.h"
 #include "wds/base/interrupt.h"
 #include "wds/internal/base/bounded_queue.h"
 #include "wds/internal/base/resume_channel.h"
@@ -62,23 +63,13 @@ struct Entry {
   bool checkpointable = true;
 };
 
-// WorkerStart is how a worker of a restored loader starts: at `checkpoint`,
-// or not at all when it had ended.
-struct WorkerStart {
-  StreamCheckpoint checkpoint;
-  bool ended = false;
+// ElasticShares are the parts of an elastic resume's leftover that the
+// workers read in pass 0 of `epoch` (wds/elastic.h), by worker.
+struct ElasticShares {
+  int64_t epoch = 0;
+  int64_t generation = 0;
+  std::vector<std::shared_ptr<const std::vector<ShardSlice>>> by_worker;
 };
-
-// GroupState is the consumer's view of a WorkerGroup: the rotation and the
-// checkpoint of each worker's last item taken.
-struct GroupState {
-  int cursor = 0;
-  std::vector<WorkerStart> workers;
-  bool checkpointable = true;
-};
-
-constexpr int kStateVersion = 1;
-constexpr std::string_view kStateFormat = "webdataset-cpp loader state";
 
 bool IsEnd(const SampleResult& result) { return result.ok() && !result->has_value(); }
 
@@ -147,9 +138,10 @@ SampleResult NextGuarded(SampleStream& stream, int worker) {
 // entries in loader order. Destroying it stops and joins the threads.
 class WorkerGroup {
  public:
-  // `start`, when not null, restores the workers (see Loader::Restore).
+  // `start`, when not null, restores the workers (see Loader::Restore);
+  // `shares`, when not null, gives them an elastic resume's leftover.
   WorkerGroup(const Pipeline& pipeline, const WorkerContext& base, const LoaderOptions& options,
-              bool endless, const GroupState* start)
+              bool endless, const GroupState* start, const ElasticShares* shares)
       : ordered_(options.ordered), ended_(options.workers, false), active_(options.workers) {
     state_.workers.resize(options.workers);
     for (WorkerStart& w : state_.workers) w.checkpoint = {base.pass, 0, 0};
@@ -179,6 +171,11 @@ class WorkerGroup {
         ctx.worker = w;
         const std::shared_ptr<ResumeChannel> resume = std::make_shared<ResumeChannel>();
         Rewire(ctx).resume = resume;
+        if (shares != nullptr) {
+          resume->slices = shares->by_worker[w];
+          resume->slices_epoch = shares->epoch;
+          resume->generation = shares->generation;
+        }
         if (start != nullptr) {
           resume->restore = start->workers[w].checkpoint;
           ctx.pass = start->workers[w].checkpoint.pass;
@@ -303,95 +300,6 @@ class WorkerGroup {
   GroupState state_;
 };
 
-// StateJson renders a loader state; ParseState reads one back.
-struct LoaderStateData {
-  std::string recipe;
-  int rank = 0;
-  int world_size = 1;
-  int workers = 1;
-  int mode = 0;
-  int64_t length = -1;
-  bool running = false;
-  int64_t epoch = 0;
-  int64_t remaining = 0;
-  int64_t stream_epoch = 0;
-  std::optional<GroupState> group;
-};
-
-std::string StateJson(const LoaderStateData& d) {
-  nlohmann::ordered_json j;
-  j["format"] = kStateFormat;
-  j["version"] = kStateVersion;
-  j["recipe"] = d.recipe;
-  j["rank"] = d.rank;
-  j["world_size"] = d.world_size;
-  j["workers"] = d.workers;
-  j["mode"] = d.mode;
-  j["length"] = d.length;
-  j["running"] = d.running;
-  j["epoch"] = d.epoch;
-  j["remaining"] = d.remaining;
-  j["stream_epoch"] = d.stream_epoch;
-  if (d.group.has_value()) {
-    nlohmann::ordered_json streams = nlohmann::ordered_json::array();
-    for (const WorkerStart& w : d.group->workers) {
-      streams.push_back({{"pass", w.checkpoint.pass},
-                         {"source_out", w.checkpoint.source_out},
-                         {"shuffle_out", w.checkpoint.shuffle_out},
-                         {"ended", w.ended}});
-    }
-    j["cursor"] = d.group->cursor;
-    j["streams"] = std::move(streams);
-  }
-  return j.dump();
-}
-
-absl::StatusOr<LoaderStateData> ParseState(std::string_view text) {
-  const nlohmann::json j = nlohmann::json::parse(text.begin(), text.end(), nullptr, false);
-  if (j.is_discarded() || !j.is_object() || j.value("format", "") != kStateFormat) {
-    return absl::InvalidArgumentError("Loader::Restore: the text is not a loader state");
-  }
-  const int version = j.value("version", 0);
-  if (version != kStateVersion) {
-    return absl::InvalidArgumentError(Cat("Loader::Restore: loader state version ", version,
-                                          " is unknown (this build reads version ", kStateVersion,
-                                          ")"));
-  }
-  try {
-    LoaderStateData d;
-    d.recipe = j.at("recipe").get<std::string>();
-    d.rank = j.at("rank").get<int>();
-    d.world_size = j.at("world_size").get<int>();
-    d.workers = j.at("workers").get<int>();
-    d.mode = j.at("mode").get<int>();
-    d.length = j.at("length").get<int64_t>();
-    d.running = j.at("running").get<bool>();
-    d.epoch = j.at("epoch").get<int64_t>();
-    d.remaining = j.at("remaining").get<int64_t>();
-    d.stream_epoch = j.at("stream_epoch").get<int64_t>();
-    if (j.contains("streams")) {
-      GroupState group;
-      group.cursor = j.at("cursor").get<int>();
-      for (const nlohmann::json& s : j.at("streams")) {
-        WorkerStart w;
-        w.checkpoint = {s.at("pass").get<int64_t>(), s.at("source_out").get<int64_t>(),
-                        s.at("shuffle_out").get<int64_t>()};
-        w.ended = s.at("ended").get<bool>();
-        group.workers.push_back(w);
-      }
-      if (static_cast<int>(group.workers.size()) != d.workers || group.cursor < 0 ||
-          group.cursor >= d.workers) {
-        return absl::InvalidArgumentError("Loader::Restore: the loader state is inconsistent");
-      }
-      d.group = std::move(group);
-    }
-    return d;
-  } catch (const nlohmann::json::exception& e) {
-    return absl::InvalidArgumentError(
-        Cat("Loader::Restore: the loader state is incomplete: ", e.what()));
-  }
-}
-
 }  // namespace
 
 LoaderError::LoaderError(absl::Status status)
@@ -423,6 +331,11 @@ struct Loader::Impl {
   // makes begin() continue a restored epoch instead of starting one.
   std::optional<GroupState> restored_group;
   bool resumed = false;
+  // base is the job state whose leftover epoch base->first().epoch reads
+  // (an elastic resume, wds/elastic.h), and shares this rank's workers'
+  // parts of it; null when the running epoch reads the recipe's own split.
+  std::shared_ptr<const JobStateData> base;
+  std::optional<ElasticShares> shares;
   // Declared last so that its threads stop before the recipe they read goes.
   std::unique_ptr<WorkerGroup> group;
 
@@ -476,6 +389,32 @@ struct Loader::Impl {
     running_epoch = next_epoch;
     next_epoch = running_epoch + 1;
     remaining = pipeline.length().value_or(0);
+    if (base != nullptr && base->first().epoch != running_epoch) {
+      base.reset();
+      shares.reset();
+    }
+  }
+
+  // ElasticApplies is whether the running workers' pass 0 is the leftover
+  // of `base`.
+  bool ElasticApplies() const { return base != nullptr && base->first().epoch == stream_epoch; }
+
+  // ComputeShares works out this rank's workers' parts of base's leftover.
+  absl::Status ComputeShares() {
+    ElasticShares computed;
+    computed.epoch = base->first().epoch;
+    computed.generation = base->first().generation + 1;
+    WorkerContext ctx;
+    ctx.rank = placement.rank;
+    ctx.world_size = placement.world_size;
+    ctx.num_workers = options.workers;
+    for (ctx.worker = 0; ctx.worker < options.workers; ++ctx.worker) {
+      WDS_ASSIGN_OR_RETURN(std::vector<ShardSlice> share, LeftoverShare(pipeline, *base, ctx));
+      computed.by_worker.push_back(
+          std::make_shared<const std::vector<ShardSlice>>(std::move(share)));
+    }
+    shares = std::move(computed);
+    return absl::OkStatus();
   }
 
   void FinishEpoch(bool failed) {
@@ -497,10 +436,12 @@ struct Loader::Impl {
     WorkerContext::Wiring& wiring = Rewire(ctx);
     wiring.pool = pool;
     wiring.read_pool = read_pool;
+    if (ElasticApplies() && !shares.has_value()) WDS_RETURN_IF_ERROR(ComputeShares());
     try {
       group = std::make_unique<WorkerGroup>(
           pipeline, ctx, options, /*endless=*/mode() != EpochMode::kNatural,
-          restored_group.has_value() ? &*restored_group : nullptr);
+          restored_group.has_value() ? &*restored_group : nullptr,
+          ElasticApplies() ? &*shares : nullptr);
       restored_group.reset();
     } catch (const std::system_error& e) {
       return absl::ResourceExhaustedError(
@@ -576,6 +517,10 @@ struct Loader::Impl {
     } else if (restored_group.has_value()) {
       d.group = restored_group;
     }
+    if (ElasticApplies()) {
+      d.generation = base->first().generation + 1;
+      d.base_digest = base->digest;
+    }
     if (d.group.has_value() && !d.group->checkpointable) {
       return absl::FailedPreconditionError(
           "Loader::State: a worker's stream cannot be checkpointed: it needs exactly one tar "
@@ -587,19 +532,43 @@ struct Loader::Impl {
 
   absl::Status Restore(std::string_view text) {
     if (!setup.ok()) return setup;
+    if (IsJobState(text)) return RestoreJob(text);
     WDS_ASSIGN_OR_RETURN(LoaderStateData d, ParseState(text));
-    const LoaderStateData mine = Identity();
-    if (d.recipe != mine.recipe || d.mode != mine.mode || d.length != mine.length) {
+    if (!d.base_digest.empty() && (base == nullptr || base->digest != d.base_digest)) {
       return absl::FailedPreconditionError(
-          "Loader::Restore: the state was taken with another recipe (its shards, seed, stages, "
-          "their parameters or its length differ)");
+          "Loader::Restore: the state is of an epoch resumed on another layout: restore it "
+          "through the job state (Loader::JobState) that holds what that epoch resumed from");
     }
+    WDS_RETURN_IF_ERROR(CheckSameRecipe(d, /*with_length=*/true));
+    const LoaderStateData mine = Identity();
     if (d.rank != mine.rank || d.world_size != mine.world_size || d.workers != mine.workers) {
       return absl::FailedPreconditionError(
           Cat("Loader::Restore: the state was taken by rank ", d.rank, " of ", d.world_size,
               " with ", d.workers, " workers, not rank ", mine.rank, " of ", mine.world_size,
-              " with ", mine.workers, " (resuming on another layout is not supported)"));
+              " with ", mine.workers, " (gather every rank's state with JobState to resume on "
+              "another layout)"));
     }
+    if (d.base_digest.empty()) {
+      base.reset();
+      shares.reset();
+    }
+    Apply(d);
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckSameRecipe(const LoaderStateData& d, bool with_length) const {
+    const LoaderStateData mine = Identity();
+    if (d.recipe != mine.recipe || d.mode != mine.mode ||
+        (with_length && d.length != mine.length)) {
+      return absl::FailedPreconditionError(
+          "Loader::Restore: the state was taken with another recipe (its shards, seed, stages, "
+          "their parameters or its length differ)");
+    }
+    return absl::OkStatus();
+  }
+
+  // Apply continues from rank state `d`, taken on this loader's layout.
+  void Apply(const LoaderStateData& d) {
     group.reset();
     running = d.running;
     running_epoch = d.epoch;
@@ -608,7 +577,63 @@ struct Loader::Impl {
     stream_epoch = d.stream_epoch;
     restored_group = d.group;
     resumed = d.running;
+  }
+
+  // RestoreJob continues from a job state: exactly on the job's own layout,
+  // else with this rank's share of the epoch's leftover (wds/elastic.h).
+  absl::Status RestoreJob(std::string_view text) {
+    WDS_ASSIGN_OR_RETURN(JobStateData job, ParseJobState(text));
+    const LoaderStateData& first = job.first();
+    if (first.world_size == placement.world_size && first.workers == options.workers) {
+      const LoaderStateData& d = job.ranks[placement.rank];
+      WDS_RETURN_IF_ERROR(CheckSameRecipe(d, /*with_length=*/true));
+      base = job.base;
+      shares.reset();
+      Apply(d);
+      return absl::OkStatus();
+    }
+    WDS_RETURN_IF_ERROR(CheckElastic(pipeline, job));
+    group.reset();
+    restored_group.reset();
+    shares.reset();
+    base.reset();
+    if (!first.running) {
+      // Between epochs nothing is left over: the next epoch starts as usual.
+      running = false;
+      resumed = false;
+      next_epoch = first.epoch;
+      return absl::OkStatus();
+    }
+    base = std::make_shared<const JobStateData>(std::move(job));
+    running = true;
+    running_epoch = base->first().epoch;
+    next_epoch = running_epoch + 1;
+    stream_epoch = running_epoch;
+    remaining = pipeline.length().value_or(0);
+    if (absl::Status computed = ComputeShares(); !computed.ok()) {
+      base.reset();
+      running = false;
+      next_epoch = running_epoch;
+      return computed;
+    }
+    resumed = true;
     return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::string> JobState(const std::vector<std::string>& texts) const {
+    if (!setup.ok()) return setup;
+    std::vector<LoaderStateData> ranks;
+    for (const std::string& text : texts) {
+      absl::StatusOr<LoaderStateData> d = ParseState(text);
+      if (!d.ok()) {
+        return absl::InvalidArgumentError(
+            Cat("Loader::JobState: state ", ranks.size(), ": ", ToStd(d.status().message())));
+      }
+      ranks.push_back(*std::move(d));
+    }
+    WDS_ASSIGN_OR_RETURN(JobStateData job, GatherJob(std::move(ranks), base));
+    WDS_RETURN_IF_ERROR(CheckSameRecipe(job.first(), /*with_length=*/true));
+    return JobStateJson(job);
   }
 };
 
@@ -639,6 +664,10 @@ const std::shared_ptr<BufferPool>& Loader::read_pool() const { return impl_->rea
 absl::StatusOr<std::string> Loader::State() const { return impl_->State(); }
 
 absl::Status Loader::Restore(std::string_view state) { return impl_->Restore(state); }
+
+absl::StatusOr<std::string> Loader::JobState(const std::vector<std::string>& rank_states) const {
+  return impl_->JobState(rank_states);
+}
 
 Loader::Iterator Loader::begin() {
   // A restored epoch continues; otherwise every range-for starts one.

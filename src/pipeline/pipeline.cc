@@ -8,8 +8,10 @@
 #include "stages/passes.h"
 #include "tar/index_lookup.h"
 #include "tar/tar_samples.h"
+#include "wds/internal/base/resume_channel.h"
 #include "wds/internal/base/status_macros.h"
 #include "wds/internal/base/strings.h"
+#include "wds/internal/base/worker_wiring.h"
 #include "wds/pipeline/web_dataset.h"
 #include "wds/tar/shard_counts.h"
 
@@ -109,6 +111,11 @@ std::unique_ptr<SampleStream> Pipeline::Open(WorkerContext ctx) const {
   return LimitStream(OpenEndless(std::move(ctx)), *length_);
 }
 
+std::unique_ptr<SampleStream> Pipeline::OpenPass(WorkerContext ctx) const {
+  ctx.seed = seed_;
+  return Compose()(ctx);
+}
+
 std::unique_ptr<SampleStream> Pipeline::OpenEndless(WorkerContext ctx) const {
   ctx.seed = seed_;
   return PassesStream(Compose(), std::move(ctx), std::nullopt, /*empty_pass_is_error=*/true);
@@ -187,15 +194,33 @@ absl::StatusOr<Pipeline> WebDataset(std::vector<std::string> urls, WebDatasetOpt
     std::unique_ptr<UrlStream> url_stream;
     ShardListOptions list{options.shardshuffle, options.nodesplitter, options.workersplitter,
                           options.allow_empty, split};
-    if (options.resampled) {
+    // An elastic resume hands this worker its share of what is left of the
+    // epoch's pass 0 (ResumeChannel::slices). A sample-granular split knows
+    // its pass's size on opening (StreamCheckpoint::pass_samples).
+    const std::shared_ptr<ResumeChannel>& resume = WiringOf(ctx).resume;
+    std::optional<absl::StatusOr<std::vector<ShardSlice>>> slices;
+    if (resume != nullptr && resume->slices != nullptr && ctx.pass == 0 &&
+        ctx.epoch == resume->slices_epoch) {
+      slices = *resume->slices;
+    } else if (options.resampled) {
       url_stream = ResampledShardStream(*shards, options.nshards, ctx);
     } else if (catalog != nullptr) {
-      url_stream = SliceStream(*shards, catalog->Counts(*shards), list, ctx);
+      absl::StatusOr<std::vector<int64_t>> counts = catalog->Counts(*shards);
+      slices = counts.ok() ? SlicesForWorker(*shards, *counts, list, ctx)
+                           : absl::StatusOr<std::vector<ShardSlice>>(counts.status());
     } else {
       url_stream = ShardStream(*shards, list, ctx);
     }
-    return TarSamples(std::move(url_stream), options.opener, options.handler, ctx,
-                      options.max_member_size, counts_for_restore, options.member_name);
+    int64_t pass_samples = -1;
+    if (slices.has_value()) {
+      if (slices->ok()) pass_samples = SampleCount(**slices);
+      url_stream = SlicesStream(*std::move(slices));
+    }
+    std::unique_ptr<SampleStream> stream =
+        TarSamples(std::move(url_stream), options.opener, options.handler, ctx,
+                   options.max_member_size, counts_for_restore, options.member_name);
+    if (resume != nullptr) resume->position.pass_samples = pass_samples;
+    return stream;
   };
   return Pipeline(std::move(source), options.seed, std::move(recipe));
 }

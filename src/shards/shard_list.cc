@@ -161,11 +161,8 @@ absl::StatusOr<std::vector<ShardSlice>> SlicesForWorker(const std::vector<std::s
     }
     total += counts[i];
   }
-  std::pair<int64_t, int64_t> range{0, total};
-  if (options.nodesplitter) range = Share(range.first, range.second, ctx.rank, ctx.world_size);
-  if (options.workersplitter) {
-    range = Share(range.first, range.second, ctx.worker, ctx.num_workers);
-  }
+  const std::pair<int64_t, int64_t> range =
+      SampleShare(total, ctx, options.nodesplitter != nullptr, options.workersplitter != nullptr);
   std::vector<ShardSlice> slices;
   int64_t first = 0;  // the position of shard order[i]'s first sample
   for (size_t i : order) {
@@ -192,14 +189,21 @@ std::unique_ptr<UrlStream> ShardStream(const std::vector<std::string>& shards,
   return std::make_unique<ListUrlStream>(std::move(slices));
 }
 
-std::unique_ptr<UrlStream> SliceStream(const std::vector<std::string>& shards,
-                                       absl::StatusOr<std::vector<int64_t>> counts,
-                                       const ShardListOptions& options, const WorkerContext& ctx) {
-  if (!counts.ok()) return std::make_unique<ListUrlStream>(counts.status());
-  return std::make_unique<ListUrlStream>(SlicesForWorker(shards, *counts, options, ctx));
+std::pair<int64_t, int64_t> SampleShare(int64_t total, const WorkerContext& ctx, bool by_node,
+                                        bool by_worker) {
+  std::pair<int64_t, int64_t> range{0, total};
+  if (by_node) range = Share(range.first, range.second, ctx.rank, ctx.world_size);
+  if (by_worker) range = Share(range.first, range.second, ctx.worker, ctx.num_workers);
+  return range;
 }
 
-std::unique_ptr<UrlStream> SlicesStream(std::vector<ShardSlice> slices) {
+int64_t SampleCount(const std::vector<ShardSlice>& slices) {
+  int64_t total = 0;
+  for (const ShardSlice& s : slices) total += s.end - s.begin;
+  return total;
+}
+
+std::unique_ptr<UrlStream> SlicesStream(absl::StatusOr<std::vector<ShardSlice>> slices) {
   return std::make_unique<ListUrlStream>(std::move(slices));
 }
 

@@ -24,13 +24,8 @@ std::vector<std::string> PermuteShards(std::vector<std::string> shards, uint64_t
 // ShardStream yields ShardsForWorker(...) in order (or its error).
 std::unique_ptr<UrlStream> ShardStream(const std::vector<std::string>& shards,
                                        const ShardListOptions& options, const WorkerContext& ctx);
-// SliceStream yields SlicesForWorker(...) in order (or its error, or that of
-// `counts`).
-std::unique_ptr<UrlStream> SliceStream(const std::vector<std::string>& shards,
-                                       absl::StatusOr<std::vector<int64_t>> counts,
-                                       const ShardListOptions& options, const WorkerContext& ctx);
-// SlicesStream yields `slices` in order.
-std::unique_ptr<UrlStream> SlicesStream(std::vector<ShardSlice> slices);
+// SlicesStream yields `slices` in order (or their error).
+std::unique_ptr<UrlStream> SlicesStream(absl::StatusOr<std::vector<ShardSlice>> slices);
 // ResampledShardStream draws shards uniformly with replacement, seeded by
 // (seed, epoch, pass, rank, worker): `count` of them, or forever when nullopt.
 std::unique_ptr<UrlStream> ResampledShardStream(std::vector<std::string> shards,

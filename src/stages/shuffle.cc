@@ -211,10 +211,20 @@ class ShuffleStream final : public SampleStream {
   int64_t expected_ = 0;
 };
 
+// ShuffleSeed is DeriveSeed(seed, {kShuffle, epoch, pass, rank, worker}); the
+// pass an elastic resume hands a worker (ResumeChannel::slices) also mixes in
+// its generation, so that it is not the interrupted run's order again.
 uint64_t ShuffleSeed(const WorkerContext& ctx) {
-  return DeriveSeed(ctx.seed,
-                    {kShuffle, static_cast<uint64_t>(ctx.epoch), static_cast<uint64_t>(ctx.pass),
-                     static_cast<uint64_t>(ctx.rank), static_cast<uint64_t>(ctx.worker)});
+  const uint64_t seed =
+      DeriveSeed(ctx.seed, {kShuffle, static_cast<uint64_t>(ctx.epoch),
+                            static_cast<uint64_t>(ctx.pass), static_cast<uint64_t>(ctx.rank),
+                            static_cast<uint64_t>(ctx.worker)});
+  const ResumeChannel* resume = WiringOf(ctx).resume.get();
+  if (resume == nullptr || resume->slices == nullptr || ctx.pass != 0 ||
+      ctx.epoch != resume->slices_epoch) {
+    return seed;
+  }
+  return DeriveSeed(seed, {kElasticResume, static_cast<uint64_t>(resume->generation)});
 }
 
 }  // namespace

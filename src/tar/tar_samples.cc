@@ -45,6 +45,7 @@ class TarSampleStream : public SampleStream {
     resume.position.shuffle_out = -1;
     resume.position.pass = ctx_.pass;
     resume.position.source_out = 0;
+    resume.position.pass_samples = -1;
     if (resume.restore.has_value() && resume.restore->pass == ctx_.pass) PlanRestore(resume);
   }
 
@@ -157,6 +158,7 @@ void TarSampleStream::PlanRestore(ResumeChannel& resume) {
     pass_slices_.push_back(**std::move(slice));
   }
   resume.pass_samples = total;
+  resume.planned_slices = std::make_shared<const std::vector<ShardSlice>>(pass_slices_);
 }
 
 // Restore reads the samples a restored shuffle buffer held (sorted, one seek

@@ -270,13 +270,13 @@ TEST(ResumeTest, AnotherRecipeOrLayoutIsRefused) {
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(std::string(s.message()),
             "Loader::Restore: the state was taken by rank 0 of 1 with 2 workers, not rank 0 of 1 "
-            "with 3 (resuming on another layout is not supported)");
+            "with 3 (gather every rank's state with JobState to resume on another layout)");
 
   Loader loader(r.Build(), r.loader);
   s = loader.Restore("{\"format\": \"webdataset-cpp loader state\", \"version\": 9}");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(std::string(s.message()),
-            "Loader::Restore: loader state version 9 is unknown (this build reads version 1)");
+            "Loader::Restore: loader state version 9 is unknown (this build reads versions 1 and 2)");
   s = loader.Restore("not json");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(std::string(s.message()), "Loader::Restore: the text is not a loader state");

@@ -8,6 +8,7 @@
 //   resampled shards    DeriveSeed(seed, {kResample, epoch, pass, rank, worker})
 //   shuffle buffer      DeriveSeed(seed, {kShuffle, epoch, pass, rank, worker})
 //   decode (augment)    DeriveSeed(seed, {kDecode, epoch, pass, rank, worker})
+//   elastic resume      the shuffle buffer's seed, then {kElasticResume, generation}
 //
 // The shard permutation leaves out rank and worker on purpose: every rank must
 // compute the same permutation so that split_by_node hands out disjoint shards.
@@ -27,6 +28,7 @@ enum SeedDomain : uint64_t {
   kShuffle = 3,
   kUserStage = 4,
   kDecode = 5,
+  kElasticResume = 6,
 };
 
 // DeriveSeed mixes `seed` with `parts`, in order.

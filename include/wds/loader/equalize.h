@@ -108,6 +108,12 @@ struct RankEpochPlan {
   int64_t SamplesInFirst(int64_t n) const;
 };
 
+// PlanFromSamples is the plan of a rank whose worker w reads
+// worker_samples[w] samples (no shards named). InvalidArgument for
+// batch_size < 1.
+[[nodiscard]] absl::StatusOr<RankEpochPlan> PlanFromSamples(
+    const std::vector<int64_t>& worker_samples, const EpochBatching& batching);
+
 // PlanRankEpoch plans ctx's rank for ctx.epoch with ctx.num_workers workers
 // (ctx.worker and ctx.pass are ignored; ctx.seed must be the pipeline's seed).
 // Errors: ShardsForWorker's (a worker without shards), CountSamples' (naming

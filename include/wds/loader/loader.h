@@ -36,6 +36,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "wds/base/buffer_pool.h"
@@ -134,7 +135,25 @@ class Loader {
   // of another recipe (shards, seed, stages and their parameters, length),
   // placement or worker count. Exactness assumes the data reads the same as
   // before (no errors skipped by a handler before the shuffle stage).
+  //
+  // `state` may also be a job state (JobState()). On the job's own layout
+  // (world size and workers) this rank then restores exactly from its part.
+  // On another layout the loader runs the rest of the job's epoch: this
+  // rank's share of what the job's workers had not handed out
+  // (wds/elastic.h), then the next epochs as usual. The recipe must be the
+  // job's (its length may differ: size it with PlanResumedEpoch); a WithEpoch
+  // recipe resumes only on its own layout. A rank state of an epoch that was
+  // resumed elastically is refused: its job state holds what it resumed from.
   [[nodiscard]] absl::Status Restore(std::string_view state);
+
+  // JobState gathers the State() texts of every rank of the job, taken at
+  // the same step (this rank's among them, in any order), into one job
+  // state: the text Restore() takes on any layout. It is the same on every
+  // rank. Errors: InvalidArgument for a text that is not a loader state, a
+  // missing or repeated rank; FailedPrecondition for states of another
+  // recipe, epoch or layout than each other's or this loader's.
+  [[nodiscard]] absl::StatusOr<std::string> JobState(
+      const std::vector<std::string>& rank_states) const;
 
   using Iterator = PullIterator<Sample>;
   // begin starts an epoch; the iterator throws LoaderError on an error.

@@ -85,6 +85,11 @@ class Pipeline {
   // WithLength / WithEpoch recipes.
   [[nodiscard]] std::unique_ptr<SampleStream> OpenEndless(WorkerContext ctx) const;
 
+  // OpenPass opens pass ctx.pass of the recipe alone, without its epoch
+  // sizing. An elastic resume opens the interrupted workers' passes this way
+  // to ask their stages where they stood; nothing is read before Next().
+  [[nodiscard]] std::unique_ptr<SampleStream> OpenPass(WorkerContext ctx) const;
+
   // recipe is a description of the recipe (source, stages with their
   // parameters, epoch sizing) that a Loader state records, so that a state is
   // never restored into another recipe. Custom stages (Then) count by

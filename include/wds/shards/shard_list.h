@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -92,5 +93,15 @@ struct ShardListOptions {
 [[nodiscard]] absl::StatusOr<std::vector<ShardSlice>> SlicesForWorker(
     const std::vector<std::string>& shards, const std::vector<int64_t>& counts,
     const ShardListOptions& options, const WorkerContext& ctx);
+
+// SampleShare is the part [begin, end) of a sequence of `total` samples that
+// ctx's worker reads under the sample-granular split: rank r of R takes
+// [r*N/R, (r+1)*N/R) when by_node, and worker w of K the same share of its
+// rank's part when by_worker. REQUIRES: ctx is a placement.
+std::pair<int64_t, int64_t> SampleShare(int64_t total, const WorkerContext& ctx, bool by_node,
+                                        bool by_worker);
+
+// SampleCount is the number of samples `slices` hold. REQUIRES: every end >= 0.
+int64_t SampleCount(const std::vector<ShardSlice>& slices);
 
 }  // namespace wds

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -13,15 +14,24 @@
 
 namespace wds {
 
+// ShardSlice is a part of a shard (wds/shards/shard_list.h); the channel
+// only hands lists of them between the loader and the tar source.
+struct ShardSlice;
+
 // StreamCheckpoint is how far one worker's stream has got, in positions, not
 // data: the pass it reads, how many samples its source has yielded in that
 // pass and how many its shuffle stage has (-1: the recipe has none). With the
 // recipe and its context this fixes everything else: the shuffle buffer's
 // content and the random state are recomputed from them (see Loader::State).
+// pass_samples is the number of samples of the pass when the source knows
+// it on opening (a sample-granular split: every slice has an end), else -1;
+// an elastic resume sizes what a worker left over from it without re-planning
+// the worker's pass.
 struct StreamCheckpoint {
   int64_t pass = 0;
   int64_t source_out = 0;
   int64_t shuffle_out = -1;
+  int64_t pass_samples = -1;
 };
 
 // ResumeChannel connects the resumable stages of one worker's stream (its tar
@@ -65,6 +75,16 @@ struct ResumeChannel {
   std::vector<std::pair<int64_t, int64_t>> restore_dropped;
   int sources = 0;
   int shuffles = 0;
+  // slices, when set, replace the recipe's own split for pass 0 of epoch
+  // `slices_epoch`: the worker's share of what an elastic resume left over
+  // (see wds/elastic.h), of generation `generation` (the shuffle seeds
+  // differ from the interrupted run's).
+  std::shared_ptr<const std::vector<ShardSlice>> slices;
+  int64_t slices_epoch = -1;
+  int64_t generation = 0;
+  // planned_slices is what a restoring source found its pass to be (the
+  // slices with their counts), kept for an elastic resume's planning.
+  std::shared_ptr<const std::vector<ShardSlice>> planned_slices;
   // error is set by a stage that cannot restore as asked.
   absl::Status error;
 };

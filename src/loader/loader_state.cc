@@ -1,0 +1,248 @@
+#include "loader/loader_state.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "wds/internal/base/status_macros.h"
+#include "wds/internal/base/strings.h"
+
+namespace wds {
+namespace {
+
+// Version 2 added each stream's pass_samples and the elastic resume's
+// generation and base; version 1 states read as having neither.
+constexpr int kStateVersion = 2;
+constexpr std::string_view kStateFormat = "webdataset-cpp loader state";
+constexpr int kJobVersion = 1;
+constexpr std::string_view kJobFormat = "webdataset-cpp job state";
+
+using Json = nlohmann::ordered_json;
+
+std::string Fnv1a(std::string_view text) {
+  uint64_t h = 14695981039346656037ull;
+  for (char c : text) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  return absl::StrCat(absl::Hex(h, absl::kZeroPad16));
+}
+
+Json StreamsJson(const GroupState& group) {
+  Json streams = Json::array();
+  for (const WorkerStart& w : group.workers) {
+    streams.push_back({w.checkpoint.pass, w.checkpoint.source_out, w.checkpoint.shuffle_out,
+                       w.checkpoint.pass_samples, w.ended});
+  }
+  return streams;
+}
+
+// ReadStreams reads StreamsJson's arrays, or version 1's objects.
+GroupState ReadStreams(const nlohmann::json& j) {
+  GroupState group;
+  group.cursor = j.at("cursor").get<int>();
+  for (const nlohmann::json& s : j.at("streams")) {
+    WorkerStart w;
+    if (s.is_array()) {
+      w.checkpoint = {s.at(0).get<int64_t>(), s.at(1).get<int64_t>(), s.at(2).get<int64_t>(),
+                      s.at(3).get<int64_t>()};
+      w.ended = s.at(4).get<bool>();
+    } else {
+      w.checkpoint = {s.at("pass").get<int64_t>(), s.at("source_out").get<int64_t>(),
+                      s.at("shuffle_out").get<int64_t>()};
+      w.ended = s.at("ended").get<bool>();
+    }
+    group.workers.push_back(w);
+  }
+  return group;
+}
+
+// The fields every rank of a job shares, in both texts.
+void PutCommon(const LoaderStateData& d, Json& j) {
+  j["recipe"] = d.recipe;
+  j["world_size"] = d.world_size;
+  j["workers"] = d.workers;
+  j["mode"] = d.mode;
+  j["length"] = d.length;
+  j["running"] = d.running;
+  j["epoch"] = d.epoch;
+  j["generation"] = d.generation;
+  j["base_digest"] = d.base_digest;
+}
+
+void ReadCommon(const nlohmann::json& j, LoaderStateData& d) {
+  d.recipe = j.at("recipe").get<std::string>();
+  d.world_size = j.at("world_size").get<int>();
+  d.workers = j.at("workers").get<int>();
+  d.mode = j.at("mode").get<int>();
+  d.length = j.at("length").get<int64_t>();
+  d.running = j.at("running").get<bool>();
+  d.epoch = j.at("epoch").get<int64_t>();
+  d.generation = j.value("generation", int64_t{0});
+  d.base_digest = j.value("base_digest", std::string());
+}
+
+// The fields of one rank's position.
+void PutPosition(const LoaderStateData& d, Json& j) {
+  j["remaining"] = d.remaining;
+  j["stream_epoch"] = d.stream_epoch;
+  if (d.group.has_value()) {
+    j["cursor"] = d.group->cursor;
+    j["streams"] = StreamsJson(*d.group);
+  }
+}
+
+void ReadPosition(const nlohmann::json& j, LoaderStateData& d) {
+  d.remaining = j.at("remaining").get<int64_t>();
+  d.stream_epoch = j.at("stream_epoch").get<int64_t>();
+  if (j.contains("streams")) d.group = ReadStreams(j);
+}
+
+absl::Status CheckConsistent(const LoaderStateData& d, std::string_view what) {
+  const bool placement_ok = d.world_size >= 1 && d.rank >= 0 && d.rank < d.world_size &&
+                            d.workers >= 1 && d.generation >= 0;
+  const bool group_ok = !d.group.has_value() ||
+                        (static_cast<int>(d.group->workers.size()) == d.workers &&
+                         d.group->cursor >= 0 && d.group->cursor < d.workers);
+  if (placement_ok && group_ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(Cat("Loader::Restore: the ", what, " is inconsistent"));
+}
+
+Json JobJson(const JobStateData& job) {
+  Json j;
+  j["format"] = kJobFormat;
+  j["version"] = kJobVersion;
+  PutCommon(job.first(), j);
+  Json ranks = Json::array();
+  for (const LoaderStateData& d : job.ranks) {
+    Json r;
+    PutPosition(d, r);
+    ranks.push_back(std::move(r));
+  }
+  j["ranks"] = std::move(ranks);
+  if (job.base != nullptr) j["base"] = JobJson(*job.base);
+  return j;
+}
+
+absl::StatusOr<JobStateData> ReadJob(const nlohmann::json& j) {
+  if (!j.is_object() || j.value("format", "") != kJobFormat) {
+    return absl::InvalidArgumentError("Loader::Restore: the text is not a job state");
+  }
+  const int version = j.value("version", 0);
+  if (version != kJobVersion) {
+    return absl::InvalidArgumentError(Cat("Loader::Restore: job state version ", version,
+                                          " is unknown (this build reads version ", kJobVersion,
+                                          ")"));
+  }
+  LoaderStateData common;
+  ReadCommon(j, common);
+  std::vector<LoaderStateData> ranks;
+  for (const nlohmann::json& r : j.at("ranks")) {
+    LoaderStateData d = common;
+    d.rank = static_cast<int>(ranks.size());
+    ReadPosition(r, d);
+    if (absl::Status s = CheckConsistent(d, "job state"); !s.ok()) return s;
+    ranks.push_back(std::move(d));
+  }
+  std::shared_ptr<const JobStateData> base;
+  if (j.contains("base")) {
+    absl::StatusOr<JobStateData> parsed = ReadJob(j.at("base"));
+    if (!parsed.ok()) return parsed.status();
+    base = std::make_shared<const JobStateData>(*std::move(parsed));
+  }
+  return GatherJob(std::move(ranks), std::move(base));
+}
+
+}  // namespace
+
+std::string StateJson(const LoaderStateData& d) {
+  Json j;
+  j["format"] = kStateFormat;
+  j["version"] = kStateVersion;
+  j["rank"] = d.rank;
+  PutCommon(d, j);
+  PutPosition(d, j);
+  return j.dump();
+}
+
+absl::StatusOr<LoaderStateData> ParseState(std::string_view text) {
+  const nlohmann::json j = nlohmann::json::parse(text.begin(), text.end(), nullptr, false);
+  if (j.is_discarded() || !j.is_object() || j.value("format", "") != kStateFormat) {
+    return absl::InvalidArgumentError("Loader::Restore: the text is not a loader state");
+  }
+  const int version = j.value("version", 0);
+  if (version != 1 && version != kStateVersion) {
+    return absl::InvalidArgumentError(Cat("Loader::Restore: loader state version ", version,
+                                          " is unknown (this build reads versions 1 and ",
+                                          kStateVersion, ")"));
+  }
+  try {
+    LoaderStateData d;
+    d.rank = j.at("rank").get<int>();
+    ReadCommon(j, d);
+    ReadPosition(j, d);
+    WDS_RETURN_IF_ERROR(CheckConsistent(d, "loader state"));
+    return d;
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(
+        Cat("Loader::Restore: the loader state is incomplete: ", e.what()));
+  }
+}
+
+bool IsJobState(std::string_view text) {
+  const nlohmann::json j = nlohmann::json::parse(text.begin(), text.end(), nullptr, false);
+  return !j.is_discarded() && j.is_object() && j.value("format", "") == kJobFormat;
+}
+
+std::string JobStateJson(const JobStateData& job) { return JobJson(job).dump(); }
+
+absl::StatusOr<JobStateData> ParseJobState(std::string_view text) {
+  const nlohmann::json j = nlohmann::json::parse(text.begin(), text.end(), nullptr, false);
+  if (j.is_discarded()) return absl::InvalidArgumentError("Loader::Restore: the text is not JSON");
+  try {
+    return ReadJob(j);
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(
+        Cat("Loader::Restore: the job state is incomplete: ", e.what()));
+  }
+}
+
+absl::StatusOr<JobStateData> GatherJob(std::vector<LoaderStateData> ranks,
+                                       std::shared_ptr<const JobStateData> base) {
+  if (ranks.empty()) return absl::InvalidArgumentError("Loader::JobState: no rank states");
+  std::sort(ranks.begin(), ranks.end(),
+            [](const LoaderStateData& a, const LoaderStateData& b) { return a.rank < b.rank; });
+  const LoaderStateData& first = ranks.front();
+  if (static_cast<int>(ranks.size()) != first.world_size) {
+    return absl::InvalidArgumentError(Cat("Loader::JobState: ", ranks.size(),
+                                          " rank states for a world of ", first.world_size));
+  }
+  for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
+    const LoaderStateData& d = ranks[r];
+    if (d.rank != r) {
+      return absl::InvalidArgumentError(
+          Cat("Loader::JobState: rank ", d.rank, "'s state is there twice, rank ", r, "'s not"));
+    }
+    const bool same = d.recipe == first.recipe && d.world_size == first.world_size &&
+                      d.workers == first.workers && d.mode == first.mode &&
+                      d.length == first.length && d.running == first.running &&
+                      d.epoch == first.epoch && d.generation == first.generation &&
+                      d.base_digest == first.base_digest;
+    if (!same) {
+      return absl::FailedPreconditionError(
+          Cat("Loader::JobState: rank ", r, "'s state differs from rank 0's in its recipe, layout, "
+              "epoch or length (states of one step of one job?)"));
+    }
+  }
+  if (!first.base_digest.empty() && (base == nullptr || base->digest != first.base_digest)) {
+    return absl::FailedPreconditionError(
+        "Loader::JobState: the states read the leftover of a job state this loader was not "
+        "restored from");
+  }
+  const bool has_base = !first.base_digest.empty();
+  JobStateData job;
+  job.ranks = std::move(ranks);
+  if (has_base) job.base = std::move(base);
+  job.digest = Fnv1a(JobStateJson(job));
+  return job;
+}
+
+}  // namespace wds
