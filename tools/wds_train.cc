@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "wds/internal/io/atomic_file.h"
+#include "wds/loader/elastic.h"
 #include "wds/loader/equalize.h"
 #include "wds/loader/loader.h"
 #include "wds/pipeline/pipeline.h"
@@ -68,8 +69,11 @@ SLURM srun, or one plain process).
                          (atomically); a restart resumes from the latest
   --checkpoint-every N   also checkpoint every N steps inside an epoch: the model,
                          optimizer and, per rank, the loader's position, random
-                         state and epoch counters; a restart continues mid-epoch
-                         with exactly the batches it would have trained on
+                         state and epoch counters, and the job state of all
+                         ranks; a restart continues mid-epoch with exactly the
+                         batches it would have trained on, or, with another
+                         world size or --workers, trains what the epoch had
+                         left (each sample once, equal steps on every rank)
   --index FILE           the shard set's JSON index (wds-shard index --json FILE,
                          or create --index): every shard's sample count from one
                          file, read once (its URLs as --train expands them)
@@ -460,10 +464,11 @@ class Trainer {
   }
 
   // RankStatePath is where a rank keeps its part of a mid-epoch checkpoint.
-  std::string RankStatePath(CheckpointAt at) const {
+  std::string RankStatePath(CheckpointAt at) const { return RankStatePath(at, dist_.rank()); }
+  std::string RankStatePath(CheckpointAt at, int rank) const {
     char name[64];
     std::snprintf(name, sizeof(name), "rank-state-%06d-%06" PRId64 ".rank%d", at.epoch, at.step,
-                  dist_.rank());
+                  rank);
     return (std::filesystem::path(o_.checkpoint_dir) / name).string();
   }
 
@@ -559,6 +564,32 @@ std::vector<std::string> ExpandOrDie(const std::string& pattern) {
   return *std::move(shards);
 }
 
+// RankState is one rank's part of a mid-epoch checkpoint (kRankStateHeader).
+struct RankState {
+  EpochStats stats;
+  std::string cpu_rng;
+  std::string device_rng;
+  std::string loader_state;
+};
+
+RankState ReadRankState(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string header, counters;
+  RankState state;
+  const bool read = std::getline(in, header) && header == kRankStateHeader &&
+                    std::getline(in, counters) && std::getline(in, state.cpu_rng) &&
+                    std::getline(in, state.device_rng) && std::getline(in, state.loader_state);
+  if (!read) {
+    Die("checkpoint: cannot read " + path + " (missing, or not a " + kRankStateHeader +
+        (header.rfind("wds-train rank state ", 0) == 0 ? ": it is a " + header + ")" : ")"));
+  }
+  std::istringstream numbers(counters);
+  std::string loss;
+  numbers >> state.stats.batches >> state.stats.samples >> state.stats.correct >> loss;
+  state.stats.loss_sum = std::strtod(loss.c_str(), nullptr);
+  return state;
+}
+
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 // KeysOf returns the batch's "__key__" texts (present with --log-keys).
@@ -608,7 +639,9 @@ class Run {
 
  private:
   // EpochLoader plans the epoch, agrees on its length and opens its loader.
-  std::unique_ptr<wds::Loader> EpochLoader(int epoch) {
+  // With `job` (an elastic resume) it plans what the job left over of the
+  // epoch instead of the whole epoch.
+  std::unique_ptr<wds::Loader> EpochLoader(int epoch, const std::string* job = nullptr) {
     wds::Pipeline recipe = recipe_;
     if (o_.equalize != wds::EqualizePolicy::kOff) {
       wds::WorkerContext ctx{.rank = dist_.rank(),
@@ -616,10 +649,12 @@ class Run {
                              .num_workers = o_.workers,
                              .epoch = epoch,
                              .seed = o_.seed};
-      absl::StatusOr<wds::RankEpochPlan> plan = wds::PlanRankEpoch(
-          shards_, {.shuffle = o_.shardshuffle, .split = o_.split}, ctx,
-          {.batch_size = o_.batch_size, .partial = o_.equalize != wds::EqualizePolicy::kDrop},
-          counts_);
+      const wds::EpochBatching batching{.batch_size = o_.batch_size,
+                                        .partial = o_.equalize != wds::EqualizePolicy::kDrop};
+      absl::StatusOr<wds::RankEpochPlan> plan =
+          job != nullptr ? wds::PlanResumedEpoch(recipe_, *job, ctx, batching)
+                         : wds::PlanRankEpoch(shards_, {.shuffle = o_.shardshuffle, .split = o_.split},
+                                              ctx, batching, counts_);
       if (!plan.ok()) Die(Message(plan.status()));
       const wds::EqualizedSteps steps = wds::AgreeOnSteps(dist_, *plan, o_.equalize);
       LogPlan(epoch, *plan, steps);
@@ -676,8 +711,16 @@ class Run {
 
   void RunEpoch(int epoch, int64_t resume_step) {
     EpochStats stats;
-    std::unique_ptr<wds::Loader> loader = EpochLoader(epoch);
-    if (resume_step > 0) LoadRankState({epoch, resume_step}, *loader, stats);
+    std::unique_ptr<wds::Loader> loader;
+    const std::optional<std::string> job =
+        resume_step > 0 ? ElasticJob({epoch, resume_step}) : std::nullopt;
+    if (job.has_value()) {
+      loader = EpochLoader(epoch, &*job);
+      LoadElastic({epoch, resume_step}, *job, *loader, stats);
+    } else {
+      loader = EpochLoader(epoch);
+      if (resume_step > 0) LoadRankState({epoch, resume_step}, *loader, stats);
+    }
     const Clock::time_point start = Clock::now();
     while (std::optional<wds::Sample> batch = NextBatch(*loader, stats)) {
       const wds::TensorBatch t = wds::ToTensorBatch(*batch);
@@ -730,33 +773,93 @@ class Run {
     }
     std::filesystem::rename(temporary, path);
     dist_.AllReduce(int64_t{0}, wds::ReduceOp::kSum);  // every rank has written its part
+    if (dist_.is_main()) SaveJobState(at, loader);
     trainer_.SaveCheckpoint(at);
+  }
+
+  // SaveJobState (rank 0) gathers every rank's loader state of `at` into the
+  // job state an elastic resume reads (another --nproc_per_node or
+  // --workers; wds/elastic.h).
+  void SaveJobState(CheckpointAt at, const wds::Loader& loader) const {
+    std::vector<std::string> states;
+    for (int r = 0; r < dist_.world_size(); ++r) {
+      states.push_back(ReadRankState(trainer_.RankStatePath(at, r)).loader_state);
+    }
+    absl::StatusOr<std::string> job = loader.JobState(states);
+    if (!job.ok()) Die("checkpoint: " + Message(job.status()));
+    const std::string path = JobStatePath(at);
+    const std::string temporary = wds::TemporaryPath(path);
+    {
+      std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+      out << *job;
+      out.flush();
+      if (!out) Die("checkpoint: cannot write " + temporary);
+    }
+    std::filesystem::rename(temporary, path);
+  }
+
+  std::string JobStatePath(CheckpointAt at) const {
+    char name[64];
+    std::snprintf(name, sizeof(name), "job-state-%06d-%06" PRId64 ".json", at.epoch, at.step);
+    return (std::filesystem::path(o_.checkpoint_dir) / name).string();
+  }
+
+  // ElasticJob is the job state of `at` when it was taken on another layout
+  // (world size or workers) than this run's, else nullopt (the ranks then
+  // restore their own states, exactly).
+  std::optional<std::string> ElasticJob(CheckpointAt at) const {
+    std::ifstream in(JobStatePath(at), std::ios::binary);
+    if (!in) return std::nullopt;  // a checkpoint of a build without job states
+    std::string job((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    absl::StatusOr<wds::JobStateInfo> info = wds::DescribeJobState(job);
+    if (!info.ok()) Die(JobStatePath(at) + ": " + Message(info.status()));
+    if (info->world_size == dist_.world_size() && info->workers == o_.workers) return std::nullopt;
+    if (dist_.is_main()) {
+      std::cerr << "wds-train: the checkpoint was taken by " << info->world_size << " rank(s) x "
+                << info->workers << " worker(s); finishing epoch " << at.epoch << " on "
+                << dist_.world_size() << " x " << o_.workers << "\n";
+    }
+    return job;
+  }
+
+  // LoadElastic continues a checkpoint taken on another layout: the loader
+  // reads this rank's share of the epoch's leftover; the epoch's counters
+  // are the old ranks' sums (on rank 0, so that the all-reduced report is
+  // the epoch's), its step count theirs; the random state is that of the old
+  // rank of the same number, or rank 0's.
+  void LoadElastic(CheckpointAt at, const std::string& job, wds::Loader& loader,
+                   EpochStats& stats) {
+    const wds::JobStateInfo info = wds::DescribeJobState(job).value();
+    stats.batches = at.step;
+    for (int r = 0; r < info.world_size && dist_.is_main(); ++r) {
+      const RankState old = ReadRankState(trainer_.RankStatePath(at, r));
+      stats.samples += old.stats.samples;
+      stats.correct += old.stats.correct;
+      stats.loss_sum += old.stats.loss_sum;
+    }
+    const int own = dist_.rank() < info.world_size ? dist_.rank() : 0;
+    const std::string path = trainer_.RankStatePath(at, own);
+    RestoreGenerators(ReadRankState(path), path);
+    if (absl::Status s = loader.Restore(job); !s.ok()) Die(JobStatePath(at) + ": " + Message(s));
   }
 
   // LoadRankState restores this rank's part of a mid-epoch checkpoint.
   void LoadRankState(CheckpointAt at, wds::Loader& loader, EpochStats& stats) {
     const std::string path = trainer_.RankStatePath(at);
-    std::ifstream in(path, std::ios::binary);
-    std::string header, counters, cpu_rng, device_rng, state;
-    const bool read = std::getline(in, header) && header == kRankStateHeader &&
-                      std::getline(in, counters) && std::getline(in, cpu_rng) &&
-                      std::getline(in, device_rng) && std::getline(in, state);
-    if (!read) {
-      Die("checkpoint: cannot read " + path + " (missing, or not a " + kRankStateHeader +
-          (header.rfind("wds-train rank state ", 0) == 0 ? ": it is a " + header + ")" : ")"));
-    }
+    const RankState state = ReadRankState(path);
+    stats = state.stats;
+    RestoreGenerators(state, path);
+    if (absl::Status s = loader.Restore(state.loader_state); !s.ok()) Die(path + ": " + Message(s));
+  }
+
+  void RestoreGenerators(const RankState& state, const std::string& path) const {
     const torch::Device device = dist_.device();
-    if (device.is_cuda() && device_rng.empty()) {
+    if (device.is_cuda() && state.device_rng.empty()) {
       Die("checkpoint: " + path + " holds no generator state of " + device.str() +
           " (it was written by a run on the CPU)");
     }
-    std::istringstream numbers(counters);
-    std::string loss;
-    numbers >> stats.batches >> stats.samples >> stats.correct >> loss;
-    stats.loss_sum = std::strtod(loss.c_str(), nullptr);
-    RestoreGenerator(torch::kCPU, cpu_rng, path);
-    if (device.is_cuda()) RestoreGenerator(device, device_rng, path);
-    if (absl::Status s = loader.Restore(state); !s.ok()) Die(path + ": " + Message(s));
+    RestoreGenerator(torch::kCPU, state.cpu_rng, path);
+    if (device.is_cuda()) RestoreGenerator(device, state.device_rng, path);
   }
 
   void LogKeys(int epoch, const wds::Sample& batch) {
@@ -764,6 +867,9 @@ class Run {
     if (const wds::TextList* keys = KeysOf(batch)) {
       for (const std::string& key : *keys) keys_ << epoch << '\t' << key << '\n';
     }
+    // Flushed per batch: a rank that dies (a failed collective, SIGKILL) has
+    // logged every batch it trained on.
+    keys_.flush();
   }
 
   // Report all-reduces the epoch's metrics; rank 0 prints them.

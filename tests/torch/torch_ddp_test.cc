@@ -10,7 +10,9 @@
 
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <regex>
+#include <tuple>
 #include <set>
 #include <sstream>
 #include <string>
@@ -441,6 +443,53 @@ TEST_F(DdpTest, MidEpochResumeAfterSigkillEndsBitIdentical) {
         << "rank " << r;
     EXPECT_EQ(resumed[r].batches, whole[r].batches);
     EXPECT_EQ(resumed[r].samples, whole[r].samples);
+  }
+}
+
+// Elastic resume: 3 ranks of 2 workers are killed in epoch 0 (rank 1 after
+// 10 steps; the latest checkpoint is at step 8). From that checkpoint the
+// epoch finishes on 2 ranks of 1 worker, and, from a copy of it, on 4 ranks of
+// 3. The keys trained up to the checkpoint and after it are every sample of
+// the epoch once, but for the ones the resumed run's equalization leaves out
+// (its plan says how many), and every resumed rank runs the same steps.
+TEST_F(DdpTest, ElasticResumeOnAnotherLayoutTrainsEachSampleOnce) {
+  const std::string args = "--epochs 1 --batch-size 10 --seed 3 --shuffle 50 --timeout-s 20";
+  const std::string ckpt = dir_.path() + "/ckpt";
+  std::vector<RankResult> killed = Train(
+      3, args + " --workers 2 --checkpoint-dir " + ckpt + " --checkpoint-every 4",
+      {{1, "--crash-after-steps 10"}});
+  ASSERT_NE(killed[1].exit_code, 0);
+  // What the model kept: each rank's first 8 batches.
+  std::vector<std::string> head;
+  for (const RankResult& r : killed) {
+    ASSERT_TRUE(r.keys.count(0)) << r.stderr;
+    ASSERT_GE(r.keys.at(0).size(), 80u);
+    head.insert(head.end(), r.keys.at(0).begin(), r.keys.at(0).begin() + 80);
+  }
+  ASSERT_EQ(testing::RunShell("cp -r " + ckpt + " " + ckpt + "-copy"), 0);
+  const int total = std::accumulate(std::begin(kShardSizes), std::end(kShardSizes), 0);
+  for (const auto& [world, workers, dir] :
+       {std::tuple{2, 1, ckpt}, std::tuple{4, 3, ckpt + "-copy"}}) {
+    SCOPED_TRACE(std::to_string(world) + " ranks of " + std::to_string(workers) + " workers");
+    std::vector<RankResult> resumed =
+        Train(world, args + " --workers " + std::to_string(workers) + " --checkpoint-dir " + dir +
+                         " --checkpoint-every 4");
+    std::vector<std::string> trained = head;
+    for (const RankResult& r : resumed) {
+      ASSERT_EQ(r.exit_code, 0) << r.stderr;
+      EXPECT_EQ(r.batches, resumed[0].batches) << "unequal steps";
+      trained.insert(trained.end(), r.keys.at(0).begin(), r.keys.at(0).end());
+    }
+    EXPECT_THAT(resumed[0].stderr,
+                HasSubstr("taken by 3 rank(s) x 2 worker(s); finishing epoch 0 on " +
+                          std::to_string(world) + " x " + std::to_string(workers)));
+    std::smatch left_out;
+    ASSERT_TRUE(std::regex_search(resumed[0].stderr, left_out,
+                                  std::regex("samples trained, ([0-9]+) left out")));
+    EXPECT_EQ(Distinct(trained), trained.size()) << "a sample was trained twice";
+    EXPECT_EQ(static_cast<int>(trained.size()), total - std::stoi(left_out[1].str()));
+    // drop_last: less than one batch per worker of the new layout.
+    EXPECT_LT(std::stoi(left_out[1].str()), world * workers * 10);
   }
 }
 
