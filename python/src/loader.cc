@@ -9,11 +9,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "chain.h"
 #include "errors.h"
 #include "handlers.h"
 #include "opener.h"
+#include "wds/elastic.h"
 
 namespace wdspy {
 namespace {
@@ -103,6 +105,14 @@ class Loader {
     epoch_ = loader.epoch();
   }
 
+  // JobState gathers every rank's State() into one job state
+  // (wds::Loader::JobState), which Restore takes on any layout.
+  std::string JobState(const std::vector<std::string>& states) {
+    absl::StatusOr<std::string> job = Core().JobState(states);
+    ThrowIfError(job.status());
+    return *std::move(job);
+  }
+
   void SetEpoch(int64_t epoch) {
     if (running_) Stop();
     epoch_ = epoch;
@@ -180,12 +190,33 @@ void RegisterLoader(py::module_& m) {
       .def("set_epoch", &Loader::SetEpoch)
       .def("state", &Loader::State)
       .def("restore", &Loader::Restore, py::arg("state"))
+      .def("job_state", &Loader::JobState, py::arg("states"))
       .def_property_readonly("epoch", &Loader::epoch)
       .def_property_readonly("running", &Loader::running)
       .def_property_readonly("size", &Loader::size)
       .def_property_readonly("pinned", &Loader::pinned)
       .def_property_readonly("pool_stats", &Loader::PoolStats,
                              "The batch pool's allocations, reuses, live and cached bytes.");
+  m.def(
+      "plan_resumed_epoch",
+      [](const Chain& chain, const std::string& job_state, int rank, int world_size,
+         int num_workers, int64_t batch_size, bool partial) {
+        wds::WorkerContext ctx;
+        ctx.rank = rank;
+        ctx.world_size = world_size;
+        ctx.num_workers = num_workers;
+        absl::StatusOr<wds::RankEpochPlan> plan;
+        {
+          py::gil_scoped_release release;
+          plan = wds::PlanResumedEpoch(chain.Recipe(std::nullopt), job_state, ctx,
+                                       {.batch_size = batch_size, .partial = partial});
+        }
+        ThrowIfError(plan.status());
+        return *std::move(plan);
+      },
+      py::arg("chain"), py::arg("job_state"), py::kw_only(), py::arg("rank"),
+      py::arg("world_size"), py::arg("num_workers"), py::arg("batch_size"), py::arg("partial"),
+      "This rank's share of what a job state left of its epoch (wds::PlanResumedEpoch).");
 }
 
 }  // namespace wdspy

@@ -26,7 +26,8 @@ from .autodecode import (Continue, Decoder, gzfilter, handle_extension, imagehan
 from ._install import install_as_webdataset
 from .cache import LMDBCached, LRUCleanup, pipe_cleaner
 from .compat import FluidInterface, FluidWrapper, WebDataset, WebLoader
-from .distributed import agreed_steps, count_samples, plan_epoch, write_index
+from .distributed import (agreed_steps, count_samples, gather_state_dict, plan_epoch,
+                          write_index)
 from .errors import CommandError, DataError, DecodingError, PipeShardError, ShardReadError
 from .extradatasets import MockDataset, with_epoch, with_length
 from .filters import (Cached, associate, batched, decode, detshuffle, extract_keys, getfirst,
@@ -91,6 +92,7 @@ __all__ = [
     "extract_keys",
     "extradatasets",
     "filters",
+    "gather_state_dict",
     "getfirst",
     "gopen",
     "gopen_schemes",

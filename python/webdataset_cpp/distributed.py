@@ -63,18 +63,26 @@ def _planned_source(dataset, ctx):
 
 
 def plan_epoch(dataset, num_workers=1, epoch=None, rank=None, world_size=None, group=None,
-               remote=None):
+               remote=None, resume=None):
     """This rank's epoch: a _core.RankEpochPlan with .workers (shards,
     samples, batches per DataLoader worker), .batches, .samples and
     .local_steps(policy). Remote shards not counted yet are counted with
     `remote` (a RemoteOptions), else with the dataset's own remote options
-    and cache."""
+    and cache. With `resume` (a job state dict, gather_state_dict), the plan
+    is of this rank's share of what that job left of its epoch (workers name
+    no shards)."""
     if rank is None or world_size is None:
         rank, world_size = node_info(group)
     epoch = dataset.epoch if epoch is None else epoch
     num_workers = max(1, num_workers)  # DataLoader(num_workers=0) reads in the main process
     ctx = _plan.Context(rank, world_size, 0, num_workers, epoch, 0, dataset.seed)
     source, (batch_size, partial) = _planned_source(dataset, ctx)
+    if resume is not None:
+        segment = _plan.single_native_segment(dataset.pipeline, ctx)
+        chain, _, _ = segment.build(None, ctx)
+        return _core.plan_resumed_epoch(chain, _job_text(resume), rank=rank,
+                                        world_size=world_size, num_workers=num_workers,
+                                        batch_size=batch_size, partial=partial)
     return _core.plan_rank_epoch(source.urls, **source.list_args(ctx), rank=rank,
                                  world_size=world_size, num_workers=num_workers, epoch=epoch,
                                  seed=source.seed(ctx), batch_size=batch_size, partial=partial,
@@ -84,15 +92,18 @@ def plan_epoch(dataset, num_workers=1, epoch=None, rank=None, world_size=None, g
                                          else source.tar.core_remote()))
 
 
-def agreed_steps(dataset, num_workers=1, policy="drop", epoch=None, group=None, remote=None):
+def agreed_steps(dataset, num_workers=1, policy="drop", epoch=None, group=None, remote=None,
+                 resume=None):
     """The steps every rank runs this epoch: this rank's plan (counts read
     as plan_epoch reads them, `remote` included), then the MIN ("drop") or
     MAX ("wrap") over `group` when torch.distributed is initialized (an
     all-gather, which also checks that every rank splits the data alike:
-    ValueError on every rank, naming them, otherwise)."""
+    ValueError on every rank, naming them, otherwise). With `resume` (a job
+    state dict), the steps of the rest of that job's epoch on this layout."""
     if policy not in ("drop", "wrap"):
         raise ValueError(f"policy must be 'drop' or 'wrap', got {policy!r}")
-    local = plan_epoch(dataset, num_workers=num_workers, epoch=epoch, group=group, remote=remote)
+    local = plan_epoch(dataset, num_workers=num_workers, epoch=epoch, group=group, remote=remote,
+                       resume=resume)
     steps = local.local_steps(policy)
     torch = sys.modules.get("torch")
     dist = getattr(torch, "distributed", None) if torch is not None else None
@@ -116,6 +127,33 @@ def agreed_steps(dataset, num_workers=1, policy="drop", epoch=None, group=None, 
             "split='samples' or split='shards')")
     counts = [n for n, _ in rows]
     return min(counts) if policy == "drop" else max(counts)
+
+
+def gather_state_dict(loader, group=None):
+    """Every rank's loader.state_dict() of this step, gathered over `group`
+    (all_gather_object) into one job state dict (Loader.job_state_dict),
+    the same on every rank: load_state_dict takes it on any world size and
+    number of workers, for a job that resumes on other nodes. Every rank
+    must call it at the same step. Without torch.distributed, the job is
+    this process alone."""
+    mine = loader.state_dict()
+    torch = sys.modules.get("torch")
+    dist = getattr(torch, "distributed", None) if torch is not None else None
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return loader.job_state_dict([mine])
+    states = [None] * dist.get_world_size(group)
+    dist.all_gather_object(states, mine, group=group)
+    return loader.job_state_dict(states)
+
+
+def _job_text(state_dict):
+    """The core's job state text of a job state dict."""
+    from .loader import _STATE_KEY
+
+    if not isinstance(state_dict, dict) or not state_dict.get("job") or _STATE_KEY not in state_dict:
+        raise ValueError("resume: not a job state dict (gather_state_dict / "
+                         "Loader.job_state_dict make one)")
+    return state_dict[_STATE_KEY]
 
 
 def _split_samples(dataset):

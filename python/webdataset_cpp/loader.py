@@ -76,10 +76,13 @@ class Loader:
                 "webdataset_cpp.Loader runs only native pipelines; these stages run Python: "
                 f"{', '.join(_describe(s) for s in steps)} (iterate the dataset itself, or "
                 "through a torch DataLoader)")
-        if segment.source.empty_check and not segment.source.resampled:
+        # A sample-granular split feeds more workers than shards; the core
+        # says so itself if a worker gets no sample.
+        source = segment.source
+        if source.empty_check and not source.resampled and not source.split_samples:
             for w in range(workers):
-                segment.source.check_shards(_plan.Context(rank, world_size, w, workers, 0, 0,
-                                                          dataset.seed))
+                source.check_shards(_plan.Context(rank, world_size, w, workers, 0, 0,
+                                                  dataset.seed))
         chain, kinds, names = segment.build(None, ctx, kinds_extra=_plan.TORCH if to_torch else 0)
         # with_epoch(n) counts per worker, as a DataLoader's workers do, unless
         # across_workers; the core takes the items round-robin from its workers.
@@ -129,7 +132,13 @@ class Loader:
         those the saved loader would have handed out, identical in bytes and
         order, even mid-epoch. Another recipe (shards, seed, stages, batch
         size), layout or state version raises ValueError, and so does a state
-        of (or into) a loader that cannot replay its position, naming why."""
+        of (or into) a loader that cannot replay its position, naming why.
+
+        A job state (job_state_dict, gather_state_dict) loads on any world
+        size and number of workers: on the job's own layout exactly, else this
+        rank trains its share of what the job had not handed out of that
+        epoch, each sample once (size the epoch with agreed_steps(...,
+        resume=state_dict)), and the next epochs run as usual."""
         if not isinstance(state_dict, dict) or _STATE_KEY not in state_dict:
             raise ValueError(f"load_state_dict: not a webdataset_cpp Loader state_dict (no "
                              f"{_STATE_KEY!r} key)")
@@ -138,6 +147,24 @@ class Loader:
         if why is not None:
             raise ValueError(f"load_state_dict: this loader's position cannot be restored: {why}")
         self._core.restore(state_dict[_STATE_KEY])
+
+    def job_state_dict(self, state_dicts):
+        """One job state of every rank's state_dict() of the same step (this
+        rank's among them, in any order): the state load_state_dict takes on
+        any world size and number of workers (an elastic resume). The same on
+        every rank. gather_state_dict() collects the states over
+        torch.distributed and calls this. ValueError for a missing or repeated
+        rank, states of different steps, recipes or layouts, or a state that
+        cannot be replayed."""
+        texts = []
+        for state in state_dicts:
+            if not isinstance(state, dict) or _STATE_KEY not in state:
+                raise ValueError("job_state_dict: not a webdataset_cpp Loader state_dict")
+            if state.get("resumable") is False:
+                raise ValueError(f"job_state_dict: a rank's position cannot be restored: "
+                                 f"{state.get('reason')}")
+            texts.append(state[_STATE_KEY])
+        return {_STATE_KEY: self._core.job_state(texts), "job": True}
 
     def __len__(self):
         if self._size is None:
