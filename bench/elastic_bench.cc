@@ -21,9 +21,10 @@
 #include "absl/strings/str_cat.h"
 #include "loader/elastic_plan.h"
 #include "loader/loader_state.h"
-#include "wds/elastic.h"
-#include "wds/loader.h"
-#include "wds/shard_index.h"
+#include "wds/loader/elastic.h"
+#include "wds/loader/loader.h"
+#include "wds/pipeline/web_dataset.h"
+#include "wds/tar/shard_index.h"
 
 namespace {
 

@@ -779,7 +779,7 @@ class Run {
 
   // SaveJobState (rank 0) gathers every rank's loader state of `at` into the
   // job state an elastic resume reads (another --nproc_per_node or
-  // --workers; wds/elastic.h).
+  // --workers; wds/loader/elastic.h).
   void SaveJobState(CheckpointAt at, const wds::Loader& loader) const {
     std::vector<std::string> states;
     for (int r = 0; r < dist_.world_size(); ++r) {

@@ -15,7 +15,7 @@
 #include "errors.h"
 #include "handlers.h"
 #include "opener.h"
-#include "wds/elastic.h"
+#include "wds/loader/elastic.h"
 
 namespace wdspy {
 namespace {

@@ -1,4 +1,4 @@
-// The arithmetic of an elastic resume (wds/elastic.h): what each worker of a
+// The arithmetic of an elastic resume (wds/loader/elastic.h): what each worker of a
 // job state left over of its epoch, and which part of that a worker of the
 // new layout reads.
 #pragma once

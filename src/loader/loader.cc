@@ -64,7 +64,7 @@ struct Entry {
 };
 
 // ElasticShares are the parts of an elastic resume's leftover that the
-// workers read in pass 0 of `epoch` (wds/elastic.h), by worker.
+// workers read in pass 0 of `epoch` (wds/loader/elastic.h), by worker.
 struct ElasticShares {
   int64_t epoch = 0;
   int64_t generation = 0;
@@ -332,7 +332,7 @@ struct Loader::Impl {
   std::optional<GroupState> restored_group;
   bool resumed = false;
   // base is the job state whose leftover epoch base->first().epoch reads
-  // (an elastic resume, wds/elastic.h), and shares this rank's workers'
+  // (an elastic resume, wds/loader/elastic.h), and shares this rank's workers'
   // parts of it; null when the running epoch reads the recipe's own split.
   std::shared_ptr<const JobStateData> base;
   std::optional<ElasticShares> shares;
@@ -580,7 +580,7 @@ struct Loader::Impl {
   }
 
   // RestoreJob continues from a job state: exactly on the job's own layout,
-  // else with this rank's share of the epoch's leftover (wds/elastic.h).
+  // else with this rank's share of the epoch's leftover (wds/loader/elastic.h).
   absl::Status RestoreJob(std::string_view text) {
     WDS_ASSIGN_OR_RETURN(JobStateData job, ParseJobState(text));
     const LoaderStateData& first = job.first();

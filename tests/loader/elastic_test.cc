@@ -1,4 +1,4 @@
-// Elastic resume (wds/elastic.h): an epoch stopped on one layout of ranks and
+// Elastic resume (wds/loader/elastic.h): an epoch stopped on one layout of ranks and
 // workers finishes on another, every sample of it trained once (but for the
 // equalization's remainder), with equal steps on every rank. Ranks are
 // loaders of one process here, each with its own rank and world size; the

@@ -140,7 +140,7 @@ class Loader {
   // (world size and workers) this rank then restores exactly from its part.
   // On another layout the loader runs the rest of the job's epoch: this
   // rank's share of what the job's workers had not handed out
-  // (wds/elastic.h), then the next epochs as usual. The recipe must be the
+  // (wds/loader/elastic.h), then the next epochs as usual. The recipe must be the
   // job's (its length may differ: size it with PlanResumedEpoch); a WithEpoch
   // recipe resumes only on its own layout. A rank state of an epoch that was
   // resumed elastically is refused: its job state holds what it resumed from.

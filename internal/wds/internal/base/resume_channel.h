@@ -77,7 +77,7 @@ struct ResumeChannel {
   int shuffles = 0;
   // slices, when set, replace the recipe's own split for pass 0 of epoch
   // `slices_epoch`: the worker's share of what an elastic resume left over
-  // (see wds/elastic.h), of generation `generation` (the shuffle seeds
+  // (see wds/loader/elastic.h), of generation `generation` (the shuffle seeds
   // differ from the interrupted run's).
   std::shared_ptr<const std::vector<ShardSlice>> slices;
   int64_t slices_epoch = -1;
