@@ -25,6 +25,8 @@
 // Includes are read in both forms, "wds/x.h" and <wds/x.h>. Each check runs
 // over a tree root, so that the self-tests below can show it failing on a
 // small tree with a violation.
+#include <unistd.h>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -275,7 +277,11 @@ Violations InternalTypesInPublicHeaders(const fs::path& root) {
 // FakeTree writes a small tree of one-line files under a temporary root.
 class FakeTree {
  public:
-  FakeTree() : root_(fs::path(::testing::TempDir()) / "layering_tree") { fs::remove_all(root_); }
+  // One tree per process: ctest runs these tests in parallel processes.
+  FakeTree()
+      : root_(fs::path(::testing::TempDir()) / ("layering_tree_" + std::to_string(getpid()))) {
+    fs::remove_all(root_);
+  }
   ~FakeTree() { fs::remove_all(root_); }
   FakeTree& File(const std::string& path, const std::string& text = "") {
     fs::create_directories((root_ / path).parent_path());

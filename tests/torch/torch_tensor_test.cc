@@ -637,6 +637,28 @@ TEST(DevicePrefetcherTest, StateExcludesTheBatchDrawnAheadAndRestoresExactly) {
   }
   DevicePrefetcher scripted(ScriptedSource{}.Fn());
   EXPECT_EQ(scripted.State().status().code(), absl::StatusCode::kFailedPrecondition);
+
+  // One Checkpointable shape: a prefetcher's state continues a loader used
+  // without one, through the interface alone.
+  std::string state;
+  {
+    Loader loader(recipe, {.workers = 2});
+    DevicePrefetcher prefetcher(loader, options);
+    labels(prefetcher, 3);
+    const Checkpointable& saved = prefetcher;
+    state = saved.State().value();
+  }
+  Loader plain(recipe, {.workers = 2});
+  Checkpointable& target = plain;
+  ASSERT_TRUE(target.Restore(state).ok());
+  std::vector<int64_t> rest;
+  for (const Sample& batch : plain) {
+    const Array* cls = batch.GetArray("cls");
+    ASSERT_NE(cls, nullptr);
+    for (int64_t j = 0; j < cls->shape[0]; ++j) rest.push_back(cls->data_as<int64_t>()[j]);
+  }
+  const std::vector<int64_t> tail(expected.begin() + 6, expected.end());
+  EXPECT_EQ(rest, tail);
 }
 
 // ---- devices ----

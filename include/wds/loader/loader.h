@@ -40,6 +40,7 @@
 
 #include "absl/status/statusor.h"
 #include "wds/base/buffer_pool.h"
+#include "wds/base/checkpointable.h"
 #include "wds/base/error.h"
 #include "wds/base/pull_iterator.h"
 #include "wds/base/sample.h"
@@ -77,7 +78,7 @@ class LoaderError : public std::runtime_error {
   absl::Status status_;
 };
 
-class Loader {
+class Loader final : public Checkpointable {
  public:
   // An invalid option (workers or prefetch < 1, a negative length) or a bad
   // rank / world size (malformed or out of range, naming its variable) makes
@@ -116,25 +117,20 @@ class Loader {
   // memory, never pinned). Never null.
   const std::shared_ptr<BufferPool>& read_pool() const;
 
-  // State returns the loader's position as a small versioned text (JSON)
-  // that Restore() takes back: the epoch, the items still to come in it, the
-  // worker rotation and, per worker, the checkpoint of the last item handed
-  // out (positions, not data). It takes microseconds and no
-  // I/O. Items prefetched but not yet handed out are not part of it: after a
-  // restore they come again. FailedPrecondition for an unordered loader (its
-  // order depends on timing), a recipe with Slice or Repeat, or a stream
-  // without exactly one tar source or with more than one shuffle stage.
-  [[nodiscard]] absl::StatusOr<std::string> State() const;
-  // Restore makes the loader continue from `state` (taken by a loader of the
-  // same recipe, placement and worker count): its items are then those the
-  // loader that took the state would have handed out next, in bytes and
-  // order. The shuffle buffers are re-read by seeking to their samples (one
-  // seek per run of consecutive samples), not by reading what came before.
-  // A running epoch is stopped. Errors: InvalidArgument for text that is not
-  // a loader state or of an unknown version; FailedPrecondition for a state
-  // of another recipe (shards, seed, stages and their parameters, length),
-  // placement or worker count. Exactness assumes the data reads the same as
-  // before (no errors skipped by a handler before the shuffle stage).
+  // State (Checkpointable) is a small JSON text: the epoch, the items still
+  // to come in it, the worker rotation and, per worker, the checkpoint of
+  // the last item handed out. It takes microseconds. FailedPrecondition for
+  // an unordered loader (its order depends on timing), a recipe with Slice
+  // or Repeat, or a stream without exactly one tar source or with more than
+  // one shuffle stage.
+  [[nodiscard]] absl::StatusOr<std::string> State() const override;
+  // Restore (Checkpointable) takes a state of a loader of the same recipe
+  // (shards, seed, stages and their parameters, length), placement and
+  // worker count. The shuffle buffers are re-read by seeking to their
+  // samples (one seek per run of consecutive samples), not by reading what
+  // came before. A running epoch is stopped. Exactness assumes the data
+  // reads the same as before (no errors skipped by a handler before the
+  // shuffle stage).
   //
   // `state` may also be a job state (JobState()). On the job's own layout
   // (world size and workers) this rank then restores exactly from its part.
@@ -144,7 +140,7 @@ class Loader {
   // job's (its length may differ: size it with PlanResumedEpoch); a WithEpoch
   // recipe resumes only on its own layout. A rank state of an epoch that was
   // resumed elastically is refused: its job state holds what it resumed from.
-  [[nodiscard]] absl::Status Restore(std::string_view state);
+  [[nodiscard]] absl::Status Restore(std::string_view state) override;
 
   // JobState gathers the State() texts of every rank of the job, taken at
   // the same step (this rank's among them, in any order), into one job

@@ -42,9 +42,10 @@
 
 #include "absl/status/statusor.h"
 
-#include "wds/loader/loader.h"
+#include "wds/base/checkpointable.h"
 #include "wds/base/pull_iterator.h"
 #include "wds/base/sample.h"
+#include "wds/loader/loader.h"
 #include "wds/torch/tensor.h"
 
 namespace wds {
@@ -59,7 +60,7 @@ struct DevicePrefetcherOptions {
   ToTensorOptions tensor;
 };
 
-class DevicePrefetcher {
+class DevicePrefetcher final : public Checkpointable {
  public:
   // BatchSource returns the next batch, nullopt at the end of an epoch, and
   // throws on an error.
@@ -85,15 +86,14 @@ class DevicePrefetcher {
   // device is the resolved device (with its index for CUDA).
   const torch::Device& device() const;
 
-  // State is the position after the last batch Next() returned, as
-  // Loader::State() gives it: the batch drawn ahead is not part of it (a
-  // restored loader hands it out again). The loader's state is taken before
-  // every draw (tens of microseconds, no I/O). FailedPrecondition for a
+  // State (Checkpointable) is the loader's state after the last batch Next()
+  // returned: the batch drawn ahead is not part of it. The loader's state is
+  // taken before every draw (tens of microseconds). FailedPrecondition for a
   // prefetcher over a BatchSource, or the loader's own State() errors.
-  [[nodiscard]] absl::StatusOr<std::string> State() const;
-  // Restore drops the batch drawn ahead and restores the loader to `state`
-  // (Loader::Restore, whose errors it returns).
-  [[nodiscard]] absl::Status Restore(std::string_view state);
+  [[nodiscard]] absl::StatusOr<std::string> State() const override;
+  // Restore (Checkpointable) drops the batch drawn ahead and restores the
+  // loader (Loader::Restore, whose errors it returns).
+  [[nodiscard]] absl::Status Restore(std::string_view state) override;
 
   using Iterator = PullIterator<TensorBatch>;
   // begin draws the first batch of an epoch; iterating ends with the epoch.
