@@ -2,9 +2,11 @@
 
 #include <pybind11/stl.h>
 
+#include <string>
 #include <string_view>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "decoders.h"
 #include "errors.h"
@@ -17,6 +19,7 @@
 #include "wds/internal/base/resume_channel.h"
 #include "wds/internal/base/strings.h"
 #include "wds/internal/base/worker_wiring.h"
+#include "wds/loader/elastic.h"
 #include "wds/stages/stages.h"
 #include "worker_context.h"
 
@@ -379,7 +382,7 @@ void RegisterChainClass(py::module_& m) {
           [](const Chain& chain, int rank, int world_size, int worker, int num_workers,
              int64_t epoch, int64_t pass, std::optional<int64_t> length, py::object kinds,
              py::object kind_names, std::shared_ptr<SharedBlocks> shared_blocks, py::object restore,
-             std::shared_ptr<BatchPool> pool) {
+             std::shared_ptr<BatchPool> pool, std::optional<std::string> elastic) {
             wds::WorkerContext ctx =
                 CheckedWorkerContext(rank, world_size, worker, num_workers, epoch, pass);
             ctx.errors = std::make_shared<wds::ErrorCounters>();
@@ -395,6 +398,20 @@ void RegisterChainClass(py::module_& m) {
               resume->restore = restored;
               ctx.pass = restored->pass;
             }
+            if (elastic.has_value()) {
+              // This worker's share of what a job state left of its epoch
+              // (wds/loader/elastic.h), read in pass 0 of that epoch.
+              absl::StatusOr<wds::ResumedShare> share;
+              {
+                py::gil_scoped_release release;
+                share = wds::LeftoverShareOf(chain.Recipe(std::nullopt), *elastic, ctx);
+              }
+              ThrowIfError(share.status());
+              resume->slices =
+                  std::make_shared<const std::vector<wds::ShardSlice>>(std::move(share->slices));
+              resume->slices_epoch = share->epoch;
+              resume->generation = share->generation;
+            }
             std::unique_ptr<wds::SampleStream> stream = chain.Recipe(length).Open(ctx);
             return ChainIterator(
                 std::move(stream), std::make_unique<FieldKinds>(kinds, NameSets(kind_names)),
@@ -405,12 +422,37 @@ void RegisterChainClass(py::module_& m) {
           py::arg("length") = py::none(), py::arg("kinds") = py::none(),
           py::arg("kind_names") = py::none(), py::arg("shared_blocks") = nullptr,
           py::arg("restore") = py::none(), py::arg("pool") = nullptr,
+          py::arg("elastic") = py::none(),
           "Runs one copy of the chain in this thread; with shared_blocks (a DataLoader "
           "worker's), batches are collated into that pool's shared memory, else with pool (a "
           "BatchPool) into its memory. restore, a "
           "ChainIterator.checkpoint of a copy of this chain with the same placement, epoch and "
           "length (one it could be restored from), makes it continue where that copy stood "
-          "(its pass replaces pass_).");
+          "(its pass replaces pass_). elastic, a job state, makes pass 0 of its epoch this "
+          "worker's share of what that job left over (an elastic resume).");
+  m.def(
+      "job_state_of_workers",
+      [](const Chain& chain, int64_t epoch, const std::vector<std::vector<py::tuple>>& positions,
+         const std::string& base) {
+        std::vector<std::vector<wds::WorkerPosition>> at;
+        for (const std::vector<py::tuple>& rank : positions) {
+          std::vector<wds::WorkerPosition>& workers = at.emplace_back();
+          for (const py::tuple& p : rank) {
+            if (p.size() != 4) {
+              throw py::value_error("a worker position is (pass, source_out, shuffle_out, ended)");
+            }
+            workers.push_back({p[0].cast<int64_t>(), p[1].cast<int64_t>(), p[2].cast<int64_t>(),
+                               p[3].cast<bool>()});
+          }
+        }
+        absl::StatusOr<std::string> job =
+            wds::JobStateOfWorkers(chain.Recipe(std::nullopt), epoch, at, base);
+        ThrowIfError(job.status());
+        return *std::move(job);
+      },
+      py::arg("chain"), py::arg("epoch"), py::arg("positions"), py::arg("base") = "",
+      "The job state of the chain's epoch whose worker w of rank r stood at positions[r][w] = "
+      "(pass, source_out, shuffle_out, ended) (wds::JobStateOfWorkers).");
 }
 
 }  // namespace

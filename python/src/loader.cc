@@ -217,6 +217,20 @@ void RegisterLoader(py::module_& m) {
       py::arg("chain"), py::arg("job_state"), py::kw_only(), py::arg("rank"),
       py::arg("world_size"), py::arg("num_workers"), py::arg("batch_size"), py::arg("partial"),
       "This rank's share of what a job state left of its epoch (wds::PlanResumedEpoch).");
+  m.def(
+      "describe_job_state",
+      [](const std::string& job_state) {
+        absl::StatusOr<wds::JobStateInfo> info = wds::DescribeJobState(job_state);
+        ThrowIfError(info.status());
+        py::dict d;
+        d["epoch"] = info->epoch;
+        d["running"] = info->running;
+        d["world_size"] = info->world_size;
+        d["workers"] = info->workers;
+        d["generation"] = info->generation;
+        return d;
+      },
+      py::arg("job_state"), "What a job state says of itself (wds::DescribeJobState).");
 }
 
 }  // namespace wdspy

@@ -124,3 +124,84 @@ def test_torchrun_three_ranks_resume_on_two_and_on_four(shards, tmp_path):
         assert len(trained) == len(set(trained)), "a sample was trained twice"
         missing = len(all_keys()) - len(trained)
         assert 0 <= missing < ranks * workers * BATCH
+
+
+def worker_run(pattern, ranks, workers, monkeypatch, rounds=None, resume=None):
+    """The DataLoader path, each worker in turn in this process (RANK,
+    WORLD_SIZE, WORKER, NUM_WORKERS set as a launcher and a DataLoader worker
+    would see them): the dataset with with_epoch(steps, across_workers=True),
+    and `resume` loaded first; with `rounds`, every worker stops after that
+    many batches (a DataLoader taking batches round-robin stopped after
+    rounds * workers). Returns (keys, worker states, samples left out)."""
+    plans = [wds.plan_epoch(dataset(pattern), num_workers=workers, rank=r, world_size=ranks,
+                            resume=resume) for r in range(ranks)]
+    steps = min(p.local_steps("drop") for p in plans)
+    left_out = sum(p.samples - p.samples_in_first(steps) for p in plans)
+    keys, states = [], []
+    for r in range(ranks):
+        ran = 0
+        for w in range(workers):
+            for name, value in (("RANK", r), ("WORLD_SIZE", ranks), ("WORKER", w),
+                                ("NUM_WORKERS", workers)):
+                monkeypatch.setenv(name, str(value))
+            ds = dataset(pattern)
+            if resume is not None:
+                ds.load_state_dict(resume)
+            for batch_keys, _ in ds.with_epoch(steps, across_workers=True):
+                keys += batch_keys
+                ran += 1
+                if rounds is not None and ran % rounds == 0 and ran // rounds == w + 1:
+                    states.append(ds.state_dict())
+                    break
+        if rounds is None:
+            assert ran == steps, f"rank {r} ran {ran} of {steps} steps"
+    return keys, states, left_out
+
+
+@pytest.mark.parametrize("ranks,workers", [(2, 1), (4, 3)])
+def test_dataloader_worker_states_resume_on_another_layout(shards, monkeypatch, ranks, workers):
+    head, states, _ = worker_run(shards, 3, 2, monkeypatch, rounds=3)
+    assert len(states) == 6 and len(head) == 3 * 2 * 3 * BATCH
+    job = dataset(shards).job_state_dict(states)
+    tail, _, left_out = worker_run(shards, ranks, workers, monkeypatch, resume=job)
+    trained = head + tail
+    assert len(trained) == len(set(trained)), "a sample was trained twice"
+    assert len(trained) == len(all_keys()) - left_out
+    assert left_out < ranks * workers * BATCH
+    # The same job state resumes a wds.Loader alike (the same shares).
+    loader_tail, _, _, _ = run(shards, ranks, workers, monkeypatch, resume=job)
+    assert sorted(loader_tail) == sorted(tail)
+
+
+def test_dataloader_job_states_say_what_is_wrong(shards, monkeypatch):
+    _, states, _ = worker_run(shards, 3, 2, monkeypatch, rounds=2)
+    with pytest.raises(ValueError, match="no state of rank 2 worker 1"):
+        dataset(shards).job_state_dict(states[:-1])
+    with pytest.raises(ValueError, match="rank 0 worker 0's state is there twice"):
+        dataset(shards).job_state_dict(states + states[:1])
+    other = (wds.WebDataset(shards, shardshuffle=100, nodesplitter=wds.split_by_node, seed=12)
+             .shuffle(16).decode().to_tuple("__key__", "cls").batched(BATCH, partial=False))
+    with pytest.raises(ValueError, match="another pipeline"):
+        other.job_state_dict(states)
+    job = dataset(shards).job_state_dict(states)
+    with pytest.raises(ValueError, match="another recipe"):
+        other.load_state_dict(job)
+
+
+def test_a_real_dataloader_resumes_a_job_state(shards, monkeypatch):
+    torch = pytest.importorskip("torch")
+    head, states, _ = worker_run(shards, 3, 2, monkeypatch, rounds=3)
+    job = dataset(shards).job_state_dict(states)
+    emulated, _, _ = worker_run(shards, 1, 2, monkeypatch, resume=job)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    for name in ("WORKER", "NUM_WORKERS"):
+        monkeypatch.delenv(name, raising=False)
+    steps = wds.agreed_steps(dataset(shards), num_workers=2, resume=job)
+    ds = dataset(shards)
+    ds.load_state_dict(job)  # before the workers are made: it travels with the dataset
+    loader = torch.utils.data.DataLoader(ds.with_epoch(steps, across_workers=True),
+                                         batch_size=None, num_workers=2)
+    keys = [k for batch_keys, _ in loader for k in batch_keys]
+    assert sorted(keys) == sorted(emulated)  # the DataLoader interleaves its workers
+    assert not set(keys) & set(head)

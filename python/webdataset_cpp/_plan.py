@@ -224,8 +224,9 @@ class NativeSegment:
         # it; the chains of its later passes (with_epoch, repeat) open at
         # their pass's start, and the checkpoint is the new chain's from now.
         restore = position.take_restore() if position is not None else None
+        elastic = position.elastic if position is not None else None
         it = chain.open(**ctx.open_args(), length=length, kinds=fn, kind_names=names,
-                        shared_blocks=worker_blocks(), restore=restore)
+                        shared_blocks=worker_blocks(), restore=restore, elastic=elastic)
         if position is not None:
             position.chain = it
         # A chain restored after some samples is not empty, whatever follows.
@@ -356,6 +357,23 @@ def take_passes(run_pass, limit, first_pass=0, taken=0, passes=sys.maxsize, stri
 # ------------------------------------------------------------ checkpoints
 
 
+# JOB_KEY is the key of a job state dict (Loader.job_state_dict,
+# DataPipeline.job_state_dict, gather_state_dict): the core's job state text,
+# which resumes an epoch on any layout (wds/loader/elastic.h).
+JOB_KEY = "webdataset_cpp.job_state"
+
+
+def shard_chain(stages, ctx):
+    """The native chain that reads the shards of `stages` in ctx (the first
+    step), or ValueError."""
+    steps = plan(stages, ctx)
+    if not steps or not steps[0].native or steps[0].kind != "shards":
+        raise ValueError("an elastic resume needs a pipeline that starts with the native shard "
+                         "source (a WebDataset)")
+    chain, _, _ = steps[0].build(None, ctx)
+    return chain
+
+
 class Position:
     """Where one iteration of a pipeline stands, in positions, not data: what
     DataPipeline.state_dict() records.
@@ -366,9 +384,11 @@ class Position:
     is a checkpoint the next shard chain of the iteration opens at.
     """
 
-    def __init__(self, ctx, restore=None, yielded=0, ended=False):
+    def __init__(self, ctx, restore=None, yielded=0, ended=False, elastic=None):
         self.ctx = dataclasses.replace(ctx, position=None)
         self.restore = restore
+        # elastic: the job state whose leftover this epoch's pass 0 reads.
+        self.elastic = elastic
         self.yielded = yielded
         self.ended = ended
         self.chain = None

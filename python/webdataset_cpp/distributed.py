@@ -148,12 +148,10 @@ def gather_state_dict(loader, group=None):
 
 def _job_text(state_dict):
     """The core's job state text of a job state dict."""
-    from .loader import _STATE_KEY
-
-    if not isinstance(state_dict, dict) or not state_dict.get("job") or _STATE_KEY not in state_dict:
-        raise ValueError("resume: not a job state dict (gather_state_dict / "
-                         "Loader.job_state_dict make one)")
-    return state_dict[_STATE_KEY]
+    if not isinstance(state_dict, dict) or _plan.JOB_KEY not in state_dict:
+        raise ValueError("resume: not a job state dict (gather_state_dict, "
+                         "Loader.job_state_dict or DataPipeline.job_state_dict make one)")
+    return state_dict[_plan.JOB_KEY]
 
 
 def _split_samples(dataset):

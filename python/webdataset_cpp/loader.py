@@ -139,6 +139,12 @@ class Loader:
         rank trains its share of what the job had not handed out of that
         epoch, each sample once (size the epoch with agreed_steps(...,
         resume=state_dict)), and the next epochs run as usual."""
+        if isinstance(state_dict, dict) and _plan.JOB_KEY in state_dict:
+            if self._unrecordable is not None:
+                raise ValueError(f"load_state_dict: this loader's position cannot be restored: "
+                                 f"{self._unrecordable}")
+            self._core.restore(state_dict[_plan.JOB_KEY])
+            return
         if not isinstance(state_dict, dict) or _STATE_KEY not in state_dict:
             raise ValueError(f"load_state_dict: not a webdataset_cpp Loader state_dict (no "
                              f"{_STATE_KEY!r} key)")
@@ -164,7 +170,7 @@ class Loader:
                 raise ValueError(f"job_state_dict: a rank's position cannot be restored: "
                                  f"{state.get('reason')}")
             texts.append(state[_STATE_KEY])
-        return {_STATE_KEY: self._core.job_state(texts), "job": True}
+        return {_plan.JOB_KEY: self._core.job_state(texts)}
 
     def __len__(self):
         if self._size is None:

@@ -38,7 +38,8 @@ import sys
 import warnings
 import weakref
 
-from . import _plan
+from . import _core, _plan
+from ._plan import JOB_KEY
 from .utils import PipelineStage  # noqa: F401 (the reference's pipeline module has it)
 
 try:
@@ -104,6 +105,9 @@ class DataPipeline(IterableDataset):
         self._live = weakref.WeakSet()
         self._position = None  # of the latest iteration started in this process
         self._restore = None  # the state the next iteration continues
+        # (epoch, job state text) of an elastic resume: that epoch's shard
+        # chains read this worker's share of what the job left over.
+        self._elastic = None
         for arg in args:
             if arg is None:
                 continue
@@ -125,6 +129,7 @@ class DataPipeline(IterableDataset):
         self._live = weakref.WeakSet()
         self._position = None
         self.__dict__.setdefault("_restore", None)
+        self.__dict__.setdefault("_elastic", None)
 
     def __copy__(self):
         result = type(self).__new__(type(self))
@@ -255,12 +260,13 @@ class DataPipeline(IterableDataset):
             raise ValueError(f"I/O operation on a closed {type(self).__name__}")
         ctx = self.context()
         start, self._restore = self._restore, None
+        elastic = self._elastic[1] if self._elastic and self._elastic[0] == ctx.epoch else None
         if start is not None:
             _check_placement(start, ctx)
             position = _plan.Position(ctx, _tuple_or_none(start["checkpoint"]), start["yielded"],
-                                      start["ended"])
+                                      start["ended"], elastic=start.get("elastic", elastic))
         else:
-            position = _plan.Position(ctx)
+            position = _plan.Position(ctx, elastic=elastic)
         self._position = position
         self.epoch += 1
         if position.ended:
@@ -300,10 +306,13 @@ class DataPipeline(IterableDataset):
         checkpoint, why_not = position.checkpoint()
         if why_not is not None and not position.ended:
             return _unresumable(ctx.epoch, f"this position of the pipeline: {why_not}")
-        return {"format": _STATE_FORMAT, "version": _STATE_VERSION, "recipe": position.recipe,
-                "placement": [ctx.rank, ctx.world_size, ctx.worker, ctx.num_workers],
-                "epoch": ctx.epoch, "started": True, "ended": position.ended,
-                "yielded": position.yielded, "checkpoint": checkpoint}
+        state = {"format": _STATE_FORMAT, "version": _STATE_VERSION, "recipe": position.recipe,
+                 "placement": [ctx.rank, ctx.world_size, ctx.worker, ctx.num_workers],
+                 "epoch": ctx.epoch, "started": True, "ended": position.ended,
+                 "yielded": position.yielded, "checkpoint": checkpoint}
+        if position.elastic is not None:
+            state["elastic"] = position.elastic  # what this epoch's pass 0 was a share of
+        return state
 
     def load_state_dict(self, state_dict):
         """Makes the next iter() continue the iteration `state_dict` describes
@@ -316,6 +325,9 @@ class DataPipeline(IterableDataset):
         position (state_dict() of a pipeline or position it cannot record),
         naming why: continuing from the epoch's start instead would repeat
         what was trained on, so that choice is left to the caller."""
+        if isinstance(state_dict, dict) and JOB_KEY in state_dict:
+            self._load_job(state_dict[JOB_KEY])
+            return
         state = _checked_state(state_dict)
         if not state["started"]:
             self.epoch = state["epoch"]
@@ -329,8 +341,69 @@ class DataPipeline(IterableDataset):
         self.epoch = state["epoch"]
         self._restore = state
 
+    def job_state_dict(self, worker_states):
+        """One job state of the state_dict() of every worker (every DataLoader
+        worker of every rank) of this pipeline, taken at the same step: the
+        state load_state_dict() (and a wds.Loader's) takes on any world size
+        and number of workers (an elastic resume). StatefulDataLoader keeps
+        the worker states; gather them over the ranks with all_gather_object.
+        ValueError for a missing or repeated worker, states of another
+        pipeline or epoch, or a state that records no position."""
+        states = [_checked_state(s) for s in worker_states]
+        started = [s for s in states if s["started"]]
+        if not started:
+            raise ValueError("job_state_dict: no worker had started its epoch")
+        _, world, _, workers = started[0]["placement"]
+        epoch = started[0]["epoch"]
+        grid = [[None] * workers for _ in range(world)]
+        for s in started:
+            rank, w_world, worker, w_workers = s["placement"]
+            if (w_world, w_workers, s["epoch"]) != (world, workers, epoch):
+                raise ValueError(f"job_state_dict: rank {rank} worker {worker}'s state is of "
+                                 "another layout or epoch than the others' (states of one step?)")
+            if grid[rank][worker] is not None:
+                raise ValueError(f"job_state_dict: rank {rank} worker {worker}'s state is there "
+                                 "twice")
+            checkpoint = s["checkpoint"]
+            if checkpoint is not None and len(checkpoint) == 4 and checkpoint[3]:
+                raise ValueError("job_state_dict: a stage before the shuffle dropped samples, so "
+                                 "what a worker left over cannot be worked out from its position")
+            grid[rank][worker] = (tuple(checkpoint[:3]) if checkpoint else (0, 0, -1)) + (
+                s["ended"],)
+        missing = [f"rank {r} worker {w}" for r in range(world) for w in range(workers)
+                   if grid[r][w] is None]
+        if missing:
+            raise ValueError(f"job_state_dict: no state of {', '.join(missing)}")
+        ctx = dataclasses.replace(self.context(epoch), rank=0, world_size=world, worker=0,
+                                  num_workers=workers)
+        # The stages must be these; the epoch sizing may differ (a resumed
+        # epoch is sized anew).
+        stages = _plan.resume_recipe(self.pipeline, ctx)
+        if any(s["recipe"].partition(_SIZING)[0] != stages for s in started):
+            raise ValueError("job_state_dict: a state was taken with another pipeline")
+        bases = {s.get("elastic") for s in started}
+        if len(bases) > 1:
+            raise ValueError("job_state_dict: the workers' epochs resumed from different job "
+                             "states")
+        chain = _plan.shard_chain(self.pipeline, ctx)
+        return {JOB_KEY: _core.job_state_of_workers(chain, epoch, grid, bases.pop() or "")}
+
+    def _load_job(self, text):
+        """load_state_dict of a job state: its epoch runs next, each worker's
+        shard chain reading its share of what the job left over."""
+        info = _core.describe_job_state(text)
+        self.epoch = info["epoch"]
+        self._restore = None
+        self._elastic = (info["epoch"], text) if info["running"] else None
+        if self._elastic is not None:
+            # Refuse another recipe now, not in the workers.
+            ctx = self.context(info["epoch"])
+            _core.plan_resumed_epoch(_plan.shard_chain(self.pipeline, ctx), text,
+                                     rank=ctx.rank, world_size=ctx.world_size,
+                                     num_workers=ctx.num_workers, batch_size=1, partial=True)
+
     def _recipe(self, ctx):
-        return (f"{_plan.resume_recipe(self.pipeline, ctx)};epoch_length={self.epoch_length},"
+        return (f"{_plan.resume_recipe(self.pipeline, ctx)}{_SIZING}{self.epoch_length},"
                 f"across_workers={self.across_workers},repetitions={self.repetitions},"
                 f"nsamples={self.nsamples}")
 
@@ -361,6 +434,7 @@ class DataPipeline(IterableDataset):
 
 
 _STATE_FORMAT = "webdataset_cpp.DataPipeline"
+_SIZING = ";epoch_length="  # where a state's recipe turns from the stages to the epoch sizing
 _STATE_VERSION = 1
 _STATE_KEYS = {"recipe": str, "placement": list, "epoch": int, "ended": bool, "yielded": int,
                "checkpoint": (list, tuple, type(None))}

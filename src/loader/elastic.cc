@@ -208,6 +208,66 @@ absl::StatusOr<std::vector<ShardSlice>> LeftoverShare(const Pipeline& pipeline,
   return out;
 }
 
+absl::StatusOr<std::string> JobStateOfWorkers(
+    const Pipeline& pipeline, int64_t epoch,
+    const std::vector<std::vector<WorkerPosition>>& positions, std::string_view base) {
+  std::shared_ptr<const JobStateData> base_job;
+  if (!base.empty()) {
+    WDS_ASSIGN_OR_RETURN(JobStateData parsed, ParseJobState(base));
+    base_job = std::make_shared<const JobStateData>(std::move(parsed));
+  }
+  const int world_size = static_cast<int>(positions.size());
+  const int workers = positions.empty() ? 0 : static_cast<int>(positions.front().size());
+  if (world_size < 1 || workers < 1) {
+    return absl::InvalidArgumentError("job state: no worker positions");
+  }
+  std::vector<LoaderStateData> ranks;
+  for (int r = 0; r < world_size; ++r) {
+    if (static_cast<int>(positions[r].size()) != workers) {
+      return absl::InvalidArgumentError(Cat("job state: rank ", r, " has ", positions[r].size(),
+                                            " worker positions, rank 0 ", workers));
+    }
+    LoaderStateData d;
+    d.recipe = pipeline.recipe();
+    d.rank = r;
+    d.world_size = world_size;
+    d.workers = workers;
+    d.mode = static_cast<int>(EpochMode::kNatural);
+    d.running = true;
+    d.epoch = epoch;
+    d.stream_epoch = epoch;
+    if (base_job != nullptr && base_job->first().epoch == epoch) {
+      d.generation = base_job->first().generation + 1;
+      d.base_digest = base_job->digest;
+    }
+    GroupState group;
+    for (const WorkerPosition& p : positions[r]) {
+      if (p.pass < 0 || p.source_out < 0 || p.shuffle_out < -1) {
+        return absl::InvalidArgumentError(
+            Cat("job state: rank ", r, " has a worker position (", p.pass, ", ", p.source_out,
+                ", ", p.shuffle_out, ") that is none"));
+      }
+      group.workers.push_back({{p.pass, p.source_out, p.shuffle_out, -1}, p.ended});
+    }
+    d.group = std::move(group);
+    ranks.push_back(std::move(d));
+  }
+  WDS_ASSIGN_OR_RETURN(JobStateData job, GatherJob(std::move(ranks), std::move(base_job)));
+  return JobStateJson(job);
+}
+
+absl::StatusOr<ResumedShare> LeftoverShareOf(const Pipeline& pipeline,
+                                             std::string_view job_state,
+                                             const WorkerContext& ctx) {
+  WDS_ASSIGN_OR_RETURN(JobStateData job, ParseJobState(job_state));
+  WDS_RETURN_IF_ERROR(CheckElastic(pipeline, job));
+  ResumedShare share;
+  share.epoch = job.first().epoch;
+  share.generation = job.first().generation + 1;
+  WDS_ASSIGN_OR_RETURN(share.slices, LeftoverShare(pipeline, job, ctx));
+  return share;
+}
+
 absl::StatusOr<JobStateInfo> DescribeJobState(std::string_view job_state) {
   WDS_ASSIGN_OR_RETURN(JobStateData job, ParseJobState(job_state));
   const LoaderStateData& d = job.first();

@@ -31,12 +31,15 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "wds/base/stage.h"
 #include "wds/loader/equalize.h"
 #include "wds/pipeline/pipeline.h"
+#include "wds/shards/shard_list.h"
 
 namespace wds {
 
@@ -65,5 +68,46 @@ struct JobStateInfo {
                                                              std::string_view job_state,
                                                              const WorkerContext& ctx,
                                                              const EpochBatching& batching);
+
+// For runners other than Loader, each worker of which runs one copy of the
+// recipe and records its own position (a DataLoader worker over the Python
+// bindings' datasets):
+
+// WorkerPosition is where one such worker stood: the pass it read, the
+// samples its tar source and its shuffle stage (-1: none) had yielded, and
+// whether its stream had ended. A worker that never started stands at
+// {0, 0, -1}.
+struct WorkerPosition {
+  int64_t pass = 0;
+  int64_t source_out = 0;
+  int64_t shuffle_out = -1;
+  bool ended = false;
+};
+
+// JobStateOfWorkers is the job state of `pipeline`'s epoch `epoch` whose
+// worker w of rank r stood at positions[r][w] (world_size x workers of them,
+// taken at one step); Loader::Restore, PlanResumedEpoch and LeftoverShareOf
+// take it. When the epoch was itself resumed elastically, `base` is the job
+// state it resumed from (its workers' pass 0 was their share of its
+// leftover). InvalidArgument for positions of another shape or a base that
+// is not a job state.
+[[nodiscard]] absl::StatusOr<std::string> JobStateOfWorkers(
+    const Pipeline& pipeline, int64_t epoch,
+    const std::vector<std::vector<WorkerPosition>>& positions, std::string_view base = {});
+
+// ResumedShare is what worker ctx of a new layout reads in pass 0 of
+// `epoch`: `slices`, shuffled with a seed that also takes `generation`.
+struct ResumedShare {
+  int64_t epoch = 0;
+  int64_t generation = 0;
+  std::vector<ShardSlice> slices;
+};
+
+// LeftoverShareOf is ctx's share (its rank, world_size, worker and
+// num_workers) of what `job_state` left of its epoch. Errors as
+// PlanResumedEpoch's.
+[[nodiscard]] absl::StatusOr<ResumedShare> LeftoverShareOf(const Pipeline& pipeline,
+                                                           std::string_view job_state,
+                                                           const WorkerContext& ctx);
 
 }  // namespace wds
