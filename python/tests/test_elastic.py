@@ -163,6 +163,8 @@ def test_dataloader_worker_states_resume_on_another_layout(shards, monkeypatch, 
     head, states, _ = worker_run(shards, 3, 2, monkeypatch, rounds=3)
     assert len(states) == 6 and len(head) == 3 * 2 * 3 * BATCH
     job = dataset(shards).job_state_dict(states)
+    # Without torch.distributed the "job" is this process, here every worker.
+    assert wds.gather_state_dict(dataset(shards), worker_states=states) == job
     tail, _, left_out = worker_run(shards, ranks, workers, monkeypatch, resume=job)
     trained = head + tail
     assert len(trained) == len(set(trained)), "a sample was trained twice"

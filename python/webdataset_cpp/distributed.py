@@ -129,21 +129,27 @@ def agreed_steps(dataset, num_workers=1, policy="drop", epoch=None, group=None, 
     return min(counts) if policy == "drop" else max(counts)
 
 
-def gather_state_dict(loader, group=None):
-    """Every rank's loader.state_dict() of this step, gathered over `group`
-    (all_gather_object) into one job state dict (Loader.job_state_dict),
-    the same on every rank: load_state_dict takes it on any world size and
-    number of workers, for a job that resumes on other nodes. Every rank
-    must call it at the same step. Without torch.distributed, the job is
-    this process alone."""
-    mine = loader.state_dict()
+def gather_state_dict(source, group=None, worker_states=None):
+    """One job state dict of the whole job at this step, the same on every
+    rank: load_state_dict takes it on any world size and number of workers
+    (an elastic resume). Every rank must call it at the same step.
+
+    `source` is a wds.Loader: its state_dict() is gathered over `group`
+    (all_gather_object). Or it is the dataset a DataLoader iterates, with
+    `worker_states` this rank's workers' dataset states (as a
+    StatefulDataLoader keeps them): every rank's are gathered. Without
+    torch.distributed, the job is this process alone."""
+    mine = source.state_dict() if worker_states is None else list(worker_states)
     torch = sys.modules.get("torch")
     dist = getattr(torch, "distributed", None) if torch is not None else None
     if dist is None or not dist.is_available() or not dist.is_initialized():
-        return loader.job_state_dict([mine])
-    states = [None] * dist.get_world_size(group)
-    dist.all_gather_object(states, mine, group=group)
-    return loader.job_state_dict(states)
+        gathered = [mine]
+    else:
+        gathered = [None] * dist.get_world_size(group)
+        dist.all_gather_object(gathered, mine, group=group)
+    if worker_states is None:
+        return source.job_state_dict(gathered)
+    return source.job_state_dict([state for rank in gathered for state in rank])
 
 
 def _job_text(state_dict):
