@@ -122,7 +122,16 @@ Json JobJson(const JobStateData& job) {
   return j;
 }
 
-absl::StatusOr<JobStateData> ReadJob(const nlohmann::json& j) {
+// kMaxBases bounds the chain of job states an epoch resumed from (one per
+// elastic resume within one epoch): reading, writing and planning walk it
+// recursively, so a crafted text must not nest deeper.
+constexpr int kMaxBases = 64;
+
+absl::StatusOr<JobStateData> ReadJob(const nlohmann::json& j, int depth = 0) {
+  if (depth > kMaxBases) {
+    return absl::InvalidArgumentError(Cat("Loader::Restore: the job state nests more than ",
+                                          kMaxBases, " job states it resumed from"));
+  }
   if (!j.is_object() || j.value("format", "") != kJobFormat) {
     return absl::InvalidArgumentError("Loader::Restore: the text is not a job state");
   }
@@ -144,7 +153,7 @@ absl::StatusOr<JobStateData> ReadJob(const nlohmann::json& j) {
   }
   std::shared_ptr<const JobStateData> base;
   if (j.contains("base")) {
-    absl::StatusOr<JobStateData> parsed = ReadJob(j.at("base"));
+    absl::StatusOr<JobStateData> parsed = ReadJob(j.at("base"), depth + 1);
     if (!parsed.ok()) return parsed.status();
     base = std::make_shared<const JobStateData>(*std::move(parsed));
   }

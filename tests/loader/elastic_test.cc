@@ -302,6 +302,20 @@ TEST(ElasticTest, StatesThatCannotBeResumedElsewhereSayWhy) {
   future.replace(future.find("\"version\":1"), 11, "\"version\":7");
   EXPECT_THAT(std::string(DescribeJobState(future).status().message()),
               HasSubstr("job state version 7 is unknown"));
+
+  // A chain of base job states (one per resume within an epoch) is bounded:
+  // 64 read, 65 do not.
+  std::string nested = state;
+  for (int i = 0; i < 65; ++i) {
+    nested = state.substr(0, state.size() - 1) + ",\"base\":" + nested + "}";
+    absl::StatusOr<JobStateInfo> info = DescribeJobState(nested);
+    if (i < 64) {
+      ASSERT_TRUE(info.ok()) << i << ": " << info.status();
+    } else {
+      EXPECT_THAT(std::string(info.status().message()),
+                  HasSubstr("nests more than 64 job states"));
+    }
+  }
 }
 
 TEST(ElasticTest, AStateBetweenEpochsStartsTheNextEpochOnAnyLayout) {
