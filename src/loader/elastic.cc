@@ -9,8 +9,8 @@
 #include "loader/loader_state.h"
 #include "wds/internal/base/resume_channel.h"
 #include "wds/internal/base/status_macros.h"
-#include "wds/internal/base/worker_wiring.h"
 #include "wds/internal/base/strings.h"
+#include "wds/internal/base/worker_wiring.h"
 
 namespace wds {
 namespace {
