@@ -20,6 +20,24 @@ constexpr std::string_view kJobFormat = "webdataset-cpp job state";
 
 using Json = nlohmann::ordered_json;
 
+// The largest layout a state may name: more is not a state this library
+// wrote, and planning walks every worker of it.
+constexpr int kMaxWorldSize = 1 << 20;
+constexpr int kMaxWorkers = 1 << 12;
+
+// FormatOf and VersionOf read the fields that say what a text is, before
+// anything else: "" and 0 when absent or of another type (a text that is
+// not a state, rather than an exception).
+std::string FormatOf(const nlohmann::json& j) {
+  const auto it = j.find("format");
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+int VersionOf(const nlohmann::json& j) {
+  const auto it = j.find("version");
+  return it != j.end() && it->is_number_integer() ? it->get<int>() : 0;
+}
+
 std::string Fnv1a(std::string_view text) {
   uint64_t h = 14695981039346656037ull;
   for (char c : text) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
@@ -97,8 +115,9 @@ void ReadPosition(const nlohmann::json& j, LoaderStateData& d) {
 }
 
 absl::Status CheckConsistent(const LoaderStateData& d, std::string_view what) {
-  const bool placement_ok = d.world_size >= 1 && d.rank >= 0 && d.rank < d.world_size &&
-                            d.workers >= 1 && d.generation >= 0;
+  const bool placement_ok = d.world_size >= 1 && d.world_size <= kMaxWorldSize && d.rank >= 0 &&
+                            d.rank < d.world_size && d.workers >= 1 &&
+                            d.workers <= kMaxWorkers && d.generation >= 0;
   const bool group_ok = !d.group.has_value() ||
                         (static_cast<int>(d.group->workers.size()) == d.workers &&
                          d.group->cursor >= 0 && d.group->cursor < d.workers);
@@ -132,10 +151,10 @@ absl::StatusOr<JobStateData> ReadJob(const nlohmann::json& j, int depth = 0) {
     return absl::InvalidArgumentError(Cat("Loader::Restore: the job state nests more than ",
                                           kMaxBases, " job states it resumed from"));
   }
-  if (!j.is_object() || j.value("format", "") != kJobFormat) {
+  if (!j.is_object() || FormatOf(j) != kJobFormat) {
     return absl::InvalidArgumentError("Loader::Restore: the text is not a job state");
   }
-  const int version = j.value("version", 0);
+  const int version = VersionOf(j);
   if (version != kJobVersion) {
     return absl::InvalidArgumentError(Cat("Loader::Restore: job state version ", version,
                                           " is unknown (this build reads version ", kJobVersion,
@@ -174,10 +193,10 @@ std::string StateJson(const LoaderStateData& d) {
 
 absl::StatusOr<LoaderStateData> ParseState(std::string_view text) {
   const nlohmann::json j = nlohmann::json::parse(text.begin(), text.end(), nullptr, false);
-  if (j.is_discarded() || !j.is_object() || j.value("format", "") != kStateFormat) {
+  if (j.is_discarded() || !j.is_object() || FormatOf(j) != kStateFormat) {
     return absl::InvalidArgumentError("Loader::Restore: the text is not a loader state");
   }
-  const int version = j.value("version", 0);
+  const int version = VersionOf(j);
   if (version != 1 && version != kStateVersion) {
     return absl::InvalidArgumentError(Cat("Loader::Restore: loader state version ", version,
                                           " is unknown (this build reads versions 1 and ",
@@ -198,7 +217,7 @@ absl::StatusOr<LoaderStateData> ParseState(std::string_view text) {
 
 bool IsJobState(std::string_view text) {
   const nlohmann::json j = nlohmann::json::parse(text.begin(), text.end(), nullptr, false);
-  return !j.is_discarded() && j.is_object() && j.value("format", "") == kJobFormat;
+  return !j.is_discarded() && j.is_object() && FormatOf(j) == kJobFormat;
 }
 
 std::string JobStateJson(const JobStateData& job) { return JobJson(job).dump(); }

@@ -295,9 +295,22 @@ TEST(ElasticTest, StatesThatCannotBeResumedElsewhereSayWhy) {
   EXPECT_EQ(first.ranks[0]->JobState({states[0], "{}", states[2]}).status().code(),
             absl::StatusCode::kInvalidArgument);
 
-  // Not a job state; a version this build does not know.
+  // Not a job state; a version this build does not know; fields of another
+  // type (state_fuzz: a repeated "format" key holding a number had thrown).
   EXPECT_EQ(DescribeJobState("{\"format\": \"x\"}").status().code(),
             absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DescribeJobState("{\"format\": 1}").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(DescribeJobState("{\"format\": \"webdataset-cpp job state\", "
+                                           "\"version\": \"1\"}")
+                              .status()
+                              .message()),
+              HasSubstr("job state version 0 is unknown"));
+  EXPECT_THAT(std::string(first.ranks[0]
+                              ->Restore("{\"format\": \"webdataset-cpp loader state\", "
+                                        "\"format\": 2}")
+                              .message()),
+              HasSubstr("not a loader state"));
   std::string future = state;
   future.replace(future.find("\"version\":1"), 11, "\"version\":7");
   EXPECT_THAT(std::string(DescribeJobState(future).status().message()),
