@@ -31,6 +31,7 @@
 #include <string_view>
 #include <vector>
 
+#include "wds/internal/base/strings.h"
 #include "wds/internal/io/atomic_file.h"
 #include "wds/loader/elastic.h"
 #include "wds/loader/equalize.h"
@@ -394,11 +395,10 @@ class Trainer {
 
   // ParamsHash fingerprints the parameters' bytes (FNV-1a), to compare runs.
   std::string ParamsHash() const {
-    uint64_t h = 14695981039346656037ull;
+    uint64_t h = wds::kFnv1aOffset;
     for (const torch::Tensor& p : net_->parameters()) {
       const torch::Tensor c = p.detach().to(torch::kCPU).contiguous();
-      const auto* bytes = static_cast<const unsigned char*>(c.data_ptr());
-      for (size_t i = 0; i < c.nbytes(); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+      h = wds::Fnv1a({static_cast<const char*>(c.data_ptr()), c.nbytes()}, h);
     }
     char text[17];
     std::snprintf(text, sizeof(text), "%016" PRIx64, h);
@@ -562,6 +562,19 @@ std::vector<std::string> ExpandOrDie(const std::string& pattern) {
   absl::StatusOr<std::vector<std::string>> shards = wds::ExpandUrls(pattern);
   if (!shards.ok()) Die("--train: " + Message(shards.status()));
   return *std::move(shards);
+}
+
+// WriteAtomically writes `text` to `path` through a temporary file renamed
+// into place, so that a crash never leaves a truncated file under the name.
+void WriteAtomically(const std::string& path, const std::string& text) {
+  const std::string temporary = wds::TemporaryPath(path);
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) Die("checkpoint: cannot write " + temporary);
+  }
+  std::filesystem::rename(temporary, path);
 }
 
 // RankState is one rank's part of a mid-epoch checkpoint (kRankStateHeader).
@@ -764,14 +777,7 @@ class Run {
          << *state << "\n";
     std::filesystem::create_directories(o_.checkpoint_dir);
     const std::string path = trainer_.RankStatePath(at);
-    const std::string temporary = wds::TemporaryPath(path);
-    {
-      std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-      out << text.str();
-      out.flush();
-      if (!out) Die("checkpoint: cannot write " + temporary);
-    }
-    std::filesystem::rename(temporary, path);
+    WriteAtomically(path, text.str());
     dist_.AllReduce(int64_t{0}, wds::ReduceOp::kSum);  // every rank has written its part
     if (dist_.is_main()) SaveJobState(at, loader);
     trainer_.SaveCheckpoint(at);
@@ -788,14 +794,7 @@ class Run {
     absl::StatusOr<std::string> job = loader.JobState(states);
     if (!job.ok()) Die("checkpoint: " + Message(job.status()));
     const std::string path = JobStatePath(at);
-    const std::string temporary = wds::TemporaryPath(path);
-    {
-      std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-      out << *job;
-      out.flush();
-      if (!out) Die("checkpoint: cannot write " + temporary);
-    }
-    std::filesystem::rename(temporary, path);
+    WriteAtomically(path, *job);
   }
 
   std::string JobStatePath(CheckpointAt at) const {

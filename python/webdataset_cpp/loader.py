@@ -76,10 +76,8 @@ class Loader:
                 "webdataset_cpp.Loader runs only native pipelines; these stages run Python: "
                 f"{', '.join(_describe(s) for s in steps)} (iterate the dataset itself, or "
                 "through a torch DataLoader)")
-        # A sample-granular split feeds more workers than shards; the core
-        # says so itself if a worker gets no sample.
         source = segment.source
-        if source.empty_check and not source.resampled and not source.split_samples:
+        if source.checks_shards():
             for w in range(workers):
                 source.check_shards(_plan.Context(rank, world_size, w, workers, 0, 0,
                                                   dataset.seed))

@@ -561,13 +561,20 @@ class ShardSource:
         check_secure(self.urls)
         if self.nodesplitter is single_node_only and ctx.world_size > 1:
             list(single_node_only([]))  # raises the reference's error
-        if self.empty_check and not self.resampled and not self.split_samples:
+        if self.checks_shards():
             self.check_shards(ctx)
         return _core.shard_source(
             self.urls, **self.list_args(ctx), resampled=self.resampled, nshards=self.nshards,
             allow_empty=not self.empty_check, seed=self.seed(ctx),
             handler=self.tar.core_handler(), split_samples=self.split_samples,
             dataset_index=self.dataset_index, remote=self.tar.core_remote())
+
+    def checks_shards(self):
+        """Whether a worker without shards is an error to raise before
+        reading: a sample-granular split feeds more workers than shards (the
+        core says so itself if one gets no sample), a resampled source draws
+        from all of them."""
+        return self.empty_check and not self.resampled and not self.split_samples
 
     def check_shards(self, ctx):
         try:

@@ -185,6 +185,13 @@ absl::StatusOr<std::vector<ShardSlice>> LeftoverShare(const Pipeline& pipeline,
                                                       const JobStateData& job,
                                                       const WorkerContext& ctx) {
   WDS_ASSIGN_OR_RETURN(std::vector<int64_t> sizes, LeftoverSizes(pipeline, job));
+  return LeftoverShare(pipeline, job, sizes, ctx);
+}
+
+absl::StatusOr<std::vector<ShardSlice>> LeftoverShare(const Pipeline& pipeline,
+                                                      const JobStateData& job,
+                                                      const std::vector<int64_t>& sizes,
+                                                      const WorkerContext& ctx) {
   const int64_t total = std::accumulate(sizes.begin(), sizes.end(), int64_t{0});
   const auto [a, b] = SampleShare(total, ctx, /*by_node=*/true, /*by_worker=*/true);
   std::vector<ShardSlice> out;

@@ -28,7 +28,11 @@ namespace wds {
 // LeftoverShare is the slices that worker `ctx` of the new layout (its
 // rank, world_size, worker and num_workers) reads of `job`'s leftover, in
 // order. It opens the passes of just the job's workers whose leftover
-// overlaps that share.
+// overlaps that share. `sizes` is LeftoverSizes(pipeline, job), which a
+// caller planning several workers computes once.
+[[nodiscard]] absl::StatusOr<std::vector<ShardSlice>> LeftoverShare(
+    const Pipeline& pipeline, const JobStateData& job, const std::vector<int64_t>& sizes,
+    const WorkerContext& ctx);
 [[nodiscard]] absl::StatusOr<std::vector<ShardSlice>> LeftoverShare(const Pipeline& pipeline,
                                                                     const JobStateData& job,
                                                                     const WorkerContext& ctx);

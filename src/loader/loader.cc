@@ -408,8 +408,10 @@ struct Loader::Impl {
     ctx.rank = placement.rank;
     ctx.world_size = placement.world_size;
     ctx.num_workers = options.workers;
+    WDS_ASSIGN_OR_RETURN(const std::vector<int64_t> sizes, LeftoverSizes(pipeline, *base));
     for (ctx.worker = 0; ctx.worker < options.workers; ++ctx.worker) {
-      WDS_ASSIGN_OR_RETURN(std::vector<ShardSlice> share, LeftoverShare(pipeline, *base, ctx));
+      WDS_ASSIGN_OR_RETURN(std::vector<ShardSlice> share,
+                           LeftoverShare(pipeline, *base, sizes, ctx));
       computed.by_worker.push_back(
           std::make_shared<const std::vector<ShardSlice>>(std::move(share)));
     }

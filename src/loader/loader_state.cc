@@ -38,10 +38,8 @@ int VersionOf(const nlohmann::json& j) {
   return it != j.end() && it->is_number_integer() ? it->get<int>() : 0;
 }
 
-std::string Fnv1a(std::string_view text) {
-  uint64_t h = 14695981039346656037ull;
-  for (char c : text) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-  return absl::StrCat(absl::Hex(h, absl::kZeroPad16));
+std::string Digest(std::string_view text) {
+  return absl::StrCat(absl::Hex(Fnv1a(text), absl::kZeroPad16));
 }
 
 Json StreamsJson(const GroupState& group) {
@@ -269,7 +267,7 @@ absl::StatusOr<JobStateData> GatherJob(std::vector<LoaderStateData> ranks,
   JobStateData job;
   job.ranks = std::move(ranks);
   if (has_base) job.base = std::move(base);
-  job.digest = Fnv1a(JobStateJson(job));
+  job.digest = Digest(JobStateJson(job));
   return job;
 }
 

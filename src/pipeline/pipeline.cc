@@ -130,11 +130,8 @@ namespace {
 
 // UrlsHash fingerprints a shard list (FNV-1a over the URLs), for recipe().
 std::string UrlsHash(const std::vector<std::string>& urls) {
-  uint64_t h = 14695981039346656037ull;
-  for (const std::string& url : urls) {
-    for (char c : url) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-    h = (h ^ 0xff) * 1099511628211ull;
-  }
+  uint64_t h = kFnv1aOffset;
+  for (const std::string& url : urls) h = Fnv1a("\xff", Fnv1a(url, h));
   return absl::StrCat(absl::Hex(h, absl::kZeroPad16));
 }
 
@@ -199,8 +196,7 @@ absl::StatusOr<Pipeline> WebDataset(std::vector<std::string> urls, WebDatasetOpt
     // its pass's size on opening (StreamCheckpoint::pass_samples).
     const std::shared_ptr<ResumeChannel>& resume = WiringOf(ctx).resume;
     std::optional<absl::StatusOr<std::vector<ShardSlice>>> slices;
-    if (resume != nullptr && resume->slices != nullptr && ctx.pass == 0 &&
-        ctx.epoch == resume->slices_epoch) {
+    if (resume != nullptr && resume->SlicesApply(ctx.epoch, ctx.pass)) {
       slices = *resume->slices;
     } else if (options.resampled) {
       url_stream = ResampledShardStream(*shards, options.nshards, ctx);

@@ -220,10 +220,7 @@ uint64_t ShuffleSeed(const WorkerContext& ctx) {
                             static_cast<uint64_t>(ctx.pass), static_cast<uint64_t>(ctx.rank),
                             static_cast<uint64_t>(ctx.worker)});
   const ResumeChannel* resume = WiringOf(ctx).resume.get();
-  if (resume == nullptr || resume->slices == nullptr || ctx.pass != 0 ||
-      ctx.epoch != resume->slices_epoch) {
-    return seed;
-  }
+  if (resume == nullptr || !resume->SlicesApply(ctx.epoch, ctx.pass)) return seed;
   return DeriveSeed(seed, {kElasticResume, static_cast<uint64_t>(resume->generation)});
 }
 

@@ -82,6 +82,11 @@ struct ResumeChannel {
   std::shared_ptr<const std::vector<ShardSlice>> slices;
   int64_t slices_epoch = -1;
   int64_t generation = 0;
+  // SlicesApply is whether `slices` are what pass `pass` of epoch `epoch`
+  // reads (the source reads them, the shuffle seeds by the generation).
+  bool SlicesApply(int64_t epoch, int64_t pass) const {
+    return slices != nullptr && pass == 0 && epoch == slices_epoch;
+  }
   // planned_slices is what a restoring source found its pass to be (the
   // slices with their counts), kept for an elastic resume's planning.
   std::shared_ptr<const std::vector<ShardSlice>> planned_slices;

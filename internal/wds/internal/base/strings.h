@@ -11,6 +11,7 @@
 #pragma once
 
 #include <charconv>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -89,6 +90,14 @@ inline std::string_view StripWhitespace(std::string_view s) {
 inline void AsciiLowerInto(std::string_view s, std::string& out) {
   out.assign(s.data(), s.size());
   absl::AsciiStrToLower(&out);
+}
+
+// Fnv1a folds `bytes` into the 64-bit FNV-1a hash `h` (start from
+// kFnv1aOffset): the fingerprints of recipes, states and parameters.
+inline constexpr uint64_t kFnv1aOffset = 14695981039346656037ull;
+inline uint64_t Fnv1a(std::string_view bytes, uint64_t h = kFnv1aOffset) {
+  for (char c : bytes) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  return h;
 }
 
 }  // namespace wds
