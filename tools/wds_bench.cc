@@ -23,7 +23,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#if WDS_BENCH_CUDA
+#include <cuda_runtime_api.h>
+#endif
 #include "json_text.h"
+#include "wds/gpu/gpu_decode.h"
 #include "wds/image/image.h"
 #include "wds/internal/base/strings.h"
 #include "wds/loader/loader.h"
@@ -42,6 +46,8 @@ constexpr char kUsage[] =
     "  --decode SPEC|none   image output spec (rgb8, torchrgb, ...) or none (default rgb8)\n"
     "  --resize WxH         decode to this size (stretch unless --crop)\n"
     "  --crop center|random center crop or random resized crop (needs --resize)\n"
+    "  --device cpu|cuda[:N] where images are decoded: cuda decodes each batch on the GPU\n"
+    "                       (nvJPEG and one resize kernel) into device memory (default cpu)\n"
     "  --fields F,G         keep these fields as a tuple (';' separates alternatives)\n"
     "  --epochs E           epochs to run (default 1)\n"
     "  --prefetch P         items queued per worker (default 2)\n"
@@ -57,6 +63,7 @@ struct Config {
   size_t shuffle = 0;
   std::string decode = "rgb8";
   wds::ImageResize resize;
+  int device = -1;  // a CUDA device, or -1: decode in the workers
   std::vector<std::string> fields;
   int epochs = 1;
   uint64_t seed = 0;
@@ -146,7 +153,8 @@ absl::Status ParseArgs(int argc, char** argv, Config& config) {
     }
     static constexpr std::string_view kValued[] = {
         "--workers", "--batch",  "--shuffle",  "--decode",        "--resize", "--crop",
-        "--fields",  "--epochs", "--prefetch", "--sweep-workers", "--plot",   "--seed"};
+        "--fields",  "--epochs", "--prefetch", "--sweep-workers", "--plot",   "--seed",
+        "--device"};
     bool known = false;
     for (std::string_view name : kValued) known = known || name == arg;
     if (!known) return absl::InvalidArgumentError(wds::Cat("unknown option ", arg));
@@ -170,6 +178,20 @@ absl::Status ParseArgs(int argc, char** argv, Config& config) {
     if (arg == "--crop") crop = std::string(value);
     if (arg == "--fields") config.fields = Split(value, ',');
     if (arg == "--plot") config.plot = std::string(value);
+    if (arg == "--device") {
+      if (value == "cpu") {
+        config.device = -1;
+      } else if (value == "cuda") {
+        config.device = 0;
+      } else if (value.substr(0, 5) == "cuda:") {
+        auto n = ParseInt("--device", value.substr(5), 0);
+        if (!n.ok()) return n.status();
+        config.device = static_cast<int>(*n);
+      } else {
+        return absl::InvalidArgumentError(
+            wds::Cat("--device: expected cpu, cuda or cuda:N, got '", value, "'"));
+      }
+    }
     if (arg == "--sweep-workers") {
       auto list = ParseWorkerList(value);
       if (!list.ok()) return list.status();
@@ -199,6 +221,9 @@ absl::Status ParseArgs(int argc, char** argv, Config& config) {
       return absl::InvalidArgumentError(
           wds::Cat("--decode: ", wds::ToStd(spec.status().message())));
     }
+  }
+  if (config.device >= 0 && config.decode == "none") {
+    return absl::InvalidArgumentError("--device cuda needs an image --decode spec, not none");
   }
   if (!config.plot.empty() && config.sweep.empty()) {
     return absl::InvalidArgumentError("--plot needs --sweep-workers");
@@ -268,7 +293,7 @@ absl::StatusOr<wds::Pipeline> BuildPipeline(const Config& config, const Probes& 
   } else {
     wds::ImageDecodeOptions image;
     image.resize = config.resize;
-    p = p.Decode(config.decode, image);
+    p = config.device >= 0 ? p.DecodeOnGpu(config.decode, image) : p.Decode(config.decode, image);
   }
   if (!config.fields.empty()) p = p.ToTuple(config.fields);
   p = p.Then(Probe(probes.decode));
@@ -310,6 +335,87 @@ struct Result {
   // The loader's batch and member memory pools at the end of the run.
   wds::BufferPoolStats pool;
   wds::BufferPoolStats read_pool;
+  // --device cuda: the GPU decoder, its set-up time and what decoded what.
+  std::string gpu_decoder;
+  double gpu_init_s = 0;
+  wds::GpuBatchDecoder::Stats gpu;
+};
+
+// GpuConsumer decodes the GPU job columns of each batch on the device into
+// one reused device buffer per column, on one stream, as a training loop
+// would before its step; Finish waits for the last batch.
+class GpuConsumer {
+ public:
+  absl::Status Init(int device, Result& result) {
+#if WDS_BENCH_CUDA
+    const Clock::time_point start = Clock::now();
+    auto made = wds::GpuBatchDecoder::Create(device);
+    if (!made.ok()) return made.status();
+    decoder_ = *std::move(made);
+    if (cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking) != cudaSuccess) {
+      return absl::InternalError("wds-bench: cudaStreamCreate failed");
+    }
+    result.gpu_init_s = std::chrono::duration<double>(Clock::now() - start).count();
+    result.gpu_decoder = std::string(decoder_->decoder());
+    return absl::OkStatus();
+#else
+    (void)device;
+    (void)result;
+    return absl::UnavailableError("wds-bench was built without CUDA: --device cuda is unavailable");
+#endif
+  }
+
+  absl::Status Consume(const wds::Sample& batch) {
+#if WDS_BENCH_CUDA
+    const wds::Value* keys = batch.Find(wds::kKeyField);
+    const wds::TextList* key_list = keys ? std::get_if<wds::TextList>(keys) : nullptr;
+    size_t column = 0;
+    for (const auto& [name, value] : batch) {
+      if (!wds::IsGpuJobColumn(value)) continue;
+      const auto& jobs = std::get<wds::BytesList>(value);
+      auto layout = wds::GpuJobLayout(jobs, key_list);
+      if (!layout.ok()) return layout.status();
+      if (column >= outputs_.size()) outputs_.push_back({nullptr, 0});
+      auto& [out, bytes] = outputs_[column++];
+      if (layout->nbytes() > bytes) {
+        cudaStreamSynchronize(stream_);
+        cudaFree(out);
+        out = nullptr;
+        if (cudaMalloc(&out, layout->nbytes()) != cudaSuccess) {
+          return absl::ResourceExhaustedError("wds-bench: cudaMalloc of a batch failed");
+        }
+        bytes = layout->nbytes();
+      }
+      if (absl::Status s = decoder_->Decode(jobs, key_list, nullptr, out, stream_); !s.ok()) {
+        return s;
+      }
+    }
+#else
+    (void)batch;
+#endif
+    return absl::OkStatus();
+  }
+
+  void Finish(Result& result) {
+#if WDS_BENCH_CUDA
+    if (decoder_ == nullptr) return;
+    cudaStreamSynchronize(stream_);
+    result.gpu = decoder_->stats();
+    for (auto& [out, bytes] : outputs_) cudaFree(out);
+    outputs_.clear();
+    decoder_.reset();
+    cudaStreamDestroy(stream_);
+#else
+    (void)result;
+#endif
+  }
+
+ private:
+  std::unique_ptr<wds::GpuBatchDecoder> decoder_;
+#if WDS_BENCH_CUDA
+  cudaStream_t stream_ = nullptr;
+#endif
+  std::vector<std::pair<void*, size_t>> outputs_;
 };
 
 double TimevalSeconds(const timeval& t) { return t.tv_sec + t.tv_usec * 1e-6; }
@@ -326,6 +432,10 @@ absl::StatusOr<Result> RunOnce(const Config& config, int workers) {
   getrusage(RUSAGE_SELF, &before);
   Clock::duration waiting{};
   Clock::time_point start = Clock::now();
+  GpuConsumer gpu;
+  if (config.device >= 0) {
+    if (absl::Status s = gpu.Init(config.device, result); !s.ok()) return s;
+  }
   {
     wds::Loader loader(*pipeline, {.workers = workers, .prefetch = config.prefetch});
     for (int epoch = 0; epoch < config.epochs; ++epoch) {
@@ -336,11 +446,15 @@ absl::StatusOr<Result> RunOnce(const Config& config, int workers) {
         waiting += after - before;
         if (!batch.ok()) return batch.status();
         if (!batch->has_value()) break;
-        if (result.batches == 0) result.first_batch_s = Seconds(after - start);
+        if (config.device >= 0) {
+          if (absl::Status s = gpu.Consume(**batch); !s.ok()) return s;
+        }
+        if (result.batches == 0) result.first_batch_s = Seconds(Clock::now() - start);
         ++result.batches;
         result.samples += BatchSize(**batch);
       }
     }
+    gpu.Finish(result);
     result.pool = loader.pool()->stats();
     result.read_pool = loader.read_pool()->stats();
   }
@@ -373,6 +487,17 @@ std::string Fixed(double value, int digits) {
   return text;
 }
 
+// GpuJson is the --device fields of the JSON object, from a leading comma.
+std::string GpuJson(const Config& config, const Result& r) {
+  if (config.device < 0) return ", \"device\": \"cpu\"";
+  return wds::Cat(", \"device\": \"cuda:", config.device, "\", \"gpu_decoder\": \"", r.gpu_decoder,
+                  "\", \"gpu_init_s\": ", Fixed(r.gpu_init_s, 6),
+                  ", \"first_batch_after_gpu_init_s\": ", Fixed(r.first_batch_s - r.gpu_init_s, 6),
+                  ", \"gpu_images\": {\"nvjpeg\": ", r.gpu.nvjpeg_images,
+                  ", \"cpu_fallback\": ", r.gpu.cpu_fallback_images,
+                  ", \"decoded_in_workers\": ", r.gpu.worker_decoded_images, "}");
+}
+
 std::string ToJson(const Config& config, const Result& r) {
   std::string decode;
   wds::tools::AppendJsonString(decode, config.decode);
@@ -396,7 +521,7 @@ std::string ToJson(const Config& config, const Result& r) {
       ", \"peak_mb\": ", Fixed(r.read_pool.peak_bytes / 1e6, 1), "}",
       ", \"shares\": {\"read\": ", Fixed(r.read_share, 4),
       ", \"decode\": ", Fixed(r.decode_share, 4), ", \"collate\": ", Fixed(r.collate_share, 4),
-      ", \"waiting\": ", Fixed(r.waiting_share, 4), "}}");
+      ", \"waiting\": ", Fixed(r.waiting_share, 4), "}", GpuJson(config, r), "}");
 }
 
 std::string ToText(const Result& r) {

@@ -48,6 +48,11 @@ std::string JpegReason(const JpegHeader& h) {
 
 }  // namespace
 
+bool HardwareDecodes(const JpegHeader& header) {
+  const bool subsampled_411 = header.components == 3 && header.sampling[0][0] == 4;
+  return !header.progressive && !subsampled_411;
+}
+
 RouteDecision RouteImage(std::string_view data) {
   const std::optional<ImageFormat> format = SniffImageFormat(data);
   if (!format.has_value()) return Cpu("not a JPEG");

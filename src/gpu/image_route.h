@@ -39,6 +39,10 @@ struct RouteDecision {
 // Thread-safe.
 RouteDecision RouteImage(std::string_view data);
 
+// HardwareDecodes is true for the JPEGs that nvJPEG's hardware backend takes:
+// baseline (one scan) and not 4:1:1 subsampled.
+bool HardwareDecodes(const image_internal::JpegHeader& header);
+
 // GpuImagePlan is one image's share of a GPU batch: its route and, when
 // routed to the GPU, its decode plan.
 struct GpuImagePlan {

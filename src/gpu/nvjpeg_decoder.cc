@@ -1,4 +1,4 @@
-// NvjpegBatchDecoder. STATUS: never run (see nvjpeg_decoder.h).
+// NvjpegBatchDecoder.
 #include "gpu/nvjpeg_decoder.h"
 
 #include <nvjpeg.h>
@@ -12,11 +12,6 @@ nvjpegHandle_t Handle(void* p) { return static_cast<nvjpegHandle_t>(p); }
 nvjpegJpegState_t State(void* p) { return static_cast<nvjpegJpegState_t>(p); }
 
 }  // namespace
-
-bool HardwareDecodes(const image_internal::JpegHeader& header) {
-  const bool subsampled_411 = header.components == 3 && header.sampling[0][0] == 4;
-  return !header.progressive && !subsampled_411;
-}
 
 absl::StatusOr<std::unique_ptr<NvjpegBatchDecoder>> NvjpegBatchDecoder::Create(
     int max_cpu_threads) {
@@ -93,7 +88,7 @@ std::vector<bool> NvjpegBatchDecoder::Decode(absl::Span<const NvjpegInput> input
   std::vector<size_t> on_hardware;
   std::vector<size_t> on_hybrid;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    (hardware() && HardwareDecodes(inputs[i].header) ? on_hardware : on_hybrid).push_back(i);
+    (hardware() && inputs[i].hardware ? on_hardware : on_hybrid).push_back(i);
   }
   std::vector<bool> decoded(inputs.size(), false);
   if (hardware() && DecodeWith(hardware_, on_hardware, inputs, outputs, stream)) {

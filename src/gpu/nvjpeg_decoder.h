@@ -2,11 +2,8 @@
 // interleaved RGB in device memory. Built only with WDS_WITH_NVJPEG, into its
 // own library (wds_gpu_nvjpeg), not into wds::core.
 //
-// STATUS: never run. Written on a machine without nvJPEG or a GPU; compiled
-// there only against a stub of nvjpeg.h's declarations, never against the real
-// header, never linked or run. gpu_nvjpeg_test checks it on a GPU machine
-// (scripts/gpu_check.sh). Nothing routes user data to it: there is no
-// device="cuda" switch yet.
+// gpu_nvjpeg_test checks it on a GPU machine (scripts/gpu_check.sh);
+// GpuBatchDecoder (wds/gpu/gpu_decode.h) drives it.
 #pragma once
 
 #include <cstddef>
@@ -16,16 +13,17 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "gpu/image_route.h"
 #include "image/codecs.h"
 
 namespace wds::gpu {
 
-// NvjpegInput is one encoded JPEG in host memory (a staging buffer) and its
-// header, as RouteImage read it.
+// NvjpegInput is one encoded JPEG in host memory (a staging buffer), and
+// whether the hardware backend takes it (HardwareDecodes of its header).
 struct NvjpegInput {
   const uint8_t* data = nullptr;
   size_t length = 0;
-  image_internal::JpegHeader header;
+  bool hardware = true;
 };
 
 // NvjpegOutput is where one image's RGB pixels go: device memory of at least
@@ -75,9 +73,5 @@ class NvjpegBatchDecoder {
   Backend hardware_;
   Backend hybrid_;
 };
-
-// HardwareDecodes is true for the JPEGs that nvJPEG's hardware backend takes:
-// baseline (one scan) and not 4:1:1 subsampled.
-bool HardwareDecodes(const image_internal::JpegHeader& header);
 
 }  // namespace wds::gpu

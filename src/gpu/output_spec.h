@@ -11,24 +11,13 @@
 
 #include "absl/status/statusor.h"
 #include "wds/base/array.h"
+#include "wds/gpu/gpu_decode.h"
 #include "wds/image/image.h"
 
 namespace wds::gpu {
 
-// Normalize maps a sample v in [0, 255] to (v / 255 - mean[c]) / std[c].
-struct Normalize {
-  std::array<float, 3> mean = {0, 0, 0};
-  std::array<float, 3> std = {1, 1, 1};
-};
-
-// GpuDecodeOptions are the GPU path's additions to ImageDecodeOptions.
-struct GpuDecodeOptions {
-  // float16 makes a float spec's output float16 instead of float32.
-  bool float16 = false;
-  // normalize, if set, applies to float specs only; every std must be > 0
-  // and every value finite.
-  std::optional<Normalize> normalize;
-};
+using ::wds::GpuDecodeOptions;
+using ::wds::Normalize;
 
 // GpuOutput is the batch layout the fused kernel writes: [B, 3, H, W]
 // (channels_first) or [B, H, W, 3], of `dtype`.

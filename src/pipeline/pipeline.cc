@@ -76,6 +76,14 @@ Pipeline Pipeline::Decode(std::string_view image_spec, ImageDecodeOptions image,
   return Then(DecodeStage(image_spec, std::move(image), std::move(options)), what);
 }
 
+Pipeline Pipeline::DecodeOnGpu(std::string_view image_spec, ImageDecodeOptions image,
+                               GpuDecodeOptions gpu, DecodeOptions options) const {
+  // Decode's recipe text: the device changes no position, draw or key.
+  const std::string what =
+      Cat("decode(", image_spec, ",", image.resize.width, "x", image.resize.height, ")");
+  return Then(GpuDecodeStage(image_spec, std::move(image), gpu, std::move(options)), what);
+}
+
 Pipeline Pipeline::Batched(size_t batch_size, BatchOptions options) const {
   const std::string what = Cat("batched(", batch_size, ",", int{options.partial}, ")");
   return Then(BatchedStage(batch_size, std::move(options)), what);

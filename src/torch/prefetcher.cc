@@ -9,11 +9,14 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/cuda.h>
 
+#include <algorithm>
 #include <deque>
 #include <exception>
 #include <utility>
 
+#include "torch/torch_dtype.h"
 #include "torch/torch_errors.h"
+#include "wds/gpu/gpu_decode.h"
 #include "wds/internal/base/strings.h"
 
 namespace wds {
@@ -58,6 +61,26 @@ struct InFlight {
   std::vector<torch::Tensor> host;
 };
 
+// NativeHandle is the cudaStream_t of a CUDA c10::Stream, through the
+// device-generic native_handle() of LibTorch 2.x; null where LibTorch lacks
+// it (1.13, which has no CUDA build here either).
+template <typename S>
+auto NativeHandle(const S& stream, int) -> decltype(stream.native_handle()) {
+  return stream.native_handle();
+}
+template <typename S>
+void* NativeHandle(const S& /*stream*/, long) {
+  return nullptr;
+}
+
+// Columns lists a batch's __key__ and __url__ columns, for decode errors.
+std::pair<const TextList*, const TextList*> KeysAndUrls(const Sample& batch) {
+  const Value* keys = batch.Find(kKeyField);
+  const Value* urls = batch.Find(kUrlField);
+  return {keys != nullptr ? std::get_if<TextList>(keys) : nullptr,
+          urls != nullptr ? std::get_if<TextList>(urls) : nullptr};
+}
+
 std::optional<Sample> NextFromLoader(Loader& loader) {
   absl::StatusOr<std::optional<Sample>> next = loader.Next();
   if (!next.ok()) throw LoaderError(next.status());
@@ -78,12 +101,19 @@ struct DevicePrefetcher::Impl {
   bool end_staged = false;  // the draw ahead met the end: the next Next() returns it
   std::exception_ptr deferred;
   std::deque<InFlight> in_flight;  // in copy order, so they complete in order
+  // gpu_decoder decodes the GPU job columns of batches (DecodeOnGpu) on the
+  // device; made at the first such batch.
+  std::unique_ptr<GpuBatchDecoder> gpu_decoder;
 
-  ~Impl() { WaitForCopies(); }
+  ~Impl() {
+    WaitForCopies();
+    gpu_decoder.reset();
+  }
 
   std::optional<TensorBatch> Next();
   std::optional<Staged> Draw();
-  Staged CopyToDevice(TensorBatch host);
+  Staged CopyToDevice(TensorBatch host, const std::vector<std::pair<std::string, torch::Tensor>>& decoded);
+  std::vector<std::pair<std::string, torch::Tensor>> DecodeOnDevice(Sample& batch);
   void Hand(Staged& ready);
   void ReleaseCopied();
   void WaitForCopies() noexcept;
@@ -120,20 +150,74 @@ std::optional<Staged> DevicePrefetcher::Impl::Draw() {
   if (loader != nullptr) ahead_state = loader->State();
   std::optional<Sample> sample = source();
   if (!sample) return std::nullopt;
-  if (!side) return Staged{ToTensorBatch(*sample, options.fields, options.tensor), {}, {}};
+  if (!side) {
+    // GPU jobs on a CPU prefetcher: decoded here, by the CPU decoder.
+    if (absl::Status s = DecodeGpuJobsOnHost(*sample); !s.ok()) throw LoaderError(s);
+    return Staged{ToTensorBatch(*sample, options.fields, options.tensor), {}, {}};
+  }
+  c10::StreamGuard guard(*side);
+  std::vector<std::pair<std::string, torch::Tensor>> decoded = DecodeOnDevice(*sample);
   // The host tensors stay as stored: a permuted view would make the copy
   // gather on the host; the device view is taken after the copy instead.
   ToTensorOptions host_options = options.tensor;
   host_options.layout = TensorLayout::kAsStored;
-  return CopyToDevice(ToTensorBatch(*sample, options.fields, host_options));
+  return CopyToDevice(ToTensorBatch(*sample, options.fields, host_options), decoded);
 }
 
-Staged DevicePrefetcher::Impl::CopyToDevice(TensorBatch host) {
+// DecodeOnDevice decodes every GPU job column of `batch` into a new device
+// tensor on the side stream (the current stream), and leaves an int64 0 in
+// the column's place for ToTensorBatch, whose tensor CopyToDevice replaces.
+std::vector<std::pair<std::string, torch::Tensor>> DevicePrefetcher::Impl::DecodeOnDevice(
+    Sample& batch) {
+  std::vector<std::pair<std::string, torch::Tensor>> decoded;
+  const auto [keys, urls] = KeysAndUrls(batch);
+  for (Sample::Field& field : batch) {
+    if (!IsGpuJobColumn(field.second)) continue;
+    const BytesList& jobs = std::get<BytesList>(field.second);
+    absl::StatusOr<GpuBatchLayout> layout = GpuJobLayout(jobs, keys, urls);
+    if (!layout.ok()) throw LoaderError(layout.status());
+    void* stream = NativeHandle(*side, 0);
+    if (stream == nullptr) {
+      throw LoaderError(absl::UnimplementedError(
+          "decode on cuda: this LibTorch has no c10::Stream::native_handle() (LibTorch 2.x)"));
+    }
+    if (gpu_decoder == nullptr) {
+      absl::StatusOr<std::unique_ptr<GpuBatchDecoder>> made =
+          GpuBatchDecoder::Create(options.device.index());
+      if (!made.ok()) throw LoaderError(made.status());
+      gpu_decoder = *std::move(made);
+    }
+    torch::Tensor out = torch::empty(
+        layout->shape, torch::TensorOptions().dtype(ToTorchDType(layout->dtype)).device(options.device));
+    if (absl::Status s = gpu_decoder->Decode(jobs, keys, urls, out.data_ptr(), stream); !s.ok()) {
+      throw LoaderError(s);
+    }
+    decoded.emplace_back(field.first, std::move(out));
+    field.second = int64_t{0};
+  }
+  return decoded;
+}
+
+Staged DevicePrefetcher::Impl::CopyToDevice(
+    TensorBatch host, const std::vector<std::pair<std::string, torch::Tensor>>& decoded) {
   Staged out;
   out.batch.names = std::move(host.names);
   out.batch.rest = std::move(host.rest);
   c10::StreamGuard guard(*side);
-  for (const torch::Tensor& t : host.tensors) {
+  for (size_t i = 0; i < host.tensors.size(); ++i) {
+    const std::string& name = out.batch.names[i];
+    auto it = std::find_if(decoded.begin(), decoded.end(),
+                           [&](const auto& d) { return d.first == name; });
+    if (it != decoded.end()) {
+      // Decoded on the device in its layout: [B, 3, H, W] for torch* specs.
+      torch::Tensor t = it->second;
+      if (options.tensor.layout == TensorLayout::kNCHW && t.dim() == 4 && t.size(3) == 3) {
+        t = t.permute({0, 3, 1, 2});
+      }
+      out.batch.tensors.push_back(std::move(t));
+      continue;
+    }
+    const torch::Tensor& t = host.tensors[i];
     torch::Tensor copy = t.to(options.device, /*non_blocking=*/true);
     if (options.tensor.layout == TensorLayout::kNCHW && copy.dim() == 4) {
       copy = copy.permute({0, 3, 1, 2});

@@ -68,12 +68,15 @@ TEST(NvjpegBatchDecoderTest, PixelsAreTheCpuDecodersWithinTwo) {
   absl::StatusOr<GatheredBatch> batch = GatherEncoded(pool, views);
   ASSERT_TRUE(batch.ok()) << batch.status();
   std::vector<NvjpegInput> inputs;
+  std::vector<RouteDecision> decisions;
   std::vector<NvjpegOutput> outputs;
   std::vector<void*> device;
   for (size_t i = 0; i < jpegs.size(); ++i) {
     const RouteDecision d = RouteImage(jpegs[i]);
     ASSERT_EQ(d.route, ImageRoute::kGpu) << variants[i].name << ": " << d.reason;
-    inputs.push_back({batch->buffer.data() + batch->offsets[i], batch->lengths[i], d.header});
+    inputs.push_back({batch->buffer.data() + batch->offsets[i], batch->lengths[i],
+                      HardwareDecodes(d.header)});
+    decisions.push_back(d);
     const size_t pitch = static_cast<size_t>(d.header.width) * 3;
     void* p = nullptr;
     ASSERT_EQ(cudaMalloc(&p, pitch * d.header.height), cudaSuccess);
@@ -84,8 +87,8 @@ TEST(NvjpegBatchDecoderTest, PixelsAreTheCpuDecodersWithinTwo) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   for (size_t i = 0; i < jpegs.size(); ++i) {
     EXPECT_TRUE(decoded[i]) << variants[i].name;
-    const int w = inputs[i].header.width;
-    const int h = inputs[i].header.height;
+    const int w = decisions[i].header.width;
+    const int h = decisions[i].header.height;
     std::vector<uint8_t> gpu(outputs[i].pitch * h);
     ASSERT_EQ(cudaMemcpy(gpu.data(), device[i], gpu.size(), cudaMemcpyDeviceToHost), cudaSuccess);
     Rng rng(1);

@@ -27,6 +27,7 @@
 #include "wds/base/stage.h"
 #include "wds/batch/batch.h"
 #include "wds/decode/decode.h"
+#include "wds/gpu/gpu_decode.h"
 #include "wds/image/image.h"
 #include "wds/stages/stages.h"
 
@@ -65,6 +66,12 @@ class Pipeline {
                                 DecodeOptions options = {}) const;
   [[nodiscard]] Pipeline Decode(std::string_view image_spec, ImageDecodeOptions image = {},
                                 DecodeOptions options = {}) const;
+  // DecodeOnGpu is Decode(image_spec, image, options) with the images' decode
+  // left to the batches' consumer, on its device (wds/gpu/gpu_decode.h): the
+  // same draws, keys, order and state as Decode, and the same recipe, so a
+  // checkpoint of one resumes the other.
+  [[nodiscard]] Pipeline DecodeOnGpu(std::string_view image_spec, ImageDecodeOptions image = {},
+                                     GpuDecodeOptions gpu = {}, DecodeOptions options = {}) const;
   [[nodiscard]] Pipeline Batched(size_t batch_size, BatchOptions options = {}) const;
 
   // WithLength(n): size() reports n and every epoch yields exactly n items; if

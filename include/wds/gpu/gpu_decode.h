@@ -1,0 +1,157 @@
+// Decoding images on the GPU: the loader's workers read, route and plan each
+// image (crop, flip: the CPU path's random draws), and the consumer of the
+// batches decodes a whole batch at once on its device with nvJPEG and one
+// fused resize/crop/normalize kernel, writing straight into the batch tensor.
+//
+//   wds::Pipeline p = ds.DecodeOnGpu("torchrgb", {.resize = {ResizeMode::kCenterCrop, 224, 224}},
+//                                    {.normalize = wds::kImageNetNormalize})
+//                         .ToTuple({"jpg", "cls"}).Batched(64);
+//   wds::Loader loader(p, {.workers = 4});
+//   wds::DevicePrefetcher batches(loader, {.device = torch::Device(torch::kCUDA, local_rank)});
+//   // batches yield float32 [64, 3, 224, 224] CUDA tensors
+//
+// What travels from a worker to the consumer is a "GPU job" per image, in
+// place of the decoded array: the encoded JPEG with its plan, or, for an image
+// nvJPEG does not take (PNG, WebP, CMYK or 12-bit JPEG, ...), its pixels,
+// decoded by the CPU decoder in the worker at the output size. Either way the
+// worker's random draws are the CPU path's, so a seed gives the same crops,
+// keys and order on both paths, and the loader's state is the same. Errors the
+// CPU decoder finds in the worker (a corrupt PNG, an unreadable JPEG header)
+// go to the decode stage's handler as on the CPU path.
+//
+// A batch's column of jobs (BytesList) becomes one array: GpuBatchDecoder on a
+// CUDA device (nvJPEG where the build has it; the CPU decoder otherwise), or
+// on the host (the same arithmetic on the CPU; what a CPU consumer gets).
+// DevicePrefetcher (wds::torch) and the Python Loader do this for every job
+// column they meet.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "wds/base/array.h"
+#include "wds/base/sample.h"
+#include "wds/base/stage.h"
+#include "wds/decode/decode.h"
+#include "wds/image/image.h"
+
+namespace wds {
+
+// Normalize maps a sample v in [0, 255] to (v / 255 - mean[c]) / std[c].
+struct Normalize {
+  std::array<float, 3> mean = {0, 0, 0};
+  std::array<float, 3> std = {1, 1, 1};
+};
+
+// kImageNetNormalize is torchvision's ImageNet mean and std.
+inline constexpr Normalize kImageNetNormalize = {{0.485f, 0.456f, 0.406f},
+                                                 {0.229f, 0.224f, 0.225f}};
+
+// GpuDecodeOptions are the GPU path's additions to ImageDecodeOptions.
+struct GpuDecodeOptions {
+  // float16 makes a float spec's output float16 instead of float32.
+  bool float16 = false;
+  // normalize, if set, applies to float specs only; every std must be > 0
+  // and every value finite.
+  std::optional<Normalize> normalize;
+};
+
+// GpuDecodeStage is the workers' half: it replaces each image field (by
+// extension, as ImageDecoder) with a GPU job, then decodes the other fields
+// with BasicDecoders, like DecodeStage(image_spec, ...). The GPU path serves
+// the 3-channel specs (rgb8, rgb, torchrgb8, torchrgb, torch), every resize
+// mode and hflip. A spec or option it cannot serve makes it a FailingStage
+// (InvalidArgument starting "decode on cuda: ", naming the spec or option).
+StageFactory GpuDecodeStage(std::string_view image_spec, ImageDecodeOptions image = {},
+                            GpuDecodeOptions gpu = {}, DecodeOptions options = {});
+
+// IsGpuJobColumn is true for a batch's column of GPU jobs: a non-empty
+// BytesList whose values are all GPU jobs.
+bool IsGpuJobColumn(const Value& value);
+
+// GpuBatchLayout is what a column of jobs decodes to: [B, H, W, 3] or
+// [B, 3, H, W] of uint8, float32 or float16.
+struct GpuBatchLayout {
+  DType dtype = DType::kUInt8;
+  std::vector<int64_t> shape;
+  size_t nbytes() const;
+};
+
+// GpuJobLayout reads the layout of a column of jobs. Errors: InvalidArgument
+// naming the key (and URL) of the first job that is not a GPU job, or whose
+// output differs from the first's (images of different sizes decoded without
+// a resize, or jobs of different specs). keys and urls (the batch's __key__
+// and __url__ columns) may be null.
+[[nodiscard]] absl::StatusOr<GpuBatchLayout> GpuJobLayout(const BytesList& jobs,
+                                                          const TextList* keys = nullptr,
+                                                          const TextList* urls = nullptr);
+
+// GpuBatchDecoder decodes columns of jobs. Not thread-safe: one per consumer.
+class GpuBatchDecoder {
+ public:
+  static constexpr int kHost = -1;
+
+  struct Options {
+    // max_cpu_threads is nvJPEG's CPU thread count for the hybrid backend.
+    int max_cpu_threads = 4;
+  };
+  struct Stats {
+    int64_t batches = 0;
+    int64_t images = 0;
+    int64_t nvjpeg_images = 0;       // decoded by nvJPEG
+    int64_t cpu_fallback_images = 0;  // JPEGs nvJPEG refused, decoded here by the CPU decoder
+    int64_t worker_decoded_images = 0;  // jobs that came as pixels (decoded in the worker)
+  };
+
+  // Create makes a decoder for CUDA device `device`, or kHost. Errors:
+  // Unavailable for a device when this build has no GPU decode path (no CUDA
+  // kernels) or the device cannot be used, naming the CUDA error.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<GpuBatchDecoder>> Create(int device,
+                                                                               Options options);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<GpuBatchDecoder>> Create(int device) {
+    return Create(device, Options{});
+  }
+  virtual ~GpuBatchDecoder() = default;
+
+  // Decode writes the column `jobs` into `out`: layout.nbytes() bytes of
+  // device memory of this decoder's device (or host memory for kHost), where
+  // layout is GpuJobLayout(jobs). On a device, the work is enqueued on
+  // `stream` (a cudaStream_t; null is the legacy default stream) and `out` is
+  // ready once the stream reaches this point; `jobs` may be released when
+  // Decode returns. Errors: GpuJobLayout's; for a JPEG neither nvJPEG nor the
+  // CPU decoder can decode, the CPU decoder's error naming the URL and key;
+  // Internal naming a CUDA or nvJPEG error.
+  [[nodiscard]] virtual absl::Status Decode(const BytesList& jobs, const TextList* keys,
+                                            const TextList* urls, void* out, void* stream) = 0;
+
+  // DecodeToArray decodes on the host into a new Array. REQUIRES: kHost.
+  [[nodiscard]] absl::StatusOr<Array> DecodeToArray(const BytesList& jobs, const TextList* keys,
+                                                    const TextList* urls);
+
+  virtual int device() const = 0;
+  // nvjpeg_hardware is true when nvJPEG's hardware backend (the JPEG
+  // engines) initialised on the device.
+  virtual bool nvjpeg_hardware() const = 0;
+  // decoder names what decodes JPEGs: "nvjpeg hardware+hybrid",
+  // "nvjpeg hybrid", "cpu" (a build without nvJPEG, or kHost).
+  virtual std::string_view decoder() const = 0;
+  const Stats& stats() const { return stats_; }
+
+ protected:
+  GpuBatchDecoder() = default;
+  Stats stats_;
+};
+
+// DecodeGpuJobsOnHost replaces every GPU job column of `batch` with the host
+// array it decodes to (what a consumer on the CPU does). Errors: those of
+// GpuBatchDecoder::Decode.
+[[nodiscard]] absl::Status DecodeGpuJobsOnHost(Sample& batch);
+
+}  // namespace wds

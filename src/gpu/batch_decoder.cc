@@ -1,0 +1,219 @@
+// GpuBatchDecoder's host side: parsing job columns, and the decoder for kHost
+// (the CPU decoder and the kernel's host reference). The device decoder is in
+// device_decoder.cc.
+#include <cstring>
+#include <memory>
+#include <utility>
+
+#include "gpu/gpu_job.h"
+#include "gpu/job_column.h"
+#include "gpu/resize_kernel.h"
+#include "image/codecs.h"
+#include "stages/transform_stream.h"
+#include "wds/gpu/gpu_decode.h"
+#include "wds/internal/base/status_macros.h"
+#include "wds/internal/base/strings.h"
+
+namespace wds {
+
+// Defined in device_decoder.cc.
+absl::StatusOr<std::unique_ptr<GpuBatchDecoder>> CreateDeviceBatchDecoder(
+    int device, const GpuBatchDecoder::Options& options);
+
+namespace gpu {
+namespace {
+
+bool SameOutput(const GpuOutput& a, const GpuOutput& b) {
+  return a.dtype == b.dtype && a.channels_first == b.channels_first && a.width == b.width &&
+         a.height == b.height && a.normalize.mean == b.normalize.mean &&
+         a.normalize.std == b.normalize.std;
+}
+
+std::string OutputText(const GpuOutput& o) {
+  return Cat(DTypeName(o.dtype), " ", o.width, "x", o.height,
+             o.channels_first ? " channels first" : " channels last");
+}
+
+}  // namespace
+
+std::string JobName(size_t i, const TextList* keys, const TextList* urls) {
+  // string_views of the lists' own strings (a ternary with "" would make a
+  // temporary std::string).
+  std::string_view key;
+  std::string_view url;
+  if (keys != nullptr && i < keys->size()) key = (*keys)[i];
+  if (urls != nullptr && i < urls->size()) url = (*urls)[i];
+  if (key.empty()) return Cat("image ", i, " of the batch");
+  return url.empty() ? Cat("key ", key) : Cat(url, ": key ", key);
+}
+
+absl::Status JobError(const absl::Status& status, size_t i, const TextList* keys,
+                      const TextList* urls) {
+  return absl::Status(status.code(), Cat("decode on cuda: ", JobName(i, keys, urls), ": ",
+                                         ToStd(status.message())));
+}
+
+absl::StatusOr<JobColumn> ParseJobColumn(const BytesList& jobs, const TextList* keys,
+                                         const TextList* urls) {
+  if (jobs.empty()) return absl::InvalidArgumentError("decode on cuda: an empty batch");
+  JobColumn column;
+  column.headers.reserve(jobs.size());
+  column.payloads.reserve(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    std::string_view payload;
+    std::optional<JobHeader> h = ReadJob(jobs[i], &payload);
+    if (!h.has_value()) {
+      return JobError(absl::InvalidArgumentError(
+                          "not a GPU job (bytes that GpuDecodeStage did not make)"),
+                      i, keys, urls);
+    }
+    if (h->kind == JobKind::kPixels &&
+        payload.size() != static_cast<size_t>(h->width) * h->height * 3) {
+      return JobError(absl::InvalidArgumentError(Cat("pixels of ", h->width, "x", h->height,
+                                                     " need ", size_t{3} * h->width * h->height,
+                                                     " bytes, the job has ", payload.size())),
+                      i, keys, urls);
+    }
+    if (i > 0 && !SameOutput(h->output, column.headers[0].output)) {
+      return JobError(
+          absl::InvalidArgumentError(Cat(
+              "its output (", OutputText(h->output), ") differs from the batch's first image's (",
+              OutputText(column.headers[0].output),
+              "); images of different sizes need a resize to be batched")),
+          i, keys, urls);
+    }
+    column.headers.push_back(*h);
+    column.payloads.push_back(payload);
+  }
+  const GpuOutput& o = column.headers[0].output;
+  column.output = o;
+  column.layout.dtype = o.dtype;
+  const auto b = static_cast<int64_t>(jobs.size());
+  column.layout.shape = o.channels_first ? std::vector<int64_t>{b, 3, o.height, o.width}
+                                         : std::vector<int64_t>{b, o.height, o.width, 3};
+  return column;
+}
+
+ResizeSource SourceOf(const JobHeader& h, const uint8_t* pixels) {
+  ResizeSource s;
+  s.pixels = pixels;
+  s.pitch = int64_t{h.width} * 3;
+  s.width = h.width;
+  s.height = h.height;
+  s.x = h.crop.x;
+  s.y = h.crop.y;
+  s.region_width = h.crop.width;
+  s.region_height = h.crop.height;
+  s.flip = h.flip ? 1 : 0;
+  return s;
+}
+
+absl::StatusOr<Array> DecodeJpegOnCpu(std::string_view jpeg) {
+  static const ImageSpec kRgb8{3, DType::kUInt8, false};
+  Rng unused(0);  // full size, no flip: nothing is drawn
+  return DecodeImage(jpeg, kRgb8, ImageDecodeOptions{}, unused);
+}
+
+namespace {
+
+class HostBatchDecoder final : public GpuBatchDecoder {
+ public:
+  absl::Status Decode(const BytesList& jobs, const TextList* keys, const TextList* urls, void* out,
+                      void* /*stream*/) override {
+    WDS_ASSIGN_OR_RETURN(JobColumn column, ParseJobColumn(jobs, keys, urls));
+    const ResizeTarget target = MakeResizeTarget(column.output, out);
+    const size_t image_bytes = column.layout.nbytes() / jobs.size();
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      const JobHeader& h = column.headers[i];
+      Array decoded;
+      const uint8_t* pixels = reinterpret_cast<const uint8_t*>(column.payloads[i].data());
+      if (h.kind == JobKind::kJpeg) {
+        absl::StatusOr<Array> cpu = DecodeJpegOnCpu(column.payloads[i]);
+        if (!cpu.ok()) return JobError(cpu.status(), i, keys, urls);
+        decoded = *std::move(cpu);
+        pixels = decoded.data_as<uint8_t>();
+        ++stats_.cpu_fallback_images;
+      } else {
+        ++stats_.worker_decoded_images;
+      }
+      // One image at a time: the target of image i is the batch's slot i.
+      ResizeTarget one = target;
+      one.data = static_cast<uint8_t*>(out) + i * image_bytes;
+      const ResizeSource source = SourceOf(h, pixels);
+      ResizeBatchOnHost(&source, 1, one);
+    }
+    ++stats_.batches;
+    stats_.images += static_cast<int64_t>(jobs.size());
+    return absl::OkStatus();
+  }
+  int device() const override { return kHost; }
+  bool nvjpeg_hardware() const override { return false; }
+  std::string_view decoder() const override { return "cpu"; }
+};
+
+}  // namespace
+}  // namespace gpu
+
+size_t GpuBatchLayout::nbytes() const {
+  size_t n = DTypeSize(dtype);
+  for (int64_t d : shape) n *= static_cast<size_t>(d);
+  return n;
+}
+
+bool IsGpuJobColumn(const Value& value) {
+  const BytesList* list = std::get_if<BytesList>(&value);
+  if (list == nullptr || list->empty()) return false;
+  for (const Buffer& b : *list) {
+    if (!gpu::ReadJob(b).has_value()) return false;
+  }
+  return true;
+}
+
+absl::StatusOr<GpuBatchLayout> GpuJobLayout(const BytesList& jobs, const TextList* keys,
+                                            const TextList* urls) {
+  WDS_ASSIGN_OR_RETURN(gpu::JobColumn column, gpu::ParseJobColumn(jobs, keys, urls));
+  return column.layout;
+}
+
+absl::StatusOr<std::unique_ptr<GpuBatchDecoder>> GpuBatchDecoder::Create(int device,
+                                                                          Options options) {
+  if (device == kHost) return std::unique_ptr<GpuBatchDecoder>(new gpu::HostBatchDecoder);
+  if (device < 0) {
+    return absl::InvalidArgumentError(Cat("GpuBatchDecoder: device ", device,
+                                          " is neither a CUDA device index nor kHost"));
+  }
+  return CreateDeviceBatchDecoder(device, options);
+}
+
+absl::StatusOr<Array> GpuBatchDecoder::DecodeToArray(const BytesList& jobs, const TextList* keys,
+                                                     const TextList* urls) {
+  if (device() != kHost) {
+    return absl::FailedPreconditionError("GpuBatchDecoder::DecodeToArray needs a kHost decoder");
+  }
+  WDS_ASSIGN_OR_RETURN(GpuBatchLayout layout, GpuJobLayout(jobs, keys, urls));
+  Array out = Array::Allocate(layout.dtype, layout.shape);
+  WDS_RETURN_IF_ERROR(Decode(jobs, keys, urls, out.data.mutable_data(), nullptr));
+  return out;
+}
+
+absl::Status DecodeGpuJobsOnHost(Sample& batch) {
+  const TextList* keys = nullptr;
+  const TextList* urls = nullptr;
+  for (const Sample::Field& f : batch) {
+    if (f.first == kKeyField) keys = std::get_if<TextList>(&f.second);
+    if (f.first == kUrlField) urls = std::get_if<TextList>(&f.second);
+  }
+  std::unique_ptr<GpuBatchDecoder> decoder;
+  for (Sample::Field& f : batch) {
+    if (!IsGpuJobColumn(f.second)) continue;
+    if (decoder == nullptr) {
+      WDS_ASSIGN_OR_RETURN(decoder, GpuBatchDecoder::Create(GpuBatchDecoder::kHost));
+    }
+    WDS_ASSIGN_OR_RETURN(Array a,
+                         decoder->DecodeToArray(std::get<BytesList>(f.second), keys, urls));
+    f.second = std::move(a);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace wds

@@ -1,0 +1,82 @@
+// GpuDecodeStage: the workers' half of decoding on the GPU. Each image field
+// becomes a GPU job (gpu/gpu_job.h) drawn from the decode stream's rng exactly
+// as the CPU decoder would draw: MakePlan for a JPEG nvJPEG takes, DecodeImage
+// itself for everything else.
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "gpu/gpu_job.h"
+#include "gpu/image_route.h"
+#include "gpu/output_spec.h"
+#include "image/codecs.h"
+#include "wds/gpu/gpu_decode.h"
+#include "wds/internal/base/status_macros.h"
+#include "wds/internal/base/strings.h"
+
+namespace wds {
+namespace {
+
+using gpu::GpuOutput;
+using gpu::JobHeader;
+using gpu::JobKind;
+
+// JobOutput is `output` with this image's own size where the spec keeps it
+// (ResizeMode::kNone).
+GpuOutput JobOutput(const GpuOutput& output, int width, int height) {
+  GpuOutput out = output;
+  if (out.width == 0) {
+    out.width = width;
+    out.height = height;
+  }
+  return out;
+}
+
+absl::StatusOr<Buffer> MakeImageJob(std::string_view data, const ImageSpec& spec,
+                                    const ImageDecodeOptions& options, const GpuOutput& output,
+                                    Rng& rng) {
+  gpu::GpuImagePlan plan = gpu::PlanGpuImage(data, spec, options, rng);
+  JobHeader h;
+  if (plan.decision.route == gpu::ImageRoute::kGpu) {
+    WDS_RETURN_IF_ERROR(plan.plan.status());
+    h.kind = JobKind::kJpeg;
+    h.hardware = gpu::HardwareDecodes(plan.decision.header);
+    h.flip = plan.plan->flip;
+    h.width = plan.plan->width;
+    h.height = plan.plan->height;
+    h.crop = plan.plan->crop;
+    h.output = JobOutput(output, plan.plan->out_width, plan.plan->out_height);
+    return gpu::MakeJob(h, data);
+  }
+  // What nvJPEG does not take is decoded here, by the CPU decoder, at the
+  // output size: the draws are DecodeImage's own, as on the CPU path.
+  static const ImageSpec kRgb8{3, DType::kUInt8, false};
+  WDS_ASSIGN_OR_RETURN(Array pixels, DecodeImage(data, kRgb8, options, rng));
+  h.kind = JobKind::kPixels;
+  h.width = static_cast<int32_t>(pixels.shape[1]);
+  h.height = static_cast<int32_t>(pixels.shape[0]);
+  h.crop = ImageRect{0, 0, h.width, h.height};
+  h.output = JobOutput(output, h.width, h.height);
+  return gpu::MakeJob(h, pixels.data.view());
+}
+
+}  // namespace
+
+StageFactory GpuDecodeStage(std::string_view image_spec, ImageDecodeOptions image,
+                            GpuDecodeOptions gpu_options, DecodeOptions options) {
+  absl::StatusOr<GpuOutput> output = gpu::ResolveGpuOutput(image_spec, image, gpu_options);
+  if (!output.ok()) return FailingStage(output.status());
+  const ImageSpec spec = *ParseImageSpec(image_spec);
+  FieldDecoder jobs = [spec, image, output = *output](
+                          std::string_view field, const Buffer& data,
+                          DecodeContext& ctx) -> absl::StatusOr<std::optional<Value>> {
+    if (!IsImageExtension(FieldExtension(field))) return std::nullopt;
+    WDS_ASSIGN_OR_RETURN(Buffer job, MakeImageJob(data.view(), spec, image, output, *ctx.rng));
+    return Value(std::move(job));
+  };
+  std::vector<FieldDecoder> decoders = {std::move(jobs)};
+  for (FieldDecoder& basic : BasicDecoders()) decoders.push_back(std::move(basic));
+  return DecodeStage(std::move(decoders), std::move(options));
+}
+
+}  // namespace wds

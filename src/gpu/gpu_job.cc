@@ -1,0 +1,91 @@
+// MakeJob and ReadJob: the GPU job's wire format, read and written field by
+// field (little-endian), so no struct layout is part of it.
+#include "gpu/gpu_job.h"
+
+#include <cstring>
+
+namespace wds::gpu {
+namespace {
+
+constexpr char kMagic[8] = {'W', 'D', 'S', 'G', 'P', 'U', 'J', '1'};
+
+void Put32(uint8_t*& p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) *p++ = static_cast<uint8_t>(v >> (8 * i));
+}
+uint32_t Get32(const uint8_t*& p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= uint32_t{*p++} << (8 * i);
+  return v;
+}
+void PutFloat(uint8_t*& p, float f) {
+  uint32_t v;
+  std::memcpy(&v, &f, 4);
+  Put32(p, v);
+}
+float GetFloat(const uint8_t*& p) {
+  const uint32_t v = Get32(p);
+  float f;
+  std::memcpy(&f, &v, 4);
+  return f;
+}
+
+}  // namespace
+
+Buffer MakeJob(const JobHeader& h, std::string_view payload) {
+  Buffer job = Buffer::Allocate(kJobHeaderBytes + payload.size());
+  uint8_t* p = job.mutable_data();
+  std::memset(p, 0, kJobHeaderBytes);
+  std::memcpy(p, kMagic, 8);
+  p += 8;
+  *p++ = static_cast<uint8_t>(h.kind);
+  *p++ = static_cast<uint8_t>((h.hardware ? 1 : 0) | (h.flip ? 2 : 0) |
+                              (h.output.channels_first ? 4 : 0));
+  *p++ = static_cast<uint8_t>(h.output.dtype);
+  *p++ = 0;
+  for (int32_t v : {h.width, h.height, h.crop.x, h.crop.y, h.crop.width, h.crop.height,
+                    h.output.width, h.output.height}) {
+    Put32(p, static_cast<uint32_t>(v));
+  }
+  for (int c = 0; c < 3; ++c) PutFloat(p, h.output.normalize.mean[c]);
+  for (int c = 0; c < 3; ++c) PutFloat(p, h.output.normalize.std[c]);
+  p = job.mutable_data() + kJobHeaderBytes;
+  if (!payload.empty()) std::memcpy(p, payload.data(), payload.size());
+  return job;
+}
+
+std::optional<JobHeader> ReadJob(const Buffer& job, std::string_view* payload) {
+  if (job.size() < kJobHeaderBytes || std::memcmp(job.data(), kMagic, 8) != 0) return std::nullopt;
+  const uint8_t* p = job.data() + 8;
+  JobHeader h;
+  const uint8_t kind = *p++;
+  if (kind != static_cast<uint8_t>(JobKind::kJpeg) && kind != static_cast<uint8_t>(JobKind::kPixels))
+    return std::nullopt;
+  h.kind = static_cast<JobKind>(kind);
+  const uint8_t flags = *p++;
+  h.hardware = (flags & 1) != 0;
+  h.flip = (flags & 2) != 0;
+  h.output.channels_first = (flags & 4) != 0;
+  const uint8_t dtype = *p++;
+  if (dtype != static_cast<uint8_t>(DType::kUInt8) && dtype != static_cast<uint8_t>(DType::kFloat32) &&
+      dtype != static_cast<uint8_t>(DType::kFloat16)) {
+    return std::nullopt;
+  }
+  h.output.dtype = static_cast<DType>(dtype);
+  ++p;
+  int32_t* fields[] = {&h.width,     &h.height,       &h.crop.x,       &h.crop.y,
+                       &h.crop.width, &h.crop.height, &h.output.width, &h.output.height};
+  for (int32_t* f : fields) *f = static_cast<int32_t>(Get32(p));
+  for (int c = 0; c < 3; ++c) h.output.normalize.mean[c] = GetFloat(p);
+  for (int c = 0; c < 3; ++c) h.output.normalize.std[c] = GetFloat(p);
+  if (h.width <= 0 || h.height <= 0 || h.output.width <= 0 || h.output.height <= 0 ||
+      h.crop.width <= 0 || h.crop.height <= 0) {
+    return std::nullopt;
+  }
+  if (payload != nullptr) {
+    *payload = std::string_view(reinterpret_cast<const char*>(job.data()) + kJobHeaderBytes,
+                                job.size() - kJobHeaderBytes);
+  }
+  return h;
+}
+
+}  // namespace wds::gpu

@@ -1,0 +1,41 @@
+// The GPU job: what a worker hands the consumer in place of a decoded image
+// (wds/gpu/gpu_decode.h). A fixed little-endian header, then the payload: the
+// encoded JPEG (kind kJpeg) or interleaved RGB pixels at the output size
+// (kind kPixels, decoded by the CPU decoder in the worker).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "gpu/output_spec.h"
+#include "image/decode_plan.h"
+#include "wds/base/buffer.h"
+
+namespace wds::gpu {
+
+enum class JobKind : uint8_t { kJpeg = 1, kPixels = 2 };
+
+// JobHeader is the header's content.
+struct JobHeader {
+  JobKind kind = JobKind::kJpeg;
+  bool hardware = false;  // kJpeg: nvJPEG's hardware backend takes it
+  bool flip = false;
+  int32_t width = 0;  // of the payload image (the JPEG, or the pixels)
+  int32_t height = 0;
+  ImageRect crop;  // of the payload image; the whole image for kPixels
+  GpuOutput output;  // width and height set: this image's output size
+};
+
+// kJobHeaderBytes is the header's size on the wire.
+inline constexpr size_t kJobHeaderBytes = 72;
+
+// MakeJob writes a header and the payload into one new buffer.
+Buffer MakeJob(const JobHeader& header, std::string_view payload);
+
+// ReadJob parses `job`'s header; nullopt when it is not a GPU job (no magic,
+// too short, or an unknown kind). `payload` receives the rest.
+std::optional<JobHeader> ReadJob(const Buffer& job, std::string_view* payload = nullptr);
+
+}  // namespace wds::gpu

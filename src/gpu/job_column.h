@@ -1,0 +1,44 @@
+// A batch's column of GPU jobs, parsed once: every header, every payload, and
+// the layout of the batch array, for GpuBatchDecoder's implementations.
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "gpu/gpu_job.h"
+#include "gpu/resize_kernel.h"
+#include "wds/gpu/gpu_decode.h"
+
+namespace wds::gpu {
+
+struct JobColumn {
+  GpuBatchLayout layout;
+  GpuOutput output;  // the first job's (every job's) output
+  std::vector<JobHeader> headers;
+  std::vector<std::string_view> payloads;
+};
+
+// ParseJobColumn checks every job: a GPU job, of the first job's output, and
+// a kPixels payload of width * height * 3 bytes. Errors: InvalidArgument
+// naming the URL and key (JobName).
+[[nodiscard]] absl::StatusOr<JobColumn> ParseJobColumn(const BytesList& jobs, const TextList* keys,
+                                                       const TextList* urls);
+
+// JobName is "<url>: key <key>" for job i, as far as keys and urls go, or
+// "job <i> of the batch".
+std::string JobName(size_t i, const TextList* keys, const TextList* urls);
+
+// JobError returns `status` with JobName(i) in front of its message.
+absl::Status JobError(const absl::Status& status, size_t i, const TextList* keys,
+                      const TextList* urls);
+
+// SourceOf is the resize source of a job whose full decoded image is at
+// `pixels` (interleaved RGB, width * 3 bytes a row).
+ResizeSource SourceOf(const JobHeader& h, const uint8_t* pixels);
+
+// DecodeJpegOnCpu decodes a kJpeg job's payload at full size to interleaved
+// RGB with the CPU decoder. Errors: the CPU decoder's.
+[[nodiscard]] absl::StatusOr<Array> DecodeJpegOnCpu(std::string_view jpeg);
+
+}  // namespace wds::gpu

@@ -1,0 +1,475 @@
+// Tests of decoding on the GPU end to end (wds/gpu/gpu_decode.h): the jobs the
+// workers make, their columns in batches, and GpuBatchDecoder. On the CPU
+// (here and in CI) the host decoder stands in for the device: same jobs, same
+// draws, same arithmetic. The device cases run where a GPU is present
+// (scripts/gpu_check.sh) and skip elsewhere, saying so.
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gpu/gpu_job.h"
+#include "gtest/gtest.h"
+#include "jpeg_variants.h"
+#include "util/test_util.h"
+#include "wds/gpu/gpu_decode.h"
+#include "wds/internal/base/strings.h"
+#include "wds/loader/loader.h"
+#include "wds/pipeline/pipeline.h"
+#include "wds/pipeline/web_dataset.h"
+
+namespace wds::gpu {
+namespace {
+
+using gpu_testing::EncodeJpeg;
+using gpu_testing::JpegRecipe;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+using wds::testing::MakeTar;
+using wds::testing::TarEntry;
+using wds::testing::TempDir;
+
+bool HaveDevice() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+// ----------------------------------------------------------------------------
+// The job format
+
+JobHeader SomeHeader() {
+  JobHeader h;
+  h.kind = JobKind::kJpeg;
+  h.hardware = true;
+  h.flip = true;
+  h.width = 500;
+  h.height = 375;
+  h.crop = {10, 20, 300, 200};
+  h.output.dtype = DType::kFloat16;
+  h.output.channels_first = true;
+  h.output.width = 224;
+  h.output.height = 160;
+  h.output.normalize = kImageNetNormalize;
+  return h;
+}
+
+TEST(GpuJobTest, HeaderAndPayloadRoundTrip) {
+  const Buffer job = MakeJob(SomeHeader(), "payload bytes");
+  EXPECT_EQ(job.size(), kJobHeaderBytes + 13);
+  std::string_view payload;
+  const std::optional<JobHeader> h = ReadJob(job, &payload);
+  ASSERT_TRUE(h.has_value());
+  EXPECT_EQ(payload, "payload bytes");
+  EXPECT_EQ(h->kind, JobKind::kJpeg);
+  EXPECT_TRUE(h->hardware);
+  EXPECT_TRUE(h->flip);
+  EXPECT_EQ(h->width, 500);
+  EXPECT_EQ(h->height, 375);
+  EXPECT_EQ(h->crop, (ImageRect{10, 20, 300, 200}));
+  EXPECT_EQ(h->output.dtype, DType::kFloat16);
+  EXPECT_TRUE(h->output.channels_first);
+  EXPECT_EQ(h->output.width, 224);
+  EXPECT_EQ(h->output.height, 160);
+  EXPECT_EQ(h->output.normalize.mean, kImageNetNormalize.mean);
+  EXPECT_EQ(h->output.normalize.std, kImageNetNormalize.std);
+}
+
+TEST(GpuJobTest, BytesThatAreNoJobAreNotReadAsOne) {
+  EXPECT_FALSE(ReadJob(Buffer::Copy("\xff\xd8\xff\xe0 a JPEG")).has_value());
+  EXPECT_FALSE(ReadJob(Buffer::Copy("WDSGPUJ1")).has_value());  // too short
+  Buffer job = MakeJob(SomeHeader(), "x");
+  job.mutable_data()[8] = 7;  // an unknown kind
+  EXPECT_FALSE(ReadJob(job).has_value());
+  JobHeader empty = SomeHeader();
+  empty.output.width = 0;
+  EXPECT_FALSE(ReadJob(MakeJob(empty, "x")).has_value());
+}
+
+TEST(GpuJobTest, ColumnIsJobsOnly) {
+  const Buffer job = MakeJob(SomeHeader(), "x");
+  EXPECT_TRUE(IsGpuJobColumn(Value(BytesList{job, job})));
+  EXPECT_FALSE(IsGpuJobColumn(Value(BytesList{job, Buffer::Copy("plain bytes")})));
+  EXPECT_FALSE(IsGpuJobColumn(Value(BytesList{})));
+  EXPECT_FALSE(IsGpuJobColumn(Value(job)));
+  EXPECT_FALSE(IsGpuJobColumn(Value(int64_t{3})));
+}
+
+TEST(GpuJobTest, LayoutIsTheBatchOfTheOutput) {
+  JobHeader h = SomeHeader();
+  absl::StatusOr<GpuBatchLayout> nchw = GpuJobLayout({MakeJob(h, "a"), MakeJob(h, "b")});
+  ASSERT_TRUE(nchw.ok()) << nchw.status();
+  EXPECT_EQ(nchw->dtype, DType::kFloat16);
+  EXPECT_EQ(nchw->shape, (std::vector<int64_t>{2, 3, 160, 224}));
+  EXPECT_EQ(nchw->nbytes(), size_t{2} * 3 * 160 * 224 * 2);
+  h.output.channels_first = false;
+  h.output.dtype = DType::kUInt8;
+  absl::StatusOr<GpuBatchLayout> nhwc = GpuJobLayout({MakeJob(h, "a")});
+  ASSERT_TRUE(nhwc.ok()) << nhwc.status();
+  EXPECT_EQ(nhwc->shape, (std::vector<int64_t>{1, 160, 224, 3}));
+}
+
+TEST(GpuJobTest, ImagesOfDifferentSizesAreRefusedNamingTheKeyAndBothSizes) {
+  JobHeader a = SomeHeader();
+  JobHeader b = SomeHeader();
+  b.output.width = 100;
+  const TextList keys = {"k0", "k1"};
+  const TextList urls = {"s.tar", "s.tar"};
+  absl::StatusOr<GpuBatchLayout> layout =
+      GpuJobLayout({MakeJob(a, "a"), MakeJob(b, "b")}, &keys, &urls);
+  ASSERT_FALSE(layout.ok());
+  EXPECT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(ToStd(layout.status().message()), StartsWith("decode on cuda: s.tar: key k1: its output"));
+  EXPECT_THAT(layout.status().message(), HasSubstr("float16 100x160"));
+  EXPECT_THAT(layout.status().message(), HasSubstr("float16 224x160"));
+  EXPECT_THAT(layout.status().message(), HasSubstr("need a resize"));
+}
+
+TEST(GpuJobTest, BytesInAJobColumnThatAreNoJobAreRefusedNamingTheKey) {
+  const TextList keys = {"k0", "k1"};
+  absl::StatusOr<GpuBatchLayout> layout =
+      GpuJobLayout({MakeJob(SomeHeader(), "a"), Buffer::Copy("plain")}, &keys, nullptr);
+  ASSERT_FALSE(layout.ok());
+  EXPECT_EQ(layout.status().message(),
+            "decode on cuda: key k1: not a GPU job (bytes that GpuDecodeStage did not make)");
+}
+
+TEST(GpuJobTest, PixelsOfTheWrongSizeAreRefused) {
+  JobHeader h;
+  h.kind = JobKind::kPixels;
+  h.width = h.output.width = 4;
+  h.height = h.output.height = 2;
+  h.crop = {0, 0, 4, 2};
+  absl::StatusOr<GpuBatchLayout> layout = GpuJobLayout({MakeJob(h, std::string(23, 'x'))});
+  ASSERT_FALSE(layout.ok());
+  EXPECT_THAT(layout.status().message(),
+              HasSubstr("image 0 of the batch: pixels of 4x2 need 24 bytes, the job has 23"));
+}
+
+// ----------------------------------------------------------------------------
+// The stage and the loader: the GPU path against the CPU path
+
+// Two shards of JPEGs of several sizes and subsamplings, a progressive one and
+// a CMYK JPEG (decoded in the worker), each with a class; `extra_jpeg`, if
+// given, is sample s15. Returns the shards' brace pattern; s08 and later are
+// in shard-000001.tar.
+std::string TestShard(const TempDir& dir, const std::string& extra_jpeg = "") {
+  std::vector<TarEntry> entries;
+  std::vector<TarEntry> first;
+  for (int i = 0; i < 14; ++i) {
+    if (i == 8) first = std::move(entries), entries.clear();
+    JpegRecipe r;
+    r.width = 64 + 4 * i;
+    r.height = 48 + 2 * (i % 5);
+    r.luma_h = i % 3 == 0 ? 1 : 2;
+    r.luma_v = i % 2 == 0 ? 2 : 1;
+    r.progressive = i == 5;
+    const std::string key = Cat("s", i < 10 ? "0" : "", i);
+    entries.push_back({key + ".jpg", EncodeJpeg(r)});
+    entries.push_back({key + ".cls", std::to_string(i)});
+  }
+  JpegRecipe cmyk;
+  cmyk.components = 4;
+  entries.push_back({"s14.jpg", EncodeJpeg(cmyk)});
+  entries.push_back({"s14.cls", "14"});
+  if (!extra_jpeg.empty()) {
+    entries.push_back({"s15.jpg", extra_jpeg});
+    entries.push_back({"s15.cls", "15"});
+  }
+  dir.Write("shard-000000.tar", MakeTar(first));
+  dir.Write("shard-000001.tar", MakeTar(entries));
+  return dir.path() + "/shard-{000000..000001}.tar";
+}
+
+struct Drawn {
+  std::vector<std::string> keys;
+  std::vector<int64_t> classes;
+  std::vector<Array> images;  // one [B, ...] array per batch
+  std::vector<std::string> states;
+};
+
+// Draw runs a Loader over `pipeline`; GPU job columns are decoded on the host.
+Drawn Draw(const Pipeline& pipeline, int workers) {
+  Drawn run;
+  Loader loader(pipeline, {.workers = workers});
+  while (true) {
+    absl::StatusOr<std::string> state = loader.State();
+    EXPECT_TRUE(state.ok()) << state.status();
+    absl::StatusOr<std::optional<Sample>> batch = loader.Next();
+    EXPECT_TRUE(batch.ok()) << batch.status();
+    if (!batch.ok() || !batch->has_value()) break;
+    run.states.push_back(state.ok() ? *state : "");
+    Sample& b = **batch;
+    EXPECT_TRUE(DecodeGpuJobsOnHost(b).ok());
+    for (const std::string& k : std::get<TextList>(*b.Find(kKeyField))) run.keys.push_back(k);
+    const Array* cls = b.GetArray("cls");
+    for (int64_t i = 0; cls != nullptr && i < cls->shape[0]; ++i) {
+      run.classes.push_back(cls->data_as<int64_t>()[i]);
+    }
+    run.images.push_back(*b.GetArray("jpg"));
+  }
+  return run;
+}
+
+Pipeline Source(const std::string& shard) {
+  absl::StatusOr<Pipeline> p = WebDataset(shard, {.seed = 7});
+  EXPECT_TRUE(p.ok()) << p.status();
+  return p->Shuffle(6);
+}
+
+int LargestDifference(const Array& a, const Array& b) {
+  EXPECT_EQ(a.shape, b.shape);
+  EXPECT_EQ(a.dtype, DType::kUInt8);
+  int worst = 0;
+  for (int64_t i = 0; i < a.num_elements() && a.shape == b.shape; ++i) {
+    worst = std::max(worst, std::abs(int{a.data_as<uint8_t>()[i]} - int{b.data_as<uint8_t>()[i]}));
+  }
+  return worst;
+}
+
+TEST(GpuDecodeStageTest, RandomCropsFlipsKeysOrderAndStateAreTheCpuPaths) {
+  TempDir dir;
+  const std::string shard = TestShard(dir);
+  ImageDecodeOptions image;
+  image.resize = {ResizeMode::kRandomResizedCrop, 40, 32};
+  image.hflip = 0.5;
+  const Drawn cpu = Draw(Source(shard).Decode("rgb8", image).Batched(4), 2);
+  const Drawn gpu = Draw(Source(shard).DecodeOnGpu("rgb8", image).Batched(4), 2);
+  ASSERT_EQ(cpu.keys.size(), 15u);
+  EXPECT_EQ(gpu.keys, cpu.keys);
+  EXPECT_EQ(gpu.classes, cpu.classes);
+  EXPECT_EQ(gpu.states, cpu.states);
+  ASSERT_EQ(gpu.images.size(), cpu.images.size());
+  for (size_t b = 0; b < cpu.images.size(); ++b) {
+    // The same crops and flips; the CPU path decodes the crop's window with
+    // libjpeg, the GPU path the whole image: chroma upsampling at the
+    // window's edge may differ by a little.
+    EXPECT_LE(LargestDifference(gpu.images[b], cpu.images[b]), 3) << "batch " << b;
+  }
+}
+
+TEST(GpuDecodeStageTest, FullSizeImagesAreTheCpuDecodersPixels) {
+  TempDir dir;
+  std::vector<TarEntry> entries;
+  for (int i = 0; i < 6; ++i) {
+    JpegRecipe r;
+    r.luma_h = i % 2 + 1;
+    entries.push_back({Cat("k", i, ".jpg"), EncodeJpeg(r)});
+  }
+  const std::string shard = dir.Write("same-size.tar", MakeTar(entries));
+  const Drawn cpu = Draw(Source(shard).Decode("rgb8").Batched(3), 1);
+  const Drawn gpu = Draw(Source(shard).DecodeOnGpu("rgb8").Batched(3), 1);
+  ASSERT_EQ(gpu.images.size(), 2u);
+  for (size_t b = 0; b < 2; ++b) {
+    EXPECT_EQ(gpu.images[b].shape, (std::vector<int64_t>{3, 48, 64, 3}));
+    EXPECT_EQ(LargestDifference(gpu.images[b], cpu.images[b]), 0);
+  }
+}
+
+TEST(GpuDecodeStageTest, TorchSpecGivesNormalizedChannelsFirstFloats) {
+  TempDir dir;
+  const std::string shard = TestShard(dir);
+  ImageDecodeOptions image;
+  image.resize = {ResizeMode::kCenterCrop, 24, 24};
+  const Drawn rgb8 = Draw(Source(shard).DecodeOnGpu("rgb8", image).Batched(5), 1);
+  const Drawn torch = Draw(
+      Source(shard).DecodeOnGpu("torchrgb", image, {.normalize = kImageNetNormalize}).Batched(5),
+      1);
+  ASSERT_EQ(torch.images.size(), 3u);
+  for (size_t b = 0; b < 3; ++b) {
+    const Array& u = rgb8.images[b];
+    const Array& f = torch.images[b];
+    ASSERT_EQ(f.dtype, DType::kFloat32);
+    ASSERT_EQ(f.shape, (std::vector<int64_t>{5, 3, 24, 24}));
+    for (int n = 0; n < 5; ++n) {
+      for (int c = 0; c < 3; ++c) {
+        for (int i = 0; i < 24 * 24; i += 37) {
+          const float v = u.data_as<uint8_t>()[(n * 24 * 24 + i) * 3 + c];
+          const float want = (v / 255.0f - kImageNetNormalize.mean[c]) / kImageNetNormalize.std[c];
+          EXPECT_NEAR(f.data_as<float>()[(n * 3 + c) * 24 * 24 + i], want, 1e-5f);
+        }
+      }
+    }
+  }
+}
+
+TEST(GpuDecodeStageTest, SpecTheGpuCannotServeIsRefusedWhenTheLoaderStarts) {
+  TempDir dir;
+  Loader loader(Source(TestShard(dir)).DecodeOnGpu("l8").Batched(4), {.workers = 1});
+  absl::StatusOr<std::optional<Sample>> batch = loader.Next();
+  ASSERT_FALSE(batch.ok());
+  EXPECT_THAT(batch.status().message(), HasSubstr("decode on cuda: image spec \"l8\" has 1 channel"));
+}
+
+TEST(GpuDecodeStageTest, CorruptPngFailsInTheWorkerThroughTheHandler) {
+  TempDir dir;
+  std::vector<TarEntry> entries = {{"a.jpg", EncodeJpeg(JpegRecipe{})},
+                                   {"b.png", std::string("\x89PNG\r\n\x1a\n garbage", 17)},
+                                   {"c.jpg", EncodeJpeg(JpegRecipe{})}};
+  const std::string shard = dir.Write("corrupt-png.tar", MakeTar(entries));
+  // Reraise: the error names the shard and the key, as on the CPU path.
+  {
+    Loader loader(Source(shard).DecodeOnGpu("rgb8").Batched(3), {.workers = 1});
+    absl::StatusOr<std::optional<Sample>> batch = loader.Next();
+    ASSERT_FALSE(batch.ok());
+    EXPECT_THAT(batch.status().message(), HasSubstr("corrupt-png.tar: key b"));
+  }
+  // Warn-and-continue: the sample is dropped, the others batch.
+  {
+    const Drawn run = Draw(
+        Source(shard).DecodeOnGpu("rgb8", {}, {}, {.handler = Handler::kWarnAndContinue}).Batched(3),
+        1);
+    EXPECT_EQ(run.keys, (std::vector<std::string>{"a", "c"}));
+  }
+}
+
+TEST(GpuDecodeStageTest, CorruptJpegScanFailsAtTheConsumerNamingTheShardAndKey) {
+  TempDir dir;
+  std::string bad = EncodeJpeg(JpegRecipe{});
+  // The header parses (the worker routes it to nvJPEG); the scan is cut short.
+  bad.resize(bad.size() / 3);
+  const std::string shard = TestShard(dir, bad);
+  Loader loader(Source(shard).DecodeOnGpu("rgb8", {.resize = {ResizeMode::kStretch, 16, 16}})
+                    .Batched(16),
+                {.workers = 1});
+  absl::StatusOr<std::optional<Sample>> batch = loader.Next();
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  absl::Status s = DecodeGpuJobsOnHost(**batch);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(ToStd(s.message()),
+              StartsWith(Cat("decode on cuda: ", dir.path(), "/shard-000001.tar: key s15: ")));
+}
+
+// ----------------------------------------------------------------------------
+// GpuBatchDecoder
+
+TEST(GpuBatchDecoderTest, HostDecoderCountsWhatItDecoded) {
+  TempDir dir;
+  Loader loader(Source(TestShard(dir)).DecodeOnGpu("rgb8", {.resize = {ResizeMode::kStretch, 8, 8}})
+                    .Batched(15),
+                {.workers = 1});
+  absl::StatusOr<std::optional<Sample>> batch = loader.Next();
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  absl::StatusOr<std::unique_ptr<GpuBatchDecoder>> decoder =
+      GpuBatchDecoder::Create(GpuBatchDecoder::kHost);
+  ASSERT_TRUE(decoder.ok());
+  const auto& jobs = std::get<BytesList>(*(*batch)->Find("jpg"));
+  absl::StatusOr<Array> out = (*decoder)->DecodeToArray(jobs, nullptr, nullptr);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->shape, (std::vector<int64_t>{15, 8, 8, 3}));
+  EXPECT_EQ((*decoder)->stats().batches, 1);
+  EXPECT_EQ((*decoder)->stats().images, 15);
+  EXPECT_EQ((*decoder)->stats().worker_decoded_images, 1);  // the CMYK JPEG
+  EXPECT_EQ((*decoder)->stats().cpu_fallback_images, 14);
+  EXPECT_EQ((*decoder)->decoder(), "cpu");
+}
+
+TEST(GpuBatchDecoderTest, NegativeDeviceOtherThanHostIsRefused) {
+  absl::StatusOr<std::unique_ptr<GpuBatchDecoder>> decoder = GpuBatchDecoder::Create(-2);
+  ASSERT_FALSE(decoder.ok());
+  EXPECT_EQ(decoder.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(GpuBatchDecoderTest, DeviceDecoderWithoutADeviceIsUnavailableNamingWhy) {
+  if (HaveDevice()) GTEST_SKIP() << "a CUDA device is present: the device cases run instead";
+  absl::StatusOr<std::unique_ptr<GpuBatchDecoder>> decoder = GpuBatchDecoder::Create(0);
+  ASSERT_FALSE(decoder.ok());
+  EXPECT_EQ(decoder.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(ToStd(decoder.status().message()), StartsWith("decode on cuda:0: "));
+}
+
+// The device cases: the device decoder against the host decoder on the same
+// jobs (nvJPEG's IDCT differs from libjpeg-turbo's by up to 2 per channel).
+BytesList DeviceTestJobs(const ImageDecodeOptions& image, const std::string& spec,
+                         const GpuDecodeOptions& gpu = {}) {
+  TempDir dir;
+  Loader loader(Source(TestShard(dir)).DecodeOnGpu(spec, image, gpu).Batched(15), {.workers = 1});
+  absl::StatusOr<std::optional<Sample>> batch = loader.Next();
+  EXPECT_TRUE(batch.ok()) << batch.status();
+  return std::get<BytesList>(*(*batch)->Find("jpg"));
+}
+
+std::vector<uint8_t> OnDevice(GpuBatchDecoder& decoder, const BytesList& jobs) {
+  absl::StatusOr<GpuBatchLayout> layout = GpuJobLayout(jobs);
+  EXPECT_TRUE(layout.ok());
+  void* out = nullptr;
+  EXPECT_EQ(cudaMalloc(&out, layout->nbytes()), cudaSuccess);
+  absl::Status s = decoder.Decode(jobs, nullptr, nullptr, out, nullptr);
+  EXPECT_TRUE(s.ok()) << s;
+  std::vector<uint8_t> host(layout->nbytes());
+  EXPECT_EQ(cudaMemcpy(host.data(), out, host.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  cudaFree(out);
+  return host;
+}
+
+TEST(GpuBatchDecoderDeviceTest, DeviceOutputIsTheHostDecodersWithinTwo) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  auto device = GpuBatchDecoder::Create(0);
+  ASSERT_TRUE(device.ok()) << device.status();
+  auto host = GpuBatchDecoder::Create(GpuBatchDecoder::kHost);
+  std::cout << "device decoder: " << (*device)->decoder() << "\n";
+  const BytesList jobs = DeviceTestJobs({.resize = {ResizeMode::kStretch, 40, 30}}, "rgb8");
+  const std::vector<uint8_t> gpu = OnDevice(**device, jobs);
+  absl::StatusOr<Array> cpu = (*host)->DecodeToArray(jobs, nullptr, nullptr);
+  ASSERT_TRUE(cpu.ok());
+  int worst = 0;
+  for (size_t i = 0; i < gpu.size(); ++i) {
+    worst = std::max(worst, std::abs(int{gpu[i]} - int{cpu->data_as<uint8_t>()[i]}));
+  }
+  EXPECT_LE(worst, 2);
+  EXPECT_EQ((*device)->stats().worker_decoded_images, 1);
+#if WDS_TEST_NVJPEG
+  EXPECT_EQ((*device)->stats().nvjpeg_images, 14);
+  EXPECT_EQ((*device)->stats().cpu_fallback_images, 0);
+#endif
+}
+
+TEST(GpuBatchDecoderDeviceTest, CorruptJpegFailsNamingTheShardAndKey) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  TempDir dir;
+  std::string bad = EncodeJpeg(JpegRecipe{});
+  bad.resize(bad.size() / 3);
+  const std::string shard = TestShard(dir, bad);
+  Loader loader(Source(shard).DecodeOnGpu("rgb8", {.resize = {ResizeMode::kStretch, 16, 16}})
+                    .Batched(16),
+                {.workers = 1});
+  absl::StatusOr<std::optional<Sample>> batch = loader.Next();
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  const auto& jobs = std::get<BytesList>(*(*batch)->Find("jpg"));
+  const auto& keys = std::get<TextList>(*(*batch)->Find(kKeyField));
+  const auto& urls = std::get<TextList>(*(*batch)->Find(kUrlField));
+  auto device = GpuBatchDecoder::Create(0);
+  ASSERT_TRUE(device.ok()) << device.status();
+  void* out = nullptr;
+  ASSERT_EQ(cudaMalloc(&out, GpuJobLayout(jobs)->nbytes()), cudaSuccess);
+  absl::Status s = (*device)->Decode(jobs, &keys, &urls, out, nullptr);
+  cudaFree(out);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(ToStd(s.message()),
+              StartsWith(Cat("decode on cuda: ", dir.path(), "/shard-000001.tar: key s15: ")));
+}
+
+TEST(GpuBatchDecoderDeviceTest, DeviceMemoryIsFlatOver200Restarts) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  const BytesList jobs = DeviceTestJobs({.resize = {ResizeMode::kCenterCrop, 32, 32}}, "torchrgb",
+                                        {.normalize = kImageNetNormalize});
+  auto cycle = [&] {
+    auto device = GpuBatchDecoder::Create(0);
+    ASSERT_TRUE(device.ok()) << device.status();
+    (void)OnDevice(**device, jobs);
+  };
+  cycle();  // the context and nvJPEG's first allocations
+  size_t free_before = 0, total = 0, free_after = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
+  for (int i = 0; i < 200; ++i) cycle();
+  ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
+  const double lost_mb = (static_cast<double>(free_before) - static_cast<double>(free_after)) / 1e6;
+  std::cout << "device memory lost over 200 restarts: " << lost_mb << " MB\n";
+  EXPECT_LT(lost_mb, 4.0);
+}
+
+}  // namespace
+}  // namespace wds::gpu
