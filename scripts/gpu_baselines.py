@@ -1,44 +1,67 @@
 #!/usr/bin/env python3
-"""GPU decode baselines on a GPU machine: torchvision's batched
-decode_jpeg(device="cuda") alone, on the JPEGs of an ImageNet-like set
-(500x375, quality 90), in images/s. The bytes are in host memory before the
-clock starts, so only the decode (and its host-to-device copy) is timed.
+"""The GPU benchmark's data and its torchvision baseline (scripts/gpu_check.sh).
 
-    scripts/gpu_baselines.py --images 1024 --batch 64 --batch 256 [--jpeg-dir DIR]
-
-Without --jpeg-dir it makes the JPEGs with PIL (smooth gradients plus noise,
-so they compress like photographs rather than flat colour).
+    scripts/gpu_baselines.py make --images N --shards S --out DIR
+        N ImageNet-like JPEGs (500x375, quality 90; smooth gradients plus
+        noise, so they compress like photographs rather than flat colour),
+        made in parallel with PIL: DIR/jpeg/NNNNNN.jpg, and the same bytes as
+        S shards DIR/shards/bench-NNNNNN.tar of samples (key.jpg, key.cls).
+    scripts/gpu_baselines.py torchvision --jpeg-dir DIR [--images N] [--batch B]...
+        torchvision's batched decode_jpeg(device="cuda") alone, in images/s,
+        on those JPEGs. The bytes are in host memory before the clock starts,
+        so only the decode (and its host-to-device copy) is timed.
 """
 import argparse
 import io
 import json
+import multiprocessing
 import os
+import tarfile
 import time
 
 import numpy as np
-import torch
-import torchvision
 from PIL import Image
-from torchvision.io import decode_jpeg
 
 
-def make_jpegs(count, width, height, quality, seed=0):
-    rng = np.random.default_rng(seed)
+def make_jpeg(index, width=500, height=375, quality=90):
+    rng = np.random.default_rng(index)
     y, x = np.mgrid[0:height, 0:width].astype(np.float32)
-    out = []
-    for i in range(count):
-        phase = rng.uniform(0, 6.28, size=3)
-        base = np.stack([127 + 100 * np.sin(x / (40 + 7 * c) + y / (55 + 5 * c) + phase[c])
-                         for c in range(3)], axis=-1)
-        noise = rng.normal(0, 18, size=base.shape)
-        pixels = np.clip(base + noise, 0, 255).astype(np.uint8)
-        buf = io.BytesIO()
-        Image.fromarray(pixels).save(buf, format="JPEG", quality=quality)
-        out.append(buf.getvalue())
-    return out
+    phase = rng.uniform(0, 6.28, size=3)
+    base = np.stack([127 + 100 * np.sin(x / (40 + 7 * c) + y / (55 + 5 * c) + phase[c])
+                     for c in range(3)], axis=-1)
+    noise = rng.normal(0, 18, size=base.shape)
+    pixels = np.clip(base + noise, 0, 255).astype(np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format="JPEG", quality=quality)
+    return buf.getvalue()
+
+
+def make(args):
+    with multiprocessing.Pool() as pool:
+        jpegs = pool.map(make_jpeg, range(args.images), chunksize=16)
+    os.makedirs(os.path.join(args.out, "jpeg"), exist_ok=True)
+    os.makedirs(os.path.join(args.out, "shards"), exist_ok=True)
+    for i, j in enumerate(jpegs):
+        with open(os.path.join(args.out, "jpeg", f"{i:06d}.jpg"), "wb") as f:
+            f.write(j)
+    per_shard = (len(jpegs) + args.shards - 1) // args.shards
+    for s in range(args.shards):
+        with tarfile.open(os.path.join(args.out, "shards", f"bench-{s:06d}.tar"), "w",
+                          format=tarfile.USTAR_FORMAT) as tar:
+            for i in range(s * per_shard, min(len(jpegs), (s + 1) * per_shard)):
+                for name, data in ((f"{i:06d}.jpg", jpegs[i]), (f"{i:06d}.cls", b"%d" % (i % 1000))):
+                    info = tarfile.TarInfo(name)
+                    info.size = len(data)
+                    info.mtime = 0
+                    tar.addfile(info, io.BytesIO(data))
+    print(json.dumps({"images": len(jpegs), "shards": args.shards,
+                      "mean_jpeg_bytes": int(sum(map(len, jpegs)) / len(jpegs))}))
 
 
 def time_torchvision(jpegs, batch, rounds):
+    import torch
+    from torchvision.io import decode_jpeg
+
     datas = [torch.frombuffer(bytearray(j), dtype=torch.uint8) for j in jpegs]
     batches = [datas[i:i + batch] for i in range(0, len(datas) - batch + 1, batch)]
     decode_jpeg(batches[0], device="cuda")  # warm up: handles and memory
@@ -53,24 +76,11 @@ def time_torchvision(jpegs, batch, rounds):
     return n / (time.perf_counter() - start)
 
 
-def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--images", type=int, default=1024)
-    p.add_argument("--batch", type=int, action="append")
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--jpeg-dir")
-    p.add_argument("--save-dir", help="write the generated JPEGs here")
-    args = p.parse_args()
-    if args.jpeg_dir:
-        names = sorted(os.listdir(args.jpeg_dir))[: args.images]
-        jpegs = [open(os.path.join(args.jpeg_dir, n), "rb").read() for n in names]
-    else:
-        jpegs = make_jpegs(args.images, 500, 375, 90)
-    if args.save_dir:
-        os.makedirs(args.save_dir, exist_ok=True)
-        for i, j in enumerate(jpegs):
-            with open(os.path.join(args.save_dir, f"{i:06d}.jpg"), "wb") as f:
-                f.write(j)
+def torchvision_baseline(args):
+    import torch
+    import torchvision
+    names = sorted(os.listdir(args.jpeg_dir))[: args.images]
+    jpegs = [open(os.path.join(args.jpeg_dir, n), "rb").read() for n in names]
     result = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
               "torchvision": torchvision.__version__, "images": len(jpegs),
               "mean_jpeg_bytes": int(sum(map(len, jpegs)) / len(jpegs))}
@@ -78,6 +88,22 @@ def main():
         result[f"torchvision_decode_jpeg_cuda_batch{batch}_img_s"] = round(
             time_torchvision(jpegs, batch, args.rounds))
     print(json.dumps(result))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="command", required=True)
+    m = sub.add_parser("make")
+    m.add_argument("--images", type=int, default=8192)
+    m.add_argument("--shards", type=int, default=16)
+    m.add_argument("--out", required=True)
+    t = sub.add_parser("torchvision")
+    t.add_argument("--jpeg-dir", required=True)
+    t.add_argument("--images", type=int, default=2048)
+    t.add_argument("--batch", type=int, action="append")
+    t.add_argument("--rounds", type=int, default=3)
+    args = p.parse_args()
+    make(args) if args.command == "make" else torchvision_baseline(args)
 
 
 if __name__ == "__main__":

@@ -61,7 +61,8 @@ logs=$build/gpu-check-logs
 rm -rf "$logs"
 mkdir -p "$logs"
 sysroot=$build/bundle
-libdir=$sysroot/usr/lib/x86_64-linux-gnu
+multiarch=x86_64-linux-gnu
+libdir=$sysroot/usr/lib/$multiarch
 start=$SECONDS
 
 # ---------------------------------------------------------------- bookkeeping
@@ -218,12 +219,16 @@ configure_args=(
   -DCMAKE_PREFIX_PATH="$sysroot/usr;$torch_prefix;$pybind11_dir"
   -DPKG_CONFIG_EXECUTABLE="$sysroot/bin/pkg-config"
   # Debian's Abseil 20220623 leaves <cstdint> to its includers; GCC 13's
-  # headers no longer include it for them.
-  -DCMAKE_CXX_FLAGS="-include cstdint"
+  # headers no longer include it for them. The bundle's multiarch headers
+  # (jconfig.h, OpenSSL's and curl's configuration) go before the system's:
+  # without this, Debian's jpeglib.h (libjpeg 6.2) took Ubuntu's jconfig.h
+  # (libjpeg 8) and every libjpeg call failed its version check.
+  -DCMAKE_CXX_FLAGS="-include cstdint -isystem $sysroot/usr/include/$multiarch"
+  -DCMAKE_C_FLAGS="-isystem $sysroot/usr/include/$multiarch"
   -DCMAKE_EXE_LINKER_FLAGS="$rpath_link" -DCMAKE_SHARED_LINKER_FLAGS="$rpath_link"
   -DCMAKE_MODULE_LINKER_FLAGS="$rpath_link"
   -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="80;90" -DCUDAToolkit_ROOT="$CUDAToolkit_ROOT"
-  -DWDS_PYTHON_EXECUTABLE="$(command -v "$py")" -DWDS_BUILD_BENCHMARKS=OFF
+  -DWDS_PYTHON_EXECUTABLE="$(command -v "$py")" -DWDS_BUILD_BENCHMARKS=ON
 )
 with_torch=1
 # Configured for real in a dry run too: the bundle's prefix is what it checks.
@@ -254,8 +259,8 @@ fi
 # below (not every test of the project: time is short). -k 0: build every
 # target that can be, so one broken file costs only what depends on it.
 wanted=(wds-shard wds-demo wds-fashion-mnist wds-bench wds-train wds_python_core
-        wds_python_package gpu_kernel_test gpu_nvjpeg_test gpu_decode_test memory_test
-        torch_tensor_test torch_distributed_test torch_ddp_test)
+        wds_python_package gpu_kernel_test gpu_nvjpeg_test gpu_decode_test gpu_jobs_test
+        memory_test nvjpeg_bench torch_tensor_test torch_distributed_test torch_ddp_test)
 targets=()
 if [[ -f $build/build.ninja ]]; then
   known=$("$ninja" -C "$build" -t targets all 2>/dev/null | cut -d: -f1)
@@ -278,8 +283,51 @@ fi
 STRICT=1 gtest_step gpu-kernels 60 gpu_kernel_test
 STRICT=1 gtest_step gpu-nvjpeg-decoder 60 gpu_nvjpeg_test
 gtest_step gpu-decode-host 60 gpu_decode_test
+gtest_step gpu-jobs-host 60 gpu_jobs_test '-GpuBatchDecoderDeviceTest.*'
+STRICT=1 gtest_step gpu-batch-decoder 120 gpu_jobs_test 'GpuBatchDecoderDeviceTest.*'
+
+# ---------------------------------------------------------------- benchmark
+# docs/BENCHMARKS.md's GPU figures, in one run: an ImageNet-like set (500x375
+# JPEGs, quality 90, in 16 shards); nvJPEG's raw batched decode and our
+# decoder alone on the same bytes; torchvision's decode_jpeg on cuda; the
+# loader to device memory (at most 4 CPU threads: 3 workers and the consumer)
+# at full size and at a 224x224 centre crop; the CPU path at 16 workers.
+bench_dir=$build/bench-data
+bench_shards="$bench_dir/shards/bench-{000000..000015}.tar"
+wds_bench=$build/tools/wds-bench
+bench() {  # bench NAME ARGS...: wds-bench --json, the JSON kept as NAME.json
+  local name=$1
+  shift
+  step "$name" 60 "'$wds_bench' --json $* '$bench_shards' | tee '$logs/$name.json'" || true
+}
+if ((have_gpu || dry_run)); then
+  step bench-data 120 "$py '$repo/scripts/gpu_baselines.py' make --images 8192 --shards 16 \
+    --out '$bench_dir'" || true
+  step bench-nvjpeg-raw-and-decoder 90 "'$build/bench/nvjpeg_bench' '$bench_dir/jpeg' --images 4096 \
+    --batch 64 --batch 256 --rounds 3 | tee '$logs/bench-nvjpeg.json'" || true
+  step bench-torchvision 90 "$py '$repo/scripts/gpu_baselines.py' torchvision \
+    --jpeg-dir '$bench_dir/jpeg' --images 4096 --batch 64 --batch 256 \
+    | tee '$logs/bench-torchvision.json'" || true
+  bench bench-cuda-full-b64 --device cuda --workers 3 --batch 64 --shuffle 1000 --epochs 3
+  bench bench-cuda-full-b256 --device cuda --workers 3 --batch 256 --shuffle 1000 --epochs 3
+  bench bench-cuda-crop224-b64 --device cuda --workers 3 --batch 64 --shuffle 1000 --epochs 3 \
+    --decode torchrgb --resize 224x224 --crop center
+  bench bench-cpu-16w-b64 --workers 16 --batch 64 --shuffle 1000 --epochs 2
+  bench bench-cpu-16w-crop224-b64 --workers 16 --batch 64 --shuffle 1000 --epochs 2 \
+    --decode torchrgb --resize 224x224 --crop center
+else
+  record benchmark SKIP 0 "no GPU"
+fi
 gtest_step pinned-memory 120 memory_test
 if ((with_torch)); then
+  # Where a LibTorch test dies of a signal, the backtrace (cuda-gdb debugs
+  # host code too; the machines have no gdb) and the libraries it loaded.
+  if ((!dry_run)) && grep -q "exit 139" <<<"${results[*]}" && command -v cuda-gdb >/dev/null; then
+    step torch-crash-backtrace 90 "ldd '$build/tests/torch_tensor_test' | grep -E 'torch|c10|absl|gtest'; \
+      cuda-gdb -batch -ex run -ex bt -ex 'info sharedlibrary' --args '$build/tests/torch_tensor_test' \
+      --gtest_filter='DevicePrefetcherTest.StateExcludesTheBatchDrawnAheadAndRestoresExactly' 2>&1 \
+      | grep -v '^\[New Thread\|^\[Thread' | head -150" || true
+  fi
   gtest_step torch-tensor 180 torch_tensor_test
   gtest_step torch-distributed 180 torch_distributed_test
   gtest_step ddp-shared-gpu-two-ranks 180 torch_ddp_test \

@@ -8,6 +8,8 @@
 #include <utility>
 
 #include "arrays.h"
+#include "gpu.h"
+#include "wds/gpu/gpu_decode.h"
 #include "wds/internal/base/strings.h"
 
 namespace wdspy {
@@ -155,19 +157,36 @@ py::object ValueToPython(wds::Value&& value, int kind) {
   }
 }
 
+namespace {
+
+// FieldToPython is ValueToPython, except that a column of GPU jobs becomes a
+// GpuJobs object carrying the batch's keys and URLs.
+py::object FieldToPython(wds::Value&& value, int kind, const wds::Sample& sample) {
+  if (wds::IsGpuJobColumn(value)) {
+    const wds::Value* keys = sample.Find(wds::kKeyField);
+    const wds::Value* urls = sample.Find(wds::kUrlField);
+    return GpuJobsToPython(std::get<wds::BytesList>(std::move(value)),
+                           keys != nullptr ? std::get_if<wds::TextList>(keys) : nullptr,
+                           urls != nullptr ? std::get_if<wds::TextList>(urls) : nullptr);
+  }
+  return ValueToPython(std::move(value), kind);
+}
+
+}  // namespace
+
 py::object SampleToPython(wds::Sample&& sample, FieldKinds* kinds) {
   auto kind_of = [&](const std::string& name) { return kinds ? kinds->Of(name) : kPlain; };
   if (sample.is_tuple()) {
     py::tuple out(sample.size());
     for (size_t i = 0; i < sample.size(); ++i) {
-      out[i] = ValueToPython(std::move(sample[i].second), kind_of(sample[i].first));
+      out[i] = FieldToPython(std::move(sample[i].second), kind_of(sample[i].first), sample);
     }
     return std::move(out);
   }
   py::dict out;
   for (wds::Sample::Field& field : sample) {
     const int kind = wds::IsMetadataField(field.first) ? kPlain : kind_of(field.first);
-    out[ToPyStr(field.first)] = ValueToPython(std::move(field.second), kind);
+    out[ToPyStr(field.first)] = FieldToPython(std::move(field.second), kind, sample);
   }
   return std::move(out);
 }

@@ -1,10 +1,14 @@
 #include "decoders.h"
 
+#include <pybind11/stl.h>
+
+#include <array>
 #include <set>
 #include <string>
 #include <utility>
 
 #include "errors.h"
+#include "wds/gpu/gpu_decode.h"
 #include "wds/base/random.h"
 #include "wds/internal/base/strings.h"
 
@@ -232,6 +236,19 @@ std::vector<wds::FieldDecoder> MakeDecoders(py::list items, py::handle continue_
       ImageItem image{*std::move(native), ExtensionsFromPython(item[2]), std::nullopt};
       if (!item[4].is_none()) image.fallback = python(item[4]);
       reversed.push_back(std::move(image));
+    } else if (kind == "gpu_image") {
+      // ("gpu_image", spec, extensions, resize, float16, normalize or None):
+      // a GPU job per image (wds/gpu/gpu_decode.h), decoded by the Loader.
+      wds::GpuDecodeOptions gpu;
+      gpu.float16 = item[4].cast<bool>();
+      if (!item[5].is_none()) {
+        auto [mean, std] = item[5].cast<std::pair<std::array<float, 3>, std::array<float, 3>>>();
+        gpu.normalize = wds::Normalize{mean, std};
+      }
+      absl::StatusOr<wds::FieldDecoder> jobs =
+          wds::GpuJobDecoder(item[1].cast<std::string>(), ImageOptionsFromPython(item[3]), gpu);
+      ThrowIfError(jobs.status());
+      reversed.push_back(ImageItem{*std::move(jobs), ExtensionsFromPython(item[2]), std::nullopt});
     } else if (kind == "basic") {
       reversed.push_back(BasicItem{wds::BasicDecoders(), ExtensionsFromPython(item[1])});
     } else if (kind == "python") {

@@ -15,6 +15,7 @@ void RegisterShards(py::module_& m);
 void RegisterFields(py::module_& m);
 void RegisterSharedBatches(py::module_& m);
 void RegisterRemote(py::module_& m);
+void RegisterGpu(py::module_& m);
 }  // namespace wdspy
 
 PYBIND11_MODULE(_core, m) {
@@ -28,4 +29,5 @@ PYBIND11_MODULE(_core, m) {
   wdspy::RegisterFields(m);
   wdspy::RegisterSharedBatches(m);
   wdspy::RegisterRemote(m);
+  wdspy::RegisterGpu(m);
 }

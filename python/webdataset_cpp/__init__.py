@@ -37,7 +37,7 @@ from .filters import (Cached, associate, batched, decode, detshuffle, extract_ke
 from .gopen import gopen, gopen_schemes
 from .handlers import (ignore_and_continue, ignore_and_stop, reraise_exception,
                        warn_and_continue, warn_and_stop)
-from .loader import Loader
+from .loader import Loader, decode_gpu_jobs
 from .mix import RandomMix, RoundRobin
 from .pipeline import DataPipeline
 from .remote import RemoteOptions

@@ -239,10 +239,17 @@ class ImageHandler:
 
     JPEG, PNG and WebP content is decoded natively; other formats (GIF, BMP,
     TIFF, ...) and the pil* specs with PIL, as the reference does.
+
+    device="cuda" leaves the decode to the batches' consumer: the native
+    workers read and plan each image (its crop and flip, drawn as on the CPU)
+    and webdataset_cpp.Loader(device="cuda") decodes whole batches with nvJPEG
+    into torch CUDA tensors. normalize=(mean, std) and float16 apply there, to
+    float specs (rgb, torchrgb, torch).
     """
 
     def __init__(self, imagespec, extensions=IMAGE_EXTENSIONS, size=None, crop=None, hflip=0.0,
-                 scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
+                 scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), device=None, normalize=None,
+                 float16=False):
         if imagespec not in IMAGE_SPECS:
             raise ValueError(f"Unknown imagespec: {imagespec}")
         if isinstance(extensions, str):
@@ -252,6 +259,19 @@ class ImageHandler:
         self.resize = resize_spec(size, crop, hflip, scale, ratio)
         if self.resize is not None and self.is_pil():
             raise ValueError(f"decode: size, crop and hflip need an array spec, not {imagespec}")
+        if device is not None and not str(device).startswith("cuda"):
+            raise ValueError(f"decode: device must be None or 'cuda', got {device!r}")
+        if device is None and (normalize is not None or float16):
+            raise ValueError("decode: normalize and float16 need device='cuda'")
+        self.device = None if device is None else "cuda"
+        self.normalize = None
+        if normalize is not None:
+            mean, std = normalize
+            self.normalize = (tuple(float(m) for m in mean), tuple(float(s) for s in std))
+        self.float16 = bool(float16)
+        if self.device is not None:
+            # The spec and options the GPU path cannot serve are refused here.
+            _core.check_gpu_decode(imagespec, self.resize, self.float16, self.normalize)
 
     def is_pil(self):
         return self.imagespec.startswith("pil")
@@ -260,6 +280,9 @@ class ImageHandler:
         return self.imagespec.startswith("torch")
 
     def native_item(self):
+        if self.device is not None:
+            return ("gpu_image", self.imagespec, self.extensions, self.resize, self.float16,
+                    self.normalize)
         if self.is_pil():
             return ("python", self, self.extensions)
         return ("image", self.imagespec, self.extensions, self.resize, self._pil_decode)
@@ -267,6 +290,9 @@ class ImageHandler:
     def __call__(self, key, data):
         if _extension(key).lower() not in self.extensions:
             return None
+        if self.device is not None:
+            raise ValueError("decode(device='cuda') runs in native decode stages only (a "
+                             "webdataset_cpp.Loader over a native pipeline)")
         if not self.is_pil() and _core.sniff_image(data) is not None:
             return _core.decode_image(data, self.imagespec, self.resize)
         return self._pil_decode(key, data)
@@ -425,7 +451,7 @@ class Decoder:
         for h in self.handlers:
             if isinstance(h, ImageHandler):
                 for e in h.extensions:
-                    if e not in claimed and h.is_torch():
+                    if e not in claimed and h.is_torch() and h.device is None:
                         torch.add(e)
                     claimed.add(e)
         return torch

@@ -621,8 +621,9 @@ class Decode(Stage):
 
     def __init__(self, *args, handler=reraise_exception, pre=None, post=None, only=None,
                  partial=False, size=None, crop=None, hflip=0.0, scale=(0.08, 1.0),
-                 ratio=(3 / 4, 4 / 3)):
-        resize = dict(size=size, crop=crop, hflip=hflip, scale=scale, ratio=ratio)
+                 ratio=(3 / 4, 4 / 3), device=None, normalize=None, float16=False):
+        resize = dict(size=size, crop=crop, hflip=hflip, scale=scale, ratio=ratio,
+                      device=device, normalize=normalize, float16=float16)
         handlers = []
         for a in args:
             if isinstance(a, str):
@@ -694,7 +695,9 @@ def decode(*args, handler=reraise_exception, **kw):
 
     kw: pre, post, only, partial (the reference's Decoder arguments) and the
     native resize options size=(h, w), crop=None|"center"|"random", hflip,
-    scale, ratio.
+    scale, ratio. device="cuda" decodes the image specs' images on the GPU of
+    webdataset_cpp.Loader(device="cuda"), with normalize=(mean, std) and
+    float16 for float specs (see ImageHandler).
 
     >>> import webdataset_cpp as wds
     >>> stage = wds.decode("rgb8", size=(224, 224), crop="center")

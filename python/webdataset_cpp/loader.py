@@ -30,6 +30,13 @@ a DataLoader forks its workers. `len(loader)` is the items of a with_epoch(n)
 epoch (n per worker, as in a DataLoader, or n with across_workers=True), or
 with_length(n)'s n, for Lightning.
 
+Decoding on the GPU: with .decode(spec, ..., device="cuda") the workers read and
+plan each image, and Loader(dataset, device="cuda") decodes each batch's images
+with nvJPEG straight into a torch CUDA tensor (no host copy: the kernel writes
+the tensor's own memory), on a side stream the current stream then waits for.
+The batch's other arrays come as CUDA tensors too. Without a CUDA device the
+same batches are decoded on the host (NumPy, or torch with to_torch=True).
+
 state_dict() / load_state_dict() save and restore the position mid-epoch
 (torchdata's StatefulDataLoader protocol), so the loader goes into a
 checkpoint with the model and a restarted job continues with exactly the
@@ -49,12 +56,89 @@ def _describe(step):
     return getattr(step, "__qualname__", None) or repr(step)
 
 
+_TORCH_DTYPE_NAMES = {"uint8": "uint8", "float32": "float32", "float16": "float16"}
+
+
+class _TorchDTypes:
+    """torch dtypes by NumPy name, imported when first needed."""
+
+    def __getitem__(self, name):
+        import torch
+
+        return getattr(torch, _TORCH_DTYPE_NAMES[name])
+
+
+_TORCH_DTYPES = _TorchDTypes()
+
+
+def _resolve_device(device):
+    """(the core loader's device index or None, the torch device of GPU decode or None)."""
+    if device is None or isinstance(device, int):
+        return device, None
+    text = str(device)
+    if text == "cpu":
+        return None, None
+    if not text.startswith("cuda"):
+        raise ValueError(f"Loader: device must be None, an index, 'cpu', 'cuda' or 'cuda:N', "
+                         f"got {device!r}")
+    import os
+
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ValueError(f"Loader(device={text!r}): torch.cuda.is_available() is False (no GPU, "
+                         "or a torch without CUDA)")
+    index = torch.device(text).index
+    if index is None:
+        index = int(os.environ.get("LOCAL_RANK", torch.cuda.current_device()))
+    return index, torch.device("cuda", index)
+
+
+def _is_array(value):
+    return hasattr(value, "__array_interface__") or type(value).__module__ == "torch"
+
+
+def _map_fields(item, fn):
+    if isinstance(item, tuple):
+        return tuple(fn(v) for v in item)
+    if isinstance(item, dict):
+        return {k: fn(v) for k, v in item.items()}
+    return fn(item)
+
+
+def _decode_on_host(item, to_torch):
+    """`item` with any GpuJobs decoded on the host (a Loader without a GPU)."""
+    def convert(value):
+        if not isinstance(value, _core.GpuJobs):
+            return value
+        array = value.to_array()
+        if to_torch:
+            import torch
+
+            return torch.from_numpy(array)
+        return array
+
+    return _map_fields(item, convert)
+
+
+def decode_gpu_jobs(item, to_torch=False):
+    """`item` (a batch) with the images of decode(device="cuda") decoded on
+    the host: for batches that did not come through Loader(device="cuda"),
+    e.g. from a torch DataLoader."""
+    return _decode_on_host(item, to_torch)
+
+
 class Loader:
     """The native threaded loader (see the module doc).
 
     pin_memory: batch storage in CUDA page-locked memory on `device` (the
     local rank's GPU by default), for .to("cuda", non_blocking=True); without
     CUDA it warns once and uses ordinary memory.
+
+    device: None, a CUDA device index (where pin_memory pins), or "cuda",
+    "cuda:N" or a torch.device: batches are then torch tensors on that GPU,
+    their decode(device="cuda") images decoded there (see the module doc).
+    "cuda" is the local rank's GPU.
     """
 
     def __init__(self, dataset, workers=1, prefetch=2, pin_memory=False, ordered=True,
@@ -67,6 +151,9 @@ class Loader:
             raise ValueError("webdataset_cpp.Loader: use .with_epoch(n) for epochs of n items; "
                              ".repeat() is not supported")
         self.dataset = dataset
+        device, self._gpu = _resolve_device(device)
+        self._gpu_decoder = None
+        self._gpu_stream = None
         rank, world_size = node_info(group)
         ctx = _plan.Context(rank, world_size, 0, workers, dataset.epoch, 0, dataset.seed)
         segment = _plan.single_native_segment(dataset.pipeline, ctx)
@@ -89,6 +176,7 @@ class Loader:
             self._length = sum(dataset.worker_items(w, workers) for w in range(workers))
         # len() is with_length(n)'s n (which changes nothing else), else the epoch's items.
         self._size = dataset.size if dataset.size is not None else self._length
+        self._to_torch = to_torch
         self._core = _core.Loader(chain, length=self._length, workers=workers, prefetch=prefetch,
                                   ordered=ordered, pin_memory=pin_memory, rank=rank,
                                   world_size=world_size, device=device, kinds=kinds,
@@ -185,10 +273,53 @@ class Loader:
                 if item is None:
                     finished = True
                     return
-                yield item
+                yield self._on_device(item) if self._gpu is not None else _decode_on_host(
+                    item, self._to_torch)
         finally:
             if not finished:
                 core.stop()
+
+    @property
+    def gpu_decoder(self):
+        """The _core.GpuBatchDecoder of device="cuda" (None before the first
+        batch with images to decode): its `decoder` names nvJPEG's backends,
+        stats() counts what decoded what."""
+        return self._gpu_decoder
+
+    def _on_device(self, item):
+        """`item` with its GpuJobs decoded on the GPU and its arrays moved there."""
+        import torch
+
+        device = self._gpu
+        if self._gpu_stream is None:
+            self._gpu_stream = torch.cuda.Stream(device)
+        side = self._gpu_stream
+        made = []
+
+        def convert(value):
+            if isinstance(value, _core.GpuJobs):
+                if self._gpu_decoder is None:
+                    self._gpu_decoder = _core.GpuBatchDecoder(device.index)
+                dtype, shape = value.layout()
+                out = torch.empty(shape, dtype=_TORCH_DTYPES[dtype], device=device)
+                self._gpu_decoder.decode(value, out.data_ptr(), side.cuda_stream)
+                made.append(out)
+                return out
+            if _is_array(value):
+                # Labels and the like: small, and copied at once, as the
+                # batch's host memory goes back to its pool when dropped.
+                out = torch.as_tensor(value).to(device)
+                made.append(out)
+                return out
+            return value
+
+        with torch.cuda.stream(side):
+            out = _map_fields(item, convert)
+        current = torch.cuda.current_stream(device)
+        current.wait_stream(side)
+        for t in made:
+            t.record_stream(current)
+        return out
 
     def close(self):
         """Stops the running epoch's threads now."""

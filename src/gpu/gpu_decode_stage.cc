@@ -62,19 +62,25 @@ absl::StatusOr<Buffer> MakeImageJob(std::string_view data, const ImageSpec& spec
 
 }  // namespace
 
-StageFactory GpuDecodeStage(std::string_view image_spec, ImageDecodeOptions image,
-                            GpuDecodeOptions gpu_options, DecodeOptions options) {
+absl::StatusOr<FieldDecoder> GpuJobDecoder(std::string_view image_spec, ImageDecodeOptions image,
+                                           GpuDecodeOptions gpu_options) {
   absl::StatusOr<GpuOutput> output = gpu::ResolveGpuOutput(image_spec, image, gpu_options);
-  if (!output.ok()) return FailingStage(output.status());
+  if (!output.ok()) return output.status();
   const ImageSpec spec = *ParseImageSpec(image_spec);
-  FieldDecoder jobs = [spec, image, output = *output](
+  return FieldDecoder([spec, image, output = *output](
                           std::string_view field, const Buffer& data,
                           DecodeContext& ctx) -> absl::StatusOr<std::optional<Value>> {
     if (!IsImageExtension(FieldExtension(field))) return std::nullopt;
     WDS_ASSIGN_OR_RETURN(Buffer job, MakeImageJob(data.view(), spec, image, output, *ctx.rng));
     return Value(std::move(job));
-  };
-  std::vector<FieldDecoder> decoders = {std::move(jobs)};
+  });
+}
+
+StageFactory GpuDecodeStage(std::string_view image_spec, ImageDecodeOptions image,
+                            GpuDecodeOptions gpu_options, DecodeOptions options) {
+  absl::StatusOr<FieldDecoder> jobs = GpuJobDecoder(image_spec, std::move(image), gpu_options);
+  if (!jobs.ok()) return FailingStage(jobs.status());
+  std::vector<FieldDecoder> decoders = {*std::move(jobs)};
   for (FieldDecoder& basic : BasicDecoders()) decoders.push_back(std::move(basic));
   return DecodeStage(std::move(decoders), std::move(options));
 }

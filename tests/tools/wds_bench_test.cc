@@ -1,5 +1,6 @@
 // Tests for the wds-bench tool, run as a separate process as users run it, on
 // small generated shards: 3 shards of 10 samples, each a tiny PNG and a cls.
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -86,7 +87,7 @@ TEST_F(WdsBenchTest, JsonHasEveryKey) {
   ToolRun run = Bench("--json --batch 4 " + Shards());
   ASSERT_EQ(run.status, 0) << run.err;
   EXPECT_EQ(Query(run.out, "sorted(d)"),
-            "['batch', 'batches', 'bytes', 'bytes_source', 'decode', 'epochs', "
+            "['batch', 'batches', 'bytes', 'bytes_source', 'decode', 'device', 'epochs', "
             "'first_batch_s', 'mb_per_s', 'minor_faults', 'peak_rss_mb', 'pool', 'read_pool', "
             "'samples', 'samples_per_s', 'seconds', 'shares', 'shuffle', 'sys_s', 'urls', "
             "'user_s', 'worker_seconds', 'workers']");
@@ -105,6 +106,28 @@ TEST_F(WdsBenchTest, JsonHasEveryKey) {
   // A live process has resident pages, and the first batch is part of the run.
   EXPECT_EQ(Query(run.out, "d['peak_rss_mb'] > 0 and 0 < d['first_batch_s'] <= d['seconds']"),
             "True");
+}
+
+TEST_F(WdsBenchTest, DeviceCpuIsTheDefaultAndSaysSo) {
+  ToolRun run = Bench("--json --batch 4 --device cpu " + Shards());
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_EQ(Query(run.out, "d['device']"), "'cpu'");
+}
+
+TEST_F(WdsBenchTest, DeviceOptionErrorsNameTheOption) {
+  ToolRun bad = Bench("--device gpu " + Shards());
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_THAT(bad.err, HasSubstr("--device: expected cpu, cuda or cuda:N, got 'gpu'"));
+  ToolRun none = Bench("--device cuda --decode none " + Shards());
+  EXPECT_EQ(none.status, 1);
+  EXPECT_THAT(none.err, HasSubstr("--device cuda needs an image --decode spec, not none"));
+}
+
+TEST_F(WdsBenchTest, DeviceCudaWithoutAGpuFailsNamingWhy) {
+  if (std::system("nvidia-smi -L > /dev/null 2>&1") == 0) GTEST_SKIP() << "a GPU is present";
+  ToolRun run = Bench("--device cuda " + Shards());
+  EXPECT_EQ(run.status, 1);
+  EXPECT_THAT(run.err, HasSubstr("wds-bench: decode on cuda:0: "));
 }
 
 TEST_F(WdsBenchTest, OneWorkerHasOnePartialBatch) {

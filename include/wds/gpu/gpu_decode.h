@@ -72,6 +72,14 @@ struct GpuDecodeOptions {
 StageFactory GpuDecodeStage(std::string_view image_spec, ImageDecodeOptions image = {},
                             GpuDecodeOptions gpu = {}, DecodeOptions options = {});
 
+// GpuJobDecoder is GpuDecodeStage's image decoder alone, for decode stages
+// built by hand (as ImageDecoder is for the CPU path): a GPU job for each
+// field whose extension IsImageExtension, nullopt for the others. Errors
+// (setup): GpuDecodeStage's.
+[[nodiscard]] absl::StatusOr<FieldDecoder> GpuJobDecoder(std::string_view image_spec,
+                                                         ImageDecodeOptions image = {},
+                                                         GpuDecodeOptions gpu = {});
+
 // IsGpuJobColumn is true for a batch's column of GPU jobs: a non-empty
 // BytesList whose values are all GPU jobs.
 bool IsGpuJobColumn(const Value& value);

@@ -1,0 +1,120 @@
+// Decoding on the GPU from Python (wds/gpu/gpu_decode.h): a batch's column of
+// GPU jobs reaches Python as a GpuJobs object (the native jobs, not copied
+// into bytes), which webdataset_cpp.Loader decodes with a GpuBatchDecoder
+// straight into a torch CUDA tensor it allocated (its data_ptr is where the
+// kernel writes), or on the host into a NumPy array.
+#include "gpu.h"
+
+#include <pybind11/stl.h>
+
+#include <array>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "arrays.h"
+#include "decoders.h"
+#include "errors.h"
+#include "wds/gpu/gpu_decode.h"
+
+namespace wdspy {
+namespace {
+
+// Layout returns (dtype name, shape) of what `jobs` decode to.
+py::tuple Layout(const GpuJobs& jobs) {
+  absl::StatusOr<wds::GpuBatchLayout> layout = wds::GpuJobLayout(jobs.jobs, &jobs.keys, &jobs.urls);
+  ThrowIfError(layout.status());
+  py::tuple shape(layout->shape.size());
+  for (size_t i = 0; i < layout->shape.size(); ++i) shape[i] = py::int_(layout->shape[i]);
+  return py::make_tuple(std::string(wds::DTypeName(layout->dtype)), shape);
+}
+
+}  // namespace
+
+py::object GpuJobsToPython(wds::BytesList jobs, const wds::TextList* keys,
+                           const wds::TextList* urls) {
+  auto out = std::make_shared<GpuJobs>();
+  out->jobs = std::move(jobs);
+  if (keys != nullptr) out->keys = *keys;
+  if (urls != nullptr) out->urls = *urls;
+  return py::cast(std::move(out));
+}
+
+void RegisterGpu(py::module_& m) {
+  m.def(
+      "check_gpu_decode",
+      [](const std::string& spec, py::handle resize, bool float16, py::handle normalize) {
+        wds::GpuDecodeOptions gpu;
+        gpu.float16 = float16;
+        if (!normalize.is_none()) {
+          auto [mean, std] = normalize.cast<std::pair<std::array<float, 3>, std::array<float, 3>>>();
+          gpu.normalize = wds::Normalize{mean, std};
+        }
+        ThrowIfError(wds::GpuJobDecoder(spec, ImageOptionsFromPython(resize), gpu).status());
+      },
+      py::arg("spec"), py::arg("resize"), py::arg("float16"), py::arg("normalize"),
+      "Raises ValueError naming what decode(device='cuda') cannot serve.");
+  py::class_<GpuJobs, std::shared_ptr<GpuJobs>>(
+      m, "GpuJobs",
+      "A batch's images, read and planned by the workers, to be decoded on a device "
+      "(webdataset_cpp.Loader(device=\"cuda\")) or on the host (to_array).")
+      .def("__len__", [](const GpuJobs& j) { return j.jobs.size(); })
+      .def("layout", &Layout, "(dtype name, shape) of the decoded batch.")
+      .def(
+          "to_array",
+          [](const GpuJobs& j) {
+            absl::StatusOr<std::unique_ptr<wds::GpuBatchDecoder>> decoder =
+                wds::GpuBatchDecoder::Create(wds::GpuBatchDecoder::kHost);
+            ThrowIfError(decoder.status());
+            absl::StatusOr<wds::Array> array;
+            {
+              py::gil_scoped_release release;
+              array = (*decoder)->DecodeToArray(j.jobs, &j.keys, &j.urls);
+            }
+            ThrowIfError(array.status());
+            return ArrayToNumpy(*std::move(array));
+          },
+          "The batch decoded on the host (the CPU decoder and the kernel's arithmetic), as a "
+          "NumPy array.")
+      .def_property_readonly("keys", [](const GpuJobs& j) { return j.keys; });
+
+  py::class_<wds::GpuBatchDecoder>(m, "GpuBatchDecoder",
+                                   "Decodes GpuJobs on one CUDA device (nvJPEG where built).")
+      .def(py::init([](int device, int max_cpu_threads) {
+             absl::StatusOr<std::unique_ptr<wds::GpuBatchDecoder>> d =
+                 wds::GpuBatchDecoder::Create(device, {.max_cpu_threads = max_cpu_threads});
+             ThrowIfError(d.status());
+             return *std::move(d);
+           }),
+           py::arg("device"), py::arg("max_cpu_threads") = 4)
+      .def(
+          "decode",
+          [](wds::GpuBatchDecoder& d, const GpuJobs& jobs, uintptr_t out, uintptr_t stream) {
+            absl::Status s;
+            {
+              py::gil_scoped_release release;
+              s = d.Decode(jobs.jobs, &jobs.keys, &jobs.urls, reinterpret_cast<void*>(out),
+                           reinterpret_cast<void*>(stream));
+            }
+            ThrowIfError(s);
+          },
+          py::arg("jobs"), py::arg("out"), py::arg("stream"),
+          "Enqueues the decode of `jobs` into device memory at address `out` (layout()'s "
+          "bytes) on CUDA stream `stream` (an address; 0 is the default stream).")
+      .def_property_readonly("device", &wds::GpuBatchDecoder::device)
+      .def_property_readonly("decoder",
+                             [](const wds::GpuBatchDecoder& d) { return std::string(d.decoder()); })
+      .def_property_readonly("nvjpeg_hardware", &wds::GpuBatchDecoder::nvjpeg_hardware)
+      .def("stats", [](const wds::GpuBatchDecoder& d) {
+        const wds::GpuBatchDecoder::Stats& s = d.stats();
+        py::dict out;
+        out["batches"] = s.batches;
+        out["images"] = s.images;
+        out["nvjpeg_images"] = s.nvjpeg_images;
+        out["cpu_fallback_images"] = s.cpu_fallback_images;
+        out["worker_decoded_images"] = s.worker_decoded_images;
+        return out;
+      });
+}
+
+}  // namespace wdspy

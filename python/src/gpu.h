@@ -1,0 +1,25 @@
+// GpuJobs and GpuBatchDecoder for Python (see gpu.cc).
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include "wds/base/sample.h"
+
+namespace wdspy {
+namespace py = pybind11;
+
+// GpuJobs is a batch's column of GPU jobs with the batch's keys and URLs
+// (for errors).
+struct GpuJobs {
+  wds::BytesList jobs;
+  wds::TextList keys;
+  wds::TextList urls;
+};
+
+// GpuJobsToPython wraps a job column. REQUIRES: the GIL is held.
+py::object GpuJobsToPython(wds::BytesList jobs, const wds::TextList* keys,
+                           const wds::TextList* urls);
+
+void RegisterGpu(py::module_& m);
+
+}  // namespace wdspy

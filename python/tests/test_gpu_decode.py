@@ -1,0 +1,128 @@
+"""decode(..., device="cuda") and Loader(device="cuda"): the workers read and
+plan the images, the consumer decodes whole batches. Without a GPU (here and
+in CI) the batches are decoded on the host with the same draws, which is what
+these tests compare with the CPU path; the cases marked `cuda` run where a
+GPU is (scripts/gpu_check.sh) and skip elsewhere."""
+
+import numpy as np
+import pytest
+import torch
+
+import webdataset_cpp as wds
+
+from conftest import encode_image, image_array, write_shards, write_tar
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+def dataset(pattern, device=None, **decode):
+    return (wds.WebDataset(pattern, shardshuffle=100, seed=3).shuffle(8)
+            .decode("rgb8", device=device, **decode).to_tuple("jpg", "cls", "__key__")
+            .batched(5))
+
+
+def drain(loader):
+    keys, labels, images = [], [], []
+    for batch_images, batch_labels, batch_keys in loader:
+        keys += list(batch_keys)
+        labels += list(np.asarray(batch_labels))
+        images.append(np.asarray(batch_images))
+    return keys, labels, images
+
+
+def test_host_decode_has_the_cpu_paths_keys_order_crops_and_pixels(pattern):
+    crops = dict(size=(8, 10), crop="random", hflip=0.5)
+    cpu = drain(wds.Loader(dataset(pattern, **crops), workers=2))
+    gpu = drain(wds.Loader(dataset(pattern, device="cuda", **crops), workers=2))
+    assert len(cpu[0]) == 40
+    assert gpu[0] == cpu[0] and gpu[1] == cpu[1]
+    for a, b in zip(gpu[2], cpu[2]):
+        assert a.shape == b.shape and a.dtype == np.uint8
+        # The same crop and flip; libjpeg decodes only the crop's window on the
+        # CPU path, the whole image here: chroma at the window's edge may differ.
+        assert np.abs(a.astype(int) - b.astype(int)).max() <= 3
+
+
+def test_loader_state_is_the_cpu_paths(pattern):
+    cpu = wds.Loader(dataset(pattern), workers=2)
+    gpu = wds.Loader(dataset(pattern, device="cuda"), workers=2)
+    running = [iter(cpu), iter(gpu)]  # kept: a dropped iterator ends its epoch
+    for it in running:
+        next(it), next(it)
+    assert '"running":true' in cpu.state_dict()["webdataset_cpp.Loader"]
+    assert gpu.state_dict() == cpu.state_dict()
+
+
+def test_normalized_float16_torch_spec(pattern):
+    mean, std = (0.5, 0.25, 0.0), (0.5, 2.0, 0.25)
+    ds = (wds.WebDataset(pattern, shardshuffle=False)
+          .decode("torchrgb", device="cuda", size=(6, 6), crop="center", normalize=(mean, std),
+                  float16=True)
+          .to_tuple("jpg").batched(4))
+    ref = (wds.WebDataset(pattern, shardshuffle=False)
+           .decode("rgb8", device="cuda", size=(6, 6), crop="center").to_tuple("jpg").batched(4))
+    (half,), (u8,) = next(iter(wds.Loader(ds, to_torch=True))), next(iter(wds.Loader(ref)))
+    assert isinstance(half, torch.Tensor) and half.dtype == torch.float16
+    assert tuple(half.shape) == (4, 3, 6, 6)
+    want = (u8.transpose(0, 3, 1, 2) / 255.0 - np.array(mean)[:, None, None]) / np.array(std)[
+        :, None, None]
+    np.testing.assert_allclose(half.float().numpy(), want, atol=2e-3, rtol=1e-3)
+
+
+def test_what_the_gpu_cannot_serve_is_refused_when_built(pattern):
+    with pytest.raises(ValueError, match='image spec "l8" has 1 channel'):
+        wds.WebDataset(pattern).decode("l8", device="cuda")
+    with pytest.raises(ValueError, match="normalize needs a float spec"):
+        wds.WebDataset(pattern).decode("rgb8", device="cuda", normalize=((0, 0, 0), (1, 1, 1)))
+    with pytest.raises(ValueError, match="normalize and float16 need device='cuda'"):
+        wds.WebDataset(pattern).decode("rgb", normalize=((0, 0, 0), (1, 1, 1)))
+    with pytest.raises(ValueError, match="device must be None or 'cuda'"):
+        wds.WebDataset(pattern).decode("rgb8", device="tpu")
+
+
+def test_batches_iterated_without_a_loader_decode_with_decode_gpu_jobs(pattern):
+    batch = next(iter(dataset(pattern, device="cuda")))
+    assert isinstance(batch[0], wds._core.GpuJobs) and len(batch[0]) == 5
+    assert batch[0].layout() == ("uint8", (5, 12, 16, 3))
+    images, labels, keys = wds.decode_gpu_jobs(batch)
+    cpu_images, cpu_labels, cpu_keys = next(iter(dataset(pattern)))
+    assert list(keys) == list(cpu_keys)
+    assert np.abs(images.astype(int) - cpu_images.astype(int)).max() <= 3
+
+
+def test_corrupt_jpeg_scan_names_the_shard_and_key(tmp_path):
+    good = encode_image(image_array(1), "JPEG", quality=90)
+    # The header is whole (the worker plans it for nvJPEG); the scan is cut.
+    bad = good[: good.index(b"\xff\xda") + 24]
+    path = write_tar(tmp_path / "bad-000000.tar", [("a.jpg", good), ("b.jpg", bad), ("c.jpg", good)])
+    ds = wds.WebDataset(path, shardshuffle=False).decode("rgb8", device="cuda").batched(3)
+    with pytest.raises(ValueError, match=r"decode on cuda: .*bad-000000.tar: key b: "):
+        list(wds.Loader(ds))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
+def test_loader_on_cuda_without_a_gpu_is_refused(pattern):
+    with pytest.raises(ValueError, match=r"torch.cuda.is_available\(\) is False"):
+        wds.Loader(dataset(pattern, device="cuda"), device="cuda")
+
+
+@cuda
+def test_loader_on_cuda_yields_cuda_tensors_written_in_place(pattern):
+    loader = wds.Loader(dataset(pattern, device="cuda", size=(8, 10), crop="random", hflip=0.5),
+                        workers=2, device="cuda")
+    host = drain(wds.Loader(dataset(pattern, device="cuda", size=(8, 10), crop="random",
+                                    hflip=0.5), workers=2))
+    keys, images = [], []
+    for batch_images, batch_labels, batch_keys in loader:
+        assert batch_images.is_cuda and batch_labels.is_cuda
+        assert batch_images.dtype == torch.uint8
+        # The kernel wrote the tensor's own storage: no copy, no view.
+        assert batch_images.untyped_storage().data_ptr() == batch_images.data_ptr()
+        keys += list(batch_keys)
+        images.append(batch_images.cpu().numpy())
+    assert keys == host[0]
+    for a, b in zip(images, host[2]):
+        assert np.abs(a.astype(int) - b.astype(int)).max() <= 2
+    stats = loader.gpu_decoder.stats()
+    assert stats["images"] == 40
+    print("decoder:", loader.gpu_decoder.decoder, stats)
