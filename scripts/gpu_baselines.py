@@ -6,6 +6,9 @@
         noise, so they compress like photographs rather than flat colour),
         made in parallel with PIL: DIR/jpeg/NNNNNN.jpg, and the same bytes as
         S shards DIR/shards/bench-NNNNNN.tar of samples (key.jpg, key.cls).
+    scripts/gpu_baselines.py loader --shards PATTERN [--workers W] [--batch B] [--epochs E]
+        webdataset_cpp.Loader(device="cuda") over those shards, decoding on the
+        GPU (the Python figure beside wds-bench --device cuda's), in images/s.
     scripts/gpu_baselines.py torchvision --jpeg-dir DIR [--images N] [--batch B]...
         torchvision's batched decode_jpeg(device="cuda") alone, in images/s,
         on those JPEGs. The bytes are in host memory before the clock starts,
@@ -90,6 +93,36 @@ def torchvision_baseline(args):
     print(json.dumps(result))
 
 
+def python_loader(args):
+    import torch
+
+    import webdataset_cpp as wds
+
+    dataset = (wds.WebDataset(args.shards, shardshuffle=100, seed=0).shuffle(1000)
+               .decode(args.spec, device="cuda", **({"size": (224, 224), "crop": "center"}
+                                                   if args.crop224 else {}))
+               .to_tuple("jpg", "cls").batched(args.batch))
+    loader = wds.Loader(dataset, workers=args.workers, device="cuda")
+    start = time.perf_counter()
+    first = None
+    images = 0
+    for epoch in range(args.epochs):
+        loader.set_epoch(epoch)
+        for batch, _ in loader:
+            images += batch.shape[0]
+            if first is None:
+                torch.cuda.synchronize()
+                first = time.perf_counter() - start
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    print(json.dumps({"python_loader_cuda": True, "spec": args.spec, "crop224": args.crop224,
+                      "workers": args.workers, "batch": args.batch, "epochs": args.epochs,
+                      "samples": images, "seconds": round(seconds, 4),
+                      "samples_per_s": round(images / seconds, 1),
+                      "first_batch_s": round(first, 4), "decoder": loader.gpu_decoder.decoder,
+                      "stats": loader.gpu_decoder.stats()}))
+
+
 def main():
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="command", required=True)
@@ -102,8 +135,15 @@ def main():
     t.add_argument("--images", type=int, default=2048)
     t.add_argument("--batch", type=int, action="append")
     t.add_argument("--rounds", type=int, default=3)
+    q = sub.add_parser("loader")
+    q.add_argument("--shards", required=True)
+    q.add_argument("--workers", type=int, default=3)
+    q.add_argument("--batch", type=int, default=64)
+    q.add_argument("--epochs", type=int, default=3)
+    q.add_argument("--spec", default="rgb8")
+    q.add_argument("--crop224", action="store_true")
     args = p.parse_args()
-    make(args) if args.command == "make" else torchvision_baseline(args)
+    {"make": make, "torchvision": torchvision_baseline, "loader": python_loader}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -312,6 +312,9 @@ if ((have_gpu || dry_run)); then
   bench bench-cuda-full-b256 --device cuda --workers 3 --batch 256 --shuffle 1000 --epochs 3
   bench bench-cuda-crop224-b64 --device cuda --workers 3 --batch 64 --shuffle 1000 --epochs 3 \
     --decode torchrgb --resize 224x224 --crop center
+  step bench-python-cuda-full-b64 90 "PYTHONPATH='$build/python' $py '$repo/scripts/gpu_baselines.py' \
+    loader --shards '$bench_shards' --workers 3 --batch 64 --epochs 3 \
+    | tee '$logs/bench-python-cuda-full-b64.json'" || true
   bench bench-cpu-16w-b64 --workers 16 --batch 64 --shuffle 1000 --epochs 2
   bench bench-cpu-16w-crop224-b64 --workers 16 --batch 64 --shuffle 1000 --epochs 2 \
     --decode torchrgb --resize 224x224 --crop center
@@ -348,7 +351,7 @@ if torch.cuda.is_available():
 step python-extension 60 "PYTHONPATH='$build/python' $py -c ${python_smoke@Q}" || true
 if $py -c 'import pytest' 2>/dev/null; then
   step python-loader-tests 120 "cd '$repo/python/tests' && PYTHONPATH='$build/python' WDS_BUILD_DIR='$build' \
-    PYTHONDONTWRITEBYTECODE=1 $py -m pytest -q -p no:cacheprovider test_loader.py" || true
+    PYTHONDONTWRITEBYTECODE=1 $py -m pytest -q -p no:cacheprovider test_loader.py test_gpu_decode.py" || true
 else
   record python-loader-tests SKIP 0 "pytest is not installed for $py"
 fi

@@ -52,7 +52,9 @@ class Shards(pl.LightningDataModule):
         return torch.utils.data.DataLoader(self.dataset, batch_size=None, num_workers=0)
 
     def state_dict(self):
-        return {"data": self.dataset.state_dict()}
+        # Lightning calls this on every rank and writes rank 0's result: a
+        # job state (every rank's position) is what each rank can resume from.
+        return {"data": wds.gather_state_dict(self.dataset)}
 
     def load_state_dict(self, state):
         self.dataset.load_state_dict(state["data"])

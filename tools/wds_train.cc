@@ -41,6 +41,7 @@
 #include "wds/tar/shard_index.h"
 #include "wds/torch/distributed.h"
 #include "wds/torch/equalize.h"
+#include "wds/torch/prefetcher.h"
 #include "wds/torch/tensor.h"
 
 namespace {
@@ -91,6 +92,10 @@ SLURM srun, or one plain process).
                          on every rank when one runs out (unknown-length data)
   --threads N            LibTorch intra-op threads per rank (default 1; 0: LibTorch's)
   --device D             cpu, cuda, cuda:N (default: cuda:LOCAL_RANK if any, else cpu)
+  --decode-device cpu|cuda
+                         where training images are decoded (default cpu): cuda
+                         decodes each batch on the training GPU (nvJPEG), as
+                         normalized float NCHW; needs --channels 3 and a CUDA device
   --shared-gpu           all ranks of a node train on one GPU (--device or cuda:0)
                          with the Gloo backend
   --timeout-s N          rendezvous/collective timeout in seconds (default 1800)
@@ -141,6 +146,7 @@ struct Options {
   bool join = false;
   int threads = 1;
   std::string device;
+  bool decode_on_gpu = false;
   bool shared_gpu = false;
   int64_t timeout_s = 1800;
   int64_t log_every = 0;
@@ -228,7 +234,12 @@ Options ParseOptions(int argc, char** argv) {
       o.crash_after_steps = ParseInt(flag, value, 1);
     else if (flag == "--threads")
       o.threads = ParseInt(flag, value, 0);
-    else if (flag == "--device")
+    else if (flag == "--decode-device") {
+      if (value != "cpu" && value != "cuda") {
+        Die("--decode-device must be cpu or cuda, not \"" + std::string(value) + "\"");
+      }
+      o.decode_on_gpu = value == "cuda";
+    } else if (flag == "--device")
       o.device = value;
     else if (flag == "--timeout-s")
       o.timeout_s = ParseInt(flag, value, 1);
@@ -253,6 +264,9 @@ Options ParseOptions(int argc, char** argv) {
   if (o.train.empty()) Die("--train PATTERN is required (see --help)");
   if (o.optimizer != "sgd" && o.optimizer != "adam") Die("--optimizer must be sgd or adam");
   if (o.channels != 1 && o.channels != 3) Die("--channels must be 1 or 3");
+  if (o.decode_on_gpu && o.channels != 3) {
+    Die("--decode-device cuda needs --channels 3 (the GPU path makes RGB)");
+  }
   return o;
 }
 
@@ -286,7 +300,9 @@ TORCH_MODULE(Net);
 
 // ImageBatch turns a collated image field (uint8 [B, H, W] from a gray spec,
 // [B, H, W, C] from a colour one) into normalized float NCHW on `device`.
+// Images decoded on the GPU (--decode-device cuda) are that already.
 torch::Tensor ImageBatch(const torch::Tensor& images, const torch::Device& device) {
+  if (images.is_cuda() && images.is_floating_point()) return images;
   torch::Tensor x = images.dim() == 3 ? images.unsqueeze(1) : images.permute({0, 3, 1, 2});
   x = x.to(device, /*non_blocking=*/true).to(torch::kFloat32);
   if (images.scalar_type() == torch::kUInt8) x = x.div(255.0);
@@ -326,9 +342,12 @@ wds::Pipeline TrainPipeline(const Options& o, const std::vector<std::string>& sh
   wds::WebDatasetOptions source{.seed = o.seed, .shardshuffle = o.shardshuffle};
   source.split = o.split;
   source.dataset_index = std::move(index);
-  return Expect(wds::WebDataset(shards, source), "--train")
-      .Shuffle(static_cast<size_t>(o.shuffle))
-      .Decode(ImageSpec(o), DecodeOptions(o))
+  wds::Pipeline read =
+      Expect(wds::WebDataset(shards, source), "--train").Shuffle(static_cast<size_t>(o.shuffle));
+  // On the GPU: ImageBatch's (x / 255 - 0.5) / 0.5, in the decode kernel.
+  const wds::GpuDecodeOptions gpu{.normalize = wds::Normalize{{0.5f, 0.5f, 0.5f}, {0.5f, 0.5f, 0.5f}}};
+  return (o.decode_on_gpu ? read.DecodeOnGpu("torchrgb", DecodeOptions(o), gpu)
+                          : read.Decode(ImageSpec(o), DecodeOptions(o)))
       .ToTuple(TupleFields(o, !o.log_keys.empty()))
       .Batched(static_cast<size_t>(o.batch_size),
                {.partial = o.equalize != wds::EqualizePolicy::kDrop});
@@ -620,6 +639,9 @@ class Run {
         shards_(ExpandOrDie(o.train)),
         index_(LoadIndex(o)),
         recipe_(TrainPipeline(o, shards_, index_)) {
+    if (o.decode_on_gpu && !dist.device().is_cuda()) {
+      Die("--decode-device cuda needs a CUDA training device, not " + dist.device().str());
+    }
     if (index_ != nullptr) {
       for (const wds::DatasetShard& shard : index_->shards) counts_.Set(shard.url, shard.nsamples);
     }
@@ -736,8 +758,14 @@ class Run {
     }
     const Clock::time_point start = Clock::now();
     while (std::optional<wds::Sample> batch = NextBatch(*loader, stats)) {
+      torch::Tensor gpu_images;
+      if (o_.decode_on_gpu) {
+        gpu_images = wds::GpuJobsToTensor(*batch, 0, dist_.device(), gpu_decoder_);
+        (*batch)[0].second = int64_t{0};  // decoded: ToTensorBatch skips the jobs
+      }
       const wds::TensorBatch t = wds::ToTensorBatch(*batch);
-      const auto [loss_sum, correct] = trainer_.Step(t[0], t[1]);
+      const auto [loss_sum, correct] =
+          trainer_.Step(o_.decode_on_gpu ? gpu_images : t[0], t[1]);
       stats.loss_sum += loss_sum;
       stats.correct += correct;
       stats.samples += t[1].size(0);
@@ -926,6 +954,7 @@ class Run {
   const Options& o_;
   const wds::DistributedContext& dist_;
   Trainer trainer_;
+  std::unique_ptr<wds::GpuBatchDecoder> gpu_decoder_;  // --decode-device cuda
   std::vector<std::string> shards_;
   std::shared_ptr<const wds::DatasetIndex> index_;
   wds::Pipeline recipe_;

@@ -120,7 +120,9 @@ class Loader {
   int64_t epoch() const { return epoch_; }
   bool running() const { return running_; }
   std::optional<int64_t> size() const { return recipe_.length(); }
-  bool pinned() const { return loader_ ? loader_->pool()->pinned() : false; }
+  // pinned is the last core loader's: an epoch left early (its loader
+  // stopped and dropped) does not change what its batches were.
+  bool pinned() const { return loader_ ? loader_->pool()->pinned() : pinned_; }
   // PoolStats is the batch pool's counters (none before the first epoch).
   py::dict PoolStats() const {
     py::dict d;
@@ -141,6 +143,7 @@ class Loader {
     }
     if (!loader_) {
       loader_ = ProcessLocal<wds::Loader>(std::make_unique<wds::Loader>(recipe_, options_));
+      pinned_ = loader_->pool()->pinned();
     }
     return *loader_.get();
   }
@@ -156,6 +159,7 @@ class Loader {
   ProcessLocal<wds::Loader> loader_;
   int64_t epoch_ = 0;
   bool running_ = false;
+  bool pinned_ = false;
 };
 
 }  // namespace

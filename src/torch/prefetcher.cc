@@ -89,6 +89,45 @@ std::optional<Sample> NextFromLoader(Loader& loader) {
 
 }  // namespace
 
+torch::Tensor GpuJobsToTensor(const Sample& batch, size_t field, const torch::Device& device,
+                              std::unique_ptr<GpuBatchDecoder>& decoder) {
+  const BytesList* jobs =
+      field < batch.size() ? std::get_if<BytesList>(&batch[field].second) : nullptr;
+  if (jobs == nullptr || !IsGpuJobColumn(batch[field].second)) {
+    ThrowValueError(Cat("GpuJobsToTensor: field ", field, " of the batch holds no GPU jobs"));
+  }
+  const auto [keys, urls] = KeysAndUrls(batch);
+  absl::StatusOr<GpuBatchLayout> layout = GpuJobLayout(*jobs, keys, urls);
+  if (!layout.ok()) throw LoaderError(layout.status());
+  const torch::TensorOptions options = torch::TensorOptions().dtype(ToTorchDType(layout->dtype));
+  if (!device.is_cuda()) {
+    torch::Tensor out = torch::empty(layout->shape, options);
+    absl::StatusOr<std::unique_ptr<GpuBatchDecoder>> host =
+        GpuBatchDecoder::Create(GpuBatchDecoder::kHost);
+    if (!host.ok()) throw LoaderError(host.status());
+    if (absl::Status s = (*host)->Decode(*jobs, keys, urls, out.data_ptr(), nullptr); !s.ok()) {
+      throw LoaderError(s);
+    }
+    return out;
+  }
+  const c10::Stream stream = CudaGuard().getStream(device);
+  void* handle = NativeHandle(stream, 0);
+  if (handle == nullptr) {
+    throw LoaderError(absl::UnimplementedError(
+        "decode on cuda: this LibTorch has no c10::Stream::native_handle() (LibTorch 2.x)"));
+  }
+  if (decoder == nullptr) {
+    absl::StatusOr<std::unique_ptr<GpuBatchDecoder>> made = GpuBatchDecoder::Create(device.index());
+    if (!made.ok()) throw LoaderError(made.status());
+    decoder = *std::move(made);
+  }
+  torch::Tensor out = torch::empty(layout->shape, options.device(device));
+  if (absl::Status s = decoder->Decode(*jobs, keys, urls, out.data_ptr(), handle); !s.ok()) {
+    throw LoaderError(s);
+  }
+  return out;
+}
+
 struct DevicePrefetcher::Impl {
   BatchSource source;
   // loader is the Loader drawn from, if any; ahead_state its state before
@@ -170,31 +209,12 @@ std::optional<Staged> DevicePrefetcher::Impl::Draw() {
 std::vector<std::pair<std::string, torch::Tensor>> DevicePrefetcher::Impl::DecodeOnDevice(
     Sample& batch) {
   std::vector<std::pair<std::string, torch::Tensor>> decoded;
-  const auto [keys, urls] = KeysAndUrls(batch);
-  for (Sample::Field& field : batch) {
-    if (!IsGpuJobColumn(field.second)) continue;
-    const BytesList& jobs = std::get<BytesList>(field.second);
-    absl::StatusOr<GpuBatchLayout> layout = GpuJobLayout(jobs, keys, urls);
-    if (!layout.ok()) throw LoaderError(layout.status());
-    void* stream = NativeHandle(*side, 0);
-    if (stream == nullptr) {
-      throw LoaderError(absl::UnimplementedError(
-          "decode on cuda: this LibTorch has no c10::Stream::native_handle() (LibTorch 2.x)"));
-    }
-    if (gpu_decoder == nullptr) {
-      absl::StatusOr<std::unique_ptr<GpuBatchDecoder>> made =
-          GpuBatchDecoder::Create(options.device.index());
-      if (!made.ok()) throw LoaderError(made.status());
-      gpu_decoder = *std::move(made);
-    }
-    torch::Tensor out = torch::empty(
-        layout->shape, torch::TensorOptions().dtype(ToTorchDType(layout->dtype)).device(options.device));
-    if (absl::Status s = gpu_decoder->Decode(jobs, keys, urls, out.data_ptr(), stream); !s.ok()) {
-      throw LoaderError(s);
-    }
-    decoded.emplace_back(field.first, std::move(out));
-    field.second = int64_t{0};
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (!IsGpuJobColumn(batch[i].second)) continue;
+    decoded.emplace_back(batch[i].first,
+                         GpuJobsToTensor(batch, i, options.device, gpu_decoder));
   }
+  for (const auto& [name, tensor] : decoded) *batch.Find(name) = int64_t{0};
   return decoded;
 }
 

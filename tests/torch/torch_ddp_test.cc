@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "gmock/gmock.h"
+#include "gpu/jpeg_variants.h"
 #include "gtest/gtest.h"
 #include "util/test_util.h"
 #include "wds/base/array.h"
@@ -398,6 +399,56 @@ TEST_F(DdpTest, SharedGpuRanksPinTheirBatchesForTheTrainingDevice) {
           << "rank " << r;
     }
   }
+}
+
+// Shards of 24 colour JPEGs each (several sizes) for --decode-device.
+class JpegDdpTest : public DdpTest {
+ protected:
+  JpegDdpTest() : DdpTest({24, 24, 24}) {}
+  void SetUp() override {
+    for (size_t s = 0; s < sizes_.size(); ++s) {
+      std::vector<testing::TarEntry> entries;
+      for (int i = 0; i < sizes_[s]; ++i) {
+        const std::string key = "s" + std::to_string(s) + "_" + std::to_string(i);
+        gpu_testing::JpegRecipe recipe;
+        recipe.width = 40 + 4 * (i % 5);
+        recipe.height = 30 + 2 * (i % 3);
+        entries.push_back({key + ".jpg", gpu_testing::EncodeJpeg(recipe)});
+        entries.push_back({key + ".cls", std::to_string(i % 4)});
+      }
+      shards_.push_back(
+          dir_.Write("shard-" + std::to_string(s) + ".tar", testing::MakeTar(entries)));
+    }
+  }
+};
+
+TEST_F(JpegDdpTest, DecodeDeviceOptionErrorsNameTheProblem) {
+  const std::string common = "--epochs 1 --batch-size 8 --image-field jpg --device cpu ";
+  std::vector<RankResult> bad = Train(1, common + "--channels 3 --decode-device gpu");
+  EXPECT_EQ(bad[0].exit_code, 2);
+  EXPECT_THAT(bad[0].stderr, HasSubstr("--decode-device must be cpu or cuda, not \"gpu\""));
+  std::vector<RankResult> gray = Train(1, common + "--channels 1 --decode-device cuda");
+  EXPECT_EQ(gray[0].exit_code, 2);
+  EXPECT_THAT(gray[0].stderr, HasSubstr("--decode-device cuda needs --channels 3"));
+  std::vector<RankResult> cpu = Train(1, common + "--channels 3 --decode-device cuda");
+  EXPECT_EQ(cpu[0].exit_code, 2);
+  EXPECT_THAT(cpu[0].stderr, HasSubstr("--decode-device cuda needs a CUDA training device, not cpu"));
+}
+
+// On a GPU, decoding there trains on the same samples in the same order as
+// decoding in the workers.
+TEST_F(JpegDdpTest, DecodeOnTheGpuTrainsTheCpuPathsKeysInOrder) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const std::string common =
+      "--epochs 2 --batch-size 8 --image-field jpg --channels 3 --image-size 16 --seed 4 "
+      "--shuffle 10 --workers 2 ";
+  std::vector<RankResult> cpu = Train(1, common + "--decode-device cpu");
+  std::vector<RankResult> gpu = Train(1, common + "--decode-device cuda");
+  ASSERT_EQ(cpu[0].exit_code, 0) << cpu[0].stderr;
+  ASSERT_EQ(gpu[0].exit_code, 0) << gpu[0].stderr;
+  EXPECT_EQ(gpu[0].batches, cpu[0].batches);
+  EXPECT_EQ(gpu[0].keys, cpu[0].keys);
+  EXPECT_EQ(AllKeys(gpu, 0).size(), 72u);
 }
 
 // A restart resumes after the latest checkpoint and runs only the epochs left.

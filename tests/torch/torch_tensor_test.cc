@@ -15,9 +15,11 @@
 #include <vector>
 
 #include "gmock/gmock.h"
+#include "gpu/jpeg_variants.h"
 #include "gtest/gtest.h"
 #include "torch/torch_dtype.h"
 #include "util/test_util.h"
+#include "wds/gpu/gpu_decode.h"
 #include "wds/loader/loader.h"
 #include "wds/pipeline/pipeline.h"
 #include "wds/pipeline/web_dataset.h"
@@ -728,6 +730,78 @@ TEST(DevicePrefetcherTest, CudaCopiesBatchesAndHoldsHostMemoryDuringTheCopy) {
     EXPECT_FALSE(prefetcher.Next().has_value());
   }
   for (int i = 0; i < kBatches; ++i) EXPECT_TRUE(*(*flags)[i]) << i;
+}
+
+// Pipelines of DecodeOnGpu through a prefetcher: on the CPU the host decoder
+// decodes their image columns (the same bytes DecodeGpuJobsOnHost gives), on
+// a GPU the device decoder, within nvJPEG's +-2.
+Pipeline JpegRecipe(const testing::TempDir& dir) {
+  std::vector<testing::TarEntry> entries;
+  for (int i = 0; i < 12; ++i) {
+    gpu_testing::JpegRecipe r;
+    r.width = 40 + 4 * (i % 3);
+    entries.push_back({"k" + std::to_string(i) + ".jpg", gpu_testing::EncodeJpeg(r)});
+    entries.push_back({"k" + std::to_string(i) + ".cls", std::to_string(i)});
+  }
+  const std::string url = dir.Write("jpegs.tar", testing::MakeTar(entries));
+  return WebDataset(url, {.seed = 2}).value().Shuffle(5).DecodeOnGpu(
+      "torchrgb", {.resize = {ResizeMode::kRandomResizedCrop, 20, 16}, .hflip = 0.5},
+      {.normalize = kImageNetNormalize}).ToTuple({"jpg", "cls"}).Batched(4);
+}
+
+std::vector<torch::Tensor> HostImages(const Pipeline& recipe) {
+  std::vector<torch::Tensor> out;
+  Loader loader(recipe, {.workers = 1});
+  for (Sample batch : loader) {
+    EXPECT_TRUE(DecodeGpuJobsOnHost(batch).ok());
+    out.push_back(ToTensor(batch, batch[0].first).clone());
+  }
+  return out;
+}
+
+TEST(DevicePrefetcherTest, GpuJobsOnTheCpuAreTheHostDecodersImages) {
+  testing::TempDir dir;
+  const Pipeline recipe = JpegRecipe(dir);
+  const std::vector<torch::Tensor> expected = HostImages(recipe);
+  ASSERT_EQ(expected.size(), 3u);
+  Loader loader(recipe, {.workers = 1});
+  DevicePrefetcher prefetcher(loader);
+  size_t n = 0;
+  for (const TensorBatch& batch : prefetcher) {
+    ASSERT_LT(n, expected.size());
+    EXPECT_EQ(batch[0].sizes(), (std::vector<int64_t>{4, 3, 16, 20}));
+    EXPECT_EQ(batch[0].scalar_type(), torch::kFloat32);
+    EXPECT_TRUE(torch::equal(batch[0], expected[n])) << "batch " << n;
+    EXPECT_EQ(batch[1].size(0), 4);
+    ++n;
+  }
+  EXPECT_EQ(n, 3u);
+}
+
+TEST(DevicePrefetcherTest, GpuJobsToTensorRefusesAFieldWithoutJobs) {
+  Sample batch = testing::MakeSample("k", {{"jpg", "not a job"}});
+  std::unique_ptr<GpuBatchDecoder> decoder;
+  EXPECT_THROW(GpuJobsToTensor(batch, 2, torch::kCPU, decoder), c10::ValueError);
+  EXPECT_THROW(GpuJobsToTensor(batch, 99, torch::kCPU, decoder), c10::ValueError);
+}
+
+TEST(DevicePrefetcherTest, GpuJobsOnCudaAreDecodedOnTheDevice) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  testing::TempDir dir;
+  const Pipeline recipe = JpegRecipe(dir);
+  const std::vector<torch::Tensor> expected = HostImages(recipe);
+  Loader loader(recipe, {.workers = 1});
+  DevicePrefetcher prefetcher(loader, {.device = torch::Device(torch::kCUDA, 0)});
+  size_t n = 0;
+  for (const TensorBatch& batch : prefetcher) {
+    ASSERT_LT(n, expected.size());
+    EXPECT_TRUE(batch[0].is_cuda());
+    const double worst = (batch[0].cpu() - expected[n]).abs().max().item<double>();
+    // +-2 of 255 in a sample, over ImageNet's smallest std.
+    EXPECT_LE(worst, 2.0 / 255 / 0.224 + 1e-5) << "batch " << n;
+    ++n;
+  }
+  EXPECT_EQ(n, 3u);
 }
 
 }  // namespace

@@ -15,6 +15,10 @@
 // allocator does not reuse them early. The host batch is kept until the copy's
 // event has completed, so its pool buffer is never reused under a running copy.
 //
+// Batches of Pipeline::DecodeOnGpu: their image columns are decoded on the
+// device (nvJPEG and one kernel, wds/gpu/gpu_decode.h) on the side stream,
+// straight into the batch tensor; on the CPU, by the host decoder.
+//
 // On the CPU the tensors are zero-copy views of the batch (ToTensorBatch); the
 // prefetcher still draws one batch ahead, so order, end of epoch and errors
 // behave the same on every device.
@@ -49,6 +53,17 @@
 #include "wds/torch/tensor.h"
 
 namespace wds {
+
+class GpuBatchDecoder;
+
+// GpuJobsToTensor decodes position `field` of `batch`, a column of GPU jobs
+// (Pipeline::DecodeOnGpu), into a new tensor on `device`: on a CUDA device
+// with `decoder` (made there at first use), enqueued on the device's current
+// stream, which the tensor is allocated on; on the CPU with the host decoder.
+// Throws wds::LoaderError for a decode error (naming the shard and key), and
+// c10::ValueError for a field that holds no GPU jobs.
+torch::Tensor GpuJobsToTensor(const Sample& batch, size_t field, const torch::Device& device,
+                              std::unique_ptr<GpuBatchDecoder>& decoder);
 
 struct DevicePrefetcherOptions {
   // device is torch::kCPU or a CUDA device; a CUDA device without an index is
