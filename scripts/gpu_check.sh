@@ -145,7 +145,6 @@ environment() {
   echo "python: $($py -c 'import sys; print(sys.version)')"
   $py -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available(), "devices", torch.cuda.device_count())'
   $py -c 'import pybind11; print("pybind11", pybind11.__version__)'
-  $py -c 'import lightning; print("lightning", lightning.__version__)' 2>&1 | tail -1
   nvidia-smi -L
   nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv
   nvidia-smi -q | grep -i -E 'jpg|jpeg|ofa' | head -8
@@ -333,6 +332,7 @@ if ((with_torch)); then
   fi
   gtest_step torch-tensor 180 torch_tensor_test
   gtest_step torch-distributed 180 torch_distributed_test
+  gtest_step wds-train-decode-on-gpu 120 torch_ddp_test 'JpegDdpTest.*'
   gtest_step ddp-shared-gpu-two-ranks 180 torch_ddp_test \
     'DdpTest.SharedGpuRanksPinTheirBatchesForTheTrainingDevice'
 else
