@@ -11,7 +11,9 @@
 // (--equalize), so no rank ever waits in a collective for one that has run out
 // of data. Rank 0 logs each epoch on stderr; every rank ends with one JSON line
 // on stdout.
+#include <dirent.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -19,8 +21,9 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
-#include <filesystem>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <numeric>
@@ -37,6 +40,7 @@
 #include "wds/loader/equalize.h"
 #include "wds/loader/loader.h"
 #include "wds/pipeline/pipeline.h"
+#include "wds/internal/io/directories.h"
 #include "wds/pipeline/web_dataset.h"
 #include "wds/tar/shard_index.h"
 #include "wds/torch/distributed.h"
@@ -309,6 +313,17 @@ torch::Tensor ImageBatch(const torch::Tensor& images, const torch::Device& devic
   return x.sub(0.5).div(0.5);
 }
 
+// FileNames lists a directory's entries (none if it cannot be read). POSIX,
+// not std::filesystem: see wds/internal/io/directories.h.
+std::vector<std::string> FileNames(const std::string& directory) {
+  std::vector<std::string> names;
+  DIR* dir = opendir(directory.c_str());
+  if (dir == nullptr) return names;
+  while (const dirent* entry = readdir(dir)) names.emplace_back(entry->d_name);
+  closedir(dir);
+  return names;
+}
+
 wds::Pipeline Expect(absl::StatusOr<wds::Pipeline> pipeline, std::string_view what) {
   if (!pipeline.ok()) Die(std::string(what) + ": " + Message(pipeline.status()));
   return *std::move(pipeline);
@@ -468,7 +483,9 @@ class Trainer {
   // RankStatePath(at) before (see Run::SaveMidEpoch).
   void SaveCheckpoint(CheckpointAt at) {
     if (o_.checkpoint_dir.empty() || !dist_.is_main()) return;
-    std::filesystem::create_directories(o_.checkpoint_dir);
+    if (absl::Status made = wds::MakeDirectories(o_.checkpoint_dir); !made.ok()) {
+      Die("--checkpoint-dir: " + Message(made));
+    }
     torch::serialize::OutputArchive archive;
     torch::serialize::OutputArchive model;
     net_->save(model);
@@ -479,7 +496,9 @@ class Trainer {
     const std::string path = CheckpointPath(at);
     const std::string temporary = wds::TemporaryPath(path);
     archive.save_to(temporary);
-    std::filesystem::rename(temporary, path);
+    if (rename(temporary.c_str(), path.c_str()) != 0) {
+      Die("cannot rename " + temporary + " to " + path + ": " + std::strerror(errno));
+    }
   }
 
   // RankStatePath is where a rank keeps its part of a mid-epoch checkpoint.
@@ -488,7 +507,7 @@ class Trainer {
     char name[64];
     std::snprintf(name, sizeof(name), "rank-state-%06d-%06" PRId64 ".rank%d", at.epoch, at.step,
                   rank);
-    return (std::filesystem::path(o_.checkpoint_dir) / name).string();
+    return o_.checkpoint_dir + "/" + name;
   }
 
  private:
@@ -499,7 +518,7 @@ class Trainer {
     } else {
       std::snprintf(name, sizeof(name), "checkpoint-%06d-%06" PRId64 ".pt", at.epoch, at.step);
     }
-    return (std::filesystem::path(o_.checkpoint_dir) / name).string();
+    return o_.checkpoint_dir + "/" + name;
   }
 
   // AgreeOnCheckpoint: rank 0 finds the latest checkpoint and every rank
@@ -508,11 +527,10 @@ class Trainer {
     constexpr int64_t kStepBits = 32;
     int64_t latest = 0;  // epoch << kStepBits | step
     if (dist_.is_main() && !o_.checkpoint_dir.empty() &&
-        std::filesystem::is_directory(o_.checkpoint_dir)) {
+        !o_.checkpoint_dir.empty()) {
       static const std::regex kName("checkpoint-([0-9]{6})(-([0-9]{6}))?\\.pt");
-      for (const auto& entry : std::filesystem::directory_iterator(o_.checkpoint_dir)) {
+      for (const std::string& name : FileNames(o_.checkpoint_dir)) {
         std::smatch match;
-        const std::string name = entry.path().filename().string();
         if (!std::regex_match(name, match, kName)) continue;
         const int64_t step = match[3].matched ? std::stoll(match[3]) : 0;
         latest = std::max<int64_t>(latest, std::stoll(match[1]) << kStepBits | step);
@@ -521,7 +539,7 @@ class Trainer {
     latest = dist_.AllReduce(latest, wds::ReduceOp::kMax);
     const CheckpointAt at{static_cast<int>(latest >> kStepBits),
                           latest & ((int64_t{1} << kStepBits) - 1)};
-    if (latest > 0 && !std::filesystem::exists(CheckpointPath(at))) {
+    if (latest > 0 && access(CheckpointPath(at).c_str(), F_OK) != 0) {
       Die("rank " + std::to_string(dist_.rank()) + " cannot read " + CheckpointPath(at) +
           ", which rank 0 resumes from: --checkpoint-dir must be shared by all ranks");
     }
@@ -593,7 +611,9 @@ void WriteAtomically(const std::string& path, const std::string& text) {
     out.flush();
     if (!out) Die("checkpoint: cannot write " + temporary);
   }
-  std::filesystem::rename(temporary, path);
+  if (rename(temporary.c_str(), path.c_str()) != 0) {
+    Die("checkpoint: cannot rename " + temporary + " to " + path + ": " + std::strerror(errno));
+  }
 }
 
 // RankState is one rank's part of a mid-epoch checkpoint (kRankStateHeader).
@@ -803,7 +823,9 @@ class Run {
          << GeneratorHex(torch::kCPU) << "\n"
          << (device.is_cuda() ? GeneratorHex(device) : "") << "\n"
          << *state << "\n";
-    std::filesystem::create_directories(o_.checkpoint_dir);
+    if (absl::Status made = wds::MakeDirectories(o_.checkpoint_dir); !made.ok()) {
+      Die("--checkpoint-dir: " + Message(made));
+    }
     const std::string path = trainer_.RankStatePath(at);
     WriteAtomically(path, text.str());
     dist_.AllReduce(int64_t{0}, wds::ReduceOp::kSum);  // every rank has written its part
@@ -828,7 +850,7 @@ class Run {
   std::string JobStatePath(CheckpointAt at) const {
     char name[64];
     std::snprintf(name, sizeof(name), "job-state-%06d-%06" PRId64 ".json", at.epoch, at.step);
-    return (std::filesystem::path(o_.checkpoint_dir) / name).string();
+    return o_.checkpoint_dir + "/" + name;
   }
 
   // ElasticJob is the job state of `at` when it was taken on another layout

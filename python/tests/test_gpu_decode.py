@@ -90,12 +90,30 @@ def test_batches_iterated_without_a_loader_decode_with_decode_gpu_jobs(pattern):
     assert np.abs(images.astype(int) - cpu_images.astype(int)).max() <= 3
 
 
+def test_truncated_jpeg_fails_in_the_worker_as_on_the_cpu_path(tmp_path):
+    good = encode_image(image_array(1), "JPEG", quality=90)
+    # nvJPEG decodes a JPEG cut short without an error: the worker sends one
+    # without an end-of-image marker to the CPU decoder instead.
+    bad = good[: good.index(b"\xff\xda") + 24]
+    path = write_tar(tmp_path / "cut-000000.tar", [("a.jpg", good), ("b.jpg", bad), ("c.jpg", good)])
+    ds = wds.WebDataset(path, shardshuffle=False).decode("rgb8", device="cuda").batched(3)
+    with pytest.raises(wds.DecodingError, match=r"cut-000000.tar: key b: field jpg: truncated JPEG"):
+        list(wds.Loader(ds))
+    skipping = (wds.WebDataset(path, shardshuffle=False)
+                .decode("rgb8", device="cuda", handler=wds.warn_and_continue).batched(3))
+    with pytest.warns(UserWarning):
+        (batch,) = list(wds.Loader(skipping))
+    assert batch["__key__"] == ["a", "c"]
+
+
 def test_corrupt_jpeg_scan_names_the_shard_and_key(tmp_path):
     good = encode_image(image_array(1), "JPEG", quality=90)
-    # The header is whole (the worker plans it for nvJPEG); the scan is cut.
-    bad = good[: good.index(b"\xff\xda") + 24]
-    path = write_tar(tmp_path / "bad-000000.tar", [("a.jpg", good), ("b.jpg", bad), ("c.jpg", good)])
-    ds = wds.WebDataset(path, shardshuffle=False).decode("rgb8", device="cuda").batched(3)
+    # A marker libjpeg does not know in the scan, the end-of-image marker
+    # kept: the worker plans it for nvJPEG; the decode of the batch fails.
+    at = good.index(b"\xff\xda") + 30
+    bad = good[:at] + b"\xff\x06" + good[at:]
+    path = write_tar(tmp_path / "bad-000000.tar", [("a.jpg", good), ("b.jpg", bad)])
+    ds = wds.WebDataset(path, shardshuffle=False).decode("rgb8", device="cuda").batched(2)
     with pytest.raises(ValueError, match=r"decode on cuda: .*bad-000000.tar: key b: "):
         list(wds.Loader(ds))
 

@@ -11,6 +11,7 @@
 #include "gpu/output_spec.h"
 #include "image/codecs.h"
 #include "wds/gpu/gpu_decode.h"
+#include "wds/internal/base/worker_wiring.h"
 #include "wds/internal/base/status_macros.h"
 #include "wds/internal/base/strings.h"
 
@@ -34,7 +35,7 @@ GpuOutput JobOutput(const GpuOutput& output, int width, int height) {
 
 absl::StatusOr<Buffer> MakeImageJob(std::string_view data, const ImageSpec& spec,
                                     const ImageDecodeOptions& options, const GpuOutput& output,
-                                    Rng& rng) {
+                                    Rng& rng, BufferPool* pool) {
   gpu::GpuImagePlan plan = gpu::PlanGpuImage(data, spec, options, rng);
   JobHeader h;
   if (plan.decision.route == gpu::ImageRoute::kGpu) {
@@ -46,7 +47,7 @@ absl::StatusOr<Buffer> MakeImageJob(std::string_view data, const ImageSpec& spec
     h.height = plan.plan->height;
     h.crop = plan.plan->crop;
     h.output = JobOutput(output, plan.plan->out_width, plan.plan->out_height);
-    return gpu::MakeJob(h, data);
+    return gpu::MakeJob(h, data, pool);
   }
   // What nvJPEG does not take is decoded here, by the CPU decoder, at the
   // output size: the draws are DecodeImage's own, as on the CPU path.
@@ -57,7 +58,7 @@ absl::StatusOr<Buffer> MakeImageJob(std::string_view data, const ImageSpec& spec
   h.height = static_cast<int32_t>(pixels.shape[0]);
   h.crop = ImageRect{0, 0, h.width, h.height};
   h.output = JobOutput(output, h.width, h.height);
-  return gpu::MakeJob(h, pixels.data.view());
+  return gpu::MakeJob(h, pixels.data.view(), pool);
 }
 
 }  // namespace
@@ -71,7 +72,10 @@ absl::StatusOr<FieldDecoder> GpuJobDecoder(std::string_view image_spec, ImageDec
                           std::string_view field, const Buffer& data,
                           DecodeContext& ctx) -> absl::StatusOr<std::optional<Value>> {
     if (!IsImageExtension(FieldExtension(field))) return std::nullopt;
-    WDS_ASSIGN_OR_RETURN(Buffer job, MakeImageJob(data.view(), spec, image, output, *ctx.rng));
+    BufferPool* pool =
+        ctx.worker != nullptr ? WiringOf(*ctx.worker).read_pool.get() : nullptr;
+    WDS_ASSIGN_OR_RETURN(Buffer job,
+                         MakeImageJob(data.view(), spec, image, output, *ctx.rng, pool));
     return Value(std::move(job));
   });
 }

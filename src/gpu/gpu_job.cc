@@ -31,8 +31,11 @@ float GetFloat(const uint8_t*& p) {
 
 }  // namespace
 
-Buffer MakeJob(const JobHeader& h, std::string_view payload) {
-  Buffer job = Buffer::Allocate(kJobHeaderBytes + payload.size());
+Buffer MakeJob(const JobHeader& h, std::string_view payload, BufferPool* pool) {
+  const size_t size = kJobHeaderBytes + payload.size();
+  absl::StatusOr<Buffer> pooled =
+      pool != nullptr ? pool->Acquire(size) : absl::UnavailableError("no pool");
+  Buffer job = pooled.ok() ? *std::move(pooled) : Buffer::Allocate(size);
   uint8_t* p = job.mutable_data();
   std::memset(p, 0, kJobHeaderBytes);
   std::memcpy(p, kMagic, 8);

@@ -12,6 +12,7 @@
 #include "gpu/output_spec.h"
 #include "image/decode_plan.h"
 #include "wds/base/buffer.h"
+#include "wds/base/buffer_pool.h"
 
 namespace wds::gpu {
 
@@ -31,8 +32,10 @@ struct JobHeader {
 // kJobHeaderBytes is the header's size on the wire.
 inline constexpr size_t kJobHeaderBytes = 72;
 
-// MakeJob writes a header and the payload into one new buffer.
-Buffer MakeJob(const JobHeader& header, std::string_view payload);
+// MakeJob writes a header and the payload into one new buffer, from `pool`
+// when given (the worker's pool for bytes: job buffers are then recycled,
+// not allocated and freed per image), else from the heap.
+Buffer MakeJob(const JobHeader& header, std::string_view payload, BufferPool* pool = nullptr);
 
 // ReadJob parses `job`'s header; nullopt when it is not a GPU job (no magic,
 // too short, or an unknown kind). `payload` receives the rest.

@@ -60,6 +60,17 @@ RouteDecision RouteImage(std::string_view data) {
   absl::StatusOr<JpegHeader> header = image_internal::ReadJpegHeader(data);
   if (!header.ok()) return Cpu(Cat("unreadable JPEG header: ", ToStd(header.status().message())));
   RouteDecision decision{ImageRoute::kGpu, JpegReason(*header), *header};
+  // nvJPEG decodes a JPEG cut short without an error, filling in the rest
+  // (seen on an H100): one whose last scan has no end-of-image marker after
+  // it goes to the CPU decoder, which reports the truncation. An EOI can only
+  // be a marker: in scan data 0xFF is followed by 0x00 or a restart marker.
+  // The last scan's: an EXIF thumbnail before the image has scans of its own.
+  const size_t scan = data.rfind("\xff\xda");
+  const size_t eoi = data.rfind("\xff\xd9");
+  if (decision.reason.empty() && (scan == std::string_view::npos ||
+                                  eoi == std::string_view::npos || eoi < scan)) {
+    decision.reason = "no end-of-image marker after the scan (truncated?)";
+  }
   if (!decision.reason.empty()) decision.route = ImageRoute::kCpu;
   return decision;
 }

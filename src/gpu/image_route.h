@@ -28,7 +28,9 @@ struct RouteDecision {
   ImageRoute route = ImageRoute::kCpu;
   // reason is empty for kGpu, else why the CPU decodes it: "PNG", "WebP",
   // "not a JPEG", "CMYK JPEG", "arithmetic-coded JPEG", "4-component JPEG",
-  // "chroma subsampling 1x2,2x1,1x1", or "unreadable JPEG header: <error>"
+  // "chroma subsampling 1x2,2x1,1x1", "no end-of-image marker after the scan
+  // (truncated?)" (nvJPEG decodes truncated JPEGs silently), or "unreadable
+  // JPEG header: <error>"
   // (12-bit, lossless and corrupt headers: the CPU decoder then fails on them
   // with its own error).
   std::string reason;

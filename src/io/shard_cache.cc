@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <set>
@@ -21,6 +20,7 @@
 #include "io/sigv4.h"
 #include "wds/internal/base/strings.h"
 #include "wds/internal/io/atomic_file.h"
+#include "wds/internal/io/directories.h"
 
 namespace wds {
 namespace {
@@ -146,7 +146,7 @@ class CachingStream : public ByteStream {
     }
     close(fd_);
     fd_ = -1;
-    cache_->Evict(std::filesystem::path(path_).filename().string());
+    cache_->Evict(std::string(BaseName(path_)));
   }
 
   void Abandon() {
@@ -241,8 +241,8 @@ absl::StatusOr<std::unique_ptr<ByteStream>> ShardCache::Open(const std::string& 
       if (!remote.ok()) return remote.status();
       return std::unique_ptr<ByteStream>(*std::move(remote));
     }
-    std::error_code ec;
-    std::filesystem::create_directories(dir_, ec);
+    // An error shows as the open below failing, naming the file.
+    (void)MakeDirectories(dir_);
     const int part_fd = OpenFd(part, O_RDWR | O_CREAT, 0644);
     if (part_fd < 0) {
       return absl::ErrnoToStatus(errno, Cat(url, ": cannot create ", part, " in the cache"));

@@ -213,13 +213,38 @@ TEST(ImageRouteTest, CorruptHeaderFallsBackAndFailsInTheCpuDecoderAsOnTheCpuPath
 }
 
 TEST(ImageRouteTest, CorruptScanDataStillGoesToTheGpu) {
-  // The header alone decides; nvJPEG's failure on the scan then sends the
-  // image to the CPU decoder, whose error reaches the handler.
+  // The header and the end-of-image marker decide; nvJPEG's failure on the
+  // scan then sends the image to the CPU decoder, whose error is reported.
   std::string jpeg = EncodeJpeg({});
   const size_t sos = jpeg.find("\xff\xda");
   ASSERT_NE(sos, std::string::npos);
   for (size_t i = sos + 20; i + 2 < jpeg.size(); ++i) jpeg[i] = '\xff';
   EXPECT_EQ(RouteImage(jpeg).route, ImageRoute::kGpu);
+}
+
+TEST(ImageRouteTest, TruncatedJpegFallsBackToTheCpu) {
+  // nvJPEG fills in what is missing without an error; the CPU decoder says
+  // the file was cut short.
+  const std::string jpeg = EncodeJpeg({});
+  const std::string cut = jpeg.substr(0, jpeg.find("\xff\xda") + 40);
+  const RouteDecision d = RouteImage(cut);
+  EXPECT_EQ(d.route, ImageRoute::kCpu);
+  EXPECT_EQ(d.reason, "no end-of-image marker after the scan (truncated?)");
+  EXPECT_EQ(RouteImage(jpeg).route, ImageRoute::kGpu);
+  // Bytes after the end-of-image marker (trailers) do not matter.
+  EXPECT_EQ(RouteImage(jpeg + std::string(100, 'x')).route, ImageRoute::kGpu);
+}
+
+TEST(ImageRouteTest, EndMarkerOfAThumbnailBeforeTheScanDoesNotCount) {
+  // An EXIF thumbnail (a whole JPEG in APP1) ends before the main scan.
+  const std::string thumb = EncodeJpeg({});
+  const std::string jpeg = EncodeJpeg({});
+  const std::string app1 = std::string("\xff\xe1") + static_cast<char>((thumb.size() + 2) >> 8) +
+                           static_cast<char>((thumb.size() + 2) & 255) + thumb;
+  std::string with_thumb = jpeg.substr(0, 2) + app1 + jpeg.substr(2);
+  ASSERT_EQ(RouteImage(with_thumb).route, ImageRoute::kGpu);
+  with_thumb.resize(with_thumb.rfind("\xff\xd9"));
+  EXPECT_EQ(RouteImage(with_thumb).route, ImageRoute::kCpu);
 }
 
 // ----------------------------------------------------------------------------

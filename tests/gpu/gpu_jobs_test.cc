@@ -326,12 +326,31 @@ TEST(GpuDecodeStageTest, CorruptPngFailsInTheWorkerThroughTheHandler) {
   }
 }
 
+// CorruptScan keeps the header and the end-of-image marker and puts a marker
+// libjpeg does not know in the scan: the worker sends it to nvJPEG, and the
+// CPU decoder fails on it.
+std::string CorruptScan() {
+  std::string jpeg = EncodeJpeg(JpegRecipe{});
+  jpeg.insert(jpeg.find("\xff\xda") + 30, "\xff\x06");
+  return jpeg;
+}
+
+TEST(GpuDecodeStageTest, TruncatedJpegFailsInTheWorkerAsOnTheCpuPath) {
+  TempDir dir;
+  const std::string jpeg = EncodeJpeg(JpegRecipe{});
+  const std::string shard = TestShard(dir, jpeg.substr(0, jpeg.size() / 2));
+  Loader loader(Source(shard).DecodeOnGpu("rgb8", {.resize = {ResizeMode::kStretch, 16, 16}})
+                    .Batched(16),
+                {.workers = 1});
+  absl::StatusOr<std::optional<Sample>> batch = loader.Next();
+  ASSERT_FALSE(batch.ok());
+  EXPECT_THAT(ToStd(batch.status().message()),
+              StartsWith(Cat(dir.path(), "/shard-000001.tar: key s15: field jpg: truncated JPEG")));
+}
+
 TEST(GpuDecodeStageTest, CorruptJpegScanFailsAtTheConsumerNamingTheShardAndKey) {
   TempDir dir;
-  std::string bad = EncodeJpeg(JpegRecipe{});
-  // The header parses (the worker routes it to nvJPEG); the scan is cut short.
-  bad.resize(bad.size() / 3);
-  const std::string shard = TestShard(dir, bad);
+  const std::string shard = TestShard(dir, CorruptScan());
   Loader loader(Source(shard).DecodeOnGpu("rgb8", {.resize = {ResizeMode::kStretch, 16, 16}})
                     .Batched(16),
                 {.workers = 1});
@@ -430,9 +449,7 @@ TEST(GpuBatchDecoderDeviceTest, DeviceOutputIsTheHostDecodersWithinTwo) {
 TEST(GpuBatchDecoderDeviceTest, CorruptJpegFailsNamingTheShardAndKey) {
   if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
   TempDir dir;
-  std::string bad = EncodeJpeg(JpegRecipe{});
-  bad.resize(bad.size() / 3);
-  const std::string shard = TestShard(dir, bad);
+  const std::string shard = TestShard(dir, CorruptScan());
   Loader loader(Source(shard).DecodeOnGpu("rgb8", {.resize = {ResizeMode::kStretch, 16, 16}})
                     .Batched(16),
                 {.workers = 1});
@@ -452,22 +469,37 @@ TEST(GpuBatchDecoderDeviceTest, CorruptJpegFailsNamingTheShardAndKey) {
               StartsWith(Cat("decode on cuda: ", dir.path(), "/shard-000001.tar: key s15: ")));
 }
 
-TEST(GpuBatchDecoderDeviceTest, DeviceMemoryIsFlatOver200Restarts) {
+// 200 loader restarts feeding one decoder (a consumer's decoder outlives its
+// loaders), then decoders made and dropped: device memory stays flat.
+TEST(GpuBatchDecoderDeviceTest, DeviceMemoryIsFlatOver200LoaderRestarts) {
   if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
-  const BytesList jobs = DeviceTestJobs({.resize = {ResizeMode::kCenterCrop, 32, 32}}, "torchrgb",
-                                        {.normalize = kImageNetNormalize});
-  auto cycle = [&] {
-    auto device = GpuBatchDecoder::Create(0);
-    ASSERT_TRUE(device.ok()) << device.status();
-    (void)OnDevice(**device, jobs);
+  TempDir dir;
+  const Pipeline recipe =
+      Source(TestShard(dir))
+          .DecodeOnGpu("torchrgb", {.resize = {ResizeMode::kCenterCrop, 32, 32}},
+                       {.normalize = kImageNetNormalize})
+          .Batched(15);
+  auto decoder = GpuBatchDecoder::Create(0);
+  ASSERT_TRUE(decoder.ok()) << decoder.status();
+  auto restart = [&] {
+    Loader loader(recipe, {.workers = 1});
+    absl::StatusOr<std::optional<Sample>> batch = loader.Next();
+    ASSERT_TRUE(batch.ok() && batch->has_value()) << batch.status();
+    (void)OnDevice(**decoder, std::get<BytesList>(*(*batch)->Find("jpg")));
   };
-  cycle();  // the context and nvJPEG's first allocations
+  restart();  // the context's and nvJPEG's first allocations
   size_t free_before = 0, total = 0, free_after = 0;
   ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
-  for (int i = 0; i < 200; ++i) cycle();
+  for (int i = 0; i < 200; ++i) restart();
+  for (int i = 0; i < 5; ++i) {
+    decoder->reset();
+    decoder = GpuBatchDecoder::Create(0);
+    ASSERT_TRUE(decoder.ok()) << decoder.status();
+    restart();
+  }
   ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
   const double lost_mb = (static_cast<double>(free_before) - static_cast<double>(free_after)) / 1e6;
-  std::cout << "device memory lost over 200 restarts: " << lost_mb << " MB\n";
+  std::cout << "device memory lost over 200 loader restarts and 5 decoders: " << lost_mb << " MB\n";
   EXPECT_LT(lost_mb, 4.0);
 }
 

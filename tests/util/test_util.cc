@@ -5,11 +5,12 @@
 #include <sys/stat.h>
 
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
+
+#include "wds/internal/io/directories.h"
 
 namespace wds::testing {
 namespace {
@@ -123,24 +124,24 @@ std::string MakeTar(const std::vector<TarEntry>& entries, TarFormat format,
   return out;
 }
 
+// TempDir uses POSIX calls, not std::filesystem (wds/internal/io/directories.h
+// says why): the wds::torch tests link LibTorch.
 TempDir::TempDir() {
-  std::string tmpl = (std::filesystem::temp_directory_path() / "wds-test-XXXXXX").string();
+  const char* tmp = std::getenv("TMPDIR");
+  std::string tmpl = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/wds-test-XXXXXX";
   if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
   path_ = tmpl;
 }
 
-TempDir::~TempDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
-}
+TempDir::~TempDir() { (void)RemoveTree(path_); }
 
 std::string TempDir::Write(std::string_view name, std::string_view data) const {
-  std::filesystem::path p = std::filesystem::path(path_) / std::string(name);
-  std::filesystem::create_directories(p.parent_path());
+  const std::string p = path_ + "/" + std::string(name);
+  if (!MakeDirectories(ParentDirectory(p)).ok()) throw std::runtime_error("cannot create " + p);
   std::ofstream f(p, std::ios::binary);
   f.write(data.data(), static_cast<std::streamsize>(data.size()));
-  if (!f) throw std::runtime_error("cannot write " + p.string());
-  return p.string();
+  if (!f) throw std::runtime_error("cannot write " + p);
+  return p;
 }
 
 absl::StatusOr<std::vector<Sample>> Drain(SampleStream& stream) {
