@@ -95,17 +95,8 @@ absl::StatusOr<JobColumn> ParseJobColumn(const BytesList& jobs, const TextList* 
 }
 
 ResizeSource SourceOf(const JobHeader& h, const uint8_t* pixels) {
-  ResizeSource s;
-  s.pixels = pixels;
-  s.pitch = int64_t{h.width} * 3;
-  s.width = h.width;
-  s.height = h.height;
-  s.x = h.crop.x;
-  s.y = h.crop.y;
-  s.region_width = h.crop.width;
-  s.region_height = h.crop.height;
-  s.flip = h.flip ? 1 : 0;
-  return s;
+  return MakeResizeSource(h.width, h.height, h.crop.x, h.crop.y, h.crop.width, h.crop.height,
+                          h.flip, pixels, int64_t{h.width} * 3);
 }
 
 absl::StatusOr<Array> DecodeJpegOnCpu(std::string_view jpeg) {

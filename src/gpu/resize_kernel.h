@@ -49,6 +49,11 @@ enum ResizeDType : int { kResizeUInt8 = 0, kResizeFloat32 = 1, kResizeFloat16 = 
 // be set) writing to `data`.
 ResizeTarget MakeResizeTarget(const GpuOutput& output, void* data);
 
+// MakeResizeSource is the source showing `crop` of a width x height image at
+// `pixels`, mirrored when `flip`.
+ResizeSource MakeResizeSource(int width, int height, int crop_x, int crop_y, int crop_width,
+                              int crop_height, bool flip, const uint8_t* pixels, int64_t pitch);
+
 // MakeResizeSource is the source for a plan of the full-size decode of
 // `pixels` (the GPU decodes at full size: no DCT scaling).
 ResizeSource MakeResizeSource(const image_internal::DecodePlan& plan, const uint8_t* pixels,

@@ -46,19 +46,25 @@ ResizeTarget MakeResizeTarget(const GpuOutput& output, void* data) {
   return t;
 }
 
-ResizeSource MakeResizeSource(const image_internal::DecodePlan& plan, const uint8_t* pixels,
-                              int64_t pitch) {
+ResizeSource MakeResizeSource(int width, int height, int crop_x, int crop_y, int crop_width,
+                              int crop_height, bool flip, const uint8_t* pixels, int64_t pitch) {
   ResizeSource s;
   s.pixels = pixels;
   s.pitch = pitch;
-  s.width = plan.width;
-  s.height = plan.height;
-  s.x = plan.crop.x;
-  s.y = plan.crop.y;
-  s.region_width = plan.crop.width;
-  s.region_height = plan.crop.height;
-  s.flip = plan.flip ? 1 : 0;
+  s.width = width;
+  s.height = height;
+  s.x = crop_x;
+  s.y = crop_y;
+  s.region_width = crop_width;
+  s.region_height = crop_height;
+  s.flip = flip ? 1 : 0;
   return s;
+}
+
+ResizeSource MakeResizeSource(const image_internal::DecodePlan& plan, const uint8_t* pixels,
+                              int64_t pitch) {
+  return MakeResizeSource(plan.width, plan.height, plan.crop.x, plan.crop.y, plan.crop.width,
+                          plan.crop.height, plan.flip, pixels, pitch);
 }
 
 void ResizeBatchOnHost(const ResizeSource* sources, int count, const ResizeTarget& target) {

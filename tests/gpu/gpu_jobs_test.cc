@@ -335,14 +335,19 @@ std::string CorruptScan() {
   return jpeg;
 }
 
+// FirstBatch is the first batch of 16 (every sample) of TestShard(dir, extra).
+absl::StatusOr<std::optional<Sample>> FirstBatch(const TempDir& dir, const std::string& extra) {
+  Loader loader(Source(TestShard(dir, extra))
+                    .DecodeOnGpu("rgb8", {.resize = {ResizeMode::kStretch, 16, 16}})
+                    .Batched(16),
+                {.workers = 1});
+  return loader.Next();
+}
+
 TEST(GpuDecodeStageTest, TruncatedJpegFailsInTheWorkerAsOnTheCpuPath) {
   TempDir dir;
   const std::string jpeg = EncodeJpeg(JpegRecipe{});
-  const std::string shard = TestShard(dir, jpeg.substr(0, jpeg.size() / 2));
-  Loader loader(Source(shard).DecodeOnGpu("rgb8", {.resize = {ResizeMode::kStretch, 16, 16}})
-                    .Batched(16),
-                {.workers = 1});
-  absl::StatusOr<std::optional<Sample>> batch = loader.Next();
+  absl::StatusOr<std::optional<Sample>> batch = FirstBatch(dir, jpeg.substr(0, jpeg.size() / 2));
   ASSERT_FALSE(batch.ok());
   EXPECT_THAT(ToStd(batch.status().message()),
               StartsWith(Cat(dir.path(), "/shard-000001.tar: key s15: field jpg: truncated JPEG")));
@@ -350,11 +355,7 @@ TEST(GpuDecodeStageTest, TruncatedJpegFailsInTheWorkerAsOnTheCpuPath) {
 
 TEST(GpuDecodeStageTest, CorruptJpegScanFailsAtTheConsumerNamingTheShardAndKey) {
   TempDir dir;
-  const std::string shard = TestShard(dir, CorruptScan());
-  Loader loader(Source(shard).DecodeOnGpu("rgb8", {.resize = {ResizeMode::kStretch, 16, 16}})
-                    .Batched(16),
-                {.workers = 1});
-  absl::StatusOr<std::optional<Sample>> batch = loader.Next();
+  absl::StatusOr<std::optional<Sample>> batch = FirstBatch(dir, CorruptScan());
   ASSERT_TRUE(batch.ok()) << batch.status();
   absl::Status s = DecodeGpuJobsOnHost(**batch);
   ASSERT_FALSE(s.ok());
@@ -449,11 +450,7 @@ TEST(GpuBatchDecoderDeviceTest, DeviceOutputIsTheHostDecodersWithinTwo) {
 TEST(GpuBatchDecoderDeviceTest, CorruptJpegFailsNamingTheShardAndKey) {
   if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
   TempDir dir;
-  const std::string shard = TestShard(dir, CorruptScan());
-  Loader loader(Source(shard).DecodeOnGpu("rgb8", {.resize = {ResizeMode::kStretch, 16, 16}})
-                    .Batched(16),
-                {.workers = 1});
-  absl::StatusOr<std::optional<Sample>> batch = loader.Next();
+  absl::StatusOr<std::optional<Sample>> batch = FirstBatch(dir, CorruptScan());
   ASSERT_TRUE(batch.ok()) << batch.status();
   const auto& jobs = std::get<BytesList>(*(*batch)->Find("jpg"));
   const auto& keys = std::get<TextList>(*(*batch)->Find(kKeyField));
