@@ -67,6 +67,18 @@ absl::StatusOr<JobColumn> ParseJobColumn(const BytesList& jobs, const TextList* 
                           "not a GPU job (bytes that GpuDecodeStage did not make)"),
                       i, keys, urls);
     }
+    if (h->kind == JobKind::kJpeg) {
+      // nvJPEG writes the JPEG's own size into a slot sized by the header.
+      const std::optional<std::pair<int, int>> frame = JpegFrameSize(payload);
+      if (!frame.has_value() || frame->first != h->width || frame->second != h->height) {
+        return JobError(absl::InvalidArgumentError(Cat(
+                            "a GPU job says its JPEG is ", h->width, "x", h->height,
+                            frame.has_value() ? Cat(", its frame header says ", frame->first, "x",
+                                                    frame->second)
+                                              : std::string(", and it has no frame header"))),
+                        i, keys, urls);
+      }
+    }
     if (h->kind == JobKind::kPixels &&
         payload.size() != static_cast<size_t>(h->width) * h->height * 3) {
       return JobError(absl::InvalidArgumentError(Cat("pixels of ", h->width, "x", h->height,
@@ -123,6 +135,12 @@ class HostBatchDecoder final : public GpuBatchDecoder {
         if (!cpu.ok()) return JobError(cpu.status(), i, keys, urls);
         decoded = *std::move(cpu);
         pixels = decoded.data_as<uint8_t>();
+        if (decoded.shape != std::vector<int64_t>{h.height, h.width, 3}) {
+          return JobError(absl::InvalidArgumentError(Cat("decoded to ", ShapeString(decoded.shape),
+                                                         ", its GPU job says ", h.width, "x",
+                                                         h.height)),
+                          i, keys, urls);
+        }
         ++stats_.cpu_fallback_images;
       } else {
         ++stats_.worker_decoded_images;

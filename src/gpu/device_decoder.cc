@@ -63,6 +63,15 @@ absl::Status Cuda(cudaError_t e, std::string_view what) {
       Cat("decode on cuda: ", what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"));
 }
 
+// StreamDrain synchronizes `stream` when destroyed, unless cleared.
+struct StreamDrain {
+  cudaStream_t stream;
+  bool active = true;
+  ~StreamDrain() {
+    if (active) cudaStreamSynchronize(stream);
+  }
+};
+
 class DeviceBatchDecoder final : public GpuBatchDecoder {
  public:
   DeviceBatchDecoder(int device, std::shared_ptr<HostAllocator> pinned)
@@ -115,6 +124,9 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
     staging_bytes += n * sizeof(ResizeSource);
     WDS_RETURN_IF_ERROR(Reserve(scratch_bytes, n, stream));
     WDS_ASSIGN_OR_RETURN(StagingBuffer staging, Lease(staging_bytes));
+    // Destroyed before `staging`: an error after this point first waits for
+    // whatever was enqueued to stop reading it.
+    StreamDrain drain{stream};
 
     // 1. Gather.
     uint8_t* host = staging.data();
@@ -163,9 +175,11 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
       }
       const size_t i = jpegs[k];
       absl::StatusOr<Array> cpu = DecodeJpegOnCpu(column.payloads[i]);
-      if (!cpu.ok()) {
-        WDS_RETURN_IF_ERROR(Cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize"));
-        return JobError(cpu.status(), i, keys, urls);
+      if (!cpu.ok()) return JobError(cpu.status(), i, keys, urls);
+      // ParseJobColumn checked the frame header; libjpeg decodes that size.
+      if (cpu->nbytes() != size_t{3} * column.headers[i].width * column.headers[i].height) {
+        return JobError(absl::InternalError("the CPU decoder's size differs from the frame's"), i,
+                        keys, urls);
       }
       WDS_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(scratch_ + scratch_at[i], cpu->data.data(),
                                                cpu->nbytes(), cudaMemcpyHostToDevice, stream),
@@ -186,6 +200,7 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
         Cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate"));
     WDS_RETURN_IF_ERROR(Cuda(cudaEventRecord(done, stream), "cudaEventRecord"));
     in_use_.push_back(InUse{std::move(staging), done});
+    drain.active = false;
     // CPU-decoded images were copied from pageable memory: the copy has read
     // them before cudaMemcpyAsync returned, but a rare path can afford to wait.
     if (!cpu_decoded.empty()) {

@@ -80,8 +80,11 @@ std::optional<JobHeader> ReadJob(const Buffer& job, std::string_view* payload) {
   for (int32_t* f : fields) *f = static_cast<int32_t>(Get32(p));
   for (int c = 0; c < 3; ++c) h.output.normalize.mean[c] = GetFloat(p);
   for (int c = 0; c < 3; ++c) h.output.normalize.std[c] = GetFloat(p);
-  if (h.width <= 0 || h.height <= 0 || h.output.width <= 0 || h.output.height <= 0 ||
-      h.crop.width <= 0 || h.crop.height <= 0) {
+  for (int32_t side : {h.width, h.height, h.output.width, h.output.height}) {
+    if (side <= 0 || side > kMaxJobSide) return std::nullopt;
+  }
+  if (h.crop.x < 0 || h.crop.y < 0 || h.crop.width <= 0 || h.crop.height <= 0 ||
+      h.crop.x > h.width - h.crop.width || h.crop.y > h.height - h.crop.height) {
     return std::nullopt;
   }
   if (payload != nullptr) {
@@ -89,6 +92,33 @@ std::optional<JobHeader> ReadJob(const Buffer& job, std::string_view* payload) {
                                 job.size() - kJobHeaderBytes);
   }
   return h;
+}
+
+std::optional<std::pair<int, int>> JpegFrameSize(std::string_view jpeg) {
+  const auto* p = reinterpret_cast<const uint8_t*>(jpeg.data());
+  const size_t n = jpeg.size();
+  if (n < 4 || p[0] != 0xff || p[1] != 0xd8) return std::nullopt;
+  size_t at = 2;
+  while (at + 4 <= n) {
+    if (p[at] != 0xff) return std::nullopt;
+    const uint8_t marker = p[at + 1];
+    if (marker == 0xff) {  // fill byte
+      ++at;
+      continue;
+    }
+    if (marker == 0xda || marker == 0xd9) return std::nullopt;  // scan or end: no frame
+    const size_t length = size_t{p[at + 2]} << 8 | p[at + 3];
+    const bool frame = marker >= 0xc0 && marker <= 0xcf && marker != 0xc4 && marker != 0xc8 &&
+                       marker != 0xcc;
+    if (frame) {
+      if (length < 7 || at + 9 > n) return std::nullopt;
+      const int height = p[at + 5] << 8 | p[at + 6];
+      const int width = p[at + 7] << 8 | p[at + 8];
+      return std::make_pair(width, height);
+    }
+    at += 2 + length;
+  }
+  return std::nullopt;
 }
 
 }  // namespace wds::gpu

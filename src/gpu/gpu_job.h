@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <utility>
 
 #include "gpu/output_spec.h"
 #include "image/decode_plan.h"
@@ -38,7 +39,19 @@ inline constexpr size_t kJobHeaderBytes = 72;
 Buffer MakeJob(const JobHeader& header, std::string_view payload, BufferPool* pool = nullptr);
 
 // ReadJob parses `job`'s header; nullopt when it is not a GPU job (no magic,
-// too short, or an unknown kind). `payload` receives the rest.
+// too short, an unknown kind, a size beyond kMaxJobSide, a crop outside the
+// image). `payload` receives the rest. A header is not trusted beyond that:
+// any bytes field can start with the magic, so the decoders also check the
+// JPEG's own size (JpegFrameSize) and the pixels' length against it.
+
 std::optional<JobHeader> ReadJob(const Buffer& job, std::string_view* payload = nullptr);
+
+// kMaxJobSide bounds every width and height of a job.
+inline constexpr int32_t kMaxJobSide = 1 << 15;
+
+// JpegFrameSize is (width, height) from a JPEG's frame header (SOFn), found
+// by walking its marker segments; nullopt when there is none before the scan
+// or the data ends first.
+std::optional<std::pair<int, int>> JpegFrameSize(std::string_view jpeg);
 
 }  // namespace wds::gpu

@@ -57,6 +57,14 @@ JobHeader SomeHeader() {
   return h;
 }
 
+// ValidJob is a job of header `h` whose payload is a JPEG of the header's size.
+Buffer ValidJob(const JobHeader& h) {
+  JpegRecipe r;
+  r.width = h.width;
+  r.height = h.height;
+  return MakeJob(h, EncodeJpeg(r));
+}
+
 TEST(GpuJobTest, HeaderAndPayloadRoundTrip) {
   const Buffer job = MakeJob(SomeHeader(), "payload bytes");
   EXPECT_EQ(job.size(), kJobHeaderBytes + 13);
@@ -89,6 +97,52 @@ TEST(GpuJobTest, BytesThatAreNoJobAreNotReadAsOne) {
   EXPECT_FALSE(ReadJob(MakeJob(empty, "x")).has_value());
 }
 
+TEST(GpuJobTest, CropOutsideTheImageOrSidesBeyondTheBoundAreNoJob) {
+  JobHeader h = SomeHeader();
+  h.crop = {300, 0, 201, 375};  // one column past the right edge
+  EXPECT_FALSE(ReadJob(MakeJob(h, "x")).has_value());
+  h.crop = {0, -1, 10, 10};
+  EXPECT_FALSE(ReadJob(MakeJob(h, "x")).has_value());
+  h = SomeHeader();
+  h.output.width = kMaxJobSide + 1;
+  EXPECT_FALSE(ReadJob(MakeJob(h, "x")).has_value());
+  h = SomeHeader();
+  h.crop = {0, 0, 500, 375};  // the whole image
+  EXPECT_TRUE(ReadJob(MakeJob(h, "x")).has_value());
+}
+
+TEST(GpuJobTest, JpegFrameSizeWalksTheSegmentsToTheFrameHeader) {
+  JpegRecipe r;
+  r.width = 300;
+  r.height = 17;
+  EXPECT_EQ(JpegFrameSize(EncodeJpeg(r)), std::make_pair(300, 17));
+  r.progressive = true;  // SOF2
+  EXPECT_EQ(JpegFrameSize(EncodeJpeg(r)), std::make_pair(300, 17));
+  const std::string jpeg = EncodeJpeg(r);
+  EXPECT_EQ(JpegFrameSize(jpeg.substr(0, 30)), std::nullopt);  // cut before the frame
+  EXPECT_EQ(JpegFrameSize("\xff\xd8\xff\xda\x00\x08"), std::nullopt);  // a scan first
+  EXPECT_EQ(JpegFrameSize("not a jpeg"), std::nullopt);
+}
+
+// Any bytes field may start with the magic: a job whose header lies about
+// its JPEG's size is refused, never decoded into a slot of the wrong size.
+TEST(GpuJobTest, JobWhoseSizeIsNotItsJpegsIsRefused) {
+  JpegRecipe r;  // 64x48
+  JobHeader h;
+  h.kind = JobKind::kJpeg;
+  h.width = 32;
+  h.height = 48;
+  h.crop = {0, 0, 32, 48};
+  h.output.width = 32;
+  h.output.height = 48;
+  const TextList keys = {"liar"};
+  absl::StatusOr<GpuBatchLayout> layout = GpuJobLayout({MakeJob(h, EncodeJpeg(r))}, &keys);
+  ASSERT_FALSE(layout.ok());
+  EXPECT_EQ(layout.status().message(),
+            "decode on cuda: key liar: a GPU job says its JPEG is 32x48, its frame header says "
+            "64x48");
+}
+
 TEST(GpuJobTest, ColumnIsJobsOnly) {
   const Buffer job = MakeJob(SomeHeader(), "x");
   EXPECT_TRUE(IsGpuJobColumn(Value(BytesList{job, job})));
@@ -100,14 +154,14 @@ TEST(GpuJobTest, ColumnIsJobsOnly) {
 
 TEST(GpuJobTest, LayoutIsTheBatchOfTheOutput) {
   JobHeader h = SomeHeader();
-  absl::StatusOr<GpuBatchLayout> nchw = GpuJobLayout({MakeJob(h, "a"), MakeJob(h, "b")});
+  absl::StatusOr<GpuBatchLayout> nchw = GpuJobLayout({ValidJob(h), ValidJob(h)});
   ASSERT_TRUE(nchw.ok()) << nchw.status();
   EXPECT_EQ(nchw->dtype, DType::kFloat16);
   EXPECT_EQ(nchw->shape, (std::vector<int64_t>{2, 3, 160, 224}));
   EXPECT_EQ(nchw->nbytes(), size_t{2} * 3 * 160 * 224 * 2);
   h.output.channels_first = false;
   h.output.dtype = DType::kUInt8;
-  absl::StatusOr<GpuBatchLayout> nhwc = GpuJobLayout({MakeJob(h, "a")});
+  absl::StatusOr<GpuBatchLayout> nhwc = GpuJobLayout({ValidJob(h)});
   ASSERT_TRUE(nhwc.ok()) << nhwc.status();
   EXPECT_EQ(nhwc->shape, (std::vector<int64_t>{1, 160, 224, 3}));
 }
@@ -119,7 +173,7 @@ TEST(GpuJobTest, ImagesOfDifferentSizesAreRefusedNamingTheKeyAndBothSizes) {
   const TextList keys = {"k0", "k1"};
   const TextList urls = {"s.tar", "s.tar"};
   absl::StatusOr<GpuBatchLayout> layout =
-      GpuJobLayout({MakeJob(a, "a"), MakeJob(b, "b")}, &keys, &urls);
+      GpuJobLayout({ValidJob(a), ValidJob(b)}, &keys, &urls);
   ASSERT_FALSE(layout.ok());
   EXPECT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(ToStd(layout.status().message()), StartsWith("decode on cuda: s.tar: key k1: its output"));
@@ -131,7 +185,7 @@ TEST(GpuJobTest, ImagesOfDifferentSizesAreRefusedNamingTheKeyAndBothSizes) {
 TEST(GpuJobTest, BytesInAJobColumnThatAreNoJobAreRefusedNamingTheKey) {
   const TextList keys = {"k0", "k1"};
   absl::StatusOr<GpuBatchLayout> layout =
-      GpuJobLayout({MakeJob(SomeHeader(), "a"), Buffer::Copy("plain")}, &keys, nullptr);
+      GpuJobLayout({ValidJob(SomeHeader()), Buffer::Copy("plain")}, &keys, nullptr);
   ASSERT_FALSE(layout.ok());
   EXPECT_EQ(layout.status().message(),
             "decode on cuda: key k1: not a GPU job (bytes that GpuDecodeStage did not make)");
