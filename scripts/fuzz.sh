@@ -13,9 +13,11 @@ cd "$(dirname "$0")/.."
 seconds=${1:-15}
 source scripts/sanitizer_builds.sh
 dir=$fuzz_build_dir
-targets=(tar_fuzz npy_fuzz image_fuzz fields_fuzz urls_fuzz index_fuzz http_fuzz state_fuzz)
+targets=(tar_fuzz npy_fuzz image_fuzz fields_fuzz urls_fuzz index_fuzz http_fuzz state_fuzz
+         gpu_job_fuzz)
 declare -A dicts=([tar_fuzz]=tar [npy_fuzz]=npy [image_fuzz]=image [fields_fuzz]=fields
-                  [urls_fuzz]=urls [index_fuzz]=index [http_fuzz]=http [state_fuzz]=state)
+                  [urls_fuzz]=urls [index_fuzz]=index [http_fuzz]=http [state_fuzz]=state
+                  [gpu_job_fuzz]=gpu_job)
 scripts/deps.sh
 configure_fuzz_build
 cmake --build "$dir" -j2 --target "${targets[@]}"
