@@ -259,6 +259,7 @@ fi
 # target that can be, so one broken file costs only what depends on it.
 wanted=(wds-shard wds-demo wds-fashion-mnist wds-bench wds-train wds_python_core
         wds_python_package gpu_kernel_test gpu_nvjpeg_test gpu_decode_test gpu_jobs_test
+        gpu_jobs_device_test
         memory_test nvjpeg_bench torch_tensor_test torch_distributed_test torch_ddp_test)
 targets=()
 if [[ -f $build/build.ninja ]]; then
@@ -282,8 +283,8 @@ fi
 STRICT=1 gtest_step gpu-kernels 60 gpu_kernel_test
 STRICT=1 gtest_step gpu-nvjpeg-decoder 60 gpu_nvjpeg_test
 gtest_step gpu-decode-host 60 gpu_decode_test
-gtest_step gpu-jobs-host 60 gpu_jobs_test '-GpuBatchDecoderDeviceTest.*'
-STRICT=1 gtest_step gpu-batch-decoder 120 gpu_jobs_test 'GpuBatchDecoderDeviceTest.*'
+gtest_step gpu-jobs-host 60 gpu_jobs_test
+STRICT=1 gtest_step gpu-batch-decoder 120 gpu_jobs_device_test
 
 # ---------------------------------------------------------------- benchmark
 # docs/BENCHMARKS.md's GPU figures, in one run: an ImageNet-like set (500x375

@@ -29,8 +29,9 @@ for f in tests/*_test.cc tests/*/*_test.cc; do
   name=$(basename "$f" .cc)
   [[ $name == torch_* || $name == limits_test ]] && continue
   # The CUDA kernels and nvJPEG are not built with the sanitizers (nvcc takes no
-  # -fsanitize); gpu_decode_test, the host side, runs.
-  [[ $name == gpu_kernel_test || $name == gpu_nvjpeg_test ]] && continue
+  # -fsanitize); gpu_decode_test and gpu_jobs_test, the host side, run.
+  [[ $name == gpu_kernel_test || $name == gpu_nvjpeg_test || $name == gpu_jobs_device_test ]] &&
+    continue
   asan_tests+=("$name")
 done
 # corruption_sweep_test runs under ASan only: its Loaders have one worker, and

@@ -1,10 +1,8 @@
 // Tests of decoding on the GPU end to end (wds/gpu/gpu_decode.h): the jobs the
-// workers make, their columns in batches, and GpuBatchDecoder. On the CPU
-// (here and in CI) the host decoder stands in for the device: same jobs, same
-// draws, same arithmetic. The device cases run where a GPU is present
-// (scripts/gpu_check.sh) and skip elsewhere, saying so.
-#include <cuda_runtime_api.h>
-
+// workers make, their columns in batches, and GpuBatchDecoder. The host
+// decoder stands in for the device: same jobs, same draws, same arithmetic.
+// No CUDA here (this binary runs under the sanitizers too); the device cases
+// are gpu_jobs_device_test's.
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -14,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gpu/gpu_job.h"
 #include "gtest/gtest.h"
+#include "gpu_jobs_testing.h"
 #include "jpeg_variants.h"
 #include "util/test_util.h"
 #include "wds/gpu/gpu_decode.h"
@@ -25,18 +24,8 @@
 namespace wds::gpu {
 namespace {
 
-using gpu_testing::EncodeJpeg;
-using gpu_testing::JpegRecipe;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
-using wds::testing::MakeTar;
-using wds::testing::TarEntry;
-using wds::testing::TempDir;
-
-bool HaveDevice() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
 
 // ----------------------------------------------------------------------------
 // The job format
@@ -206,38 +195,6 @@ TEST(GpuJobTest, PixelsOfTheWrongSizeAreRefused) {
 // ----------------------------------------------------------------------------
 // The stage and the loader: the GPU path against the CPU path
 
-// Two shards of JPEGs of several sizes and subsamplings, a progressive one and
-// a CMYK JPEG (decoded in the worker), each with a class; `extra_jpeg`, if
-// given, is sample s15. Returns the shards' brace pattern; s08 and later are
-// in shard-000001.tar.
-std::string TestShard(const TempDir& dir, const std::string& extra_jpeg = "") {
-  std::vector<TarEntry> entries;
-  std::vector<TarEntry> first;
-  for (int i = 0; i < 14; ++i) {
-    if (i == 8) first = std::move(entries), entries.clear();
-    JpegRecipe r;
-    r.width = 64 + 4 * i;
-    r.height = 48 + 2 * (i % 5);
-    r.luma_h = i % 3 == 0 ? 1 : 2;
-    r.luma_v = i % 2 == 0 ? 2 : 1;
-    r.progressive = i == 5;
-    const std::string key = Cat("s", i < 10 ? "0" : "", i);
-    entries.push_back({key + ".jpg", EncodeJpeg(r)});
-    entries.push_back({key + ".cls", std::to_string(i)});
-  }
-  JpegRecipe cmyk;
-  cmyk.components = 4;
-  entries.push_back({"s14.jpg", EncodeJpeg(cmyk)});
-  entries.push_back({"s14.cls", "14"});
-  if (!extra_jpeg.empty()) {
-    entries.push_back({"s15.jpg", extra_jpeg});
-    entries.push_back({"s15.cls", "15"});
-  }
-  dir.Write("shard-000000.tar", MakeTar(first));
-  dir.Write("shard-000001.tar", MakeTar(entries));
-  return dir.path() + "/shard-{000000..000001}.tar";
-}
-
 struct Drawn {
   std::vector<std::string> keys;
   std::vector<int64_t> classes;
@@ -266,12 +223,6 @@ Drawn Draw(const Pipeline& pipeline, int workers) {
     run.images.push_back(*b.GetArray("jpg"));
   }
   return run;
-}
-
-Pipeline Source(const std::string& shard) {
-  absl::StatusOr<Pipeline> p = WebDataset(shard, {.seed = 7});
-  EXPECT_TRUE(p.ok()) << p.status();
-  return p->Shuffle(6);
 }
 
 int LargestDifference(const Array& a, const Array& b) {
@@ -380,24 +331,6 @@ TEST(GpuDecodeStageTest, CorruptPngFailsInTheWorkerThroughTheHandler) {
   }
 }
 
-// CorruptScan keeps the header and the end-of-image marker and puts a marker
-// libjpeg does not know in the scan: the worker sends it to nvJPEG, and the
-// CPU decoder fails on it.
-std::string CorruptScan() {
-  std::string jpeg = EncodeJpeg(JpegRecipe{});
-  jpeg.insert(jpeg.find("\xff\xda") + 30, "\xff\x06");
-  return jpeg;
-}
-
-// FirstBatch is the first batch of 16 (every sample) of TestShard(dir, extra).
-absl::StatusOr<std::optional<Sample>> FirstBatch(const TempDir& dir, const std::string& extra) {
-  Loader loader(Source(TestShard(dir, extra))
-                    .DecodeOnGpu("rgb8", {.resize = {ResizeMode::kStretch, 16, 16}})
-                    .Batched(16),
-                {.workers = 1});
-  return loader.Next();
-}
-
 TEST(GpuDecodeStageTest, TruncatedJpegFailsInTheWorkerAsOnTheCpuPath) {
   TempDir dir;
   const std::string jpeg = EncodeJpeg(JpegRecipe{});
@@ -448,110 +381,10 @@ TEST(GpuBatchDecoderTest, NegativeDeviceOtherThanHostIsRefused) {
 }
 
 TEST(GpuBatchDecoderTest, DeviceDecoderWithoutADeviceIsUnavailableNamingWhy) {
-  if (HaveDevice()) GTEST_SKIP() << "a CUDA device is present: the device cases run instead";
   absl::StatusOr<std::unique_ptr<GpuBatchDecoder>> decoder = GpuBatchDecoder::Create(0);
-  ASSERT_FALSE(decoder.ok());
+  if (decoder.ok()) GTEST_SKIP() << "a CUDA device is present: gpu_jobs_device_test runs";
   EXPECT_EQ(decoder.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(ToStd(decoder.status().message()), StartsWith("decode on cuda:0: "));
-}
-
-// The device cases: the device decoder against the host decoder on the same
-// jobs (nvJPEG's IDCT differs from libjpeg-turbo's by up to 2 per channel).
-BytesList DeviceTestJobs(const ImageDecodeOptions& image, const std::string& spec,
-                         const GpuDecodeOptions& gpu = {}) {
-  TempDir dir;
-  Loader loader(Source(TestShard(dir)).DecodeOnGpu(spec, image, gpu).Batched(15), {.workers = 1});
-  absl::StatusOr<std::optional<Sample>> batch = loader.Next();
-  EXPECT_TRUE(batch.ok()) << batch.status();
-  return std::get<BytesList>(*(*batch)->Find("jpg"));
-}
-
-std::vector<uint8_t> OnDevice(GpuBatchDecoder& decoder, const BytesList& jobs) {
-  absl::StatusOr<GpuBatchLayout> layout = GpuJobLayout(jobs);
-  EXPECT_TRUE(layout.ok());
-  void* out = nullptr;
-  EXPECT_EQ(cudaMalloc(&out, layout->nbytes()), cudaSuccess);
-  absl::Status s = decoder.Decode(jobs, nullptr, nullptr, out, nullptr);
-  EXPECT_TRUE(s.ok()) << s;
-  std::vector<uint8_t> host(layout->nbytes());
-  EXPECT_EQ(cudaMemcpy(host.data(), out, host.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-  cudaFree(out);
-  return host;
-}
-
-TEST(GpuBatchDecoderDeviceTest, DeviceOutputIsTheHostDecodersWithinTwo) {
-  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
-  auto device = GpuBatchDecoder::Create(0);
-  ASSERT_TRUE(device.ok()) << device.status();
-  auto host = GpuBatchDecoder::Create(GpuBatchDecoder::kHost);
-  std::cout << "device decoder: " << (*device)->decoder() << "\n";
-  const BytesList jobs = DeviceTestJobs({.resize = {ResizeMode::kStretch, 40, 30}}, "rgb8");
-  const std::vector<uint8_t> gpu = OnDevice(**device, jobs);
-  absl::StatusOr<Array> cpu = (*host)->DecodeToArray(jobs, nullptr, nullptr);
-  ASSERT_TRUE(cpu.ok());
-  int worst = 0;
-  for (size_t i = 0; i < gpu.size(); ++i) {
-    worst = std::max(worst, std::abs(int{gpu[i]} - int{cpu->data_as<uint8_t>()[i]}));
-  }
-  EXPECT_LE(worst, 2);
-  EXPECT_EQ((*device)->stats().worker_decoded_images, 1);
-#if WDS_TEST_NVJPEG
-  EXPECT_EQ((*device)->stats().nvjpeg_images, 14);
-  EXPECT_EQ((*device)->stats().cpu_fallback_images, 0);
-#endif
-}
-
-TEST(GpuBatchDecoderDeviceTest, CorruptJpegFailsNamingTheShardAndKey) {
-  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
-  TempDir dir;
-  absl::StatusOr<std::optional<Sample>> batch = FirstBatch(dir, CorruptScan());
-  ASSERT_TRUE(batch.ok()) << batch.status();
-  const auto& jobs = std::get<BytesList>(*(*batch)->Find("jpg"));
-  const auto& keys = std::get<TextList>(*(*batch)->Find(kKeyField));
-  const auto& urls = std::get<TextList>(*(*batch)->Find(kUrlField));
-  auto device = GpuBatchDecoder::Create(0);
-  ASSERT_TRUE(device.ok()) << device.status();
-  void* out = nullptr;
-  ASSERT_EQ(cudaMalloc(&out, GpuJobLayout(jobs)->nbytes()), cudaSuccess);
-  absl::Status s = (*device)->Decode(jobs, &keys, &urls, out, nullptr);
-  cudaFree(out);
-  ASSERT_FALSE(s.ok());
-  EXPECT_THAT(ToStd(s.message()),
-              StartsWith(Cat("decode on cuda: ", dir.path(), "/shard-000001.tar: key s15: ")));
-}
-
-// 200 loader restarts feeding one decoder (a consumer's decoder outlives its
-// loaders), then decoders made and dropped: device memory stays flat.
-TEST(GpuBatchDecoderDeviceTest, DeviceMemoryIsFlatOver200LoaderRestarts) {
-  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
-  TempDir dir;
-  const Pipeline recipe =
-      Source(TestShard(dir))
-          .DecodeOnGpu("torchrgb", {.resize = {ResizeMode::kCenterCrop, 32, 32}},
-                       {.normalize = kImageNetNormalize})
-          .Batched(15);
-  auto decoder = GpuBatchDecoder::Create(0);
-  ASSERT_TRUE(decoder.ok()) << decoder.status();
-  auto restart = [&] {
-    Loader loader(recipe, {.workers = 1});
-    absl::StatusOr<std::optional<Sample>> batch = loader.Next();
-    ASSERT_TRUE(batch.ok() && batch->has_value()) << batch.status();
-    (void)OnDevice(**decoder, std::get<BytesList>(*(*batch)->Find("jpg")));
-  };
-  restart();  // the context's and nvJPEG's first allocations
-  size_t free_before = 0, total = 0, free_after = 0;
-  ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
-  for (int i = 0; i < 200; ++i) restart();
-  for (int i = 0; i < 5; ++i) {
-    decoder->reset();
-    decoder = GpuBatchDecoder::Create(0);
-    ASSERT_TRUE(decoder.ok()) << decoder.status();
-    restart();
-  }
-  ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
-  const double lost_mb = (static_cast<double>(free_before) - static_cast<double>(free_after)) / 1e6;
-  std::cout << "device memory lost over 200 loader restarts and 5 decoders: " << lost_mb << " MB\n";
-  EXPECT_LT(lost_mb, 4.0);
 }
 
 }  // namespace

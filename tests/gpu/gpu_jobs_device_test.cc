@@ -1,0 +1,127 @@
+// The device cases of GPU decode (wds/gpu/gpu_decode.h): the device decoder
+// against the host decoder on the same jobs (nvJPEG's IDCT differs from
+// libjpeg-turbo's by up to 2 per channel), errors, and device memory over
+// restarts. They run where a GPU is (scripts/gpu_check.sh) and skip elsewhere.
+#include <cuda_runtime_api.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gpu_jobs_testing.h"
+#include "gtest/gtest.h"
+#include "wds/gpu/gpu_decode.h"
+#include "wds/internal/base/strings.h"
+
+namespace wds::gpu {
+namespace {
+
+using ::testing::StartsWith;
+
+bool HaveDevice() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+BytesList DeviceTestJobs(const ImageDecodeOptions& image, const std::string& spec,
+                         const GpuDecodeOptions& gpu = {}) {
+  TempDir dir;
+  Loader loader(Source(TestShard(dir)).DecodeOnGpu(spec, image, gpu).Batched(15), {.workers = 1});
+  absl::StatusOr<std::optional<Sample>> batch = loader.Next();
+  EXPECT_TRUE(batch.ok()) << batch.status();
+  return std::get<BytesList>(*(*batch)->Find("jpg"));
+}
+
+std::vector<uint8_t> OnDevice(GpuBatchDecoder& decoder, const BytesList& jobs) {
+  absl::StatusOr<GpuBatchLayout> layout = GpuJobLayout(jobs);
+  EXPECT_TRUE(layout.ok());
+  void* out = nullptr;
+  EXPECT_EQ(cudaMalloc(&out, layout->nbytes()), cudaSuccess);
+  absl::Status s = decoder.Decode(jobs, nullptr, nullptr, out, nullptr);
+  EXPECT_TRUE(s.ok()) << s;
+  std::vector<uint8_t> host(layout->nbytes());
+  EXPECT_EQ(cudaMemcpy(host.data(), out, host.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  cudaFree(out);
+  return host;
+}
+
+TEST(GpuBatchDecoderDeviceTest, DeviceOutputIsTheHostDecodersWithinTwo) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  auto device = GpuBatchDecoder::Create(0);
+  ASSERT_TRUE(device.ok()) << device.status();
+  auto host = GpuBatchDecoder::Create(GpuBatchDecoder::kHost);
+  std::cout << "device decoder: " << (*device)->decoder() << "\n";
+  const BytesList jobs = DeviceTestJobs({.resize = {ResizeMode::kStretch, 40, 30}}, "rgb8");
+  const std::vector<uint8_t> gpu = OnDevice(**device, jobs);
+  absl::StatusOr<Array> cpu = (*host)->DecodeToArray(jobs, nullptr, nullptr);
+  ASSERT_TRUE(cpu.ok());
+  int worst = 0;
+  for (size_t i = 0; i < gpu.size(); ++i) {
+    worst = std::max(worst, std::abs(int{gpu[i]} - int{cpu->data_as<uint8_t>()[i]}));
+  }
+  EXPECT_LE(worst, 2);
+  EXPECT_EQ((*device)->stats().worker_decoded_images, 1);
+#if WDS_TEST_NVJPEG
+  EXPECT_EQ((*device)->stats().nvjpeg_images, 14);
+  EXPECT_EQ((*device)->stats().cpu_fallback_images, 0);
+#endif
+}
+
+TEST(GpuBatchDecoderDeviceTest, CorruptJpegFailsNamingTheShardAndKey) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  TempDir dir;
+  absl::StatusOr<std::optional<Sample>> batch = FirstBatch(dir, CorruptScan());
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  const auto& jobs = std::get<BytesList>(*(*batch)->Find("jpg"));
+  const auto& keys = std::get<TextList>(*(*batch)->Find(kKeyField));
+  const auto& urls = std::get<TextList>(*(*batch)->Find(kUrlField));
+  auto device = GpuBatchDecoder::Create(0);
+  ASSERT_TRUE(device.ok()) << device.status();
+  void* out = nullptr;
+  ASSERT_EQ(cudaMalloc(&out, GpuJobLayout(jobs)->nbytes()), cudaSuccess);
+  absl::Status s = (*device)->Decode(jobs, &keys, &urls, out, nullptr);
+  cudaFree(out);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(ToStd(s.message()),
+              StartsWith(Cat("decode on cuda: ", dir.path(), "/shard-000001.tar: key s15: ")));
+}
+
+// 200 loader restarts feeding one decoder (a consumer's decoder outlives its
+// loaders), then decoders made and dropped: device memory stays flat.
+TEST(GpuBatchDecoderDeviceTest, DeviceMemoryIsFlatOver200LoaderRestarts) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  TempDir dir;
+  const Pipeline recipe =
+      Source(TestShard(dir))
+          .DecodeOnGpu("torchrgb", {.resize = {ResizeMode::kCenterCrop, 32, 32}},
+                       {.normalize = kImageNetNormalize})
+          .Batched(15);
+  auto decoder = GpuBatchDecoder::Create(0);
+  ASSERT_TRUE(decoder.ok()) << decoder.status();
+  auto restart = [&] {
+    Loader loader(recipe, {.workers = 1});
+    absl::StatusOr<std::optional<Sample>> batch = loader.Next();
+    ASSERT_TRUE(batch.ok() && batch->has_value()) << batch.status();
+    (void)OnDevice(**decoder, std::get<BytesList>(*(*batch)->Find("jpg")));
+  };
+  restart();  // the context's and nvJPEG's first allocations
+  size_t free_before = 0, total = 0, free_after = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
+  for (int i = 0; i < 200; ++i) restart();
+  for (int i = 0; i < 5; ++i) {
+    decoder->reset();
+    decoder = GpuBatchDecoder::Create(0);
+    ASSERT_TRUE(decoder.ok()) << decoder.status();
+    restart();
+  }
+  ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
+  const double lost_mb = (static_cast<double>(free_before) - static_cast<double>(free_after)) / 1e6;
+  std::cout << "device memory lost over 200 loader restarts and 5 decoders: " << lost_mb << " MB\n";
+  EXPECT_LT(lost_mb, 4.0);
+}
+
+}  // namespace
+}  // namespace wds::gpu
