@@ -359,9 +359,12 @@ class GpuConsumer {
     result.gpu_decoder = std::string(decoder_->decoder());
     return absl::OkStatus();
 #else
-    (void)device;
     (void)result;
-    return absl::UnavailableError("wds-bench was built without CUDA: --device cuda is unavailable");
+    // The library says why it cannot decode there (no device, no kernels).
+    auto made = wds::GpuBatchDecoder::Create(device);
+    if (!made.ok()) return made.status();
+    return absl::UnavailableError(
+        wds::Cat("decode on cuda:", device, ": wds-bench was built without the CUDA runtime"));
 #endif
   }
 
