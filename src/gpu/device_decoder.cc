@@ -8,8 +8,9 @@
 //   3. a JPEG nvJPEG refuses is decoded here by the CPU decoder and copied;
 //   4. one kernel launch resizes, crops, flips, converts and normalizes every
 //      image into `out`.
-// Everything runs on the caller's stream. Staging is held until the event
-// recorded after the kernel completes; scratch is reused in stream order.
+// Everything runs on the caller's stream (a batch on another stream than the
+// last first waits for the last). Staging is held until the event recorded
+// after the kernel completes; scratch is reused in stream order.
 // Device memory: scratch grows to the largest batch and is kept; nothing is
 // allocated per batch once batches repeat their shape.
 //
@@ -106,6 +107,13 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
     WDS_ASSIGN_OR_RETURN(JobColumn column, ParseJobColumn(jobs, keys, urls));
     WDS_RETURN_IF_ERROR(Cuda(cudaSetDevice(device_), "cudaSetDevice"));
     auto stream = static_cast<cudaStream_t>(stream_ptr);
+    // Scratch and the source table are reused in stream order: a batch on
+    // another stream than the last first waits for the last one.
+    if (!in_use_.empty() && stream != last_stream_) {
+      WDS_RETURN_IF_ERROR(
+          Cuda(cudaStreamWaitEvent(stream, in_use_.back().done, 0), "cudaStreamWaitEvent"));
+    }
+    last_stream_ = stream;
     const size_t n = jobs.size();
 
     // Where each full-size image goes in scratch, and the staging layout.
@@ -274,6 +282,7 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
   }
 
   int device_;
+  cudaStream_t last_stream_ = nullptr;
   StagingPool staging_;
   std::deque<InUse> in_use_;
   uint8_t* scratch_ = nullptr;

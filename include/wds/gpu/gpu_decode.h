@@ -131,7 +131,8 @@ class GpuBatchDecoder {
   // Decode writes the column `jobs` into `out`: layout.nbytes() bytes of
   // device memory of this decoder's device (or host memory for kHost), where
   // layout is GpuJobLayout(jobs). On a device, the work is enqueued on
-  // `stream` (a cudaStream_t; null is the legacy default stream) and `out` is
+  // `stream` (a cudaStream_t; null is the legacy default stream; a batch on
+  // another stream than the last first waits for the last) and `out` is
   // ready once the stream reaches this point; `jobs` may be released when
   // Decode returns. Errors: GpuJobLayout's; for a JPEG neither nvJPEG nor the
   // CPU decoder can decode, the CPU decoder's error naming the URL and key;
