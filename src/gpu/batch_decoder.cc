@@ -112,9 +112,8 @@ ResizeSource SourceOf(const JobHeader& h, const uint8_t* pixels) {
 }
 
 absl::StatusOr<Array> DecodeJpegOnCpu(std::string_view jpeg) {
-  static const ImageSpec kRgb8{3, DType::kUInt8, false};
   Rng unused(0);  // full size, no flip: nothing is drawn
-  return DecodeImage(jpeg, kRgb8, ImageDecodeOptions{}, unused);
+  return DecodeImage(jpeg, kJobPixelSpec, ImageDecodeOptions{}, unused);
 }
 
 namespace {

@@ -51,8 +51,7 @@ absl::StatusOr<Buffer> MakeImageJob(std::string_view data, const ImageSpec& spec
   }
   // What nvJPEG does not take is decoded here, by the CPU decoder, at the
   // output size: the draws are DecodeImage's own, as on the CPU path.
-  static const ImageSpec kRgb8{3, DType::kUInt8, false};
-  WDS_ASSIGN_OR_RETURN(Array pixels, DecodeImage(data, kRgb8, options, rng));
+  WDS_ASSIGN_OR_RETURN(Array pixels, DecodeImage(data, gpu::kJobPixelSpec, options, rng));
   h.kind = JobKind::kPixels;
   h.width = static_cast<int32_t>(pixels.shape[1]);
   h.height = static_cast<int32_t>(pixels.shape[0]);

@@ -46,6 +46,10 @@ Buffer MakeJob(const JobHeader& header, std::string_view payload, BufferPool* po
 
 std::optional<JobHeader> ReadJob(const Buffer& job, std::string_view* payload = nullptr);
 
+// kJobPixelSpec is what the CPU decoder makes for a job: interleaved RGB
+// (the pixels of a kPixels job, the CPU fallback of a kJpeg job).
+inline const ImageSpec kJobPixelSpec{3, DType::kUInt8, false};
+
 // kMaxJobSide bounds every width and height of a job.
 inline constexpr int32_t kMaxJobSide = 1 << 15;
 

@@ -69,18 +69,25 @@ Pipeline Pipeline::Decode(std::vector<FieldDecoder> decoders, DecodeOptions opti
   return Then(DecodeStage(std::move(decoders), std::move(options)), "decode");
 }
 
+namespace {
+
+// ImageDecodeRecipe is the recipe text of Decode(image_spec, ...) and of
+// DecodeOnGpu: the device changes no position, draw or key.
+std::string ImageDecodeRecipe(std::string_view image_spec, const ImageDecodeOptions& image) {
+  return Cat("decode(", image_spec, ",", image.resize.width, "x", image.resize.height, ")");
+}
+
+}  // namespace
+
 Pipeline Pipeline::Decode(std::string_view image_spec, ImageDecodeOptions image,
                           DecodeOptions options) const {
-  const std::string what =
-      Cat("decode(", image_spec, ",", image.resize.width, "x", image.resize.height, ")");
+  const std::string what = ImageDecodeRecipe(image_spec, image);
   return Then(DecodeStage(image_spec, std::move(image), std::move(options)), what);
 }
 
 Pipeline Pipeline::DecodeOnGpu(std::string_view image_spec, ImageDecodeOptions image,
                                GpuDecodeOptions gpu, DecodeOptions options) const {
-  // Decode's recipe text: the device changes no position, draw or key.
-  const std::string what =
-      Cat("decode(", image_spec, ",", image.resize.width, "x", image.resize.height, ")");
+  const std::string what = ImageDecodeRecipe(image_spec, image);
   return Then(GpuDecodeStage(image_spec, std::move(image), gpu, std::move(options)), what);
 }
 
