@@ -320,8 +320,14 @@ struct Result {
   int64_t samples = 0;
   int64_t batches = 0;
   int64_t bytes = 0;
+  // From the loader's start (after the GPU decoder's set-up) until the last
+  // batch is consumed (on the device: decoded); teardown is not timed.
   double seconds = 0;
   double first_batch_s = 0;
+  // After the first batch: its samples, and the time from its arrival to the
+  // end (the rate once the pipeline is full).
+  int64_t steady_samples = 0;
+  double steady_seconds = 0;
   double peak_rss_mb = 0;
   double read_share = 0;
   double decode_share = 0;
@@ -399,17 +405,24 @@ class GpuConsumer {
     return absl::OkStatus();
   }
 
-  void Finish(Result& result) {
+  // Drain waits for the last batch's decode and takes the decoder's stats.
+  void Drain(Result& result) {
 #if WDS_BENCH_CUDA
     if (decoder_ == nullptr) return;
     cudaStreamSynchronize(stream_);
     result.gpu = decoder_->stats();
+#else
+    (void)result;
+#endif
+  }
+
+  void Release() {
+#if WDS_BENCH_CUDA
+    if (decoder_ == nullptr) return;
     for (auto& [out, bytes] : outputs_) cudaFree(out);
     outputs_.clear();
     decoder_.reset();
     cudaStreamDestroy(stream_);
-#else
-    (void)result;
 #endif
   }
 
@@ -431,37 +444,52 @@ absl::StatusOr<Result> RunOnce(const Config& config, int workers) {
   if (!pipeline.ok()) return pipeline.status();
   Result result;
   result.workers = workers;
-  rusage before{};
-  getrusage(RUSAGE_SELF, &before);
-  Clock::duration waiting{};
-  Clock::time_point start = Clock::now();
+  // The GPU decoder's set-up (the CUDA context, nvJPEG's handles) happens
+  // once per process, before training: it is timed apart (gpu_init_s), and
+  // the run's clock, page faults and CPU time start after it.
   GpuConsumer gpu;
   if (config.device >= 0) {
     if (absl::Status s = gpu.Init(config.device, result); !s.ok()) return s;
   }
+  rusage before{};
+  getrusage(RUSAGE_SELF, &before);
+  rusage after{};
+  Clock::duration waiting{};
+  const Clock::time_point start = Clock::now();
+  Clock::time_point first_batch;
+  Clock::time_point end;
   {
     wds::Loader loader(*pipeline, {.workers = workers, .prefetch = config.prefetch});
     for (int epoch = 0; epoch < config.epochs; ++epoch) {
       while (true) {
-        Clock::time_point before = Clock::now();
+        Clock::time_point asked = Clock::now();
         absl::StatusOr<std::optional<wds::Sample>> batch = loader.Next();
-        Clock::time_point after = Clock::now();
-        waiting += after - before;
+        waiting += Clock::now() - asked;
         if (!batch.ok()) return batch.status();
         if (!batch->has_value()) break;
         if (config.device >= 0) {
           if (absl::Status s = gpu.Consume(**batch); !s.ok()) return s;
         }
-        if (result.batches == 0) result.first_batch_s = Seconds(Clock::now() - start);
+        const int64_t size = BatchSize(**batch);
+        if (result.batches == 0) {
+          first_batch = Clock::now();
+          result.first_batch_s = Seconds(first_batch - start);
+        } else {
+          result.steady_samples += size;
+        }
         ++result.batches;
-        result.samples += BatchSize(**batch);
+        result.samples += size;
       }
     }
-    gpu.Finish(result);
+    gpu.Drain(result);
+    end = Clock::now();
+    getrusage(RUSAGE_SELF, &after);
     result.pool = loader.pool()->stats();
     result.read_pool = loader.read_pool()->stats();
   }
-  result.seconds = Seconds(Clock::now() - start);
+  gpu.Release();
+  result.seconds = Seconds(end - start);
+  if (result.batches > 1) result.steady_seconds = Seconds(end - first_batch);
   result.bytes = probes.read->bytes.load();
   const double read = probes.read->nanos.load();
   const double decoded = probes.decode->nanos.load();
@@ -473,12 +501,10 @@ absl::StatusOr<Result> RunOnce(const Config& config, int workers) {
     result.collate_share = (total - decoded) / total;
   }
   if (result.seconds > 0) result.waiting_share = Seconds(waiting) / result.seconds;
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  result.peak_rss_mb = static_cast<double>(usage.ru_maxrss) / 1024.0;
-  result.minor_faults = usage.ru_minflt - before.ru_minflt;
-  result.user_s = TimevalSeconds(usage.ru_utime) - TimevalSeconds(before.ru_utime);
-  result.sys_s = TimevalSeconds(usage.ru_stime) - TimevalSeconds(before.ru_stime);
+  result.peak_rss_mb = static_cast<double>(after.ru_maxrss) / 1024.0;
+  result.minor_faults = after.ru_minflt - before.ru_minflt;
+  result.user_s = TimevalSeconds(after.ru_utime) - TimevalSeconds(before.ru_utime);
+  result.sys_s = TimevalSeconds(after.ru_stime) - TimevalSeconds(before.ru_stime);
   return result;
 }
 
@@ -495,10 +521,15 @@ std::string GpuJson(const Config& config, const Result& r) {
   if (config.device < 0) return ", \"device\": \"cpu\"";
   return wds::Cat(", \"device\": \"cuda:", config.device, "\", \"gpu_decoder\": \"", r.gpu_decoder,
                   "\", \"gpu_init_s\": ", Fixed(r.gpu_init_s, 6),
-                  ", \"first_batch_after_gpu_init_s\": ", Fixed(r.first_batch_s - r.gpu_init_s, 6),
                   ", \"gpu_images\": {\"nvjpeg\": ", r.gpu.nvjpeg_images,
                   ", \"cpu_fallback\": ", r.gpu.cpu_fallback_images,
-                  ", \"decoded_in_workers\": ", r.gpu.worker_decoded_images, "}");
+                  ", \"decoded_in_workers\": ", r.gpu.worker_decoded_images, "}",
+                  ", \"gpu_seconds\": {\"parse\": ", Fixed(r.gpu.seconds.parse, 6),
+                  ", \"wait\": ", Fixed(r.gpu.seconds.wait, 6),
+                  ", \"gather\": ", Fixed(r.gpu.seconds.gather, 6),
+                  ", \"nvjpeg\": ", Fixed(r.gpu.seconds.nvjpeg, 6),
+                  ", \"cpu_decode\": ", Fixed(r.gpu.seconds.cpu_decode, 6),
+                  ", \"kernel\": ", Fixed(r.gpu.seconds.kernel, 6), "}");
 }
 
 std::string ToJson(const Config& config, const Result& r) {
@@ -512,6 +543,7 @@ std::string ToJson(const Config& config, const Result& r) {
       ", \"samples\": ", r.samples, ", \"batches\": ", r.batches, ", \"bytes\": ", r.bytes,
       ", \"bytes_source\": \"undecoded bytes fields\", \"seconds\": ", Fixed(r.seconds, 6),
       ", \"samples_per_s\": ", Fixed(PerSecond(r.samples, r.seconds), 2),
+      ", \"steady_samples_per_s\": ", Fixed(PerSecond(r.steady_samples, r.steady_seconds), 2),
       ", \"mb_per_s\": ", Fixed(PerSecond(r.bytes / 1e6, r.seconds), 3),
       ", \"first_batch_s\": ", Fixed(r.first_batch_s, 6),
       ", \"peak_rss_mb\": ", Fixed(r.peak_rss_mb, 1),
@@ -531,8 +563,8 @@ std::string ToText(const Result& r) {
   return wds::Cat("workers ", r.workers, ": ", r.samples, " samples in ", r.batches, " batches, ",
                   Fixed(r.seconds, 3), " s, ", Fixed(PerSecond(r.samples, r.seconds), 1),
                   " samples/s, ", Fixed(PerSecond(r.bytes / 1e6, r.seconds), 1),
-                  " MB/s (undecoded bytes)\n  first batch ", Fixed(r.first_batch_s, 3),
-                  " s, peak RSS ", Fixed(r.peak_rss_mb, 1), " MB\n  worker time: read ",
+                  " MB/s (undecoded bytes)\n  first batch ", Fixed(r.first_batch_s, 3), " s, then ",
+                  Fixed(PerSecond(r.steady_samples, r.steady_seconds), 1), " samples/s; peak RSS ", Fixed(r.peak_rss_mb, 1), " MB\n  worker time: read ",
                   Fixed(100 * r.read_share, 1), "%, decode ", Fixed(100 * r.decode_share, 1),
                   "%, collate ", Fixed(100 * r.collate_share, 1), "%; consumer waiting ",
                   Fixed(100 * r.waiting_share, 1), "% of wall time\n");

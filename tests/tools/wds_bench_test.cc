@@ -89,8 +89,8 @@ TEST_F(WdsBenchTest, JsonHasEveryKey) {
   EXPECT_EQ(Query(run.out, "sorted(d)"),
             "['batch', 'batches', 'bytes', 'bytes_source', 'decode', 'device', 'epochs', "
             "'first_batch_s', 'mb_per_s', 'minor_faults', 'peak_rss_mb', 'pool', 'read_pool', "
-            "'samples', 'samples_per_s', 'seconds', 'shares', 'shuffle', 'sys_s', 'urls', "
-            "'user_s', 'worker_seconds', 'workers']");
+            "'samples', 'samples_per_s', 'seconds', 'shares', 'shuffle', 'steady_samples_per_s', "
+            "'sys_s', 'urls', 'user_s', 'worker_seconds', 'workers']");
   EXPECT_EQ(Query(run.out, "sorted(d['shares'])"), "['collate', 'decode', 'read', 'waiting']");
   EXPECT_EQ(Query(run.out, "sorted(d['pool']) == sorted(d['read_pool'])"), "True");
   EXPECT_EQ(Query(run.out, "sorted(d['pool'])"), "['allocations', 'frees', 'peak_mb', 'reuses']");
@@ -98,14 +98,23 @@ TEST_F(WdsBenchTest, JsonHasEveryKey) {
   // run may fault in no new page, or take less CPU time than the kernel's
   // accounting tick): only types and the bounds that load cannot break.
   EXPECT_EQ(Query(run.out,
-                  "[k for k in ['seconds', 'samples_per_s', 'mb_per_s', 'first_batch_s', "
-                  "'peak_rss_mb', 'worker_seconds', 'user_s', 'sys_s'] "
+                  "[k for k in ['seconds', 'samples_per_s', 'steady_samples_per_s', 'mb_per_s', "
+                  "'first_batch_s', 'peak_rss_mb', 'worker_seconds', 'user_s', 'sys_s'] "
                   "if type(d[k]) is not float or d[k] < 0]"),
             "[]");
   EXPECT_EQ(Query(run.out, "type(d['minor_faults']) is int and d['minor_faults'] >= 0"), "True");
   // A live process has resident pages, and the first batch is part of the run.
   EXPECT_EQ(Query(run.out, "d['peak_rss_mb'] > 0 and 0 < d['first_batch_s'] <= d['seconds']"),
             "True");
+  // Eight batches: a rate after the first one.
+  EXPECT_EQ(Query(run.out, "d['batches'] > 1 and d['steady_samples_per_s'] > 0"), "True");
+}
+
+TEST_F(WdsBenchTest, OneBatchHasNoSteadyRate) {
+  // 30 samples in one batch: nothing comes after the first batch.
+  ToolRun run = Bench("--json --batch 64 " + Shards());
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_EQ(Query(run.out, "d['batches'], d['steady_samples_per_s']"), "(1, 0.0)");
 }
 
 TEST_F(WdsBenchTest, DeviceCpuIsTheDefaultAndSaysSo) {
