@@ -2,10 +2,13 @@
 // JPEGs (a directory of .jpg files, read into memory before any clock starts):
 //   raw      nvJPEG's batched decode alone (nvjpegDecodeBatched, RGBI, one
 //            stream, the hardware backend where the GPU has it, else
-//            GPU-hybrid), from pinned memory, into device buffers;
+//            GPU-hybrid), from pinned memory, into device buffers; and the
+//            same from pageable memory (does staging in pinned memory pay?),
+//            and with chroma interpolated (the flag GpuBatchDecoder sets);
 //   decoder  GpuBatchDecoder on GPU jobs of the same images (gathering into
 //            pinned staging, nvJPEG, the resize kernel), at full size and at a
-//            224x224 centre crop (float32, normalized: the training input).
+//            224x224 centre crop (float32, normalized: the training input),
+//            with its host time per batch by phase.
 // Prints one JSON object. Built only where nvJPEG is (WDS_WITH_NVJPEG).
 //
 //   nvjpeg_bench DIR [--images N] [--batch B]... [--rounds R]
@@ -65,12 +68,16 @@ std::vector<std::string> ReadJpegs(const std::string& dir, size_t limit) {
   return out;
 }
 
-double Raw(const std::vector<std::string>& jpegs, int batch, int rounds, bool* hardware) {
+// Raw times nvJPEG alone; `pinned`: from pinned copies of the bitstreams,
+// else from the strings themselves (pageable memory, as a loader's batch is).
+// `flags`: nvjpegCreateEx's.
+double Raw(const std::vector<std::string>& jpegs, int batch, int rounds, bool pinned_input,
+           unsigned int flags, bool* hardware) {
   nvjpegHandle_t handle = nullptr;
-  *hardware = nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, 0, &handle) ==
+  *hardware = nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, nullptr, nullptr, flags, &handle) ==
               NVJPEG_STATUS_SUCCESS;
   if (!*hardware) {
-    Check(nvjpegCreateEx(NVJPEG_BACKEND_GPU_HYBRID, nullptr, nullptr, 0, &handle), "create");
+    Check(nvjpegCreateEx(NVJPEG_BACKEND_GPU_HYBRID, nullptr, nullptr, flags, &handle), "create");
   }
   nvjpegJpegState_t state = nullptr;
   Check(nvjpegJpegStateCreate(handle, &state), "state");
@@ -79,9 +86,16 @@ double Raw(const std::vector<std::string>& jpegs, int batch, int rounds, bool* h
   Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
   // Pinned copies of the bitstreams, and one device image per batch slot.
   std::vector<unsigned char*> pinned(jpegs.size());
+  std::vector<const unsigned char*> inputs(jpegs.size());
   for (size_t i = 0; i < jpegs.size(); ++i) {
-    Check(cudaMallocHost(reinterpret_cast<void**>(&pinned[i]), jpegs[i].size()), "cudaMallocHost");
-    std::copy(jpegs[i].begin(), jpegs[i].end(), pinned[i]);
+    if (pinned_input) {
+      Check(cudaMallocHost(reinterpret_cast<void**>(&pinned[i]), jpegs[i].size()),
+            "cudaMallocHost");
+      std::copy(jpegs[i].begin(), jpegs[i].end(), pinned[i]);
+      inputs[i] = pinned[i];
+    } else {
+      inputs[i] = reinterpret_cast<const unsigned char*>(jpegs[i].data());
+    }
   }
   // Widths (for pitches) from nvJPEG's own header parse; images up to 2048x2048.
   std::vector<int> widths(jpegs.size());
@@ -89,7 +103,7 @@ double Raw(const std::vector<std::string>& jpegs, int batch, int rounds, bool* h
     int n = 0;
     nvjpegChromaSubsampling_t ss;
     int w[NVJPEG_MAX_COMPONENT], h[NVJPEG_MAX_COMPONENT];
-    Check(nvjpegGetImageInfo(handle, pinned[i], jpegs[i].size(), &n, &ss, w, h), "info");
+    Check(nvjpegGetImageInfo(handle, inputs[i], jpegs[i].size(), &n, &ss, w, h), "info");
     if (w[0] > 2048 || h[0] > 2048) Die("an image is larger than 2048x2048");
     widths[i] = w[0];
   }
@@ -107,7 +121,7 @@ double Raw(const std::vector<std::string>& jpegs, int batch, int rounds, bool* h
     for (int round = 0; round < r; ++round) {
       for (size_t b = 0; b < batches; ++b) {
         for (int k = 0; k < batch; ++k) {
-          data[k] = pinned[b * batch + k];
+          data[k] = inputs[b * batch + k];
           lengths[k] = jpegs[b * batch + k].size();
           images[k].pitch[0] = static_cast<size_t>(widths[b * batch + k]) * 3;
         }
@@ -122,7 +136,9 @@ double Raw(const std::vector<std::string>& jpegs, int batch, int rounds, bool* h
   run(rounds);
   const double s = std::chrono::duration<double>(Clock::now() - start).count();
   for (void* p : device) cudaFree(p);
-  for (unsigned char* p : pinned) cudaFreeHost(p);
+  for (unsigned char* p : pinned) {
+    if (p != nullptr) cudaFreeHost(p);
+  }
   nvjpegJpegStateDestroy(state);
   nvjpegDestroy(handle);
   cudaStreamDestroy(stream);
@@ -157,7 +173,10 @@ std::vector<wds::Buffer> MakeJobs(const std::vector<std::string>& jpegs, int siz
   return jobs;
 }
 
-double Decoder(const std::vector<wds::Buffer>& jobs, int batch, int rounds, std::string* name) {
+// Decoder times GpuBatchDecoder; `phases` gets its host time per batch by
+// phase (GpuBatchDecoder::Stats::seconds), in milliseconds, as JSON.
+double Decoder(const std::vector<wds::Buffer>& jobs, int batch, int rounds, std::string* name,
+               std::string* phases) {
   auto decoder = wds::GpuBatchDecoder::Create(0);
   if (!decoder.ok()) Die(wds::ToStd(decoder.status().message()));
   *name = std::string((*decoder)->decoder());
@@ -185,7 +204,15 @@ double Decoder(const std::vector<wds::Buffer>& jobs, int batch, int rounds, std:
   const Clock::time_point start = Clock::now();
   run(rounds);
   const double s = std::chrono::duration<double>(Clock::now() - start).count();
-  if ((*decoder)->stats().cpu_fallback_images != 0) Die("the decoder fell back to the CPU");
+  const wds::GpuBatchDecoder::Stats& stats = (*decoder)->stats();
+  if (stats.cpu_fallback_images != 0) Die("the decoder fell back to the CPU");
+  const wds::GpuBatchDecoder::Stats::Phases& t = stats.seconds;
+  auto ms = [&](double seconds) {
+    return wds::Cat(static_cast<int64_t>(1e6 * seconds / stats.batches) / 1000.0);
+  };
+  *phases = wds::Cat("{\"parse\": ", ms(t.parse), ", \"wait\": ", ms(t.wait),
+                     ", \"gather\": ", ms(t.gather), ", \"nvjpeg\": ", ms(t.nvjpeg),
+                     ", \"cpu_decode\": ", ms(t.cpu_decode), ", \"kernel\": ", ms(t.kernel), "}");
   cudaFree(out);
   cudaStreamDestroy(stream);
   return static_cast<double>(batches) * batch * rounds / s;
@@ -216,15 +243,27 @@ int main(int argc, char** argv) {
   std::string name;
   for (int b : batches) {
     bool hardware = false;
-    const double raw = Raw(jpegs, b, rounds, &hardware);
-    const double ours = Decoder(full, b, rounds, &name);
-    const double ours_crop = Decoder(cropped, b, rounds, &name);
+    const double raw = Raw(jpegs, b, rounds, /*pinned_input=*/true, 0, &hardware);
+    const double raw_pageable = Raw(jpegs, b, rounds, /*pinned_input=*/false, 0, &hardware);
+#ifdef NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION
+    const double raw_interpolated = Raw(jpegs, b, rounds, /*pinned_input=*/true,
+                                        NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION, &hardware);
+#else
+    const double raw_interpolated = 0;
+#endif
+    std::string phases;
+    std::string crop_phases;
+    const double ours = Decoder(full, b, rounds, &name, &phases);
+    const double ours_crop = Decoder(cropped, b, rounds, &name, &crop_phases);
     json += wds::Cat(", \"batch", b, "\": {\"raw_nvjpeg_", hardware ? "hardware" : "hybrid",
                      "_img_s\": ", static_cast<int64_t>(raw),
+                     ", \"raw_from_pageable_img_s\": ", static_cast<int64_t>(raw_pageable),
+                     ", \"raw_chroma_interpolated_img_s\": ", static_cast<int64_t>(raw_interpolated),
                      ", \"decoder_full_size_img_s\": ", static_cast<int64_t>(ours),
                      ", \"decoder_crop224_float_img_s\": ", static_cast<int64_t>(ours_crop),
                      ", \"decoder_over_raw\": ", static_cast<int64_t>(1000 * ours / raw) / 1000.0,
-                     "}");
+                     ", \"decoder_ms_per_batch\": ", phases,
+                     ", \"decoder_crop224_ms_per_batch\": ", crop_phases, "}");
   }
   json += wds::Cat(", \"decoder\": \"", name, "\"}");
   std::puts(json.c_str());

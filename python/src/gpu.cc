@@ -113,6 +113,14 @@ void RegisterGpu(py::module_& m) {
         out["nvjpeg_images"] = s.nvjpeg_images;
         out["cpu_fallback_images"] = s.cpu_fallback_images;
         out["worker_decoded_images"] = s.worker_decoded_images;
+        py::dict seconds;
+        seconds["parse"] = s.seconds.parse;
+        seconds["wait"] = s.seconds.wait;
+        seconds["gather"] = s.seconds.gather;
+        seconds["nvjpeg"] = s.seconds.nvjpeg;
+        seconds["cpu_decode"] = s.seconds.cpu_decode;
+        seconds["kernel"] = s.seconds.kernel;
+        out["seconds"] = seconds;
         return out;
       });
 }

@@ -90,6 +90,22 @@ def test_batches_iterated_without_a_loader_decode_with_decode_gpu_jobs(pattern):
     assert np.abs(images.astype(int) - cpu_images.astype(int)).max() <= 3
 
 
+def test_decoder_on_the_host_counts_images_and_times_its_phases(pattern):
+    jobs = next(iter(dataset(pattern, device="cuda")))[0]
+    dtype, shape = jobs.layout()
+    out = np.zeros(shape, dtype=dtype)
+    decoder = wds._core.GpuBatchDecoder(-1)  # kHost: the kernel's arithmetic on the CPU
+    decoder.decode(jobs, out.ctypes.data, 0)
+    assert np.array_equal(out, wds.decode_gpu_jobs((jobs,))[0])
+    stats = decoder.stats()
+    assert (stats["batches"], stats["images"], stats["cpu_fallback_images"]) == (1, 5, 5)
+    seconds = stats["seconds"]
+    assert sorted(seconds) == ["cpu_decode", "gather", "kernel", "nvjpeg", "parse", "wait"]
+    # No staging and no nvJPEG on the host; the rest took time.
+    assert seconds["gather"] == seconds["nvjpeg"] == seconds["wait"] == 0
+    assert min(seconds["parse"], seconds["cpu_decode"], seconds["kernel"]) > 0
+
+
 def test_truncated_jpeg_fails_in_the_worker_as_on_the_cpu_path(tmp_path):
     good = encode_image(image_array(1), "JPEG", quality=90)
     # nvJPEG decodes a JPEG cut short without an error: the worker sends one

@@ -7,6 +7,7 @@
 
 #include "gpu/gpu_job.h"
 #include "gpu/job_column.h"
+#include "gpu/phase_clock.h"
 #include "gpu/resize_kernel.h"
 #include "image/codecs.h"
 #include "stages/transform_stream.h"
@@ -122,7 +123,9 @@ class HostBatchDecoder final : public GpuBatchDecoder {
  public:
   absl::Status Decode(const BytesList& jobs, const TextList* keys, const TextList* urls, void* out,
                       void* /*stream*/) override {
+    PhaseClock clock;
     WDS_ASSIGN_OR_RETURN(JobColumn column, ParseJobColumn(jobs, keys, urls));
+    clock.Add(stats_.seconds.parse);
     const ResizeTarget target = MakeResizeTarget(column.output, out);
     const size_t image_bytes = column.layout.nbytes() / jobs.size();
     for (size_t i = 0; i < jobs.size(); ++i) {
@@ -144,11 +147,13 @@ class HostBatchDecoder final : public GpuBatchDecoder {
       } else {
         ++stats_.worker_decoded_images;
       }
+      clock.Add(stats_.seconds.cpu_decode);
       // One image at a time: the target of image i is the batch's slot i.
       ResizeTarget one = target;
       one.data = static_cast<uint8_t*>(out) + i * image_bytes;
       const ResizeSource source = SourceOf(h, pixels);
       ResizeBatchOnHost(&source, 1, one);
+      clock.Add(stats_.seconds.kernel);
     }
     ++stats_.batches;
     stats_.images += static_cast<int64_t>(jobs.size());

@@ -31,6 +31,7 @@
 
 #include "base/host_allocator.h"
 #include "gpu/job_column.h"
+#include "gpu/phase_clock.h"
 #include "gpu/resize_kernel.h"
 #include "gpu/staging.h"
 #include "wds/internal/base/status_macros.h"
@@ -104,7 +105,9 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
 
   absl::Status Decode(const BytesList& jobs, const TextList* keys, const TextList* urls, void* out,
                       void* stream_ptr) override {
+    PhaseClock clock;
     WDS_ASSIGN_OR_RETURN(JobColumn column, ParseJobColumn(jobs, keys, urls));
+    clock.Add(stats_.seconds.parse);
     WDS_RETURN_IF_ERROR(Cuda(cudaSetDevice(device_), "cudaSetDevice"));
     auto stream = static_cast<cudaStream_t>(stream_ptr);
     // Scratch and the source table are reused in stream order: a batch on
@@ -132,6 +135,7 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
     staging_bytes += n * sizeof(ResizeSource);
     WDS_RETURN_IF_ERROR(Reserve(scratch_bytes, n, stream));
     WDS_ASSIGN_OR_RETURN(StagingBuffer staging, Lease(staging_bytes));
+    clock.Add(stats_.seconds.wait);
     // Destroyed before `staging`: an error after this point first waits for
     // whatever was enqueued to stop reading it.
     StreamDrain drain{stream};
@@ -145,7 +149,7 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
       sources[i] = SourceOf(column.headers[i], scratch_ + scratch_at[i]);
     }
 
-    // 2. nvJPEG for the JPEGs; pixels copied.
+    // 2. Pixels copied; nvJPEG for the JPEGs.
     std::vector<size_t> jpegs;
     for (size_t i = 0; i < n; ++i) {
       const JobHeader& h = column.headers[i];
@@ -159,6 +163,7 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
                                "copying pixels to the device"));
       ++stats_.worker_decoded_images;
     }
+    clock.Add(stats_.seconds.gather);
     std::vector<bool> decoded(jpegs.size(), false);
 #if WDS_WITH_NVJPEG
     if (!jpegs.empty()) {
@@ -174,6 +179,7 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
       decoded = nvjpeg_->Decode(inputs, outputs, stream);
     }
 #endif
+    clock.Add(stats_.seconds.nvjpeg);
     // 3. What nvJPEG refused (or every JPEG, without nvJPEG): the CPU decoder.
     std::vector<Array> cpu_decoded;
     for (size_t k = 0; k < jpegs.size(); ++k) {
@@ -196,6 +202,8 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
       ++stats_.cpu_fallback_images;
     }
 
+    clock.Add(stats_.seconds.cpu_decode);
+
     // 4. The kernel.
     WDS_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(sources_, sources, n * sizeof(ResizeSource),
                                              cudaMemcpyHostToDevice, stream),
@@ -214,6 +222,7 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
     if (!cpu_decoded.empty()) {
       WDS_RETURN_IF_ERROR(Cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize"));
     }
+    clock.Add(stats_.seconds.kernel);
     ++stats_.batches;
     stats_.images += static_cast<int64_t>(n);
     return absl::OkStatus();
@@ -229,7 +238,11 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
   }
   std::string_view decoder() const override {
 #if WDS_WITH_NVJPEG
-    return nvjpeg_->hardware() ? "nvjpeg hardware+hybrid" : "nvjpeg hybrid";
+    if (nvjpeg_->chroma_interpolated()) {
+      return nvjpeg_->hardware() ? "nvjpeg hardware+hybrid" : "nvjpeg hybrid";
+    }
+    return nvjpeg_->hardware() ? "nvjpeg hardware+hybrid, chroma replicated"
+                               : "nvjpeg hybrid, chroma replicated";
 #else
     return "cpu";
 #endif

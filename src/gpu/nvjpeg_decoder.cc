@@ -11,15 +11,39 @@ namespace {
 nvjpegHandle_t Handle(void* p) { return static_cast<nvjpegHandle_t>(p); }
 nvjpegJpegState_t State(void* p) { return static_cast<nvjpegJpegState_t>(p); }
 
+// ChromaInterpolationFlag is the handle flag that upsamples subsampled chroma
+// by interpolation, as libjpeg-turbo's default ("fancy") upsampling does,
+// where this nvJPEG has it (12.1 on); without it, nvJPEG replicates chroma
+// samples and differs from the CPU decoder by tens of levels at colour edges.
+unsigned int ChromaInterpolationFlag() {
+#ifdef NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION
+  int major = 0;
+  int minor = 0;
+  if (nvjpegGetProperty(MAJOR_VERSION, &major) != NVJPEG_STATUS_SUCCESS ||
+      nvjpegGetProperty(MINOR_VERSION, &minor) != NVJPEG_STATUS_SUCCESS) {
+    return 0;
+  }
+  if (major * 1000 + minor >= 12001) return NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION;
+#endif
+  return 0;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<NvjpegBatchDecoder>> NvjpegBatchDecoder::Create(
     int max_cpu_threads) {
   std::unique_ptr<NvjpegBatchDecoder> d(new NvjpegBatchDecoder);
   d->max_cpu_threads_ = max_cpu_threads < 1 ? 1 : max_cpu_threads;
-  auto make = [](nvjpegBackend_t backend, Backend& out) -> nvjpegStatus_t {
+  const unsigned int interpolate = ChromaInterpolationFlag();
+  auto make = [&](nvjpegBackend_t backend, Backend& out) -> nvjpegStatus_t {
     nvjpegHandle_t handle = nullptr;
-    nvjpegStatus_t s = nvjpegCreateEx(backend, nullptr, nullptr, 0, &handle);
+    // A backend that refuses the flag gets a handle without it (and the
+    // decoder says so: chroma_interpolated()).
+    nvjpegStatus_t s = nvjpegCreateEx(backend, nullptr, nullptr, interpolate, &handle);
+    out.interpolated = interpolate != 0 && s == NVJPEG_STATUS_SUCCESS;
+    if (s != NVJPEG_STATUS_SUCCESS && interpolate != 0) {
+      s = nvjpegCreateEx(backend, nullptr, nullptr, 0, &handle);
+    }
     if (s != NVJPEG_STATUS_SUCCESS) return s;
     nvjpegJpegState_t state = nullptr;
     s = nvjpegJpegStateCreate(handle, &state);

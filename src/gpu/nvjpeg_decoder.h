@@ -49,6 +49,11 @@ class NvjpegBatchDecoder {
   NvjpegBatchDecoder& operator=(const NvjpegBatchDecoder&) = delete;
 
   bool hardware() const { return hardware_.handle != nullptr; }
+  // chroma_interpolated is true when every backend in use upsamples chroma by
+  // interpolation, as the CPU decoder does (nvJPEG 12.1 on).
+  bool chroma_interpolated() const {
+    return hybrid_.interpolated && (!hardware() || hardware_.interpolated);
+  }
 
   // Decode enqueues the decode of `inputs` into `outputs` on `stream` (a
   // cudaStream_t). Returns, per image, true when nvJPEG decoded it and false
@@ -63,6 +68,7 @@ class NvjpegBatchDecoder {
     void* handle = nullptr;  // nvjpegHandle_t
     void* state = nullptr;   // nvjpegJpegState_t
     int batch_size = 0;      // of the last nvjpegDecodeBatchedInitialize
+    bool interpolated = false;  // made with NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION
   };
   NvjpegBatchDecoder() = default;
   bool DecodeWith(Backend& backend, const std::vector<size_t>& which,

@@ -3,6 +3,7 @@
 // decoder stands in for the device: same jobs, same draws, same arithmetic.
 // No CUDA here (this binary runs under the sanitizers too); the device cases
 // are gpu_jobs_device_test's.
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -364,14 +365,27 @@ TEST(GpuBatchDecoderTest, HostDecoderCountsWhatItDecoded) {
       GpuBatchDecoder::Create(GpuBatchDecoder::kHost);
   ASSERT_TRUE(decoder.ok());
   const auto& jobs = std::get<BytesList>(*(*batch)->Find("jpg"));
+  const auto before = std::chrono::steady_clock::now();
   absl::StatusOr<Array> out = (*decoder)->DecodeToArray(jobs, nullptr, nullptr);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - before).count();
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(out->shape, (std::vector<int64_t>{15, 8, 8, 3}));
-  EXPECT_EQ((*decoder)->stats().batches, 1);
-  EXPECT_EQ((*decoder)->stats().images, 15);
-  EXPECT_EQ((*decoder)->stats().worker_decoded_images, 1);  // the CMYK JPEG
-  EXPECT_EQ((*decoder)->stats().cpu_fallback_images, 14);
+  const GpuBatchDecoder::Stats& stats = (*decoder)->stats();
+  EXPECT_EQ(stats.batches, 1);
+  EXPECT_EQ(stats.images, 15);
+  EXPECT_EQ(stats.worker_decoded_images, 1);  // the CMYK JPEG
+  EXPECT_EQ(stats.cpu_fallback_images, 14);
   EXPECT_EQ((*decoder)->decoder(), "cpu");
+  // The host decoder's time: parsing, the CPU decoder and the resize; it has
+  // no staging, no nvJPEG. The phases are parts of the call's wall time.
+  const GpuBatchDecoder::Stats::Phases& t = stats.seconds;
+  EXPECT_GT(t.parse, 0);
+  EXPECT_GT(t.cpu_decode, 0);
+  EXPECT_GT(t.kernel, 0);
+  EXPECT_EQ(t.wait, 0);
+  EXPECT_EQ(t.gather, 0);
+  EXPECT_EQ(t.nvjpeg, 0);
+  EXPECT_LE(t.parse + t.cpu_decode + t.kernel, wall);
 }
 
 TEST(GpuBatchDecoderTest, NegativeDeviceOtherThanHostIsRefused) {

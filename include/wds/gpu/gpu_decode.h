@@ -116,6 +116,16 @@ class GpuBatchDecoder {
     int64_t nvjpeg_images = 0;       // decoded by nvJPEG
     int64_t cpu_fallback_images = 0;  // JPEGs nvJPEG refused, decoded here by the CPU decoder
     int64_t worker_decoded_images = 0;  // jobs that came as pixels (decoded in the worker)
+    // Where Decode spent the calling thread's time, in seconds, by phase:
+    // what a consumer that cannot keep up profiles first.
+    struct Phases {
+      double parse = 0;       // reading and checking the jobs
+      double wait = 0;        // waiting for a staging buffer: the GPU is behind
+      double gather = 0;      // copying the payloads into pinned staging
+      double nvjpeg = 0;      // in nvJPEG's batched decode (its host work and waits)
+      double cpu_decode = 0;  // the CPU decoder (every JPEG on kHost)
+      double kernel = 0;      // the source table and the kernel's launch (on kHost: the resize)
+    } seconds;
   };
 
   // Create makes a decoder for CUDA device `device`, or kHost. Errors:
@@ -149,7 +159,10 @@ class GpuBatchDecoder {
   // engines) initialised on the device.
   virtual bool nvjpeg_hardware() const = 0;
   // decoder names what decodes JPEGs: "nvjpeg hardware+hybrid",
-  // "nvjpeg hybrid", "cpu" (a build without nvJPEG, or kHost).
+  // "nvjpeg hybrid", "cpu" (a build without nvJPEG, or kHost). An nvJPEG
+  // older than 12.1 adds ", chroma replicated": it upsamples subsampled chroma
+  // by repeating samples, where the CPU decoder interpolates, so its pixels
+  // differ from the CPU path's by more than rounding at colour edges.
   virtual std::string_view decoder() const = 0;
   const Stats& stats() const { return stats_; }
 
