@@ -24,8 +24,11 @@
 #include <vector>
 
 #include "base/output_slots.h"
+#include "gpu/gpu_job.h"
+#include "gpu/image_route.h"
 #include "image/codecs.h"
 #include "image/resample.h"
+#include "wds/gpu/gpu_decode.h"
 #include "wds/image/image.h"
 
 namespace wds {
@@ -229,8 +232,64 @@ void BM_Resample375To224(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
+// A batch of 64 GPU jobs of the picture, as GpuDecodeStage makes them (full
+// size), for the consumer's host work before nvJPEG.
+BytesList GpuJobColumn() {
+  const gpu::RouteDecision d = gpu::RouteImage(Get().jpeg);
+  if (d.route != gpu::ImageRoute::kGpu) throw std::runtime_error("the JPEG is not routed to the GPU");
+  gpu::JobHeader h;
+  h.kind = gpu::JobKind::kJpeg;
+  h.hardware = gpu::HardwareDecodes(d.header);
+  h.width = d.header.width;
+  h.height = d.header.height;
+  h.crop = {0, 0, h.width, h.height};
+  h.output.width = h.width;
+  h.output.height = h.height;
+  BytesList jobs;
+  for (int i = 0; i < 64; ++i) jobs.push_back(gpu::MakeJob(h, Get().jpeg));
+  return jobs;
+}
+
+// What a consumer reads of a batch before decoding it: IsGpuJobColumn and
+// GpuJobLayout (GpuBatchDecoder::Decode parses the column once more).
+void BM_GpuJobColumnLayout(benchmark::State& state) {
+  const BytesList jobs = GpuJobColumn();
+  const Value column = jobs;
+  for (auto _ : state) {
+    if (!IsGpuJobColumn(column)) {
+      state.SkipWithError("not a job column");
+      return;
+    }
+    absl::StatusOr<GpuBatchLayout> layout = GpuJobLayout(jobs);
+    benchmark::DoNotOptimize(layout);
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(jobs.size()));
+}
+
+// The decoder's gather of a batch's payloads into one staging buffer (here
+// pageable; pinned on a device), from 64 jobs' copies (beyond the caches).
+void BM_GpuJobColumnGather(benchmark::State& state) {
+  std::vector<BytesList> batches(8, GpuJobColumn());
+  size_t bytes = 0;
+  for (const Buffer& job : batches[0]) bytes += job.size();
+  std::vector<uint8_t> staging(bytes);
+  size_t b = 0;
+  for (auto _ : state) {
+    size_t at = 0;
+    for (const Buffer& job : batches[b++ % batches.size()]) {
+      std::memcpy(staging.data() + at, job.data(), job.size());
+      at += job.size();
+    }
+    benchmark::DoNotOptimize(staging.data());
+  }
+  state.SetItemsProcessed(state.iterations() * 64);
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes));
+}
+
 BENCHMARK(BM_JpegRgb8Full);
 BENCHMARK(BM_JpegRgb8IntoBatchSlots);
+BENCHMARK(BM_GpuJobColumnLayout);
+BENCHMARK(BM_GpuJobColumnGather);
 BENCHMARK(BM_JpegL8Full);
 BENCHMARK(BM_JpegTorchRgbFull);
 BENCHMARK(BM_JpegRgb8Stretch224);

@@ -146,15 +146,17 @@ def test_loader_on_cuda_yields_cuda_tensors_written_in_place(pattern):
                         workers=2, device="cuda")
     host = drain(wds.Loader(dataset(pattern, device="cuda", size=(8, 10), crop="random",
                                     hflip=0.5), workers=2))
-    keys, images = [], []
+    keys, labels, images = [], [], []
     for batch_images, batch_labels, batch_keys in loader:
         assert batch_images.is_cuda and batch_labels.is_cuda
         assert batch_images.dtype == torch.uint8
         # The kernel wrote the tensor's own storage: no copy, no view.
         assert batch_images.untyped_storage().data_ptr() == batch_images.data_ptr()
         keys += list(batch_keys)
+        labels += batch_labels.cpu().tolist()  # copied without blocking, through pinned memory
         images.append(batch_images.cpu().numpy())
     assert keys == host[0]
+    assert labels == [int(x) for x in host[1]]
     for a, b in zip(images, host[2]):
         assert np.abs(a.astype(int) - b.astype(int)).max() <= 2
     stats = loader.gpu_decoder.stats()

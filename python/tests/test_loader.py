@@ -118,6 +118,9 @@ def test_torch_output_shares_the_native_batch(shards):
 def test_pin_memory_without_cuda_warns_and_goes_on(shards):
     loader = wds.Loader(dataset(shards, shardshuffle=False), pin_memory=True, to_torch=True)
     if torch.cuda.is_available():
+        # Torch answers is_pinned() False for every pointer until it has
+        # initialised CUDA itself (the loader pinned with its own calls).
+        torch.cuda.init()
         images, _, _ = next(iter(loader))
         assert loader.pinned and images.is_pinned()
     else:

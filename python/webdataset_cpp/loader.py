@@ -306,9 +306,13 @@ class Loader:
                 made.append(out)
                 return out
             if _is_array(value):
-                # Labels and the like: small, and copied at once, as the
-                # batch's host memory goes back to its pool when dropped.
-                out = torch.as_tensor(value).to(device)
+                # Labels and the like: staged in torch's pinned host cache
+                # (which keeps the block until the copy is done), so the
+                # batch's own memory can go back to its pool now, and the copy
+                # does not wait for the decode on the side stream: a blocking
+                # .to(device) would synchronize that stream every batch, and
+                # the next batch's host work could not overlap this one's.
+                out = torch.as_tensor(value).pin_memory().to(device, non_blocking=True)
                 made.append(out)
                 return out
             return value
