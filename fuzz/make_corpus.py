@@ -148,20 +148,23 @@ put("http_fuzz", "request", b"/bucket/key with space\nlist-type=2\nx-amz-meta-a=
 put("http_fuzz", "credentials", b"[default]\naws_access_key_id = AKID\n"
     b"aws_secret_access_key=SECRET ; comment\n# c\n[other]\naws_session_token=T\n")
 
-# GPU jobs (src/gpu/gpu_job.h): 72-byte little-endian headers and their
-# payloads, a JPEG one and a pixels one, alone and as a column of two.
-def gpu_job(kind, width, height, crop, out, payload, dtype=1, flags=0):
+# GPU jobs (src/gpu/gpu_job.h): 72-byte little-endian headers, their
+# payloads and their sites, a JPEG one and a pixels one, alone and as a
+# column of two.
+def gpu_job(kind, width, height, crop, out, payload, dtype=1, flags=0, site=b""):
     import struct
     header = b"WDSGPUJ1" + bytes([kind, flags, dtype, 0])
     header += struct.pack("<8i", width, height, *crop, *out)
     header += struct.pack("<6f", 0.5, 0.5, 0.5, 0.25, 0.25, 0.25)
-    return header + b"\0" * (72 - len(header)) + payload
+    header += struct.pack("<I", len(site))
+    return header + payload + site
 
 
 small = io.BytesIO()
 Image.fromarray(np.arange(12 * 16 * 3, dtype=np.uint8).reshape(12, 16, 3)).save(
     small, format="JPEG", quality=90)
-jpeg_job = gpu_job(1, 16, 12, (2, 1, 12, 10), (8, 6), small.getvalue(), dtype=10, flags=1 | 2 | 4)
+jpeg_job = gpu_job(1, 16, 12, (2, 1, 12, 10), (8, 6), small.getvalue(), dtype=10, flags=1 | 2 | 4,
+                   site=b"shard-000000.tar: key a: field jpg")
 pixels_job = gpu_job(2, 4, 3, (0, 0, 4, 3), (8, 6), bytes(range(36)), dtype=10, flags=4)
 put("gpu_job_fuzz", "jpeg", jpeg_job)
 put("gpu_job_fuzz", "pixels", pixels_job)

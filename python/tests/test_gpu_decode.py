@@ -130,8 +130,13 @@ def test_corrupt_jpeg_scan_names_the_shard_and_key(tmp_path):
     bad = good[:at] + b"\xff\x06" + good[at:]
     path = write_tar(tmp_path / "bad-000000.tar", [("a.jpg", good), ("b.jpg", bad)])
     ds = wds.WebDataset(path, shardshuffle=False).decode("rgb8", device="cuda").batched(2)
-    with pytest.raises(ValueError, match=r"decode on cuda: .*bad-000000.tar: key b: "):
+    with pytest.raises(ValueError, match=r"decode on cuda: .*bad-000000.tar: key b: field jpg: "):
         list(wds.Loader(ds))
+    # Tuples keep no keys: the jobs name themselves.
+    tuples = (wds.WebDataset(path, shardshuffle=False).decode("rgb8", device="cuda")
+              .to_tuple("jpg").batched(2))
+    with pytest.raises(ValueError, match=r"decode on cuda: .*bad-000000.tar: key b: field jpg: "):
+        list(wds.Loader(tuples))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")

@@ -580,7 +580,7 @@ std::vector<FieldDecoder> BasicDecoders() { return {DecodeBasic, DecodeNpyField}
 // unless `partial` is set, in which case it passes through untouched.
 absl::Status DecodeSample(Sample& sample, const std::vector<FieldDecoder>& decoders,
                           const DecodeOptions& options, Rng& rng, const WorkerContext* worker) {
-  DecodeContext ctx{sample.key(), &rng, worker};
+  DecodeContext ctx{sample.key(), &rng, worker, sample.url()};
   for (Sample::Field& field : sample) {
     if (!Selected(field.first, options)) continue;
     if (std::holds_alternative<Buffer>(field.second)) {

@@ -37,7 +37,8 @@ std::string OutputText(const GpuOutput& o) {
 
 }  // namespace
 
-std::string JobName(size_t i, const TextList* keys, const TextList* urls) {
+std::string JobName(size_t i, std::string_view site, const TextList* keys, const TextList* urls) {
+  if (!site.empty()) return std::string(site);
   // string_views of the lists' own strings (a ternary with "" would make a
   // temporary std::string).
   std::string_view key;
@@ -48,9 +49,9 @@ std::string JobName(size_t i, const TextList* keys, const TextList* urls) {
   return url.empty() ? Cat("key ", key) : Cat(url, ": key ", key);
 }
 
-absl::Status JobError(const absl::Status& status, size_t i, const TextList* keys,
-                      const TextList* urls) {
-  return absl::Status(status.code(), Cat("decode on cuda: ", JobName(i, keys, urls), ": ",
+absl::Status JobError(const absl::Status& status, size_t i, std::string_view site,
+                      const TextList* keys, const TextList* urls) {
+  return absl::Status(status.code(), Cat("decode on cuda: ", JobName(i, site, keys, urls), ": ",
                                          ToStd(status.message())));
 }
 
@@ -66,7 +67,7 @@ absl::StatusOr<JobColumn> ParseJobColumn(const BytesList& jobs, const TextList* 
     if (!h.has_value()) {
       return JobError(absl::InvalidArgumentError(
                           "not a GPU job (bytes that GpuDecodeStage did not make)"),
-                      i, keys, urls);
+                      i, {}, keys, urls);
     }
     if (h->kind == JobKind::kJpeg) {
       // nvJPEG writes the JPEG's own size into a slot sized by the header.
@@ -77,7 +78,7 @@ absl::StatusOr<JobColumn> ParseJobColumn(const BytesList& jobs, const TextList* 
                             frame.has_value() ? Cat(", its frame header says ", frame->first, "x",
                                                     frame->second)
                                               : std::string(", and it has no frame header"))),
-                        i, keys, urls);
+                        i, h->site, keys, urls);
       }
     }
     if (h->kind == JobKind::kPixels &&
@@ -85,7 +86,7 @@ absl::StatusOr<JobColumn> ParseJobColumn(const BytesList& jobs, const TextList* 
       return JobError(absl::InvalidArgumentError(Cat("pixels of ", h->width, "x", h->height,
                                                      " need ", size_t{3} * h->width * h->height,
                                                      " bytes, the job has ", payload.size())),
-                      i, keys, urls);
+                      i, h->site, keys, urls);
     }
     if (i > 0 && !SameOutput(h->output, column.headers[0].output)) {
       return JobError(
@@ -93,7 +94,7 @@ absl::StatusOr<JobColumn> ParseJobColumn(const BytesList& jobs, const TextList* 
               "its output (", OutputText(h->output), ") differs from the batch's first image's (",
               OutputText(column.headers[0].output),
               "); images of different sizes need a resize to be batched")),
-          i, keys, urls);
+          i, h->site, keys, urls);
     }
     column.headers.push_back(*h);
     column.payloads.push_back(payload);
@@ -134,14 +135,14 @@ class HostBatchDecoder final : public GpuBatchDecoder {
       const uint8_t* pixels = reinterpret_cast<const uint8_t*>(column.payloads[i].data());
       if (h.kind == JobKind::kJpeg) {
         absl::StatusOr<Array> cpu = DecodeJpegOnCpu(column.payloads[i]);
-        if (!cpu.ok()) return JobError(cpu.status(), i, keys, urls);
+        if (!cpu.ok()) return JobError(cpu.status(), i, h.site, keys, urls);
         decoded = *std::move(cpu);
         pixels = decoded.data_as<uint8_t>();
         if (decoded.shape != std::vector<int64_t>{h.height, h.width, 3}) {
           return JobError(absl::InvalidArgumentError(Cat("decoded to ", ShapeString(decoded.shape),
                                                          ", its GPU job says ", h.width, "x",
                                                          h.height)),
-                          i, keys, urls);
+                          i, h.site, keys, urls);
         }
         ++stats_.cpu_fallback_images;
       } else {

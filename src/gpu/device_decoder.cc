@@ -189,11 +189,12 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
       }
       const size_t i = jpegs[k];
       absl::StatusOr<Array> cpu = DecodeJpegOnCpu(column.payloads[i]);
-      if (!cpu.ok()) return JobError(cpu.status(), i, keys, urls);
+      const std::string_view site = column.headers[i].site;
+      if (!cpu.ok()) return JobError(cpu.status(), i, site, keys, urls);
       // ParseJobColumn checked the frame header; libjpeg decodes that size.
       if (cpu->nbytes() != size_t{3} * column.headers[i].width * column.headers[i].height) {
         return JobError(absl::InternalError("the CPU decoder's size differs from the frame's"), i,
-                        keys, urls);
+                        site, keys, urls);
       }
       WDS_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(scratch_ + scratch_at[i], cpu->data.data(),
                                                cpu->nbytes(), cudaMemcpyHostToDevice, stream),

@@ -35,9 +35,10 @@ GpuOutput JobOutput(const GpuOutput& output, int width, int height) {
 
 absl::StatusOr<Buffer> MakeImageJob(std::string_view data, const ImageSpec& spec,
                                     const ImageDecodeOptions& options, const GpuOutput& output,
-                                    Rng& rng, BufferPool* pool) {
+                                    std::string_view site, Rng& rng, BufferPool* pool) {
   gpu::GpuImagePlan plan = gpu::PlanGpuImage(data, spec, options, rng);
   JobHeader h;
+  h.site = site;
   if (plan.decision.route == gpu::ImageRoute::kGpu) {
     WDS_RETURN_IF_ERROR(plan.plan.status());
     h.kind = JobKind::kJpeg;
@@ -73,8 +74,11 @@ absl::StatusOr<FieldDecoder> GpuJobDecoder(std::string_view image_spec, ImageDec
     if (!IsImageExtension(FieldExtension(field))) return std::nullopt;
     BufferPool* pool =
         ctx.worker != nullptr ? WiringOf(*ctx.worker).read_pool.get() : nullptr;
+    thread_local std::string site;  // reused: no allocation per image
+    site.clear();
+    gpu::AppendSite(site, ctx.url, ctx.key, field);
     WDS_ASSIGN_OR_RETURN(Buffer job,
-                         MakeImageJob(data.view(), spec, image, output, *ctx.rng, pool));
+                         MakeImageJob(data.view(), spec, image, output, site, *ctx.rng, pool));
     return Value(std::move(job));
   });
 }

@@ -31,8 +31,14 @@ float GetFloat(const uint8_t*& p) {
 
 }  // namespace
 
+void AppendSite(std::string& out, std::string_view url, std::string_view key,
+                std::string_view field) {
+  if (!url.empty()) out.append(url).append(": ");
+  out.append("key ").append(key).append(": field ").append(field);
+}
+
 Buffer MakeJob(const JobHeader& h, std::string_view payload, BufferPool* pool) {
-  const size_t size = kJobHeaderBytes + payload.size();
+  const size_t size = kJobHeaderBytes + payload.size() + h.site.size();
   absl::StatusOr<Buffer> pooled =
       pool != nullptr ? pool->Acquire(size) : absl::UnavailableError("no pool");
   Buffer job = pooled.ok() ? *std::move(pooled) : Buffer::Allocate(size);
@@ -51,8 +57,10 @@ Buffer MakeJob(const JobHeader& h, std::string_view payload, BufferPool* pool) {
   }
   for (int c = 0; c < 3; ++c) PutFloat(p, h.output.normalize.mean[c]);
   for (int c = 0; c < 3; ++c) PutFloat(p, h.output.normalize.std[c]);
+  Put32(p, static_cast<uint32_t>(h.site.size()));  // the header's last 4 bytes; the site ends the job
   p = job.mutable_data() + kJobHeaderBytes;
   if (!payload.empty()) std::memcpy(p, payload.data(), payload.size());
+  if (!h.site.empty()) std::memcpy(p + payload.size(), h.site.data(), h.site.size());
   return job;
 }
 
@@ -80,6 +88,8 @@ std::optional<JobHeader> ReadJob(const Buffer& job, std::string_view* payload) {
   for (int32_t* f : fields) *f = static_cast<int32_t>(Get32(p));
   for (int c = 0; c < 3; ++c) h.output.normalize.mean[c] = GetFloat(p);
   for (int c = 0; c < 3; ++c) h.output.normalize.std[c] = GetFloat(p);
+  const size_t site_length = Get32(p);
+  if (site_length > job.size() - kJobHeaderBytes) return std::nullopt;
   for (int32_t side : {h.width, h.height, h.output.width, h.output.height}) {
     if (side <= 0 || side > kMaxJobSide) return std::nullopt;
   }
@@ -87,10 +97,10 @@ std::optional<JobHeader> ReadJob(const Buffer& job, std::string_view* payload) {
       h.crop.x > h.width - h.crop.width || h.crop.y > h.height - h.crop.height) {
     return std::nullopt;
   }
-  if (payload != nullptr) {
-    *payload = std::string_view(reinterpret_cast<const char*>(job.data()) + kJobHeaderBytes,
-                                job.size() - kJobHeaderBytes);
-  }
+  const auto* body = reinterpret_cast<const char*>(job.data()) + kJobHeaderBytes;
+  const size_t payload_length = job.size() - kJobHeaderBytes - site_length;
+  h.site = std::string_view(body + payload_length, site_length);
+  if (payload != nullptr) *payload = std::string_view(body, payload_length);
   return h;
 }
 

@@ -1,12 +1,15 @@
 // The GPU job: what a worker hands the consumer in place of a decoded image
 // (wds/gpu/gpu_decode.h). A fixed little-endian header, then the payload: the
 // encoded JPEG (kind kJpeg) or interleaved RGB pixels at the output size
-// (kind kPixels, decoded by the CPU decoder in the worker).
+// (kind kPixels, decoded by the CPU decoder in the worker); then the site,
+// "<url>: key <key>: field <field>", so that an error at the consumer names
+// the shard, key and field whatever columns the batch kept.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -28,19 +31,29 @@ struct JobHeader {
   int32_t height = 0;
   ImageRect crop;  // of the payload image; the whole image for kPixels
   GpuOutput output;  // width and height set: this image's output size
+  // site is where the image came from, as the CPU path's errors name it
+  // ("<url>: key <key>: field <field>"); empty when unknown. ReadJob's points
+  // into the job.
+  std::string_view site;
 };
+
+// AppendSite appends "<url>: key <key>: field <field>" to `out` ("key <key>:
+// field <field>" without a URL): JobHeader::site, in the CPU path's words.
+void AppendSite(std::string& out, std::string_view url, std::string_view key,
+                std::string_view field);
 
 // kJobHeaderBytes is the header's size on the wire.
 inline constexpr size_t kJobHeaderBytes = 72;
 
-// MakeJob writes a header and the payload into one new buffer, from `pool`
+// MakeJob writes a header, the payload and the site into one new buffer, from `pool`
 // when given (the worker's pool for bytes: job buffers are then recycled,
 // not allocated and freed per image), else from the heap.
 Buffer MakeJob(const JobHeader& header, std::string_view payload, BufferPool* pool = nullptr);
 
 // ReadJob parses `job`'s header; nullopt when it is not a GPU job (no magic,
 // too short, an unknown kind, a size beyond kMaxJobSide, a crop outside the
-// image). `payload` receives the rest. A header is not trusted beyond that:
+// image, a site longer than the job). `payload` receives what lies between
+// the header and the site. A header is not trusted beyond that:
 // any bytes field can start with the magic, so the decoders also check the
 // JPEG's own size (JpegFrameSize) and the pixels' length against it.
 

@@ -21,17 +21,19 @@ struct JobColumn {
 
 // ParseJobColumn checks every job: a GPU job, of the first job's output, and
 // a kPixels payload of width * height * 3 bytes. Errors: InvalidArgument
-// naming the URL and key (JobName).
+// naming the job (JobName).
 [[nodiscard]] absl::StatusOr<JobColumn> ParseJobColumn(const BytesList& jobs, const TextList* keys,
                                                        const TextList* urls);
 
-// JobName is "<url>: key <key>" for job i, as far as keys and urls go, or
-// "job <i> of the batch".
-std::string JobName(size_t i, const TextList* keys, const TextList* urls);
+// JobName names job i: its site ("<url>: key <key>: field <field>") when it
+// has one, else "<url>: key <key>" as far as the batch's keys and urls go,
+// else "image <i> of the batch".
+std::string JobName(size_t i, std::string_view site, const TextList* keys, const TextList* urls);
 
-// JobError returns `status` with JobName(i) in front of its message.
-absl::Status JobError(const absl::Status& status, size_t i, const TextList* keys,
-                      const TextList* urls);
+// JobError returns `status` with "decode on cuda: " and JobName in front of
+// its message.
+absl::Status JobError(const absl::Status& status, size_t i, std::string_view site,
+                      const TextList* keys, const TextList* urls);
 
 // SourceOf is the resize source of a job whose full decoded image is at
 // `pixels` (interleaved RGB, width * 3 bytes a row).

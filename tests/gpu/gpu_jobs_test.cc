@@ -76,6 +76,40 @@ TEST(GpuJobTest, HeaderAndPayloadRoundTrip) {
   EXPECT_EQ(h->output.normalize.std, kImageNetNormalize.std);
 }
 
+TEST(GpuJobTest, SiteEndsTheJobAndIsReadBackApartFromThePayload) {
+  JobHeader h = SomeHeader();
+  std::string site;
+  AppendSite(site, "s3://bucket/train-000001.tar", "n01440764_10026", "jpg");
+  EXPECT_EQ(site, "s3://bucket/train-000001.tar: key n01440764_10026: field jpg");
+  h.site = site;
+  const Buffer job = MakeJob(h, "payload bytes");
+  EXPECT_EQ(job.size(), kJobHeaderBytes + 13 + site.size());
+  std::string_view payload;
+  const std::optional<JobHeader> read = ReadJob(job, &payload);
+  ASSERT_TRUE(read.has_value());
+  EXPECT_EQ(payload, "payload bytes");
+  EXPECT_EQ(read->site, site);
+  std::string no_url;
+  AppendSite(no_url, "", "k", "png");
+  EXPECT_EQ(no_url, "key k: field png");
+  // Without a site, the payload is everything after the header.
+  EXPECT_EQ(ReadJob(MakeJob(SomeHeader(), "x"))->site, "");
+}
+
+TEST(GpuJobTest, SiteLongerThanTheJobIsNoJob) {
+  JobHeader h = SomeHeader();
+  h.site = "key k: field jpg";
+  Buffer job = MakeJob(h, "x");
+  ASSERT_TRUE(ReadJob(job).has_value());
+  job.mutable_data()[68] = static_cast<uint8_t>(1 + 16 + 1);  // one byte more than follows
+  EXPECT_FALSE(ReadJob(job).has_value());
+  job.mutable_data()[68] = 1 + 16;  // the payload is empty, the site all the rest
+  std::string_view payload;
+  ASSERT_TRUE(ReadJob(job, &payload).has_value());
+  EXPECT_EQ(payload, "");
+  EXPECT_EQ(ReadJob(job)->site, "xkey k: field jpg");
+}
+
 TEST(GpuJobTest, BytesThatAreNoJobAreNotReadAsOne) {
   EXPECT_FALSE(ReadJob(Buffer::Copy("\xff\xd8\xff\xe0 a JPEG")).has_value());
   EXPECT_FALSE(ReadJob(Buffer::Copy("WDSGPUJ1")).has_value());  // too short
@@ -131,6 +165,13 @@ TEST(GpuJobTest, JobWhoseSizeIsNotItsJpegsIsRefused) {
   EXPECT_EQ(layout.status().message(),
             "decode on cuda: key liar: a GPU job says its JPEG is 32x48, its frame header says "
             "64x48");
+  // A job's own site names it before the batch's keys do.
+  h.site = "shard.tar: key liar: field jpg";
+  layout = GpuJobLayout({MakeJob(h, EncodeJpeg(r))}, &keys);
+  ASSERT_FALSE(layout.ok());
+  EXPECT_EQ(layout.status().message(),
+            "decode on cuda: shard.tar: key liar: field jpg: a GPU job says its JPEG is 32x48, "
+            "its frame header says 64x48");
 }
 
 TEST(GpuJobTest, ColumnIsJobsOnly) {
@@ -347,8 +388,25 @@ TEST(GpuDecodeStageTest, CorruptJpegScanFailsAtTheConsumerNamingTheShardAndKey) 
   ASSERT_TRUE(batch.ok()) << batch.status();
   absl::Status s = DecodeGpuJobsOnHost(**batch);
   ASSERT_FALSE(s.ok());
-  EXPECT_THAT(ToStd(s.message()),
-              StartsWith(Cat("decode on cuda: ", dir.path(), "/shard-000001.tar: key s15: ")));
+  EXPECT_THAT(ToStd(s.message()), StartsWith(Cat("decode on cuda: ", dir.path(),
+                                                 "/shard-000001.tar: key s15: field jpg: ")));
+}
+
+// A consumer given the job column alone (the batches of to_tuple("jpg",
+// "cls") carry no keys or URLs) still names the shard, key and field: the
+// jobs carry them.
+TEST(GpuDecodeStageTest, CorruptJpegScanIsNamedWithoutTheBatchsKeys) {
+  TempDir dir;
+  absl::StatusOr<std::optional<Sample>> batch = FirstBatch(dir, CorruptScan());
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  absl::StatusOr<std::unique_ptr<GpuBatchDecoder>> decoder =
+      GpuBatchDecoder::Create(GpuBatchDecoder::kHost);
+  ASSERT_TRUE(decoder.ok());
+  const auto& jobs = std::get<BytesList>(*(*batch)->Find("jpg"));
+  absl::StatusOr<Array> out = (*decoder)->DecodeToArray(jobs, nullptr, nullptr);
+  ASSERT_FALSE(out.ok());
+  EXPECT_THAT(ToStd(out.status().message()), StartsWith(Cat("decode on cuda: ", dir.path(),
+                                                            "/shard-000001.tar: key s15: field jpg: ")));
 }
 
 // ----------------------------------------------------------------------------

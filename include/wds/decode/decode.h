@@ -52,6 +52,8 @@ struct DecodeContext {
   // library's image decoder finds there the slots a downstream Batched offers
   // for the decoded arrays.
   const WorkerContext* worker = nullptr;
+  // url is the sample's __url__ (for messages); empty when it has none.
+  std::string_view url;
 };
 
 // FieldDecoder decodes one field: nullopt declines (the next decoder is
