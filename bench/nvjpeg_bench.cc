@@ -8,7 +8,8 @@
 //   decoder  GpuBatchDecoder on GPU jobs of the same images (gathering into
 //            pinned staging, nvJPEG, the resize kernel), at full size and at a
 //            224x224 centre crop (float32, normalized: the training input),
-//            with its host time per batch by phase.
+//            with its host time per batch by phase; and at full size with
+//            the jobs read in place (Options::stage_inputs = false).
 // Prints one JSON object. Built only where nvJPEG is (WDS_WITH_NVJPEG).
 //
 //   nvjpeg_bench DIR [--images N] [--batch B]... [--rounds R]
@@ -175,9 +176,9 @@ std::vector<wds::Buffer> MakeJobs(const std::vector<std::string>& jpegs, int siz
 
 // Decoder times GpuBatchDecoder; `phases` gets its host time per batch by
 // phase (GpuBatchDecoder::Stats::seconds), in milliseconds, as JSON.
-double Decoder(const std::vector<wds::Buffer>& jobs, int batch, int rounds, std::string* name,
-               std::string* phases) {
-  auto decoder = wds::GpuBatchDecoder::Create(0);
+double Decoder(const std::vector<wds::Buffer>& jobs, int batch, int rounds, bool staged,
+               std::string* name, std::string* phases) {
+  auto decoder = wds::GpuBatchDecoder::Create(0, {.stage_inputs = staged});
   if (!decoder.ok()) Die(wds::ToStd(decoder.status().message()));
   *name = std::string((*decoder)->decoder());
   cudaStream_t stream;
@@ -253,17 +254,21 @@ int main(int argc, char** argv) {
 #endif
     std::string phases;
     std::string crop_phases;
-    const double ours = Decoder(full, b, rounds, &name, &phases);
-    const double ours_crop = Decoder(cropped, b, rounds, &name, &crop_phases);
+    std::string unstaged_phases;
+    const double ours = Decoder(full, b, rounds, true, &name, &phases);
+    const double ours_crop = Decoder(cropped, b, rounds, true, &name, &crop_phases);
+    const double ours_unstaged = Decoder(full, b, rounds, false, &name, &unstaged_phases);
     json += wds::Cat(", \"batch", b, "\": {\"raw_nvjpeg_", hardware ? "hardware" : "hybrid",
                      "_img_s\": ", static_cast<int64_t>(raw),
                      ", \"raw_from_pageable_img_s\": ", static_cast<int64_t>(raw_pageable),
                      ", \"raw_chroma_interpolated_img_s\": ", static_cast<int64_t>(raw_interpolated),
                      ", \"decoder_full_size_img_s\": ", static_cast<int64_t>(ours),
                      ", \"decoder_crop224_float_img_s\": ", static_cast<int64_t>(ours_crop),
+                     ", \"decoder_unstaged_full_size_img_s\": ", static_cast<int64_t>(ours_unstaged),
                      ", \"decoder_over_raw\": ", static_cast<int64_t>(1000 * ours / raw) / 1000.0,
                      ", \"decoder_ms_per_batch\": ", phases,
-                     ", \"decoder_crop224_ms_per_batch\": ", crop_phases, "}");
+                     ", \"decoder_crop224_ms_per_batch\": ", crop_phases,
+                     ", \"decoder_unstaged_ms_per_batch\": ", unstaged_phases, "}");
   }
   json += wds::Cat(", \"decoder\": \"", name, "\"}");
   std::puts(json.c_str());

@@ -1,6 +1,7 @@
 // GpuBatchDecoder on a CUDA device. One batch:
 //   1. its payloads are gathered into a pinned staging buffer (one memcpy
-//      each), with the kernel's source table at the end;
+//      each; Options::stage_inputs false reads them in place), with the
+//      kernel's source table at the end;
 //   2. JPEGs go to nvJPEG's batched decode (the JPEG engines for what they
 //      take, GPU-hybrid for the rest), reading from staging, writing full-size
 //      RGB into the decoder's device scratch; pixels decoded in the worker are
@@ -91,6 +92,7 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
   }
 
   absl::Status Init(const Options& options) {
+    options_ = options;
     WDS_RETURN_IF_ERROR(Cuda(cudaSetDevice(device_), Cat("cudaSetDevice(", device_, ")")));
 #if WDS_WITH_NVJPEG
     absl::StatusOr<std::unique_ptr<NvjpegBatchDecoder>> nvjpeg =
@@ -119,7 +121,9 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
     last_stream_ = stream;
     const size_t n = jobs.size();
 
-    // Where each full-size image goes in scratch, and the staging layout.
+    // Where each full-size image goes in scratch, and the staging layout
+    // (the payloads, when staged, then the source table).
+    const bool staged = options_.stage_inputs;
     std::vector<size_t> scratch_at(n);
     std::vector<size_t> staging_at(n);
     size_t scratch_bytes = 0;
@@ -128,8 +132,10 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
       const JobHeader& h = column.headers[i];
       scratch_at[i] = scratch_bytes;
       scratch_bytes += AlignUp(size_t{3} * h.width * h.height);
-      staging_at[i] = staging_bytes;
-      staging_bytes += AlignUp(column.payloads[i].size());
+      if (staged) {
+        staging_at[i] = staging_bytes;
+        staging_bytes += AlignUp(column.payloads[i].size());
+      }
     }
     const size_t sources_at = staging_bytes;
     staging_bytes += n * sizeof(ResizeSource);
@@ -140,12 +146,18 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
     // whatever was enqueued to stop reading it.
     StreamDrain drain{stream};
 
-    // 1. Gather.
+    // 1. Gather (or, unstaged, read the jobs where they are).
     uint8_t* host = staging.data();
     auto* sources = reinterpret_cast<ResizeSource*>(host + sources_at);
+    std::vector<const uint8_t*> input(n);
     for (size_t i = 0; i < n; ++i) {
       const std::string_view p = column.payloads[i];
-      std::memcpy(host + staging_at[i], p.data(), p.size());
+      if (staged) {
+        std::memcpy(host + staging_at[i], p.data(), p.size());
+        input[i] = host + staging_at[i];
+      } else {
+        input[i] = reinterpret_cast<const uint8_t*>(p.data());
+      }
       sources[i] = SourceOf(column.headers[i], scratch_ + scratch_at[i]);
     }
 
@@ -157,7 +169,7 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
         jpegs.push_back(i);
         continue;
       }
-      WDS_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(scratch_ + scratch_at[i], host + staging_at[i],
+      WDS_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(scratch_ + scratch_at[i], input[i],
                                                column.payloads[i].size(), cudaMemcpyHostToDevice,
                                                stream),
                                "copying pixels to the device"));
@@ -173,7 +185,7 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
       outputs.reserve(jpegs.size());
       for (size_t i : jpegs) {
         const JobHeader& h = column.headers[i];
-        inputs.push_back({host + staging_at[i], column.payloads[i].size(), h.hardware});
+        inputs.push_back({input[i], column.payloads[i].size(), h.hardware});
         outputs.push_back({scratch_ + scratch_at[i], size_t{3} * h.width});
       }
       decoded = nvjpeg_->Decode(inputs, outputs, stream);
@@ -216,7 +228,8 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
     WDS_RETURN_IF_ERROR(
         Cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate"));
     WDS_RETURN_IF_ERROR(Cuda(cudaEventRecord(done, stream), "cudaEventRecord"));
-    in_use_.push_back(InUse{std::move(staging), done});
+    // Unstaged, the jobs are read in place: they are kept until the batch is done.
+    in_use_.push_back(InUse{std::move(staging), staged ? BytesList{} : jobs, done});
     drain.active = false;
     // CPU-decoded images were copied from pageable memory: the copy has read
     // them before cudaMemcpyAsync returned, but a rare path can afford to wait.
@@ -253,6 +266,7 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
   static constexpr int kStagingBuffers = 4;
   struct InUse {
     StagingBuffer staging;
+    BytesList jobs;  // unstaged: what nvJPEG and the copies read
     cudaEvent_t done;
   };
 
@@ -296,6 +310,7 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
   }
 
   int device_;
+  Options options_;
   cudaStream_t last_stream_ = nullptr;
   StagingPool staging_;
   std::deque<InUse> in_use_;

@@ -48,6 +48,18 @@ std::vector<uint8_t> OnDevice(GpuBatchDecoder& decoder, const BytesList& jobs) {
   return host;
 }
 
+// nvJPEG reading the jobs in place decodes exactly what it decodes from
+// pinned staging: the same bytes, the same decoder.
+TEST(GpuBatchDecoderDeviceTest, UnstagedInputsDecodeTheSamePixels) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  auto staged = GpuBatchDecoder::Create(0);
+  auto unstaged = GpuBatchDecoder::Create(0, {.stage_inputs = false});
+  ASSERT_TRUE(staged.ok() && unstaged.ok());
+  const BytesList jobs = DeviceTestJobs({.resize = {ResizeMode::kStretch, 40, 30}}, "rgb8");
+  EXPECT_EQ(OnDevice(**unstaged, jobs), OnDevice(**staged, jobs));
+  EXPECT_EQ((*unstaged)->stats().images, 15);
+}
+
 TEST(GpuBatchDecoderDeviceTest, DeviceOutputIsTheHostDecodersWithinTwo) {
   if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
   auto device = GpuBatchDecoder::Create(0);

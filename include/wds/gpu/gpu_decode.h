@@ -109,6 +109,11 @@ class GpuBatchDecoder {
   struct Options {
     // max_cpu_threads is nvJPEG's CPU thread count for the hybrid backend.
     int max_cpu_threads = 4;
+    // stage_inputs gathers a batch's payloads into pinned staging before
+    // nvJPEG reads them (a memcpy per image). false hands nvJPEG the jobs'
+    // own memory, and keeps the jobs until the batch is done. nvjpeg_bench
+    // times both. Ignored by kHost.
+    bool stage_inputs = true;
   };
   struct Stats {
     int64_t batches = 0;
