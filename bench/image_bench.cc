@@ -239,7 +239,7 @@ BytesList GpuJobColumn() {
   if (d.route != gpu::ImageRoute::kGpu) throw std::runtime_error("the JPEG is not routed to the GPU");
   gpu::JobHeader h;
   h.kind = gpu::JobKind::kJpeg;
-  h.hardware = gpu::HardwareDecodes(d.header);
+  h.hardware = d.hardware;
   h.width = d.header.width;
   h.height = d.header.height;
   h.crop = {0, 0, h.width, h.height};
@@ -286,8 +286,25 @@ void BM_GpuJobColumnGather(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes));
 }
 
+// The worker's routing of a JPEG to nvJPEG: its header, then the walk of its
+// markers and scan data (RouteImage), beside a full CPU decode of it.
+void BM_GpuRouteJpeg(benchmark::State& state) {
+  const std::string& jpeg = Get().jpeg;
+  for (auto _ : state) {
+    gpu::RouteDecision d = gpu::RouteImage(jpeg);
+    if (d.route != gpu::ImageRoute::kGpu) {
+      state.SkipWithError(d.reason.c_str());
+      return;
+    }
+    benchmark::DoNotOptimize(d);
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(jpeg.size()));
+}
+
 BENCHMARK(BM_JpegRgb8Full);
 BENCHMARK(BM_JpegRgb8IntoBatchSlots);
+BENCHMARK(BM_GpuRouteJpeg);
 BENCHMARK(BM_GpuJobColumnLayout);
 BENCHMARK(BM_GpuJobColumnGather);
 BENCHMARK(BM_JpegL8Full);

@@ -155,7 +155,7 @@ std::vector<wds::Buffer> MakeJobs(const std::vector<std::string>& jpegs, int siz
     if (d.route != wds::gpu::ImageRoute::kGpu) Die("a JPEG is not routed to the GPU: " + d.reason);
     wds::gpu::JobHeader h;
     h.kind = wds::gpu::JobKind::kJpeg;
-    h.hardware = wds::gpu::HardwareDecodes(d.header);
+    h.hardware = d.hardware;
     h.width = d.header.width;
     h.height = d.header.height;
     h.crop = {0, 0, h.width, h.height};

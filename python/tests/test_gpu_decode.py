@@ -122,12 +122,31 @@ def test_truncated_jpeg_fails_in_the_worker_as_on_the_cpu_path(tmp_path):
     assert batch["__key__"] == ["a", "c"]
 
 
-def test_corrupt_jpeg_scan_names_the_shard_and_key(tmp_path):
+def test_stray_marker_in_the_scan_fails_in_the_worker_as_on_the_cpu_path(tmp_path):
     good = encode_image(image_array(1), "JPEG", quality=90)
-    # A marker libjpeg does not know in the scan, the end-of-image marker
-    # kept: the worker plans it for nvJPEG; the decode of the batch fails.
+    # A marker libjpeg does not know, in the scan: the worker's walk of the
+    # markers sends it to the CPU decoder, whose error meets the handler.
     at = good.index(b"\xff\xda") + 30
     bad = good[:at] + b"\xff\x06" + good[at:]
+    path = write_tar(tmp_path / "bad-000000.tar", [("a.jpg", good), ("b.jpg", bad), ("c.jpg", good)])
+    for device in (None, "cuda"):
+        ds = wds.WebDataset(path, shardshuffle=False).decode("rgb8", device=device).batched(3)
+        with pytest.raises(wds.DecodingError,
+                           match=r"bad-000000.tar: key b: field jpg: corrupt JPEG: Unsupported marker"):
+            list(wds.Loader(ds))
+    skipping = (wds.WebDataset(path, shardshuffle=False)
+                .decode("rgb8", device="cuda", handler=wds.warn_and_continue).batched(3))
+    with pytest.warns(UserWarning):
+        (batch,) = list(wds.Loader(skipping))
+    assert batch["__key__"] == ["a", "c"]
+
+
+def test_undecodable_scan_names_the_shard_key_and_field_at_the_consumer(tmp_path):
+    good = encode_image(image_array(1), "JPEG", quality=90)
+    # Sound markers, but the scan uses Huffman tables no DHT defines: planned
+    # for nvJPEG, it fails only when the batch is decoded.
+    sos = good.index(b"\xff\xda")
+    bad = good[:sos + 6] + b"\x33" + good[sos + 7:]
     path = write_tar(tmp_path / "bad-000000.tar", [("a.jpg", good), ("b.jpg", bad)])
     ds = wds.WebDataset(path, shardshuffle=False).decode("rgb8", device="cuda").batched(2)
     with pytest.raises(ValueError, match=r"decode on cuda: .*bad-000000.tar: key b: field jpg: "):

@@ -42,7 +42,7 @@ absl::StatusOr<Buffer> MakeImageJob(std::string_view data, const ImageSpec& spec
   if (plan.decision.route == gpu::ImageRoute::kGpu) {
     WDS_RETURN_IF_ERROR(plan.plan.status());
     h.kind = JobKind::kJpeg;
-    h.hardware = gpu::HardwareDecodes(plan.decision.header);
+    h.hardware = plan.decision.hardware;
     h.flip = plan.plan->flip;
     h.width = plan.plan->width;
     h.height = plan.plan->height;

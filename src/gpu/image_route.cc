@@ -1,6 +1,7 @@
 // RouteImage and PlanGpuImage.
 #include "gpu/image_route.h"
 
+#include <cstring>
 #include <optional>
 #include <utility>
 
@@ -46,6 +47,91 @@ std::string JpegReason(const JpegHeader& h) {
   return "";
 }
 
+// MarkerAfterScan is true for the markers that may end a scan's
+// entropy-coded data: the end of the image, another scan, and the tables,
+// restart interval, line count and comments that may come between scans.
+bool MarkerAfterScan(uint8_t m) {
+  return m == 0xd9 || m == 0xda || m == 0xc4 || m == 0xdb || m == 0xdd || m == 0xdc ||
+         m == 0xfe || (m >= 0xe0 && m <= 0xef);
+}
+
+std::string Hex(uint8_t b) {
+  constexpr char kDigits[] = "0123456789abcdef";
+  return {kDigits[b >> 4], kDigits[b & 15]};
+}
+
+// WalkScans walks a JPEG's marker segments from SOI to EOI by their lengths
+// (an EXIF thumbnail inside APP1 is skipped whole), counting the scans. In a
+// scan's entropy-coded data a 0xFF may only be stuffed (FF 00), a fill byte or
+// a restart marker until the marker that ends the scan. `problem` is why the
+// CPU decoder should take the JPEG instead: nvJPEG decodes a truncated JPEG
+// without an error (seen on an H100), and a stray marker in a scan would fail
+// only at the consumer, after the handler's chance.
+struct ScanWalk {
+  int scans = 0;
+  std::string problem;
+};
+
+ScanWalk WalkScans(std::string_view jpeg) {
+  const auto* p = reinterpret_cast<const uint8_t*>(jpeg.data());
+  const size_t n = jpeg.size();
+  constexpr const char* kTruncated = "no end-of-image marker after the scan (truncated?)";
+  ScanWalk walk;
+  size_t at = 2;  // after SOI
+  bool in_scan = false;
+  while (true) {
+    if (in_scan) {
+      const void* ff = at < n ? std::memchr(p + at, 0xff, n - at) : nullptr;
+      if (ff == nullptr) break;
+      at = static_cast<size_t>(static_cast<const uint8_t*>(ff) - p);
+      if (at + 1 >= n) break;
+      const uint8_t b = p[at + 1];
+      if (b == 0x00 || (b >= 0xd0 && b <= 0xd7)) {
+        at += 2;
+        continue;
+      }
+      if (b == 0xff) {  // a fill byte
+        ++at;
+        continue;
+      }
+      if (!MarkerAfterScan(b)) {
+        walk.problem = Cat("marker 0xff", Hex(b), " inside scan ", walk.scans, " (corrupt?)");
+        return walk;
+      }
+      in_scan = false;
+    }
+    if (at + 2 > n) break;
+    if (p[at] != 0xff) {
+      walk.problem = Cat("no marker where one should be, at byte ", at, " (corrupt?)");
+      return walk;
+    }
+    const uint8_t marker = p[at + 1];
+    if (marker == 0xff) {
+      ++at;
+      continue;
+    }
+    if (marker == 0xd9) return walk;  // EOI: what follows (trailers) does not matter
+    if (marker == 0x01 || (marker >= 0xd0 && marker <= 0xd8)) {
+      walk.problem = Cat("marker 0xff", Hex(marker), " outside a scan (corrupt?)");
+      return walk;
+    }
+    if (at + 4 > n) break;
+    const size_t length = size_t{p[at + 2]} << 8 | p[at + 3];
+    if (length < 2) {
+      walk.problem = Cat("a marker segment of length ", length, " (corrupt?)");
+      return walk;
+    }
+    at += 2 + length;
+    if (at > n) break;
+    if (marker == 0xda) {
+      ++walk.scans;
+      in_scan = true;
+    }
+  }
+  walk.problem = kTruncated;
+  return walk;
+}
+
 }  // namespace
 
 bool HardwareDecodes(const JpegHeader& header) {
@@ -60,16 +146,13 @@ RouteDecision RouteImage(std::string_view data) {
   absl::StatusOr<JpegHeader> header = image_internal::ReadJpegHeader(data);
   if (!header.ok()) return Cpu(Cat("unreadable JPEG header: ", ToStd(header.status().message())));
   RouteDecision decision{ImageRoute::kGpu, JpegReason(*header), *header};
-  // nvJPEG decodes a JPEG cut short without an error, filling in the rest
-  // (seen on an H100): one whose last scan has no end-of-image marker after
-  // it goes to the CPU decoder, which reports the truncation. An EOI can only
-  // be a marker: in scan data 0xFF is followed by 0x00 or a restart marker.
-  // The last scan's: an EXIF thumbnail before the image has scans of its own.
-  const size_t scan = data.rfind("\xff\xda");
-  const size_t eoi = data.rfind("\xff\xd9");
-  if (decision.reason.empty() && (scan == std::string_view::npos ||
-                                  eoi == std::string_view::npos || eoi < scan)) {
-    decision.reason = "no end-of-image marker after the scan (truncated?)";
+  if (decision.reason.empty()) {
+    const ScanWalk walk = WalkScans(data);
+    decision.reason = walk.problem;
+    decision.scans = walk.scans;
+    // The JPEG engines take one scan; a baseline JPEG of several scans (one
+    // per component) goes to GPU-hybrid, as progressive ones do.
+    decision.hardware = HardwareDecodes(*header) && walk.scans == 1;
   }
   if (!decision.reason.empty()) decision.route = ImageRoute::kCpu;
   return decision;

@@ -28,21 +28,26 @@ struct RouteDecision {
   ImageRoute route = ImageRoute::kCpu;
   // reason is empty for kGpu, else why the CPU decodes it: "PNG", "WebP",
   // "not a JPEG", "CMYK JPEG", "arithmetic-coded JPEG", "4-component JPEG",
-  // "chroma subsampling 1x2,2x1,1x1", "no end-of-image marker after the scan
-  // (truncated?)" (nvJPEG decodes truncated JPEGs silently), or "unreadable
-  // JPEG header: <error>"
+  // "chroma subsampling 1x2,2x1,1x1", "unreadable JPEG header: <error>"
   // (12-bit, lossless and corrupt headers: the CPU decoder then fails on them
-  // with its own error).
+  // with its own error), or what the walk of its markers found: "no
+  // end-of-image marker after the scan (truncated?)" (nvJPEG decodes
+  // truncated JPEGs silently), "marker 0xff06 inside scan 1 (corrupt?)", ...
+  // (the CPU decoder then decides, and its error meets the handler in the
+  // worker, as on the CPU path).
   std::string reason;
   image_internal::JpegHeader header;  // valid when the header parsed
+  int scans = 0;          // kGpu: how many scans the JPEG has
+  bool hardware = false;  // kGpu: nvJPEG's hardware backend takes it (one scan)
 };
 
 // RouteImage inspects `data`'s signature and, for a JPEG, its header.
 // Thread-safe.
 RouteDecision RouteImage(std::string_view data);
 
-// HardwareDecodes is true for the JPEGs that nvJPEG's hardware backend takes:
-// baseline (one scan) and not 4:1:1 subsampled.
+// HardwareDecodes is true for the JPEG headers nvJPEG's hardware backend
+// takes: not progressive, not 4:1:1 subsampled (RouteDecision::hardware also
+// asks for a single scan).
 bool HardwareDecodes(const image_internal::JpegHeader& header);
 
 // GpuImagePlan is one image's share of a GPU batch: its route and, when

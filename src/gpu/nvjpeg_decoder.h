@@ -19,7 +19,7 @@
 namespace wds::gpu {
 
 // NvjpegInput is one encoded JPEG in host memory (a staging buffer), and
-// whether the hardware backend takes it (HardwareDecodes of its header).
+// whether the hardware backend takes it (RouteDecision::hardware).
 struct NvjpegInput {
   const uint8_t* data = nullptr;
   size_t length = 0;

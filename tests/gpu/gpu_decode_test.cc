@@ -22,6 +22,7 @@
 #include "jpeg_variants.h"
 #include "wds/base/random.h"
 #include "wds/image/image.h"
+#include "wds/internal/base/strings.h"
 
 namespace wds::gpu {
 namespace {
@@ -212,9 +213,62 @@ TEST(ImageRouteTest, CorruptHeaderFallsBackAndFailsInTheCpuDecoderAsOnTheCpuPath
   EXPECT_EQ(d.reason, "unreadable JPEG header: " + std::string(cpu.status().message()));
 }
 
-TEST(ImageRouteTest, CorruptScanDataStillGoesToTheGpu) {
-  // The header and the end-of-image marker decide; nvJPEG's failure on the
-  // scan then sends the image to the CPU decoder, whose error is reported.
+TEST(ImageRouteTest, BaselineJpegIsOneScanForTheJpegEngines) {
+  const RouteDecision d = RouteImage(EncodeJpeg({}));
+  EXPECT_EQ(d.scans, 1);
+  EXPECT_TRUE(d.hardware);
+  JpegRecipe r;
+  r.progressive = true;
+  const RouteDecision progressive = RouteImage(EncodeJpeg(r));
+  EXPECT_EQ(progressive.route, ImageRoute::kGpu);
+  EXPECT_GT(progressive.scans, 1);
+  EXPECT_FALSE(progressive.hardware);
+}
+
+TEST(ImageRouteTest, BaselineJpegOfAScanPerComponentGoesToTheHybridBackend) {
+  JpegRecipe r;
+  r.scan_per_component = true;
+  const RouteDecision d = RouteImage(EncodeJpeg(r));
+  EXPECT_EQ(d.route, ImageRoute::kGpu) << d.reason;
+  EXPECT_FALSE(d.header.progressive);
+  EXPECT_EQ(d.scans, 3);
+  EXPECT_FALSE(d.hardware);  // the JPEG engines take one scan
+}
+
+TEST(ImageRouteTest, StrayMarkerInAScanFallsBackToTheCpu) {
+  std::string jpeg = EncodeJpeg({});
+  jpeg.insert(jpeg.find("\xff\xda") + 30, "\xff\x06");
+  const RouteDecision d = RouteImage(jpeg);
+  EXPECT_EQ(d.route, ImageRoute::kCpu);
+  EXPECT_EQ(d.reason, "marker 0xff06 inside scan 1 (corrupt?)");
+}
+
+TEST(ImageRouteTest, BrokenMarkerStructureFallsBackToTheCpu) {
+  const std::string jpeg = EncodeJpeg({});
+  const size_t eoi = jpeg.rfind("\xff\xd9");
+  // A restart marker among the header's segments (in a scan it would be one).
+  const size_t sof = jpeg.find("\xff\xc0");
+  EXPECT_EQ(RouteImage(jpeg.substr(0, sof) + "\xff\xd0" + jpeg.substr(sof)).reason,
+            "marker 0xffd0 outside a scan (corrupt?)");
+  // A comment segment after the scan whose length is impossible.
+  EXPECT_EQ(RouteImage(jpeg.substr(0, eoi) + std::string("\xff\xfe\x00\x01", 4) + jpeg.substr(eoi))
+                .reason,
+            "a marker segment of length 1 (corrupt?)");
+  // Bytes where the marker after a segment should be.
+  std::string shifted = jpeg;
+  shifted.insert(sof, "x");
+  EXPECT_EQ(RouteImage(shifted).reason, Cat("no marker where one should be, at byte ", sof,
+                                            " (corrupt?)"));
+  // Between scans, tables and comments may come, and the walk goes on.
+  const std::string comment("\xff\xfe\x00\x04hi", 6);
+  const RouteDecision d = RouteImage(jpeg.substr(0, eoi) + comment + jpeg.substr(eoi));
+  EXPECT_EQ(d.route, ImageRoute::kGpu) << d.reason;
+  EXPECT_EQ(d.scans, 1);
+}
+
+TEST(ImageRouteTest, FillBytesInAScanStillGoToTheGpu) {
+  // Runs of 0xFF are fill bytes before a marker: the walk passes them, and
+  // nvJPEG's failure on such a scan sends the image to the CPU decoder.
   std::string jpeg = EncodeJpeg({});
   const size_t sos = jpeg.find("\xff\xda");
   ASSERT_NE(sos, std::string::npos);

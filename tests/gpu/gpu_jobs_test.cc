@@ -3,6 +3,7 @@
 // decoder stands in for the device: same jobs, same draws, same arithmetic.
 // No CUDA here (this binary runs under the sanitizers too); the device cases
 // are gpu_jobs_device_test's.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -382,9 +383,31 @@ TEST(GpuDecodeStageTest, TruncatedJpegFailsInTheWorkerAsOnTheCpuPath) {
               StartsWith(Cat(dir.path(), "/shard-000001.tar: key s15: field jpg: truncated JPEG")));
 }
 
-TEST(GpuDecodeStageTest, CorruptJpegScanFailsAtTheConsumerNamingTheShardAndKey) {
+TEST(GpuDecodeStageTest, StrayMarkerInTheScanFailsInTheWorkerAsOnTheCpuPath) {
   TempDir dir;
-  absl::StatusOr<std::optional<Sample>> batch = FirstBatch(dir, CorruptScan());
+  const std::string shard = TestShard(dir, CorruptScan());
+  const ImageDecodeOptions size16 = {.resize = {ResizeMode::kStretch, 16, 16}};
+  Loader cpu(Source(shard).Decode("rgb8", size16).Batched(16), {.workers = 1});
+  Loader gpu(Source(shard).DecodeOnGpu("rgb8", size16).Batched(16), {.workers = 1});
+  absl::StatusOr<std::optional<Sample>> on_cpu = cpu.Next();
+  absl::StatusOr<std::optional<Sample>> on_gpu = gpu.Next();
+  ASSERT_FALSE(on_cpu.ok());
+  ASSERT_FALSE(on_gpu.ok());
+  EXPECT_EQ(on_gpu.status(), on_cpu.status());
+  EXPECT_THAT(ToStd(on_gpu.status().message()),
+              StartsWith(Cat(dir.path(), "/shard-000001.tar: key s15: field jpg: corrupt JPEG: "
+                                              "Unsupported marker type 0x06")));
+  // Under warn-and-continue the worker drops it before batching, as the CPU path does.
+  const Drawn skipping = Draw(
+      Source(shard).DecodeOnGpu("rgb8", size16, {}, {.handler = Handler::kWarnAndContinue}).Batched(16),
+      1);
+  EXPECT_EQ(skipping.keys.size(), 15u);
+  EXPECT_EQ(std::count(skipping.keys.begin(), skipping.keys.end(), "s15"), 0);
+}
+
+TEST(GpuDecodeStageTest, UndecodableScanFailsAtTheConsumerNamingTheShardKeyAndField) {
+  TempDir dir;
+  absl::StatusOr<std::optional<Sample>> batch = FirstBatch(dir, UndefinedHuffmanTable());
   ASSERT_TRUE(batch.ok()) << batch.status();
   absl::Status s = DecodeGpuJobsOnHost(**batch);
   ASSERT_FALSE(s.ok());
@@ -395,9 +418,9 @@ TEST(GpuDecodeStageTest, CorruptJpegScanFailsAtTheConsumerNamingTheShardAndKey) 
 // A consumer given the job column alone (the batches of to_tuple("jpg",
 // "cls") carry no keys or URLs) still names the shard, key and field: the
 // jobs carry them.
-TEST(GpuDecodeStageTest, CorruptJpegScanIsNamedWithoutTheBatchsKeys) {
+TEST(GpuDecodeStageTest, UndecodableScanIsNamedWithoutTheBatchsKeys) {
   TempDir dir;
-  absl::StatusOr<std::optional<Sample>> batch = FirstBatch(dir, CorruptScan());
+  absl::StatusOr<std::optional<Sample>> batch = FirstBatch(dir, UndefinedHuffmanTable());
   ASSERT_TRUE(batch.ok()) << batch.status();
   absl::StatusOr<std::unique_ptr<GpuBatchDecoder>> decoder =
       GpuBatchDecoder::Create(GpuBatchDecoder::kHost);

@@ -60,11 +60,20 @@ inline Pipeline Source(const std::string& shard) {
 }
 
 // CorruptScan keeps the header and the end-of-image marker and puts a marker
-// libjpeg does not know in the scan: the worker sends it to nvJPEG, and the
-// CPU decoder fails on it.
+// libjpeg does not know in the scan: the worker's walk of the markers sends
+// it to the CPU decoder, which fails on it there, as on the CPU path.
 inline std::string CorruptScan() {
   std::string jpeg = EncodeJpeg(JpegRecipe{});
   jpeg.insert(jpeg.find("\xff\xda") + 30, "\xff\x06");
+  return jpeg;
+}
+
+// UndefinedHuffmanTable's scan uses Huffman tables 3, which no DHT defines:
+// its header and markers are sound, so the worker plans it for nvJPEG, and
+// the CPU decoder fails on it only at the consumer (nvJPEG refuses it too).
+inline std::string UndefinedHuffmanTable() {
+  std::string jpeg = EncodeJpeg(JpegRecipe{});
+  jpeg[jpeg.find("\xff\xda") + 6] = '\x33';  // the first component's DC and AC tables
   return jpeg;
 }
 

@@ -51,6 +51,7 @@ std::vector<Variant> Variants() {
   add("restart markers", [](JpegRecipe& r) { r.restart_rows = 1; });
   add("progressive", [](JpegRecipe& r) { r.progressive = true; });
   add("4:1:1", [](JpegRecipe& r) { r.luma_h = 4, r.luma_v = 1; });
+  add("a scan per component", [](JpegRecipe& r) { r.scan_per_component = true; });
   return v;
 }
 
@@ -75,7 +76,7 @@ TEST(NvjpegBatchDecoderTest, PixelsAreTheCpuDecodersWithinTwo) {
     const RouteDecision d = RouteImage(jpegs[i]);
     ASSERT_EQ(d.route, ImageRoute::kGpu) << variants[i].name << ": " << d.reason;
     inputs.push_back({batch->buffer.data() + batch->offsets[i], batch->lengths[i],
-                      HardwareDecodes(d.header)});
+                      d.hardware});
     decisions.push_back(d);
     const size_t pitch = static_cast<size_t>(d.header.width) * 3;
     void* p = nullptr;

@@ -25,6 +25,7 @@ struct JpegRecipe {
   int luma_v = 2;
   int chroma_h = 1;      // of the second
   int restart_rows = 0;  // a restart marker every this many MCU rows (0: none)
+  bool scan_per_component = false;  // baseline, one (non-interleaved) scan per component
 };
 
 // Pattern is a smooth picture with some detail, `channels` samples a pixel.
@@ -61,6 +62,12 @@ inline std::string EncodeJpeg(const JpegRecipe& r) {
     cinfo.comp_info[1].h_samp_factor = r.chroma_h;
   }
   if (r.progressive) jpeg_simple_progression(&cinfo);
+  static const jpeg_scan_info kScanPerComponent[3] = {
+      {1, {0}, 0, 63, 0, 0}, {1, {1}, 0, 63, 0, 0}, {1, {2}, 0, 63, 0, 0}};
+  if (r.scan_per_component) {
+    cinfo.scan_info = kScanPerComponent;
+    cinfo.num_scans = r.components;
+  }
   cinfo.arith_code = r.arithmetic ? TRUE : FALSE;
   cinfo.restart_in_rows = r.restart_rows;
   jpeg_start_compress(&cinfo, TRUE);
