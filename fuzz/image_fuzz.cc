@@ -1,10 +1,12 @@
 // JPEG, PNG and WebP decoding. The first two bytes choose the output spec and
 // the geometry (full size, DCT-scaled stretch, centre crop, random resized
-// crop, flip), the rest is the image.
+// crop, flip), the rest is the image. The image is also routed as the GPU
+// path's workers route it (RouteImage: its header and the walk of its scans).
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
+#include "gpu/image_route.h"
 #include "wds/base/random.h"
 #include "wds/image/image.h"
 
@@ -28,8 +30,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.hflip = (geometry & 0x80) ? 0.5 : 0.0;
   wds::Rng rng(geometry);
   wds::ImageDecodeInfo info;
-  auto array = wds::DecodeImage(std::string_view(reinterpret_cast<const char*>(data) + 2, size - 2),
-                                *spec, options, rng, &info);
+  const std::string_view image(reinterpret_cast<const char*>(data) + 2, size - 2);
+  const wds::gpu::RouteDecision route = wds::gpu::RouteImage(image);
+  if (route.route == wds::gpu::ImageRoute::kGpu && (!route.reason.empty() || route.scans < 1)) {
+    __builtin_trap();
+  }
+  auto array = wds::DecodeImage(image, *spec, options, rng, &info);
   if (array.ok() && array->data.size() < array->nbytes()) __builtin_trap();
   return 0;
 }
