@@ -318,6 +318,8 @@ if ((have_gpu || dry_run)); then
   bench bench-cpu-16w-b64 --workers 16 --batch 64 --shuffle 1000 --epochs 2
   bench bench-cpu-16w-crop224-b64 --workers 16 --batch 64 --shuffle 1000 --epochs 2 \
     --decode torchrgb --resize 224x224 --crop center
+  # The figures side by side with the targets, also at the summary's end.
+  step bench-figures 20 "$py '$repo/scripts/gpu_figures.py' '$logs' | tee '$logs/figures.txt'" || true
 else
   record benchmark SKIP 0 "no GPU"
 fi
@@ -382,6 +384,7 @@ fi
   echo "gpu_check summary ($(date -u +%Y-%m-%dT%H:%M:%SZ), $((SECONDS - start)) s, build $build)"
   printf '%s\n' "${results[@]}"
   echo "failed steps: $failures (logs: $logs)"
+  [[ -s $logs/figures.txt ]] && cat "$logs/figures.txt"
 } | tee "$logs/summary.txt"
 if [[ -n $out ]]; then
   mkdir -p "$out/gpu-check" && cp -r "$logs"/. "$out/gpu-check/" 2>/dev/null || true

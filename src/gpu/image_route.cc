@@ -110,8 +110,13 @@ ScanWalk WalkScans(std::string_view jpeg) {
       ++at;
       continue;
     }
-    if (marker == 0xd9) return walk;  // EOI: what follows (trailers) does not matter
-    if (marker == 0x01 || (marker >= 0xd0 && marker <= 0xd8)) {
+    if (marker == 0xd9) {  // EOI: what follows (trailers) does not matter
+      if (walk.scans == 0) walk.problem = "an end-of-image marker before any scan (corrupt?)";
+      return walk;
+    }
+    // Segments are 0xc0-0xfe but for RSTn, SOI and EOI (libjpeg skips what
+    // else it meets, and its header may then differ from this walk's).
+    if (marker < 0xc0 || (marker >= 0xd0 && marker <= 0xd8)) {
       walk.problem = Cat("marker 0xff", Hex(marker), " outside a scan (corrupt?)");
       return walk;
     }

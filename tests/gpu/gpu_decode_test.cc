@@ -250,6 +250,12 @@ TEST(ImageRouteTest, BrokenMarkerStructureFallsBackToTheCpu) {
   const size_t sof = jpeg.find("\xff\xc0");
   EXPECT_EQ(RouteImage(jpeg.substr(0, sof) + "\xff\xd0" + jpeg.substr(sof)).reason,
             "marker 0xffd0 outside a scan (corrupt?)");
+  // Bytes libjpeg skips as junk before a marker (image_fuzz found a walk
+  // that took them for a segment, jumped over the frame by their "length"
+  // and met an end-of-image marker before any scan).
+  std::string junk = jpeg.substr(0, 2) + std::string("\xff\x00\x00\x04..", 6) + jpeg.substr(2);
+  EXPECT_EQ(RouteImage(junk).route, ImageRoute::kCpu);
+  EXPECT_EQ(RouteImage(junk).reason, "marker 0xff00 outside a scan (corrupt?)");
   // A comment segment after the scan whose length is impossible.
   EXPECT_EQ(RouteImage(jpeg.substr(0, eoi) + std::string("\xff\xfe\x00\x01", 4) + jpeg.substr(eoi))
                 .reason,

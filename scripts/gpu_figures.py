@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""The GPU benchmark's figures from one gpu_check.sh run, side by side, with
+issue 21's targets: scripts/gpu_figures.py LOG_DIR (gpu_check's logs: the
+JSON objects of nvjpeg_bench, torchvision, wds-bench and the Python loader).
+Missing files or fields print as "-": a run cut short still shows the rest.
+Standard library only (it runs on the GPU machines' python3)."""
+import json
+import os
+import sys
+
+
+def load(logs, name):
+    try:
+        with open(os.path.join(logs, name)) as f:
+            return json.loads(f.read().strip().splitlines()[-1])
+    except (OSError, ValueError, IndexError):
+        return {}
+
+
+def num(x):
+    return "-" if x is None else f"{x:,.0f}"
+
+
+def ratio(a, b):
+    return "-" if not a or not b else f"{a / b:.2f}"
+
+
+def main(logs):
+    nvjpeg = load(logs, "bench-nvjpeg.json")
+    torchvision = load(logs, "bench-torchvision.json")
+    runs = {name: load(logs, f"bench-{name}.json") for name in (
+        "cuda-full-b64", "cuda-full-b256", "cuda-crop224-b64", "cpu-16w-b64",
+        "cpu-16w-crop224-b64", "python-cuda-full-b64")}
+    steady = {k: v.get("steady_samples_per_s") for k, v in runs.items()}
+    print(f"GPU figures ({nvjpeg.get('gpu', '?')}; decoder: {nvjpeg.get('decoder', '?')}), images/s")
+    for batch in (64, 256):
+        b = nvjpeg.get(f"batch{batch}", {})
+        raw = b.get("raw_nvjpeg_hardware_img_s") or b.get("raw_nvjpeg_hybrid_img_s")
+        print(f"  batch {batch}: raw {num(raw)}, from pageable {num(b.get('raw_from_pageable_img_s'))}, "
+              f"chroma interpolated {num(b.get('raw_chroma_interpolated_img_s'))}; decoder "
+              f"{num(b.get('decoder_full_size_img_s'))} ({ratio(b.get('decoder_full_size_img_s'), raw)} "
+              f"of raw), unstaged {num(b.get('decoder_unstaged_full_size_img_s'))}, crop224 "
+              f"{num(b.get('decoder_crop224_float_img_s'))}; torchvision "
+              f"{num(torchvision.get(f'torchvision_decode_jpeg_cuda_batch{batch}_img_s'))}")
+        for key in ("decoder_ms_per_batch", "decoder_unstaged_ms_per_batch"):
+            if key in b:
+                print(f"    {key}: " + ", ".join(f"{k} {v}" for k, v in b[key].items()))
+        run = runs[f"cuda-full-b{batch}"]
+        print(f"  loader b{batch}: {num(run.get('samples_per_s'))} (steady {num(steady[f'cuda-full-b{batch}'])}), "
+              f"{ratio(steady[f'cuda-full-b{batch}'], raw)} of raw (target 0.85); first batch "
+              f"{run.get('first_batch_s', '-')} s after a {run.get('gpu_init_s', '-')} s set-up (target 0.3)")
+        if "gpu_seconds" in run and run.get("batches"):
+            per = {k: round(1000 * v / run["batches"], 3) for k, v in run["gpu_seconds"].items()}
+            print("    consumer ms per batch: " + ", ".join(f"{k} {v}" for k, v in per.items())
+                  + f"; waiting share {run.get('shares', {}).get('waiting', '-')}")
+    raw64 = nvjpeg.get("batch64", {}).get("raw_nvjpeg_hardware_img_s")
+    tv64 = torchvision.get("torchvision_decode_jpeg_cuda_batch64_img_s")
+    print(f"  crop224 loader: steady {num(steady['cuda-crop224-b64'])}; CPU 16 workers: steady "
+          f"{num(steady['cpu-16w-b64'])}, crop224 {num(steady['cpu-16w-crop224-b64'])}")
+    print(f"  targets at b64 (steady): {ratio(steady['cuda-full-b64'], raw64)} of raw (0.85); "
+          f"{ratio(steady['cuda-full-b64'], steady['cpu-16w-b64'])}x the CPU path (2.6), "
+          f"crop224 {ratio(steady['cuda-crop224-b64'], steady['cpu-16w-crop224-b64'])}x; "
+          f"{ratio(steady['cuda-full-b64'], tv64)}x torchvision (> 1); Python "
+          f"{ratio(steady['python-cuda-full-b64'], steady['cuda-full-b64'])} of C++ (0.95)")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: gpu_figures.py LOG_DIR")
+    main(sys.argv[1])
