@@ -237,14 +237,7 @@ void BM_Resample375To224(benchmark::State& state) {
 BytesList GpuJobColumn() {
   const gpu::RouteDecision d = gpu::RouteImage(Get().jpeg);
   if (d.route != gpu::ImageRoute::kGpu) throw std::runtime_error("the JPEG is not routed to the GPU");
-  gpu::JobHeader h;
-  h.kind = gpu::JobKind::kJpeg;
-  h.hardware = d.hardware;
-  h.width = d.header.width;
-  h.height = d.header.height;
-  h.crop = {0, 0, h.width, h.height};
-  h.output.width = h.width;
-  h.output.height = h.height;
+  const gpu::JobHeader h = gpu::WholeJpegJob(d.header.width, d.header.height, d.hardware);
   BytesList jobs;
   for (int i = 0; i < 64; ++i) jobs.push_back(gpu::MakeJob(h, Get().jpeg));
   return jobs;

@@ -153,14 +153,7 @@ std::vector<wds::Buffer> MakeJobs(const std::vector<std::string>& jpegs, int siz
   for (const std::string& j : jpegs) {
     const wds::gpu::RouteDecision d = wds::gpu::RouteImage(j);
     if (d.route != wds::gpu::ImageRoute::kGpu) Die("a JPEG is not routed to the GPU: " + d.reason);
-    wds::gpu::JobHeader h;
-    h.kind = wds::gpu::JobKind::kJpeg;
-    h.hardware = d.hardware;
-    h.width = d.header.width;
-    h.height = d.header.height;
-    h.crop = {0, 0, h.width, h.height};
-    h.output.width = h.width;
-    h.output.height = h.height;
+    wds::gpu::JobHeader h = wds::gpu::WholeJpegJob(d.header.width, d.header.height, d.hardware);
     if (crop) {
       const int side = std::min(h.width, h.height);
       h.crop = {(h.width - side) / 2, (h.height - side) / 2, side, side};

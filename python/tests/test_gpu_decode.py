@@ -106,33 +106,28 @@ def test_decoder_on_the_host_counts_images_and_times_its_phases(pattern):
     assert min(seconds["parse"], seconds["cpu_decode"], seconds["kernel"]) > 0
 
 
-def test_truncated_jpeg_fails_in_the_worker_as_on_the_cpu_path(tmp_path):
-    good = encode_image(image_array(1), "JPEG", quality=90)
+def truncated(jpeg):
     # nvJPEG decodes a JPEG cut short without an error: the worker sends one
     # without an end-of-image marker to the CPU decoder instead.
-    bad = good[: good.index(b"\xff\xda") + 24]
-    path = write_tar(tmp_path / "cut-000000.tar", [("a.jpg", good), ("b.jpg", bad), ("c.jpg", good)])
-    ds = wds.WebDataset(path, shardshuffle=False).decode("rgb8", device="cuda").batched(3)
-    with pytest.raises(wds.DecodingError, match=r"cut-000000.tar: key b: field jpg: truncated JPEG"):
-        list(wds.Loader(ds))
-    skipping = (wds.WebDataset(path, shardshuffle=False)
-                .decode("rgb8", device="cuda", handler=wds.warn_and_continue).batched(3))
-    with pytest.warns(UserWarning):
-        (batch,) = list(wds.Loader(skipping))
-    assert batch["__key__"] == ["a", "c"]
+    return jpeg[: jpeg.index(b"\xff\xda") + 24]
 
 
-def test_stray_marker_in_the_scan_fails_in_the_worker_as_on_the_cpu_path(tmp_path):
-    good = encode_image(image_array(1), "JPEG", quality=90)
+def stray_marker(jpeg):
     # A marker libjpeg does not know, in the scan: the worker's walk of the
-    # markers sends it to the CPU decoder, whose error meets the handler.
-    at = good.index(b"\xff\xda") + 30
-    bad = good[:at] + b"\xff\x06" + good[at:]
-    path = write_tar(tmp_path / "bad-000000.tar", [("a.jpg", good), ("b.jpg", bad), ("c.jpg", good)])
+    # markers sends it to the CPU decoder too.
+    at = jpeg.index(b"\xff\xda") + 30
+    return jpeg[:at] + b"\xff\x06" + jpeg[at:]
+
+
+@pytest.mark.parametrize("damage, error", [(truncated, "truncated JPEG"),
+                                           (stray_marker, "corrupt JPEG: Unsupported marker")])
+def test_damaged_jpeg_fails_in_the_worker_as_on_the_cpu_path(tmp_path, damage, error):
+    good = encode_image(image_array(1), "JPEG", quality=90)
+    path = write_tar(tmp_path / "bad-000000.tar",
+                     [("a.jpg", good), ("b.jpg", damage(good)), ("c.jpg", good)])
     for device in (None, "cuda"):
         ds = wds.WebDataset(path, shardshuffle=False).decode("rgb8", device=device).batched(3)
-        with pytest.raises(wds.DecodingError,
-                           match=r"bad-000000.tar: key b: field jpg: corrupt JPEG: Unsupported marker"):
+        with pytest.raises(wds.DecodingError, match=rf"bad-000000.tar: key b: field jpg: {error}"):
             list(wds.Loader(ds))
     skipping = (wds.WebDataset(path, shardshuffle=False)
                 .decode("rgb8", device="cuda", handler=wds.warn_and_continue).batched(3))

@@ -37,6 +37,18 @@ void AppendSite(std::string& out, std::string_view url, std::string_view key,
   out.append("key ").append(key).append(": field ").append(field);
 }
 
+JobHeader WholeJpegJob(int32_t width, int32_t height, bool hardware) {
+  JobHeader h;
+  h.kind = JobKind::kJpeg;
+  h.hardware = hardware;
+  h.width = width;
+  h.height = height;
+  h.crop = {0, 0, width, height};
+  h.output.width = width;
+  h.output.height = height;
+  return h;
+}
+
 Buffer MakeJob(const JobHeader& h, std::string_view payload, BufferPool* pool) {
   const size_t size = kJobHeaderBytes + payload.size() + h.site.size();
   absl::StatusOr<Buffer> pooled =

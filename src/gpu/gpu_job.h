@@ -42,6 +42,11 @@ struct JobHeader {
 void AppendSite(std::string& out, std::string_view url, std::string_view key,
                 std::string_view field);
 
+// WholeJpegJob is the header of a kJpeg job that decodes a whole width x
+// height JPEG at its own size, uint8 channels last: what the benchmarks feed
+// the decoder. `hardware`: RouteDecision::hardware.
+JobHeader WholeJpegJob(int32_t width, int32_t height, bool hardware);
+
 // kJobHeaderBytes is the header's size on the wire.
 inline constexpr size_t kJobHeaderBytes = 72;
 
