@@ -153,7 +153,8 @@ def test_undecodable_scan_names_the_shard_key_and_field_at_the_consumer(tmp_path
         list(wds.Loader(tuples))
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
+@pytest.mark.skipif(torch.cuda.is_available(),
+                    reason="tests the refusal without a CUDA device; this machine has one")
 def test_loader_on_cuda_without_a_gpu_is_refused(pattern):
     with pytest.raises(ValueError, match=r"torch.cuda.is_available\(\) is False"):
         wds.Loader(dataset(pattern, device="cuda"), device="cuda")

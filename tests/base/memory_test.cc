@@ -164,7 +164,9 @@ TEST(AlignedHostAllocatorTest, SmallBlocksShareSlabsThatAreReturnedWhenFree) {
 }
 
 TEST(PinnedHostAllocatorTest, WithoutADeviceIsFailedPrecondition) {
-  if (PinnedMemoryWorks()) GTEST_SKIP() << "pinned memory works here";
+  if (PinnedMemoryWorks()) {
+    GTEST_SKIP() << "tests the refusal where memory cannot be pinned (no CUDA device); it can here";
+  }
   absl::StatusOr<std::shared_ptr<HostAllocator>> a = PinnedHostAllocator(0);
   EXPECT_EQ(a.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(a.status().message()), HasSubstr("CUDA"));
@@ -204,7 +206,9 @@ TEST(DefaultBatchAllocatorTest, WithoutPinMemoryIsAlignedWithoutNote) {
 }
 
 TEST(DefaultBatchAllocatorTest, PinMemoryWithoutDeviceFallsBackAndSaysWhy) {
-  if (PinnedMemoryWorks()) GTEST_SKIP() << "pinned memory works here";
+  if (PinnedMemoryWorks()) {
+    GTEST_SKIP() << "tests the refusal where memory cannot be pinned (no CUDA device); it can here";
+  }
   // Without a device any device number falls back: none is out of range.
   for (int device : {0, 4096}) {
     absl::StatusOr<BatchAllocator> chosen = DefaultBatchAllocator(true, device);
@@ -459,7 +463,9 @@ std::vector<Sample> ArraySamples(int n) {
 }
 
 TEST(LoaderPoolTest, PinMemoryWithoutDeviceFallsBackWarnsOnceAndWorks) {
-  if (PinnedMemoryWorks()) GTEST_SKIP() << "pinned memory works here";
+  if (PinnedMemoryWorks()) {
+    GTEST_SKIP() << "tests the refusal where memory cannot be pinned (no CUDA device); it can here";
+  }
   std::vector<std::string> warnings;
   std::mutex mu;
   LoaderOptions options;
