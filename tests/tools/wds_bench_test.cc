@@ -133,7 +133,9 @@ TEST_F(WdsBenchTest, DeviceOptionErrorsNameTheOption) {
 }
 
 TEST_F(WdsBenchTest, DeviceCudaWithoutAGpuFailsNamingWhy) {
-  if (std::system("nvidia-smi -L > /dev/null 2>&1") == 0) GTEST_SKIP() << "a GPU is present";
+  if (std::system("nvidia-smi -L > /dev/null 2>&1") == 0) {
+    GTEST_SKIP() << "tests the refusal without a GPU; this machine has one";
+  }
   ToolRun run = Bench("--device cuda " + Shards());
   EXPECT_EQ(run.status, 1);
   EXPECT_THAT(run.err, HasSubstr("wds-bench: decode on cuda:0: "));
