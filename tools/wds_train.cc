@@ -526,8 +526,7 @@ class Trainer {
   CheckpointAt AgreeOnCheckpoint() const {
     constexpr int64_t kStepBits = 32;
     int64_t latest = 0;  // epoch << kStepBits | step
-    if (dist_.is_main() && !o_.checkpoint_dir.empty() &&
-        !o_.checkpoint_dir.empty()) {
+    if (dist_.is_main() && !o_.checkpoint_dir.empty()) {
       static const std::regex kName("checkpoint-([0-9]{6})(-([0-9]{6}))?\\.pt");
       for (const std::string& name : FileNames(o_.checkpoint_dir)) {
         std::smatch match;

@@ -100,28 +100,36 @@ torch::Tensor GpuJobsToTensor(const Sample& batch, size_t field, const torch::De
   absl::StatusOr<GpuBatchLayout> layout = GpuJobLayout(*jobs, keys, urls);
   if (!layout.ok()) throw LoaderError(layout.status());
   const torch::TensorOptions options = torch::TensorOptions().dtype(ToTorchDType(layout->dtype));
-  if (!device.is_cuda()) {
+  // "cuda" without an index is the current device: its index picks the
+  // decoder (an index of -1 would be kHost's, writing host memory there).
+  const torch::Device target = ResolveDevice(device);
+  const int decoder_device = target.is_cuda() ? target.index() : GpuBatchDecoder::kHost;
+  if (decoder != nullptr && decoder->device() != decoder_device) {
+    ThrowValueError(Cat("GpuJobsToTensor: the decoder is for ",
+                        decoder->device() == GpuBatchDecoder::kHost
+                            ? std::string("the host")
+                            : Cat("cuda:", decoder->device()),
+                        ", the tensor for ", target.str()));
+  }
+  if (decoder == nullptr) {
+    absl::StatusOr<std::unique_ptr<GpuBatchDecoder>> made = GpuBatchDecoder::Create(decoder_device);
+    if (!made.ok()) throw LoaderError(made.status());
+    decoder = *std::move(made);
+  }
+  if (!target.is_cuda()) {
     torch::Tensor out = torch::empty(layout->shape, options);
-    absl::StatusOr<std::unique_ptr<GpuBatchDecoder>> host =
-        GpuBatchDecoder::Create(GpuBatchDecoder::kHost);
-    if (!host.ok()) throw LoaderError(host.status());
-    if (absl::Status s = (*host)->Decode(*jobs, keys, urls, out.data_ptr(), nullptr); !s.ok()) {
+    if (absl::Status s = decoder->Decode(*jobs, keys, urls, out.data_ptr(), nullptr); !s.ok()) {
       throw LoaderError(s);
     }
     return out;
   }
-  const c10::Stream stream = CudaGuard().getStream(device);
+  const c10::Stream stream = CudaGuard().getStream(target);
   void* handle = NativeHandle(stream, 0);
   if (handle == nullptr) {
     throw LoaderError(absl::UnimplementedError(
         "decode on cuda: this LibTorch has no c10::Stream::native_handle() (LibTorch 2.x)"));
   }
-  if (decoder == nullptr) {
-    absl::StatusOr<std::unique_ptr<GpuBatchDecoder>> made = GpuBatchDecoder::Create(device.index());
-    if (!made.ok()) throw LoaderError(made.status());
-    decoder = *std::move(made);
-  }
-  torch::Tensor out = torch::empty(layout->shape, options.device(device));
+  torch::Tensor out = torch::empty(layout->shape, options.device(target));
   if (absl::Status s = decoder->Decode(*jobs, keys, urls, out.data_ptr(), handle); !s.ok()) {
     throw LoaderError(s);
   }

@@ -785,6 +785,43 @@ TEST(DevicePrefetcherTest, GpuJobsToTensorRefusesAFieldWithoutJobs) {
   EXPECT_THROW(GpuJobsToTensor(batch, 99, torch::kCPU, decoder), c10::ValueError);
 }
 
+std::optional<Sample> FirstJpegBatch(const Pipeline& recipe) {
+  Loader loader(recipe, {.workers = 1});
+  absl::StatusOr<std::optional<Sample>> batch = loader.Next();
+  EXPECT_TRUE(batch.ok()) << batch.status();
+  return batch.ok() ? *std::move(batch) : std::nullopt;
+}
+
+TEST(DevicePrefetcherTest, GpuJobsToTensorOnTheCpuUsesAHostDecoder) {
+  testing::TempDir dir;
+  const Pipeline recipe = JpegRecipe(dir);
+  const std::vector<torch::Tensor> expected = HostImages(recipe);
+  const std::optional<Sample> batch = FirstJpegBatch(recipe);
+  ASSERT_TRUE(batch.has_value());
+  std::unique_ptr<GpuBatchDecoder> decoder;
+  EXPECT_TRUE(torch::equal(GpuJobsToTensor(*batch, 0, torch::kCPU, decoder), expected[0]));
+  EXPECT_EQ(decoder->device(), GpuBatchDecoder::kHost);
+}
+
+TEST(DevicePrefetcherTest, GpuJobsToTensorOnCudaWithoutAnIndexUsesTheCurrentDevice) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  testing::TempDir dir;
+  const Pipeline recipe = JpegRecipe(dir);
+  const std::vector<torch::Tensor> expected = HostImages(recipe);
+  const std::optional<Sample> batch = FirstJpegBatch(recipe);
+  ASSERT_TRUE(batch.has_value());
+  // A decoder made for the host is not used for a CUDA tensor.
+  std::unique_ptr<GpuBatchDecoder> host_decoder;
+  GpuJobsToTensor(*batch, 0, torch::kCPU, host_decoder);
+  EXPECT_THROW(GpuJobsToTensor(*batch, 0, torch::kCUDA, host_decoder), c10::ValueError);
+  // "cuda" without an index is the current device (index -1 would be kHost's).
+  std::unique_ptr<GpuBatchDecoder> decoder;
+  const torch::Tensor images = GpuJobsToTensor(*batch, 0, torch::kCUDA, decoder);
+  EXPECT_EQ(decoder->device(), 0);
+  EXPECT_TRUE(images.is_cuda());
+  EXPECT_LE((images.cpu() - expected[0]).abs().max().item<double>(), 2.0 / 255 / 0.224 + 1e-5);
+}
+
 TEST(DevicePrefetcherTest, GpuJobsOnCudaAreDecodedOnTheDevice) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   testing::TempDir dir;

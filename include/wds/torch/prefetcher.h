@@ -57,11 +57,13 @@ namespace wds {
 class GpuBatchDecoder;
 
 // GpuJobsToTensor decodes position `field` of `batch`, a column of GPU jobs
-// (Pipeline::DecodeOnGpu), into a new tensor on `device`: on a CUDA device
-// with `decoder` (made there at first use), enqueued on the device's current
-// stream, which the tensor is allocated on; on the CPU with the host decoder.
-// Throws wds::LoaderError for a decode error (naming the shard and key), and
-// c10::ValueError for a field that holds no GPU jobs.
+// (Pipeline::DecodeOnGpu), into a new tensor on `device` ("cuda" without an
+// index: the current device) with `decoder`, made at first use for that
+// device (the host decoder for the CPU); on CUDA the decode is enqueued on the
+// device's current stream, which the tensor is allocated on. Throws
+// wds::LoaderError for a decode error (naming the shard and key), and
+// c10::ValueError for a field that holds no GPU jobs, a device that is not
+// available, or a `decoder` made for another device.
 torch::Tensor GpuJobsToTensor(const Sample& batch, size_t field, const torch::Device& device,
                               std::unique_ptr<GpuBatchDecoder>& decoder);
 
