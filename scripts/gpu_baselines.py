@@ -103,8 +103,9 @@ def python_loader(args):
                                                    if args.crop224 else {}))
                .to_tuple("jpg", "cls").batched(args.batch))
     loader = wds.Loader(dataset, workers=args.workers, device="cuda")
-    # As wds-bench: CUDA's context is made before the clock starts (the
-    # decoder's nvJPEG handles are made at the first batch, and timed).
+    # CUDA's context is made before the clock starts; the decoder (its nvJPEG
+    # handles) is made at the first batch and timed there, where wds-bench
+    # times it apart (gpu_init_s): compare the steady figures.
     torch.empty(1, device="cuda")
     torch.cuda.synchronize()
     start = time.perf_counter()

@@ -405,11 +405,18 @@ class GpuConsumer {
     return absl::OkStatus();
   }
 
+  // Wait waits for the batches consumed so far to be decoded.
+  void Wait() {
+#if WDS_BENCH_CUDA
+    if (decoder_ != nullptr) cudaStreamSynchronize(stream_);
+#endif
+  }
+
   // Drain waits for the last batch's decode and takes the decoder's stats.
   void Drain(Result& result) {
 #if WDS_BENCH_CUDA
     if (decoder_ == nullptr) return;
-    cudaStreamSynchronize(stream_);
+    Wait();
     result.gpu = decoder_->stats();
 #else
     (void)result;
@@ -472,6 +479,7 @@ absl::StatusOr<Result> RunOnce(const Config& config, int workers) {
         }
         const int64_t size = BatchSize(**batch);
         if (result.batches == 0) {
+          gpu.Wait();  // the first batch has arrived once it is decoded
           first_batch = Clock::now();
           result.first_batch_s = Seconds(first_batch - start);
         } else {

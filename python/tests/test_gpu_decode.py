@@ -163,7 +163,7 @@ def test_loader_on_cuda_without_a_gpu_is_refused(pattern):
 @cuda
 def test_loader_on_cuda_yields_cuda_tensors_written_in_place(pattern):
     loader = wds.Loader(dataset(pattern, device="cuda", size=(8, 10), crop="random", hflip=0.5),
-                        workers=2, device="cuda")
+                        workers=2, device="cuda", pin_memory=True)
     host = drain(wds.Loader(dataset(pattern, device="cuda", size=(8, 10), crop="random",
                                     hflip=0.5), workers=2))
     keys, labels, images = [], [], []

@@ -306,13 +306,17 @@ class Loader:
                 made.append(out)
                 return out
             if _is_array(value):
-                # Labels and the like: staged in torch's pinned host cache
-                # (which keeps the block until the copy is done), so the
-                # batch's own memory can go back to its pool now, and the copy
-                # does not wait for the decode on the side stream: a blocking
-                # .to(device) would synchronize that stream every batch, and
-                # the next batch's host work could not overlap this one's.
-                out = torch.as_tensor(value).pin_memory().to(device, non_blocking=True)
+                # Labels and the like: copied into a block of torch's pinned
+                # host cache (always a fresh one: the batch's own memory, even
+                # when pinned, goes back to its pool when dropped), which the
+                # cache keeps until the copy has run. The copy runs after the
+                # decode on the side stream, but the host does not wait for
+                # it: a blocking .to(device) would, every batch, and the next
+                # batch's host work could not overlap this one's decode.
+                host = torch.as_tensor(value)
+                staged = torch.empty(host.shape, dtype=host.dtype, pin_memory=True)
+                staged.copy_(host)
+                out = staged.to(device, non_blocking=True)
                 made.append(out)
                 return out
             return value
