@@ -102,6 +102,7 @@ absl::StatusOr<JobColumn> ParseJobColumn(const BytesList& jobs, const TextList* 
   const GpuOutput& o = column.headers[0].output;
   column.output = o;
   column.layout.dtype = o.dtype;
+  column.layout.channels_first = o.channels_first;
   const auto b = static_cast<int64_t>(jobs.size());
   column.layout.shape = o.channels_first ? std::vector<int64_t>{b, 3, o.height, o.width}
                                          : std::vector<int64_t>{b, o.height, o.width, 3};

@@ -90,7 +90,7 @@ std::optional<Sample> NextFromLoader(Loader& loader) {
 }  // namespace
 
 torch::Tensor GpuJobsToTensor(const Sample& batch, size_t field, const torch::Device& device,
-                              std::unique_ptr<GpuBatchDecoder>& decoder) {
+                              std::unique_ptr<GpuBatchDecoder>& decoder, GpuBatchLayout* layout_out) {
   const BytesList* jobs =
       field < batch.size() ? std::get_if<BytesList>(&batch[field].second) : nullptr;
   if (jobs == nullptr || !IsGpuJobColumn(batch[field].second)) {
@@ -99,6 +99,7 @@ torch::Tensor GpuJobsToTensor(const Sample& batch, size_t field, const torch::De
   const auto [keys, urls] = KeysAndUrls(batch);
   absl::StatusOr<GpuBatchLayout> layout = GpuJobLayout(*jobs, keys, urls);
   if (!layout.ok()) throw LoaderError(layout.status());
+  if (layout_out != nullptr) *layout_out = *layout;
   const torch::TensorOptions options = torch::TensorOptions().dtype(ToTorchDType(layout->dtype));
   // "cuda" without an index is the current device: its index picks the
   // decoder (an index of -1 would be kHost's, writing host memory there).
@@ -211,16 +212,24 @@ std::optional<Staged> DevicePrefetcher::Impl::Draw() {
   return CopyToDevice(ToTensorBatch(*sample, options.fields, host_options), decoded);
 }
 
-// DecodeOnDevice decodes every GPU job column of `batch` into a new device
-// tensor on the side stream (the current stream), and leaves an int64 0 in
-// the column's place for ToTensorBatch, whose tensor CopyToDevice replaces.
+// DecodeOnDevice decodes every selected GPU job column of `batch` into a new
+// device tensor on the side stream (the current stream), in the layout asked
+// for, and leaves an int64 0 in the column's place for ToTensorBatch, whose
+// tensor CopyToDevice replaces.
 std::vector<std::pair<std::string, torch::Tensor>> DevicePrefetcher::Impl::DecodeOnDevice(
     Sample& batch) {
+  const std::vector<std::string>& fields = options.fields;
   std::vector<std::pair<std::string, torch::Tensor>> decoded;
   for (size_t i = 0; i < batch.size(); ++i) {
+    const std::string& name = batch[i].first;
+    if (!fields.empty() && std::find(fields.begin(), fields.end(), name) == fields.end()) continue;
     if (!IsGpuJobColumn(batch[i].second)) continue;
-    decoded.emplace_back(batch[i].first,
-                         GpuJobsToTensor(batch, i, options.device, gpu_decoder));
+    GpuBatchLayout layout;
+    torch::Tensor t = GpuJobsToTensor(batch, i, options.device, gpu_decoder, &layout);
+    if (options.tensor.layout == TensorLayout::kNCHW && !layout.channels_first) {
+      t = t.permute({0, 3, 1, 2});
+    }
+    decoded.emplace_back(name, std::move(t));
   }
   for (const auto& [name, tensor] : decoded) *batch.Find(name) = int64_t{0};
   return decoded;
@@ -236,13 +245,8 @@ Staged DevicePrefetcher::Impl::CopyToDevice(
     const std::string& name = out.batch.names[i];
     auto it = std::find_if(decoded.begin(), decoded.end(),
                            [&](const auto& d) { return d.first == name; });
-    if (it != decoded.end()) {
-      // Decoded on the device in its layout: [B, 3, H, W] for torch* specs.
-      torch::Tensor t = it->second;
-      if (options.tensor.layout == TensorLayout::kNCHW && t.dim() == 4 && t.size(3) == 3) {
-        t = t.permute({0, 3, 1, 2});
-      }
-      out.batch.tensors.push_back(std::move(t));
+    if (it != decoded.end()) {  // decoded on the device, in its view
+      out.batch.tensors.push_back(it->second);
       continue;
     }
     const torch::Tensor& t = host.tensors[i];

@@ -735,7 +735,11 @@ TEST(DevicePrefetcherTest, CudaCopiesBatchesAndHoldsHostMemoryDuringTheCopy) {
 // Pipelines of DecodeOnGpu through a prefetcher: on the CPU the host decoder
 // decodes their image columns (the same bytes DecodeGpuJobsOnHost gives), on
 // a GPU the device decoder, within nvJPEG's +-2.
-Pipeline JpegRecipe(const testing::TempDir& dir) {
+// JpegRecipe: 12 JPEGs decoded on the GPU path, by default to normalized
+// torchrgb at 20x16 (channels first); another `spec` (rgb8: channels last)
+// and size may be asked for.
+Pipeline JpegRecipe(const testing::TempDir& dir, const std::string& spec = "torchrgb",
+                    int width = 20, int height = 16) {
   std::vector<testing::TarEntry> entries;
   for (int i = 0; i < 12; ++i) {
     gpu_testing::JpegRecipe r;
@@ -744,9 +748,11 @@ Pipeline JpegRecipe(const testing::TempDir& dir) {
     entries.push_back({"k" + std::to_string(i) + ".cls", std::to_string(i)});
   }
   const std::string url = dir.Write("jpegs.tar", testing::MakeTar(entries));
+  GpuDecodeOptions gpu;
+  if (spec == "torchrgb") gpu.normalize = kImageNetNormalize;
   return WebDataset(url, {.seed = 2}).value().Shuffle(5).DecodeOnGpu(
-      "torchrgb", {.resize = {ResizeMode::kRandomResizedCrop, 20, 16}, .hflip = 0.5},
-      {.normalize = kImageNetNormalize}).ToTuple({"jpg", "cls"}).Batched(4);
+      spec, {.resize = {ResizeMode::kRandomResizedCrop, width, height}, .hflip = 0.5},
+      gpu).ToTuple({"jpg", "cls"}).Batched(4);
 }
 
 std::vector<torch::Tensor> HostImages(const Pipeline& recipe) {
@@ -820,6 +826,44 @@ TEST(DevicePrefetcherTest, GpuJobsToTensorOnCudaWithoutAnIndexUsesTheCurrentDevi
   EXPECT_EQ(decoder->device(), 0);
   EXPECT_TRUE(images.is_cuda());
   EXPECT_LE((images.cpu() - expected[0]).abs().max().item<double>(), 2.0 / 255 / 0.224 + 1e-5);
+}
+
+// kNCHW views a column decoded channels last (rgb8), even 3 pixels wide, and
+// leaves one decoded channels first (torchrgb) as it is.
+TEST(DevicePrefetcherTest, GpuJobsOnCudaTakeTheNchwViewOnlyWhenChannelsLast) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  testing::TempDir dir;
+  const DevicePrefetcherOptions nchw = {.device = torch::Device(torch::kCUDA, 0),
+                                        .tensor = {.layout = TensorLayout::kNCHW}};
+  for (const auto& [spec, width, sizes] :
+       {std::tuple{"rgb8", 3, std::vector<int64_t>{4, 3, 16, 3}},
+        std::tuple{"torchrgb", 20, std::vector<int64_t>{4, 3, 16, 20}}}) {
+    Loader loader(JpegRecipe(dir, spec, width, 16), {.workers = 1});
+    DevicePrefetcher prefetcher(loader, nchw);
+    size_t n = 0;
+    for (const TensorBatch& batch : prefetcher) {
+      EXPECT_EQ(batch[0].sizes(), sizes) << spec;
+      ++n;
+    }
+    EXPECT_EQ(n, 3u) << spec;
+  }
+}
+
+// Only the job columns among `fields` are decoded; the others stay jobs.
+TEST(DevicePrefetcherTest, GpuJobsOnCudaOutsideFieldsAreNotDecoded) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  testing::TempDir dir;
+  Loader loader(JpegRecipe(dir), {.workers = 1});
+  DevicePrefetcher prefetcher(loader, {.device = torch::Device(torch::kCUDA, 0), .fields = {"cls"}});
+  size_t n = 0;
+  for (const TensorBatch& batch : prefetcher) {
+    EXPECT_EQ(batch.names, std::vector<std::string>{"cls"});
+    const Value* jobs = batch.rest.Find("jpg");
+    ASSERT_NE(jobs, nullptr);
+    EXPECT_TRUE(IsGpuJobColumn(*jobs));
+    ++n;
+  }
+  EXPECT_EQ(n, 3u);
 }
 
 TEST(DevicePrefetcherTest, GpuJobsOnCudaAreDecodedOnTheDevice) {

@@ -89,6 +89,7 @@ bool IsGpuJobColumn(const Value& value);
 struct GpuBatchLayout {
   DType dtype = DType::kUInt8;
   std::vector<int64_t> shape;
+  bool channels_first = false;  // [B, 3, H, W] (the torch* specs)
   size_t nbytes() const;
 };
 

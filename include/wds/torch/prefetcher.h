@@ -64,15 +64,19 @@ class GpuBatchDecoder;
 // wds::LoaderError for a decode error (naming the shard and key), and
 // c10::ValueError for a field that holds no GPU jobs, a device that is not
 // available, or a `decoder` made for another device.
+// `layout`, if given, receives the column's layout.
 torch::Tensor GpuJobsToTensor(const Sample& batch, size_t field, const torch::Device& device,
-                              std::unique_ptr<GpuBatchDecoder>& decoder);
+                              std::unique_ptr<GpuBatchDecoder>& decoder,
+                              GpuBatchLayout* layout = nullptr);
 
 struct DevicePrefetcherOptions {
   // device is torch::kCPU or a CUDA device; a CUDA device without an index is
   // the current device at construction.
   torch::Device device = torch::kCPU;
   // fields and tensor are passed to ToTensorBatch for every batch; on a CUDA
-  // device the kNCHW view is taken of the device tensor.
+  // device the kNCHW view is taken of the device tensor, and of a column of
+  // GPU jobs only when it decodes channels last. On CUDA, only the job
+  // columns among `fields` (all, when empty) are decoded.
   std::vector<std::string> fields;
   ToTensorOptions tensor;
 };
