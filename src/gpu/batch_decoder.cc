@@ -10,7 +10,6 @@
 #include "gpu/phase_clock.h"
 #include "gpu/resize_kernel.h"
 #include "image/codecs.h"
-#include "stages/transform_stream.h"
 #include "wds/gpu/gpu_decode.h"
 #include "wds/internal/base/status_macros.h"
 #include "wds/internal/base/strings.h"

@@ -227,15 +227,15 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
     cudaEvent_t done = nullptr;
     WDS_RETURN_IF_ERROR(
         Cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate"));
-    WDS_RETURN_IF_ERROR(Cuda(cudaEventRecord(done, stream), "cudaEventRecord"));
-    // Unstaged, the jobs are read in place: they are kept until the batch is done.
-    in_use_.push_back(InUse{std::move(staging), staged ? BytesList{} : jobs, done});
-    drain.active = false;
-    // CPU-decoded images were copied from pageable memory: the copy has read
-    // them before cudaMemcpyAsync returned, but a rare path can afford to wait.
-    if (!cpu_decoded.empty()) {
-      WDS_RETURN_IF_ERROR(Cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize"));
+    if (absl::Status s = Cuda(cudaEventRecord(done, stream), "cudaEventRecord"); !s.ok()) {
+      cudaEventDestroy(done);
+      return s;
     }
+    // What the copies and nvJPEG read is kept until the batch is done: the
+    // staging buffer, the jobs when read in place, the CPU-decoded images.
+    in_use_.push_back(InUse{std::move(staging), staged ? BytesList{} : jobs,
+                            std::move(cpu_decoded), done});
+    drain.active = false;
     clock.Add(stats_.seconds.kernel);
     ++stats_.batches;
     stats_.images += static_cast<int64_t>(n);
@@ -266,7 +266,8 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
   static constexpr int kStagingBuffers = 4;
   struct InUse {
     StagingBuffer staging;
-    BytesList jobs;  // unstaged: what nvJPEG and the copies read
+    BytesList jobs;                  // unstaged: what nvJPEG and the copies read
+    std::vector<Array> cpu_decoded;  // the sources of the fallbacks' copies
     cudaEvent_t done;
   };
 

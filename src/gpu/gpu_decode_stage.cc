@@ -2,7 +2,6 @@
 // becomes a GPU job (gpu/gpu_job.h) drawn from the decode stream's rng exactly
 // as the CPU decoder would draw: MakePlan for a JPEG nvJPEG takes, DecodeImage
 // itself for everything else.
-#include <memory>
 #include <string>
 #include <utility>
 
@@ -13,7 +12,6 @@
 #include "wds/gpu/gpu_decode.h"
 #include "wds/internal/base/worker_wiring.h"
 #include "wds/internal/base/status_macros.h"
-#include "wds/internal/base/strings.h"
 
 namespace wds {
 namespace {

@@ -51,8 +51,8 @@ JobHeader WholeJpegJob(int32_t width, int32_t height, bool hardware) {
 
 Buffer MakeJob(const JobHeader& h, std::string_view payload, BufferPool* pool) {
   const size_t size = kJobHeaderBytes + payload.size() + h.site.size();
-  absl::StatusOr<Buffer> pooled =
-      pool != nullptr ? pool->Acquire(size) : absl::UnavailableError("no pool");
+  absl::StatusOr<Buffer> pooled;  // default: an error without a message, no allocation
+  if (pool != nullptr) pooled = pool->Acquire(size);
   Buffer job = pooled.ok() ? *std::move(pooled) : Buffer::Allocate(size);
   uint8_t* p = job.mutable_data();
   std::memset(p, 0, kJobHeaderBytes);

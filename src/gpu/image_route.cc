@@ -5,6 +5,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "wds/internal/base/strings.h"
 
 namespace wds::gpu {
@@ -55,10 +56,7 @@ bool MarkerAfterScan(uint8_t m) {
          m == 0xfe || (m >= 0xe0 && m <= 0xef);
 }
 
-std::string Hex(uint8_t b) {
-  constexpr char kDigits[] = "0123456789abcdef";
-  return {kDigits[b >> 4], kDigits[b & 15]};
-}
+std::string Hex(uint8_t b) { return absl::StrCat(absl::Hex(b, absl::kZeroPad2)); }
 
 // WalkScans walks a JPEG's marker segments from SOI to EOI by their lengths
 // (an EXIF thumbnail inside APP1 is skipped whole), counting the scans. In a
@@ -137,12 +135,15 @@ ScanWalk WalkScans(std::string_view jpeg) {
   return walk;
 }
 
-}  // namespace
-
+// HardwareDecodes is true for the JPEG headers nvJPEG's hardware backend
+// takes: not progressive, not 4:1:1 subsampled (RouteDecision::hardware also
+// asks for a single scan).
 bool HardwareDecodes(const JpegHeader& header) {
   const bool subsampled_411 = header.components == 3 && header.sampling[0][0] == 4;
   return !header.progressive && !subsampled_411;
 }
+
+}  // namespace
 
 RouteDecision RouteImage(std::string_view data) {
   const std::optional<ImageFormat> format = SniffImageFormat(data);
@@ -167,7 +168,10 @@ GpuImagePlan PlanGpuImage(std::string_view data, const ImageSpec& spec,
                           const ImageDecodeOptions& options, Rng& rng) {
   GpuImagePlan out;
   out.decision = RouteImage(data);
-  if (out.decision.route != ImageRoute::kGpu) return out;
+  if (out.decision.route != ImageRoute::kGpu) {
+    out.plan = absl::UnknownError("routed to the CPU");  // not per GPU image: it allocates
+    return out;
+  }
   out.info.format = ImageFormat::kJpeg;
   image_internal::DecodeRequest request{spec, options, rng, out.info, nullptr, {}};
   out.plan =

@@ -45,10 +45,6 @@ struct RouteDecision {
 // Thread-safe.
 RouteDecision RouteImage(std::string_view data);
 
-// HardwareDecodes is true for the JPEG headers nvJPEG's hardware backend
-// takes: not progressive, not 4:1:1 subsampled (RouteDecision::hardware also
-// asks for a single scan).
-bool HardwareDecodes(const image_internal::JpegHeader& header);
 
 // GpuImagePlan is one image's share of a GPU batch: its route and, when
 // routed to the GPU, its decode plan.
@@ -56,7 +52,7 @@ struct GpuImagePlan {
   RouteDecision decision;
   // plan is MakePlan's result for a GPU-routed image (drawn from the rng),
   // or its error (max_pixels); UnknownError("routed to the CPU") for kCpu.
-  absl::StatusOr<image_internal::DecodePlan> plan = absl::UnknownError("routed to the CPU");
+  absl::StatusOr<image_internal::DecodePlan> plan;
   ImageDecodeInfo info;
 };
 

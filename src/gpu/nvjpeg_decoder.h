@@ -13,8 +13,6 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "gpu/image_route.h"
-#include "image/codecs.h"
 
 namespace wds::gpu {
 

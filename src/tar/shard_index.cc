@@ -13,6 +13,7 @@
 #include "wds/internal/base/status_macros.h"
 #include "wds/internal/base/strings.h"
 #include "wds/internal/io/atomic_file.h"
+#include "wds/internal/io/directories.h"
 #include "wds/internal/tar/shard_scan.h"
 #include "wds/internal/tar/tar_grouping.h"
 #include "wds/io/byte_stream.h"
@@ -119,12 +120,6 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
   text << in.rdbuf();
   if (in.bad()) return absl::DataLossError(Cat(path, ": read error"));
   return text.str();
-}
-
-std::string DirName(std::string_view path) {
-  const size_t slash = path.rfind('/');
-  if (slash == std::string_view::npos) return "";
-  return std::string(path.substr(0, slash == 0 ? 1 : slash));
 }
 
 bool IsRelativeUrl(std::string_view url) {
@@ -358,7 +353,7 @@ absl::StatusOr<DatasetIndex> DatasetIndex::Parse(std::string_view text, std::str
 
 absl::StatusOr<DatasetIndex> DatasetIndex::Load(const std::string& path) {
   WDS_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
-  return Parse(text, path, DirName(path));
+  return Parse(text, path, std::string(ParentDirectory(path)));
 }
 
 absl::Status DatasetIndex::Save(const std::string& path) const {
