@@ -376,13 +376,12 @@ class GpuConsumer {
 
   absl::Status Consume(const wds::Sample& batch) {
 #if WDS_BENCH_CUDA
-    const wds::Value* keys = batch.Find(wds::kKeyField);
-    const wds::TextList* key_list = keys ? std::get_if<wds::TextList>(keys) : nullptr;
+    const auto [keys, urls] = wds::BatchKeysAndUrls(batch);
     size_t column = 0;
     for (const auto& [name, value] : batch) {
       if (!wds::IsGpuJobColumn(value)) continue;
       const auto& jobs = std::get<wds::BytesList>(value);
-      auto layout = wds::GpuJobLayout(jobs, key_list);
+      auto layout = wds::GpuJobLayout(jobs, keys, urls);
       if (!layout.ok()) return layout.status();
       if (column >= outputs_.size()) outputs_.push_back({nullptr, 0});
       auto& [out, bytes] = outputs_[column++];
@@ -395,7 +394,7 @@ class GpuConsumer {
         }
         bytes = layout->nbytes();
       }
-      if (absl::Status s = decoder_->Decode(jobs, key_list, nullptr, out, stream_); !s.ok()) {
+      if (absl::Status s = decoder_->Decode(jobs, keys, urls, out, stream_); !s.ok()) {
         return s;
       }
     }

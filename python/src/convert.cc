@@ -163,11 +163,8 @@ namespace {
 // GpuJobs object carrying the batch's keys and URLs.
 py::object FieldToPython(wds::Value&& value, int kind, const wds::Sample& sample) {
   if (wds::IsGpuJobColumn(value)) {
-    const wds::Value* keys = sample.Find(wds::kKeyField);
-    const wds::Value* urls = sample.Find(wds::kUrlField);
-    return GpuJobsToPython(std::get<wds::BytesList>(std::move(value)),
-                           keys != nullptr ? std::get_if<wds::TextList>(keys) : nullptr,
-                           urls != nullptr ? std::get_if<wds::TextList>(urls) : nullptr);
+    const auto [keys, urls] = wds::BatchKeysAndUrls(sample);
+    return GpuJobsToPython(std::get<wds::BytesList>(std::move(value)), keys, urls);
   }
   return ValueToPython(std::move(value), kind);
 }

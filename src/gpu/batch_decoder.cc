@@ -210,13 +210,15 @@ absl::StatusOr<Array> GpuBatchDecoder::DecodeToArray(const BytesList& jobs, cons
   return out;
 }
 
+BatchKeysAndUrls::BatchKeysAndUrls(const Sample& batch) {
+  const Value* k = batch.Find(kKeyField);
+  const Value* u = batch.Find(kUrlField);
+  keys = k != nullptr ? std::get_if<TextList>(k) : nullptr;
+  urls = u != nullptr ? std::get_if<TextList>(u) : nullptr;
+}
+
 absl::Status DecodeGpuJobsOnHost(Sample& batch) {
-  const TextList* keys = nullptr;
-  const TextList* urls = nullptr;
-  for (const Sample::Field& f : batch) {
-    if (f.first == kKeyField) keys = std::get_if<TextList>(&f.second);
-    if (f.first == kUrlField) urls = std::get_if<TextList>(&f.second);
-  }
+  const auto [keys, urls] = BatchKeysAndUrls(batch);
   std::unique_ptr<GpuBatchDecoder> decoder;
   for (Sample::Field& f : batch) {
     if (!IsGpuJobColumn(f.second)) continue;

@@ -73,14 +73,6 @@ void* NativeHandle(const S& /*stream*/, long) {
   return nullptr;
 }
 
-// Columns lists a batch's __key__ and __url__ columns, for decode errors.
-std::pair<const TextList*, const TextList*> KeysAndUrls(const Sample& batch) {
-  const Value* keys = batch.Find(kKeyField);
-  const Value* urls = batch.Find(kUrlField);
-  return {keys != nullptr ? std::get_if<TextList>(keys) : nullptr,
-          urls != nullptr ? std::get_if<TextList>(urls) : nullptr};
-}
-
 std::optional<Sample> NextFromLoader(Loader& loader) {
   absl::StatusOr<std::optional<Sample>> next = loader.Next();
   if (!next.ok()) throw LoaderError(next.status());
@@ -96,7 +88,7 @@ torch::Tensor GpuJobsToTensor(const Sample& batch, size_t field, const torch::De
   if (jobs == nullptr || !IsGpuJobColumn(batch[field].second)) {
     ThrowValueError(Cat("GpuJobsToTensor: field ", field, " of the batch holds no GPU jobs"));
   }
-  const auto [keys, urls] = KeysAndUrls(batch);
+  const auto [keys, urls] = BatchKeysAndUrls(batch);
   absl::StatusOr<GpuBatchLayout> layout = GpuJobLayout(*jobs, keys, urls);
   if (!layout.ok()) throw LoaderError(layout.status());
   if (layout_out != nullptr) *layout_out = *layout;

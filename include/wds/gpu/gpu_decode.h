@@ -84,6 +84,15 @@ StageFactory GpuDecodeStage(std::string_view image_spec, ImageDecodeOptions imag
 // BytesList whose values are all GPU jobs.
 bool IsGpuJobColumn(const Value& value);
 
+// BatchKeysAndUrls is a batch's __key__ and __url__ columns (null where
+// absent): what GpuJobLayout and GpuBatchDecoder::Decode take to name a job
+// in an error, when the job carries no site of its own.
+struct BatchKeysAndUrls {
+  explicit BatchKeysAndUrls(const Sample& batch);
+  const TextList* keys = nullptr;
+  const TextList* urls = nullptr;
+};
+
 // GpuBatchLayout is what a column of jobs decodes to: [B, H, W, 3] or
 // [B, 3, H, W] of uint8, float32 or float16.
 struct GpuBatchLayout {
