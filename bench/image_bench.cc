@@ -26,6 +26,9 @@
 #include "base/output_slots.h"
 #include "gpu/gpu_job.h"
 #include "gpu/image_route.h"
+#include "gpu/output_spec.h"
+#include "gpu/resize_kernel.h"
+#include "gpu/resize_math.h"
 #include "image/codecs.h"
 #include "image/resample.h"
 #include "wds/gpu/gpu_decode.h"
@@ -232,6 +235,67 @@ void BM_Resample375To224(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
+// The GPU path's resize on the host (ResizeBatchOnHost: a Loader without a
+// GPU runs it in its workers), from a decoded 500x375 picture: range(0) 0 is
+// the full size into uint8 channels-last, 1 the 375x375 centre square to
+// 224x224 normalized float32 channels-first (decode("torchrgb", size=224,
+// crop="center", normalize=...)). Beside BM_Resample375To224, the CPU path's.
+void BM_HostResize(benchmark::State& state) {
+  const std::string pixels(static_cast<size_t>(kWidth) * kHeight * 3, '\x7f');
+  const bool crop = state.range(0) == 1;
+  gpu::GpuOutput output;
+  output.width = crop ? 224 : kWidth;
+  output.height = crop ? 224 : kHeight;
+  output.dtype = crop ? DType::kFloat32 : DType::kUInt8;
+  output.channels_first = crop;
+  if (crop) output.normalize = kImageNetNormalize;
+  std::vector<float> out(static_cast<size_t>(output.width) * output.height * 3);
+  const gpu::ResizeSource source = gpu::MakeResizeSource(
+      kWidth, kHeight, crop ? 62 : 0, 0, crop ? 375 : kWidth, kHeight, false,
+      reinterpret_cast<const uint8_t*>(pixels.data()), int64_t{kWidth} * 3);
+  const gpu::ResizeTarget target = gpu::MakeResizeTarget(output, out.data());
+  for (auto _ : state) {
+    gpu::ResizeBatchOnHost(&source, 1, target);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+// BM_HostResize's work done as the kernel does it, per output pixel
+// (MakeAxisTap and ResampledPixel of resize_math.h, then the store): what
+// ResizeBatchOnHost did before it used the CPU path's resampler.
+void BM_HostResizePerPixel(benchmark::State& state) {
+  const std::string pixels(static_cast<size_t>(kWidth) * kHeight * 3, '\x7f');
+  const auto* src = reinterpret_cast<const uint8_t*>(pixels.data());
+  const bool crop = state.range(0) == 1;
+  const int width = crop ? 224 : kWidth;
+  const int height = crop ? 224 : kHeight;
+  std::vector<float> floats(static_cast<size_t>(width) * height * 3);
+  std::vector<uint8_t> bytes(floats.size());
+  for (auto _ : state) {
+    for (int y = 0; y < height; ++y) {
+      const gpu::AxisTap ty = gpu::MakeAxisTap(0, kHeight, height, y);
+      for (int x = 0; x < width; ++x) {
+        const gpu::AxisTap tx = gpu::MakeAxisTap(crop ? 62 : 0, crop ? 375 : kWidth, width, x);
+        float sums[3];
+        gpu::ResampledPixel(src, int64_t{kWidth} * 3, tx, ty, sums);
+        for (int c = 0; c < 3; ++c) {
+          const uint8_t v = gpu::RoundToByte(sums[c]);
+          if (crop) {
+            floats[(static_cast<size_t>(c) * height + y) * width + x] = gpu::NormalizedSample(
+                v, kImageNetNormalize.mean[c], kImageNetNormalize.std[c]);
+          } else {
+            bytes[(static_cast<size_t>(y) * width + x) * 3 + c] = v;
+          }
+        }
+      }
+    }
+    benchmark::DoNotOptimize(floats.data());
+    benchmark::DoNotOptimize(bytes.data());
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
 // A batch of 64 GPU jobs of the picture, as GpuDecodeStage makes them (full
 // size), for the consumer's host work before nvJPEG.
 BytesList GpuJobColumn() {
@@ -298,6 +362,8 @@ void BM_GpuRouteJpeg(benchmark::State& state) {
 BENCHMARK(BM_JpegRgb8Full);
 BENCHMARK(BM_JpegRgb8IntoBatchSlots);
 BENCHMARK(BM_GpuRouteJpeg);
+BENCHMARK(BM_HostResize)->Arg(0)->Arg(1);
+BENCHMARK(BM_HostResizePerPixel)->Arg(0)->Arg(1);
 BENCHMARK(BM_GpuJobColumnLayout);
 BENCHMARK(BM_GpuJobColumnGather);
 BENCHMARK(BM_JpegL8Full);

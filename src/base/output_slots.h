@@ -9,6 +9,7 @@
 // into it, so a decoded batch needs no collation copy.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 #include <vector>
@@ -33,6 +34,22 @@ class OutputSlots {
   // until it hands the finished array on, and never after. Its bytes are
   // uninitialised.
   virtual Buffer Offer(std::string_view field, DType dtype, const std::vector<int64_t>& shape) = 0;
+};
+
+// MemorySlot offers one block of memory that the caller owns and keeps alive
+// while the decode runs (a batch slot, scratch reused from image to image),
+// whatever the field: storage of another size is declined by the decoder.
+class MemorySlot final : public OutputSlots {
+ public:
+  MemorySlot(void* data, size_t size) : data_(static_cast<uint8_t*>(data)), size_(size) {}
+  Buffer Offer(std::string_view /*field*/, DType /*dtype*/,
+               const std::vector<int64_t>& /*shape*/) override {
+    return Buffer::View(nullptr, data_, size_);  // not owned
+  }
+
+ private:
+  uint8_t* data_;
+  size_t size_;
 };
 
 }  // namespace wds
