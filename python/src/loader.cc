@@ -168,7 +168,8 @@ void RegisterLoader(py::module_& m) {
   py::class_<Loader>(m, "Loader", "The core's threaded Loader over a native chain.")
       .def(py::init([](const Chain& chain, std::optional<int64_t> length, int workers, int prefetch,
                        bool ordered, bool pin_memory, int rank, int world_size,
-                       std::optional<int> device, py::object kinds, py::object kind_names) {
+                       std::optional<int> device, bool decode_gpu_jobs_on_host,
+                       py::object kinds, py::object kind_names) {
              wds::LoaderOptions options;
              options.workers = workers;
              options.prefetch = prefetch;
@@ -177,6 +178,7 @@ void RegisterLoader(py::module_& m) {
              options.rank = rank;
              options.world_size = world_size;
              options.device = device;
+             options.decode_gpu_jobs_on_host = decode_gpu_jobs_on_host;
              // Options are checked by webdataset_cpp.Loader (at once) and by
              // the core (at the first batch), not a third time here.
              std::vector<std::shared_ptr<NameSet>> names;
@@ -188,7 +190,7 @@ void RegisterLoader(py::module_& m) {
            py::arg("chain"), py::kw_only(), py::arg("length") = py::none(), py::arg("workers") = 1,
            py::arg("prefetch") = 2, py::arg("ordered") = true, py::arg("pin_memory") = false,
            py::arg("rank") = 0, py::arg("world_size") = 1, py::arg("device") = py::none(),
-           py::arg("kinds") = py::none(), py::arg("kind_names") = py::none())
+           py::arg("decode_gpu_jobs_on_host") = false, py::arg("kinds") = py::none(), py::arg("kind_names") = py::none())
       .def("next", &Loader::Next)
       .def("stop", &Loader::Stop)
       .def("set_epoch", &Loader::SetEpoch)

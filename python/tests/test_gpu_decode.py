@@ -136,10 +136,31 @@ def test_damaged_jpeg_fails_in_the_worker_as_on_the_cpu_path(tmp_path, damage, e
     assert batch["__key__"] == ["a", "c"]
 
 
-def test_undecodable_scan_names_the_shard_key_and_field_at_the_consumer(tmp_path):
+def test_loader_without_a_gpu_decodes_in_its_workers(pattern):
+    # The core loader's workers decode the batches' jobs on the host when the
+    # consumer has no GPU (its one thread would otherwise decode them all).
+    ds = dataset(pattern, device="cuda", size=(8, 10), crop="random", hflip=0.5)
+    ctx = wds._plan.Context(0, 1, 0, 2, 0, 0, ds.seed)
+    chain, kinds, names = wds._plan.single_native_segment(ds.pipeline, ctx).build(None, ctx)
+
+    def first(decode_gpu_jobs_on_host):
+        core = wds._core.Loader(chain, workers=2, kinds=kinds, kind_names=names,
+                                decode_gpu_jobs_on_host=decode_gpu_jobs_on_host)
+        return core.next()
+
+    jobs, decoded = first(False), first(True)
+    assert isinstance(jobs[0], wds._core.GpuJobs)
+    assert isinstance(decoded[0], np.ndarray) and decoded[0].shape == (5, 8, 10, 3)
+    assert np.array_equal(decoded[0], wds.decode_gpu_jobs(jobs)[0])
+    assert list(decoded[2]) == list(jobs[2])
+    assert isinstance(next(iter(wds.Loader(ds, workers=2)))[0], np.ndarray)
+
+
+def test_undecodable_scan_names_the_shard_key_and_field_when_the_batch_is_decoded(tmp_path):
     good = encode_image(image_array(1), "JPEG", quality=90)
     # Sound markers, but the scan uses Huffman tables no DHT defines: planned
-    # for nvJPEG, it fails only when the batch is decoded.
+    # for nvJPEG, it fails only when the batch is decoded (by the consumer on
+    # a GPU, by the workers without one), past the handler.
     sos = good.index(b"\xff\xda")
     bad = good[:sos + 6] + b"\x33" + good[sos + 7:]
     path = write_tar(tmp_path / "bad-000000.tar", [("a.jpg", good), ("b.jpg", bad)])

@@ -125,6 +125,7 @@ class Loader:
     def __init__(self, chain: Chain, *, length: Optional[int] = None, workers: int = 1,
                  prefetch: int = 2, ordered: bool = True, pin_memory: bool = False,
                  rank: int = 0, world_size: int = 1, device: Optional[int] = None,
+                 decode_gpu_jobs_on_host: bool = False,
                  kinds: Optional[KindFunction] = None,
                  kind_names: Optional[list[NameSet]] = None) -> None: ...
     def next(self) -> Optional[Sample]: ...

@@ -34,8 +34,9 @@ Decoding on the GPU: with .decode(spec, ..., device="cuda") the workers read and
 plan each image, and Loader(dataset, device="cuda") decodes each batch's images
 with nvJPEG straight into a torch CUDA tensor (no host copy: the kernel writes
 the tensor's own memory), on a side stream the current stream then waits for.
-The batch's other arrays come as CUDA tensors too. Without a CUDA device the
-same batches are decoded on the host (NumPy, or torch with to_torch=True).
+The batch's other arrays come as CUDA tensors too. A Loader without a CUDA
+device decodes the same batches on the host, in its workers (NumPy, or torch
+with to_torch=True).
 
 state_dict() / load_state_dict() save and restore the position mid-epoch
 (torchdata's StatefulDataLoader protocol), so the loader goes into a
@@ -176,10 +177,10 @@ class Loader:
             self._length = sum(dataset.worker_items(w, workers) for w in range(workers))
         # len() is with_length(n)'s n (which changes nothing else), else the epoch's items.
         self._size = dataset.size if dataset.size is not None else self._length
-        self._to_torch = to_torch
         self._core = _core.Loader(chain, length=self._length, workers=workers, prefetch=prefetch,
                                   ordered=ordered, pin_memory=pin_memory, rank=rank,
-                                  world_size=world_size, device=device, kinds=kinds,
+                                  world_size=world_size, device=device,
+                                  decode_gpu_jobs_on_host=self._gpu is None, kinds=kinds,
                                   kind_names=names)
         self._core.set_epoch(dataset.epoch)
         self._unrecordable = _plan.unrecordable_stage(dataset.pipeline, ctx)
@@ -273,8 +274,7 @@ class Loader:
                 if item is None:
                     finished = True
                     return
-                yield self._on_device(item) if self._gpu is not None else _decode_on_host(
-                    item, self._to_torch)
+                yield self._on_device(item) if self._gpu is not None else item
         finally:
             if not finished:
                 core.stop()

@@ -4,7 +4,9 @@
 #include <cstring>
 #include <memory>
 #include <utility>
+#include <vector>
 
+#include "base/output_slots.h"
 #include "gpu/gpu_job.h"
 #include "gpu/job_column.h"
 #include "gpu/phase_clock.h"
@@ -113,9 +115,9 @@ ResizeSource SourceOf(const JobHeader& h, const uint8_t* pixels) {
                           h.flip, pixels, int64_t{h.width} * 3);
 }
 
-absl::StatusOr<Array> DecodeJpegOnCpu(std::string_view jpeg) {
+absl::StatusOr<Array> DecodeJpegOnCpu(std::string_view jpeg, OutputSlots* slots) {
   Rng unused(0);  // full size, no flip: nothing is drawn
-  return DecodeImage(jpeg, kJobPixelSpec, ImageDecodeOptions{}, unused);
+  return DecodeImageInto(jpeg, kJobPixelSpec, ImageDecodeOptions{}, unused, nullptr, slots, {});
 }
 
 namespace {
@@ -134,7 +136,10 @@ class HostBatchDecoder final : public GpuBatchDecoder {
       Array decoded;
       const uint8_t* pixels = reinterpret_cast<const uint8_t*>(column.payloads[i].data());
       if (h.kind == JobKind::kJpeg) {
-        absl::StatusOr<Array> cpu = DecodeJpegOnCpu(column.payloads[i]);
+        // Into memory kept from image to image (the header gives the size).
+        pixels_.resize(size_t{3} * h.width * h.height);
+        MemorySlot slot(pixels_.data(), pixels_.size());
+        absl::StatusOr<Array> cpu = DecodeJpegOnCpu(column.payloads[i], &slot);
         if (!cpu.ok()) return JobError(cpu.status(), i, h.site, keys, urls);
         decoded = *std::move(cpu);
         pixels = decoded.data_as<uint8_t>();
@@ -163,6 +168,9 @@ class HostBatchDecoder final : public GpuBatchDecoder {
   int device() const override { return kHost; }
   bool nvjpeg_hardware() const override { return false; }
   std::string_view decoder() const override { return "cpu"; }
+
+ private:
+  std::vector<uint8_t> pixels_;  // the JPEG being decoded, full size
 };
 
 }  // namespace
@@ -200,12 +208,19 @@ absl::StatusOr<std::unique_ptr<GpuBatchDecoder>> GpuBatchDecoder::Create(int dev
 }
 
 absl::StatusOr<Array> GpuBatchDecoder::DecodeToArray(const BytesList& jobs, const TextList* keys,
-                                                     const TextList* urls) {
+                                                     const TextList* urls, BufferPool* pool) {
   if (device() != kHost) {
     return absl::FailedPreconditionError("GpuBatchDecoder::DecodeToArray needs a kHost decoder");
   }
   WDS_ASSIGN_OR_RETURN(GpuBatchLayout layout, GpuJobLayout(jobs, keys, urls));
-  Array out = Array::Allocate(layout.dtype, layout.shape);
+  Array out;
+  if (pool != nullptr) {
+    WDS_ASSIGN_OR_RETURN(out.data, pool->Acquire(layout.nbytes()));
+    out.dtype = layout.dtype;
+    out.shape = layout.shape;
+  } else {
+    out = Array::Allocate(layout.dtype, layout.shape);
+  }
   WDS_RETURN_IF_ERROR(Decode(jobs, keys, urls, out.data.mutable_data(), nullptr));
   return out;
 }
@@ -217,7 +232,7 @@ BatchKeysAndUrls::BatchKeysAndUrls(const Sample& batch) {
   urls = u != nullptr ? std::get_if<TextList>(u) : nullptr;
 }
 
-absl::Status DecodeGpuJobsOnHost(Sample& batch) {
+absl::Status DecodeGpuJobsOnHost(Sample& batch, BufferPool* pool) {
   const auto [keys, urls] = BatchKeysAndUrls(batch);
   std::unique_ptr<GpuBatchDecoder> decoder;
   for (Sample::Field& f : batch) {
@@ -226,7 +241,7 @@ absl::Status DecodeGpuJobsOnHost(Sample& batch) {
       WDS_ASSIGN_OR_RETURN(decoder, GpuBatchDecoder::Create(GpuBatchDecoder::kHost));
     }
     WDS_ASSIGN_OR_RETURN(Array a,
-                         decoder->DecodeToArray(std::get<BytesList>(f.second), keys, urls));
+                         decoder->DecodeToArray(std::get<BytesList>(f.second), keys, urls, pool));
     f.second = std::move(a);
   }
   return absl::OkStatus();

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/output_slots.h"
 #include "gpu/gpu_job.h"
 #include "gpu/resize_kernel.h"
 #include "wds/gpu/gpu_decode.h"
@@ -40,7 +41,9 @@ absl::Status JobError(const absl::Status& status, size_t i, std::string_view sit
 ResizeSource SourceOf(const JobHeader& h, const uint8_t* pixels);
 
 // DecodeJpegOnCpu decodes a kJpeg job's payload at full size to interleaved
-// RGB with the CPU decoder. Errors: the CPU decoder's.
-[[nodiscard]] absl::StatusOr<Array> DecodeJpegOnCpu(std::string_view jpeg);
+// RGB with the CPU decoder, into what `slots` offers when it offers the right
+// size. Errors: the CPU decoder's.
+[[nodiscard]] absl::StatusOr<Array> DecodeJpegOnCpu(std::string_view jpeg,
+                                                    OutputSlots* slots = nullptr);
 
 }  // namespace wds::gpu

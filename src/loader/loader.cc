@@ -15,6 +15,7 @@
 #include "loader/elastic_plan.h"
 #include "loader/launcher_env.h"
 #include "loader/loader_state.h"
+#include "wds/gpu/gpu_decode.h"
 #include "wds/base/interrupt.h"
 #include "wds/internal/base/bounded_queue.h"
 #include "wds/internal/base/resume_channel.h"
@@ -133,6 +134,20 @@ SampleResult NextGuarded(SampleStream& stream, int worker) {
   }
 }
 
+// DecodeJobsGuarded decodes the GPU job columns of the item in `result` on
+// the host (LoaderOptions::decode_gpu_jobs_on_host); an error replaces it.
+// Its arrays come from the loader's batch pool, as the batch's own do.
+void DecodeJobsGuarded(SampleResult& result, const WorkerContext& ctx) {
+  if (!result.ok() || !result->has_value()) return;
+  absl::Status s;
+  try {
+    s = DecodeGpuJobsOnHost(**result, WiringOf(ctx).pool.get());
+  } catch (...) {
+    s = ExceptionStatus(ctx.worker);
+  }
+  if (!s.ok()) result = std::move(s);
+}
+
 // WorkerGroup runs one stream per worker thread, each feeding a bounded queue
 // (its own when ordered, one shared queue otherwise), and hands out their
 // entries in loader order. Destroying it stops and joins the threads.
@@ -181,8 +196,9 @@ class WorkerGroup {
           ctx.pass = start->workers[w].checkpoint.pass;
         }
         BoundedQueue<Entry>* queue = queues_[ordered_ ? w : 0].get();
-        threads_.emplace_back([&pipeline, ctx = std::move(ctx), queue, endless] {
-          Run(pipeline, ctx, *queue, endless);
+        threads_.emplace_back([&pipeline, ctx = std::move(ctx), queue, endless,
+                               host_decode = options.decode_gpu_jobs_on_host] {
+          Run(pipeline, ctx, *queue, endless, host_decode);
         });
       }
     } catch (...) {
@@ -241,7 +257,7 @@ class WorkerGroup {
 
  private:
   static void Run(const Pipeline& pipeline, const WorkerContext& ctx, BoundedQueue<Entry>& queue,
-                  bool endless) {
+                  bool endless, bool host_decode) {
     // A worker waiting on a stalled source (a pipe: command) gives up once
     // the loader stops, so that stopping joins promptly.
     ScopedInterruptCheck stopped([&queue] {
@@ -251,6 +267,7 @@ class WorkerGroup {
     ResumeChannel& resume = *WiringOf(ctx).resume;
     while (!queue.closed()) {
       SampleResult result = NextGuarded(*stream, ctx.worker);
+      if (host_decode) DecodeJobsGuarded(result, ctx);
       // A stage that could not restore reports it here, at the first item.
       if (!resume.error.ok()) result = resume.error;
       const bool last = !result.ok() || !result->has_value();

@@ -245,10 +245,12 @@ struct Drawn {
   std::vector<std::string> states;
 };
 
-// Draw runs a Loader over `pipeline`; GPU job columns are decoded on the host.
-Drawn Draw(const Pipeline& pipeline, int workers) {
+// Draw runs a Loader over `pipeline`; GPU job columns are decoded on the host:
+// here, by the consumer, or with `in_workers` by the loader's workers
+// (LoaderOptions::decode_gpu_jobs_on_host), whose batches then hold none.
+Drawn Draw(const Pipeline& pipeline, int workers, bool in_workers = false) {
   Drawn run;
-  Loader loader(pipeline, {.workers = workers});
+  Loader loader(pipeline, {.workers = workers, .decode_gpu_jobs_on_host = in_workers});
   while (true) {
     absl::StatusOr<std::string> state = loader.State();
     EXPECT_TRUE(state.ok()) << state.status();
@@ -257,6 +259,9 @@ Drawn Draw(const Pipeline& pipeline, int workers) {
     if (!batch.ok() || !batch->has_value()) break;
     run.states.push_back(state.ok() ? *state : "");
     Sample& b = **batch;
+    for (const Sample::Field& f : b) {
+      EXPECT_FALSE(in_workers && IsGpuJobColumn(f.second)) << "field " << f.first;
+    }
     EXPECT_TRUE(DecodeGpuJobsOnHost(b).ok());
     for (const std::string& k : std::get<TextList>(*b.Find(kKeyField))) run.keys.push_back(k);
     const Array* cls = b.GetArray("cls");
@@ -430,6 +435,59 @@ TEST(GpuDecodeStageTest, UndecodableScanIsNamedWithoutTheBatchsKeys) {
   ASSERT_FALSE(out.ok());
   EXPECT_THAT(ToStd(out.status().message()), StartsWith(Cat("decode on cuda: ", dir.path(),
                                                             "/shard-000001.tar: key s15: field jpg: ")));
+}
+
+TEST(GpuDecodeStageTest, WorkersDecodingOnTheHostGiveTheConsumersArrays) {
+  TempDir dir;
+  const std::string shard = TestShard(dir);
+  ImageDecodeOptions image;
+  image.resize = {ResizeMode::kRandomResizedCrop, 40, 32};
+  image.hflip = 0.5;
+  const Pipeline p = Source(shard).DecodeOnGpu("rgb8", image).Batched(4);
+  const Drawn by_consumer = Draw(p, 2);
+  const Drawn by_workers = Draw(p, 2, /*in_workers=*/true);
+  ASSERT_EQ(by_workers.keys.size(), 15u);
+  EXPECT_EQ(by_workers.keys, by_consumer.keys);
+  EXPECT_EQ(by_workers.classes, by_consumer.classes);
+  EXPECT_EQ(by_workers.states, by_consumer.states);
+  ASSERT_EQ(by_workers.images.size(), 4u);
+  for (size_t b = 0; b < 4; ++b) {
+    EXPECT_EQ(by_workers.images[b].shape, by_consumer.images[b].shape);
+    EXPECT_EQ(LargestDifference(by_workers.images[b], by_consumer.images[b]), 0) << "batch " << b;
+  }
+}
+
+TEST(GpuDecodeStageTest, WorkersDecodeIntoTheLoadersBatchPool) {
+  TempDir dir;
+  const Pipeline p = Source(TestShard(dir)).DecodeOnGpu("rgb8", {.resize = {ResizeMode::kStretch, 8, 8}})
+                         .Batched(4);
+  // Acquires from the batch pool over an epoch of 4 batches.
+  auto acquires = [&p](bool in_workers) {
+    Loader loader(p, {.workers = 1, .decode_gpu_jobs_on_host = in_workers});
+    int batches = 0;
+    while (true) {
+      absl::StatusOr<std::optional<Sample>> batch = loader.Next();
+      EXPECT_TRUE(batch.ok()) << batch.status();
+      if (!batch.ok() || !batch->has_value()) break;
+      ++batches;
+    }
+    EXPECT_EQ(batches, 4);
+    const BufferPoolStats stats = loader.pool()->stats();
+    return stats.allocations + stats.reuses;
+  };
+  EXPECT_EQ(acquires(true) - acquires(false), 4) << "one block of the pool per decoded column";
+}
+
+TEST(GpuDecodeStageTest, UndecodableScanDecodedInAWorkerIsTheLoadersErrorNamingTheSite) {
+  TempDir dir;
+  Loader loader(Source(TestShard(dir, UndefinedHuffmanTable()))
+                    .DecodeOnGpu("rgb8", {.resize = {ResizeMode::kStretch, 16, 16}})
+                    .Batched(16),
+                {.workers = 1, .decode_gpu_jobs_on_host = true});
+  absl::StatusOr<std::optional<Sample>> batch = loader.Next();
+  ASSERT_FALSE(batch.ok());
+  EXPECT_THAT(ToStd(batch.status().message()),
+              StartsWith(Cat("decode on cuda: ", dir.path(), "/shard-000001.tar: key s15: field jpg: ")));
 }
 
 // ----------------------------------------------------------------------------

@@ -37,6 +37,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "wds/base/array.h"
+#include "wds/base/buffer_pool.h"
 #include "wds/base/sample.h"
 #include "wds/base/stage.h"
 #include "wds/decode/decode.h"
@@ -165,9 +166,12 @@ class GpuBatchDecoder {
   [[nodiscard]] virtual absl::Status Decode(const BytesList& jobs, const TextList* keys,
                                             const TextList* urls, void* out, void* stream) = 0;
 
-  // DecodeToArray decodes on the host into a new Array. REQUIRES: kHost.
+  // DecodeToArray decodes on the host into a new Array, whose storage comes
+  // from `pool` when given (else malloc). REQUIRES: kHost. Errors: Decode's;
+  // the pool's ResourceExhausted.
   [[nodiscard]] absl::StatusOr<Array> DecodeToArray(const BytesList& jobs, const TextList* keys,
-                                                    const TextList* urls);
+                                                    const TextList* urls,
+                                                    BufferPool* pool = nullptr);
 
   virtual int device() const = 0;
   // nvjpeg_hardware is true when nvJPEG's hardware backend (the JPEG
@@ -187,8 +191,10 @@ class GpuBatchDecoder {
 };
 
 // DecodeGpuJobsOnHost replaces every GPU job column of `batch` with the host
-// array it decodes to (what a consumer on the CPU does). Errors: those of
-// GpuBatchDecoder::Decode.
-[[nodiscard]] absl::Status DecodeGpuJobsOnHost(Sample& batch);
+// array it decodes to (what a consumer on the CPU does; the Loader's workers
+// with LoaderOptions::decode_gpu_jobs_on_host), its storage from `pool` when
+// given (the Loader's batch pool: recycled, pinned when asked). Errors:
+// DecodeToArray's.
+[[nodiscard]] absl::Status DecodeGpuJobsOnHost(Sample& batch, BufferPool* pool = nullptr);
 
 }  // namespace wds

@@ -66,6 +66,15 @@ struct LoaderOptions {
   // device is the rank's local GPU; nullopt reads LOCAL_RANK, else
   // SLURM_LOCALID, else 0. Read only when pin_memory is set.
   std::optional<int> device;
+  // decode_gpu_jobs_on_host makes each worker decode its items' GPU job
+  // columns (the images of DecodeOnGpu / GpuDecodeStage) on the host, as
+  // DecodeGpuJobsOnHost does, before handing them out: for a consumer without
+  // a GPU, so that the decode runs on every worker rather than on the
+  // consumer's one thread. The items then hold arrays, the same pixels the
+  // consumer would have made. A decode error names the shard, key and field,
+  // and ends the epoch as at the consumer (the handlers ran when the batch
+  // was formed).
+  bool decode_gpu_jobs_on_host = false;
 };
 
 // LoaderError carries the Status of an error met during range-for iteration.
