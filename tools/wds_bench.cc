@@ -349,9 +349,22 @@ struct Result {
 
 // GpuConsumer decodes the GPU job columns of each batch on the device into
 // one reused device buffer per column, on one stream, as a training loop
-// would before its step; Finish waits for the last batch.
+// would before its step; Drain waits for the last batch. Its destructor frees
+// the buffers, the stream and the decoder (untimed, on every return path).
 class GpuConsumer {
  public:
+  GpuConsumer() = default;
+  GpuConsumer(const GpuConsumer&) = delete;
+  GpuConsumer& operator=(const GpuConsumer&) = delete;
+  ~GpuConsumer() {
+#if WDS_BENCH_CUDA
+    if (decoder_ == nullptr) return;
+    Wait();
+    for (auto& [out, bytes] : outputs_) cudaFree(out);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+#endif
+  }
+
   absl::Status Init(int device, Result& result) {
 #if WDS_BENCH_CUDA
     const Clock::time_point start = Clock::now();
@@ -422,16 +435,6 @@ class GpuConsumer {
 #endif
   }
 
-  void Release() {
-#if WDS_BENCH_CUDA
-    if (decoder_ == nullptr) return;
-    for (auto& [out, bytes] : outputs_) cudaFree(out);
-    outputs_.clear();
-    decoder_.reset();
-    cudaStreamDestroy(stream_);
-#endif
-  }
-
  private:
   std::unique_ptr<wds::GpuBatchDecoder> decoder_;
 #if WDS_BENCH_CUDA
@@ -494,7 +497,6 @@ absl::StatusOr<Result> RunOnce(const Config& config, int workers) {
     result.pool = loader.pool()->stats();
     result.read_pool = loader.read_pool()->stats();
   }
-  gpu.Release();
   result.seconds = Seconds(end - start);
   if (result.batches > 1) result.steady_seconds = Seconds(end - first_batch);
   result.bytes = probes.read->bytes.load();

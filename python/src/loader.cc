@@ -16,6 +16,7 @@
 #include "handlers.h"
 #include "opener.h"
 #include "wds/loader/elastic.h"
+#include "wds/loader/placement.h"
 
 namespace wdspy {
 namespace {
@@ -165,6 +166,15 @@ class Loader {
 }  // namespace
 
 void RegisterLoader(py::module_& m) {
+  m.def(
+      "local_rank",
+      [] {
+        absl::StatusOr<int> rank = wds::ResolveLocalRank(std::nullopt, "device", "device");
+        if (!rank.ok()) RaiseStatus(rank.status(), Phase::kSetup);
+        return *rank;
+      },
+      "This process's GPU on its node, as the core resolves it: LOCAL_RANK, else "
+      "SLURM_LOCALID, else 0. ValueError for a malformed or negative value.");
   py::class_<Loader>(m, "Loader", "The core's threaded Loader over a native chain.")
       .def(py::init([](const Chain& chain, std::optional<int64_t> length, int workers, int prefetch,
                        bool ordered, bool pin_memory, int rank, int world_size,

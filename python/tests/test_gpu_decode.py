@@ -203,3 +203,22 @@ def test_loader_on_cuda_yields_cuda_tensors_written_in_place(pattern):
     stats = loader.gpu_decoder.stats()
     assert stats["images"] == 40
     print("decoder:", loader.gpu_decoder.decoder, stats)
+
+
+def test_loader_cuda_device_is_the_local_rank_as_the_core_resolves_it(monkeypatch):
+    # Loader(device="cuda") decodes on _core.local_rank()'s GPU, the one the
+    # core pins batches for: LOCAL_RANK, else SLURM_LOCALID (srun without
+    # torchrun), else 0.
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    monkeypatch.delenv("SLURM_LOCALID", raising=False)
+    assert wds._core.local_rank() == 0
+    monkeypatch.setenv("SLURM_LOCALID", "2")
+    assert wds._core.local_rank() == 2
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert wds._core.local_rank() == 3
+    monkeypatch.setenv("LOCAL_RANK", "3x")
+    with pytest.raises(ValueError, match='LOCAL_RANK="3x" is not an integer'):
+        wds._core.local_rank()
+    monkeypatch.setenv("LOCAL_RANK", "-1")
+    with pytest.raises(ValueError, match="device -1 from LOCAL_RANK must be >= 0"):
+        wds._core.local_rank()

@@ -57,19 +57,12 @@ def _describe(step):
     return getattr(step, "__qualname__", None) or repr(step)
 
 
-_TORCH_DTYPE_NAMES = {"uint8": "uint8", "float32": "float32", "float16": "float16"}
+def _torch_dtype(name):
+    """The torch dtype of a GpuJobs layout's dtype name (uint8, float32 or
+    float16: torch and NumPy name them alike)."""
+    import torch
 
-
-class _TorchDTypes:
-    """torch dtypes by NumPy name, imported when first needed."""
-
-    def __getitem__(self, name):
-        import torch
-
-        return getattr(torch, _TORCH_DTYPE_NAMES[name])
-
-
-_TORCH_DTYPES = _TorchDTypes()
+    return getattr(torch, name)
 
 
 def _resolve_device(device):
@@ -82,16 +75,14 @@ def _resolve_device(device):
     if not text.startswith("cuda"):
         raise ValueError(f"Loader: device must be None, an index, 'cpu', 'cuda' or 'cuda:N', "
                          f"got {device!r}")
-    import os
-
     import torch
 
     if not torch.cuda.is_available():
         raise ValueError(f"Loader(device={text!r}): torch.cuda.is_available() is False (no GPU, "
                          "or a torch without CUDA)")
     index = torch.device(text).index
-    if index is None:
-        index = int(os.environ.get("LOCAL_RANK", torch.cuda.current_device()))
+    if index is None:  # the local rank's, as the core pins for (LOCAL_RANK, else SLURM_LOCALID)
+        index = _core.local_rank()
     return index, torch.device("cuda", index)
 
 
@@ -301,7 +292,7 @@ class Loader:
                 if self._gpu_decoder is None:
                     self._gpu_decoder = _core.GpuBatchDecoder(device.index)
                 dtype, shape = value.layout()
-                out = torch.empty(shape, dtype=_TORCH_DTYPES[dtype], device=device)
+                out = torch.empty(shape, dtype=_torch_dtype(dtype), device=device)
                 self._gpu_decoder.decode(value, out.data_ptr(), side.cuda_stream)
                 made.append(out)
                 return out

@@ -1,8 +1,7 @@
-// What the launcher's environment says besides rank and world size (those are
-// ResolvePlacement's, wds/loader/placement.h): the local rank, which picks this
-// process's GPU (for the Loader's pinned memory and the LibTorch layer's
-// device), and the address where rank 0 listens (for the LibTorch layer's
-// rendezvous). Same precedence and errors as ResolvePlacement.
+// What the launcher's environment says besides rank, world size and local
+// rank (those are ResolvePlacement's and ResolveLocalRank's,
+// wds/loader/placement.h): the address where rank 0 listens (for the LibTorch
+// layer's rendezvous). Same precedence and errors as ResolvePlacement.
 //
 // Thread safety: the functions read the environment and hold no state; do not
 // call them while another thread runs setenv.
@@ -16,14 +15,6 @@
 #include "wds/loader/placement.h"
 
 namespace wds {
-
-// ResolveLocalRank returns `local_rank` if set, else LOCAL_RANK, else
-// SLURM_LOCALID, else 0. A negative value is an error. In messages,
-// `option_name` names the option and `what` the value ("device -1 from
-// SLURM_LOCALID must be >= 0" for the Loader's device).
-[[nodiscard]] absl::StatusOr<int> ResolveLocalRank(
-    std::optional<int> local_rank, std::string_view option_name = "PlacementOptions.local_rank",
-    std::string_view what = "local rank");
 
 // Rendezvous is where rank 0 listens for the others.
 struct Rendezvous {
