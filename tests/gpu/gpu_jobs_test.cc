@@ -283,12 +283,18 @@ int LargestDifference(const Array& a, const Array& b) {
   return worst;
 }
 
-TEST(GpuDecodeStageTest, RandomCropsFlipsKeysOrderAndStateAreTheCpuPaths) {
-  TempDir dir;
-  const std::string shard = TestShard(dir);
+// RandomCropsAndFlips are options that draw a crop and a flip per image.
+ImageDecodeOptions RandomCropsAndFlips() {
   ImageDecodeOptions image;
   image.resize = {ResizeMode::kRandomResizedCrop, 40, 32};
   image.hflip = 0.5;
+  return image;
+}
+
+TEST(GpuDecodeStageTest, RandomCropsFlipsKeysOrderAndStateAreTheCpuPaths) {
+  TempDir dir;
+  const std::string shard = TestShard(dir);
+  const ImageDecodeOptions image = RandomCropsAndFlips();
   const Drawn cpu = Draw(Source(shard).Decode("rgb8", image).Batched(4), 2);
   const Drawn gpu = Draw(Source(shard).DecodeOnGpu("rgb8", image).Batched(4), 2);
   ASSERT_EQ(cpu.keys.size(), 15u);
@@ -439,11 +445,7 @@ TEST(GpuDecodeStageTest, UndecodableScanIsNamedWithoutTheBatchsKeys) {
 
 TEST(GpuDecodeStageTest, WorkersDecodingOnTheHostGiveTheConsumersArrays) {
   TempDir dir;
-  const std::string shard = TestShard(dir);
-  ImageDecodeOptions image;
-  image.resize = {ResizeMode::kRandomResizedCrop, 40, 32};
-  image.hflip = 0.5;
-  const Pipeline p = Source(shard).DecodeOnGpu("rgb8", image).Batched(4);
+  const Pipeline p = Source(TestShard(dir)).DecodeOnGpu("rgb8", RandomCropsAndFlips()).Batched(4);
   const Drawn by_consumer = Draw(p, 2);
   const Drawn by_workers = Draw(p, 2, /*in_workers=*/true);
   ASSERT_EQ(by_workers.keys.size(), 15u);
