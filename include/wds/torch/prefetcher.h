@@ -17,7 +17,10 @@
 //
 // Batches of Pipeline::DecodeOnGpu: their image columns are decoded on the
 // device (nvJPEG and one kernel, wds/gpu/gpu_decode.h) on the side stream,
-// straight into the batch tensor; on the CPU, by the host decoder.
+// straight into the batch tensor; on the CPU, by the host decoder on the
+// calling thread (a Loader made with LoaderOptions::decode_gpu_jobs_on_host
+// has its workers decode them instead, in parallel: its batches then hold
+// arrays).
 //
 // On the CPU the tensors are zero-copy views of the batch (ToTensorBatch); the
 // prefetcher still draws one batch ahead, so order, end of epoch and errors
