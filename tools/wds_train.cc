@@ -777,14 +777,13 @@ class Run {
     }
     const Clock::time_point start = Clock::now();
     while (std::optional<wds::Sample> batch = NextBatch(*loader, stats)) {
-      torch::Tensor gpu_images;
+      wds::MadeTensors decoded;  // --decode-device cuda: the images, decoded on the GPU
       if (o_.decode_on_gpu) {
-        gpu_images = wds::GpuJobsToTensor(*batch, 0, dist_.device(), gpu_decoder_);
-        (*batch)[0].second = int64_t{0};  // decoded: ToTensorBatch skips the jobs
+        decoded.emplace_back((*batch)[0].first,
+                             wds::GpuJobsToTensor(*batch, 0, dist_.device(), gpu_decoder_));
       }
-      const wds::TensorBatch t = wds::ToTensorBatch(*batch);
-      const auto [loss_sum, correct] =
-          trainer_.Step(o_.decode_on_gpu ? gpu_images : t[0], t[1]);
+      const wds::TensorBatch t = wds::ToTensorBatch(*batch, {}, {}, decoded);
+      const auto [loss_sum, correct] = trainer_.Step(t[0], t[1]);
       stats.loss_sum += loss_sum;
       stats.correct += correct;
       stats.samples += t[1].size(0);

@@ -152,8 +152,8 @@ struct DevicePrefetcher::Impl {
 
   std::optional<TensorBatch> Next();
   std::optional<Staged> Draw();
-  Staged CopyToDevice(TensorBatch host, const std::vector<std::pair<std::string, torch::Tensor>>& decoded);
-  std::vector<std::pair<std::string, torch::Tensor>> DecodeOnDevice(Sample& batch);
+  Staged CopyToDevice(TensorBatch host);
+  MadeTensors DecodeOnDevice(const Sample& batch);
   void Hand(Staged& ready);
   void ReleaseCopied();
   void WaitForCopies() noexcept;
@@ -196,22 +196,20 @@ std::optional<Staged> DevicePrefetcher::Impl::Draw() {
     return Staged{ToTensorBatch(*sample, options.fields, options.tensor), {}, {}};
   }
   c10::StreamGuard guard(*side);
-  std::vector<std::pair<std::string, torch::Tensor>> decoded = DecodeOnDevice(*sample);
+  const MadeTensors decoded = DecodeOnDevice(*sample);
   // The host tensors stay as stored: a permuted view would make the copy
   // gather on the host; the device view is taken after the copy instead.
   ToTensorOptions host_options = options.tensor;
   host_options.layout = TensorLayout::kAsStored;
-  return CopyToDevice(ToTensorBatch(*sample, options.fields, host_options), decoded);
+  return CopyToDevice(ToTensorBatch(*sample, options.fields, host_options, decoded));
 }
 
 // DecodeOnDevice decodes every selected GPU job column of `batch` into a new
 // device tensor on the side stream (the current stream), in the layout asked
-// for, and leaves an int64 0 in the column's place for ToTensorBatch, whose
-// tensor CopyToDevice replaces.
-std::vector<std::pair<std::string, torch::Tensor>> DevicePrefetcher::Impl::DecodeOnDevice(
-    Sample& batch) {
+// for: the made tensors ToTensorBatch takes in those columns' places.
+MadeTensors DevicePrefetcher::Impl::DecodeOnDevice(const Sample& batch) {
   const std::vector<std::string>& fields = options.fields;
-  std::vector<std::pair<std::string, torch::Tensor>> decoded;
+  MadeTensors decoded;
   for (size_t i = 0; i < batch.size(); ++i) {
     const std::string& name = batch[i].first;
     if (!fields.empty() && std::find(fields.begin(), fields.end(), name) == fields.end()) continue;
@@ -223,25 +221,20 @@ std::vector<std::pair<std::string, torch::Tensor>> DevicePrefetcher::Impl::Decod
     }
     decoded.emplace_back(name, std::move(t));
   }
-  for (const auto& [name, tensor] : decoded) *batch.Find(name) = int64_t{0};
   return decoded;
 }
 
-Staged DevicePrefetcher::Impl::CopyToDevice(
-    TensorBatch host, const std::vector<std::pair<std::string, torch::Tensor>>& decoded) {
+Staged DevicePrefetcher::Impl::CopyToDevice(TensorBatch host) {
   Staged out;
   out.batch.names = std::move(host.names);
   out.batch.rest = std::move(host.rest);
   c10::StreamGuard guard(*side);
   for (size_t i = 0; i < host.tensors.size(); ++i) {
-    const std::string& name = out.batch.names[i];
-    auto it = std::find_if(decoded.begin(), decoded.end(),
-                           [&](const auto& d) { return d.first == name; });
-    if (it != decoded.end()) {  // decoded on the device, in its view
-      out.batch.tensors.push_back(it->second);
+    const torch::Tensor& t = host.tensors[i];
+    if (t.device() == options.device) {  // decoded there (DecodeOnDevice), in its view
+      out.batch.tensors.push_back(t);
       continue;
     }
-    const torch::Tensor& t = host.tensors[i];
     torch::Tensor copy = t.to(options.device, /*non_blocking=*/true);
     if (options.tensor.layout == TensorLayout::kNCHW && copy.dim() == 4) {
       copy = copy.permute({0, 3, 1, 2});

@@ -207,12 +207,26 @@ const torch::Tensor& TensorBatch::at(std::string_view name) const {
 }
 
 TensorBatch ToTensorBatch(const Sample& batch, const std::vector<std::string>& fields,
-                          const ToTensorOptions& options) {
+                          const ToTensorOptions& options, const MadeTensors& made) {
+  for (const auto& [name, tensor] : made) {
+    if (batch.Find(name) == nullptr) {
+      ThrowIndexError(Cat(Prefix(FieldRef{&batch, name}), "a tensor was made for it, but the "
+                                                          "batch has no such field"));
+    }
+  }
+  auto made_for = [&made](std::string_view name) -> const torch::Tensor* {
+    for (const auto& [n, tensor] : made) {
+      if (n == name) return &tensor;
+    }
+    return nullptr;
+  };
   TensorBatch out;
   if (fields.empty()) {
     for (const auto& [name, value] : batch) {
       std::optional<torch::Tensor> tensor;
-      if (!IsMetadataField(name)) {
+      if (const torch::Tensor* m = made_for(name)) {
+        tensor = *m;
+      } else if (!IsMetadataField(name)) {
         tensor = ValueToTensor(value, OptionsForBatchField(value, options), FieldRef{&batch, name});
       }
       if (tensor) {
@@ -225,9 +239,13 @@ TensorBatch ToTensorBatch(const Sample& batch, const std::vector<std::string>& f
     return out;
   }
   for (const std::string& name : fields) {
-    const Value* value = batch.Find(name);
-    ToTensorOptions field_options = value ? OptionsForBatchField(*value, options) : options;
-    out.tensors.push_back(RequiredFieldTensor(batch, name, field_options));
+    if (const torch::Tensor* m = made_for(name)) {
+      out.tensors.push_back(*m);
+    } else {
+      const Value* value = batch.Find(name);
+      ToTensorOptions field_options = value ? OptionsForBatchField(*value, options) : options;
+      out.tensors.push_back(RequiredFieldTensor(batch, name, field_options));
+    }
     out.names.push_back(name);
   }
   for (const auto& [name, value] : batch) {

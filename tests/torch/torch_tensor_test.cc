@@ -408,6 +408,33 @@ TEST(ToTensorBatchTest, NchwAppliesToImageBatchesOnly) {
   }
 }
 
+// A column decoded elsewhere (GPU jobs, bytes with no tensor form) takes its
+// made tensor in its place, as it is: no layout change, no copy.
+TEST(ToTensorBatchTest, MadeTensorsTakeTheirFieldsPlacesAsTheyAre) {
+  Sample batch = ImageBatch();
+  batch.Set("jobs", BytesList{Buffer::Copy("a"), Buffer::Copy("b")});
+  const torch::Tensor made = torch::arange(24, torch::kFloat32).reshape({2, 3, 2, 2});
+  for (const std::vector<std::string>& fields :
+       {std::vector<std::string>{}, std::vector<std::string>{"jobs", "cls"}}) {
+    TensorBatch tb = ToTensorBatch(batch, fields, {.layout = TensorLayout::kNCHW}, {{"jobs", made}});
+    EXPECT_EQ(tb.at("jobs").data_ptr(), made.data_ptr());
+    EXPECT_EQ(tb.at("jobs").sizes(), made.sizes());
+    EXPECT_EQ(tb.at("cls").data_ptr(), DataOf(*batch.GetArray("cls")));
+    EXPECT_EQ(tb.rest.Find("jobs"), nullptr);
+  }
+  EXPECT_THAT(ToTensorBatch(batch, {}, {}, {{"jobs", made}}).names,
+              ElementsAre("jpg", "cls", "jobs"));
+}
+
+TEST(ToTensorBatchTest, MadeTensorForNoFieldIsIndexError) {
+  ExpectThrows<c10::IndexError>(
+      [] {
+        ToTensorBatch(ImageBatch(), {}, {}, {{"seg", torch::zeros({2})}});
+      },
+      "field \"seg\" of batch from sample \"a\" (shard-0.tar): a tensor was made for it, but "
+      "the batch has no such field");
+}
+
 TEST(ToTensorBatchTest, MetadataIntFieldsStayInRest) {
   Sample s;
   s.Set("__epoch__", int64_t{3});

@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "wds/base/array.h"
@@ -91,6 +92,9 @@ struct TensorBatch {
   const torch::Tensor& at(std::string_view name) const;
 };
 
+// MadeTensors are tensors made by the caller for fields of a batch, by name.
+using MadeTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+
 // ToTensorBatch converts the fields of `batch`:
 // - with `fields` empty, every non-metadata field that has a tensor form
 //   (Array, int64, double), in field order; bytes, text and lists go to `rest`.
@@ -100,8 +104,13 @@ struct TensorBatch {
 //   c10::IndexError and a field with no tensor form a c10::TypeError.
 // options.layout = kNCHW applies to the fields that are 4-D Arrays (image
 // batches); the other fields keep their shape.
+// `made` holds tensors the caller already made for some fields (a GPU job
+// column decoded on the device, DevicePrefetcher): where such a field is
+// converted, its made tensor is taken as it is (no layout change) and its
+// value is not looked at. A made name that is no field of the batch is a
+// c10::IndexError.
 TensorBatch ToTensorBatch(const Sample& batch, const std::vector<std::string>& fields = {},
-                          const ToTensorOptions& options = {});
+                          const ToTensorOptions& options = {}, const MadeTensors& made = {});
 
 // ToTensors is ToTensorBatch(batch, fields, options).tensors.
 std::vector<torch::Tensor> ToTensors(const Sample& batch,
