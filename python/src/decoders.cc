@@ -216,6 +216,16 @@ wds::ImageDecodeOptions ImageOptionsFromPython(py::handle resize) {
   return options;
 }
 
+wds::GpuDecodeOptions GpuOptionsFromPython(bool float16, py::handle normalize) {
+  wds::GpuDecodeOptions gpu;
+  gpu.float16 = float16;
+  if (!normalize.is_none()) {
+    auto [mean, std] = normalize.cast<std::pair<std::array<float, 3>, std::array<float, 3>>>();
+    gpu.normalize = wds::Normalize{mean, std};
+  }
+  return gpu;
+}
+
 std::vector<wds::FieldDecoder> MakeDecoders(py::list items, py::handle continue_type, bool partial,
                                             std::shared_ptr<NameSet> tensor_names) {
   auto continue_ref = std::make_shared<PyRef>(continue_type);
@@ -239,14 +249,9 @@ std::vector<wds::FieldDecoder> MakeDecoders(py::list items, py::handle continue_
     } else if (kind == "gpu_image") {
       // ("gpu_image", spec, extensions, resize, float16, normalize or None):
       // a GPU job per image (wds/gpu/gpu_decode.h), decoded by the Loader.
-      wds::GpuDecodeOptions gpu;
-      gpu.float16 = item[4].cast<bool>();
-      if (!item[5].is_none()) {
-        auto [mean, std] = item[5].cast<std::pair<std::array<float, 3>, std::array<float, 3>>>();
-        gpu.normalize = wds::Normalize{mean, std};
-      }
       absl::StatusOr<wds::FieldDecoder> jobs =
-          wds::GpuJobDecoder(item[1].cast<std::string>(), ImageOptionsFromPython(item[3]), gpu);
+          wds::GpuJobDecoder(item[1].cast<std::string>(), ImageOptionsFromPython(item[3]),
+                             GpuOptionsFromPython(item[4].cast<bool>(), item[5]));
       ThrowIfError(jobs.status());
       reversed.push_back(ImageItem{*std::move(jobs), ExtensionsFromPython(item[2]), std::nullopt});
     } else if (kind == "basic") {

@@ -23,6 +23,7 @@
 #include "convert.h"
 #include "handlers.h"
 #include "wds/decode/decode.h"
+#include "wds/gpu/gpu_decode.h"
 #include "wds/image/image.h"
 
 namespace wdspy {
@@ -39,6 +40,10 @@ std::vector<wds::FieldDecoder> MakeDecoders(py::list items, py::handle continue_
 // min_ratio, max_ratio, hflip); mode is "none", "stretch", "center_crop" or
 // "random_resized_crop".
 wds::ImageDecodeOptions ImageOptionsFromPython(py::handle resize);
+
+// GpuOptionsFromPython reads decode(device="cuda")'s float16 and normalize
+// (None or ((mean r, g, b), (std r, g, b))).
+wds::GpuDecodeOptions GpuOptionsFromPython(bool float16, py::handle normalize);
 
 // DecodeStage is the stage for `decoders`: DecodeSample on every sample,
 // errors to `handler` (stage "decode"), arrays offered to a downstream

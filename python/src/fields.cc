@@ -49,7 +49,7 @@ py::object DecodeBasicField(const std::string& field, const py::bytes& data) {
   {
     py::gil_scoped_release release;
     wds::Rng rng(0);
-    wds::DecodeContext ctx{"", &rng, nullptr};
+    wds::DecodeContext ctx{"", &rng, nullptr, ""};
     for (const wds::FieldDecoder& decoder : wds::BasicDecoders()) {
       value = decoder(field, buffer, ctx);
       if (!value.ok() || value->has_value()) break;

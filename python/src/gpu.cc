@@ -44,13 +44,9 @@ void RegisterGpu(py::module_& m) {
   m.def(
       "check_gpu_decode",
       [](const std::string& spec, py::handle resize, bool float16, py::handle normalize) {
-        wds::GpuDecodeOptions gpu;
-        gpu.float16 = float16;
-        if (!normalize.is_none()) {
-          auto [mean, std] = normalize.cast<std::pair<std::array<float, 3>, std::array<float, 3>>>();
-          gpu.normalize = wds::Normalize{mean, std};
-        }
-        ThrowIfError(wds::GpuJobDecoder(spec, ImageOptionsFromPython(resize), gpu).status());
+        ThrowIfError(wds::GpuJobDecoder(spec, ImageOptionsFromPython(resize),
+                                        GpuOptionsFromPython(float16, normalize))
+                         .status());
       },
       py::arg("spec"), py::arg("resize"), py::arg("float16"), py::arg("normalize"),
       "Raises ValueError naming what decode(device='cuda') cannot serve.");
