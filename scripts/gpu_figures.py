@@ -25,6 +25,14 @@ def ratio(a, b):
     return "-" if not a or not b else f"{a / b:.2f}"
 
 
+def per_batch(stats):
+    """A decoder's stats() (wds-bench's gpu_stats, the Python loader's stats):
+    its phases in ms per batch, as text; "" without them."""
+    if not stats or not stats.get("batches") or "seconds" not in stats:
+        return ""
+    return ", ".join(f"{k} {1000 * v / stats['batches']:.3f}" for k, v in stats["seconds"].items())
+
+
 def main(logs):
     nvjpeg = load(logs, "bench-nvjpeg.json")
     torchvision = load(logs, "bench-torchvision.json")
@@ -49,10 +57,13 @@ def main(logs):
         print(f"  loader b{batch}: {num(run.get('samples_per_s'))} (steady {num(steady[f'cuda-full-b{batch}'])}), "
               f"{ratio(steady[f'cuda-full-b{batch}'], raw)} of raw (target 0.85); first batch "
               f"{run.get('first_batch_s', '-')} s after a {run.get('gpu_init_s', '-')} s set-up (target 0.3)")
-        if "gpu_seconds" in run and run.get("batches"):
-            per = {k: round(1000 * v / run["batches"], 3) for k, v in run["gpu_seconds"].items()}
-            print("    consumer ms per batch: " + ", ".join(f"{k} {v}" for k, v in per.items())
-                  + f"; waiting share {run.get('shares', {}).get('waiting', '-')}")
+        phases = per_batch(run.get("gpu_stats"))
+        if phases:
+            print(f"    consumer ms per batch: {phases}; waiting share "
+                  f"{run.get('shares', {}).get('waiting', '-')}")
+    python_phases = per_batch(runs["python-cuda-full-b64"].get("stats"))
+    if python_phases:
+        print(f"  Python b64 consumer ms per batch: {python_phases}")
     raw64 = nvjpeg.get("batch64", {}).get("raw_nvjpeg_hardware_img_s")
     tv64 = torchvision.get("torchvision_decode_jpeg_cuda_batch64_img_s")
     print(f"  crop224 loader: steady {num(steady['cuda-crop224-b64'])}; CPU 16 workers: steady "

@@ -530,15 +530,17 @@ std::string GpuJson(const Config& config, const Result& r) {
   if (config.device < 0) return ", \"device\": \"cpu\"";
   return wds::Cat(", \"device\": \"cuda:", config.device, "\", \"gpu_decoder\": \"", r.gpu_decoder,
                   "\", \"gpu_init_s\": ", Fixed(r.gpu_init_s, 6),
-                  ", \"gpu_images\": {\"nvjpeg\": ", r.gpu.nvjpeg_images,
-                  ", \"cpu_fallback\": ", r.gpu.cpu_fallback_images,
-                  ", \"decoded_in_workers\": ", r.gpu.worker_decoded_images, "}",
-                  ", \"gpu_seconds\": {\"parse\": ", Fixed(r.gpu.seconds.parse, 6),
+                  // The decoder's stats(), named as the Python binding names them.
+                  ", \"gpu_stats\": {\"batches\": ", r.gpu.batches, ", \"images\": ", r.gpu.images,
+                  ", \"nvjpeg_images\": ", r.gpu.nvjpeg_images,
+                  ", \"cpu_fallback_images\": ", r.gpu.cpu_fallback_images,
+                  ", \"worker_decoded_images\": ", r.gpu.worker_decoded_images,
+                  ", \"seconds\": {\"parse\": ", Fixed(r.gpu.seconds.parse, 6),
                   ", \"wait\": ", Fixed(r.gpu.seconds.wait, 6),
                   ", \"gather\": ", Fixed(r.gpu.seconds.gather, 6),
                   ", \"nvjpeg\": ", Fixed(r.gpu.seconds.nvjpeg, 6),
                   ", \"cpu_decode\": ", Fixed(r.gpu.seconds.cpu_decode, 6),
-                  ", \"kernel\": ", Fixed(r.gpu.seconds.kernel, 6), "}");
+                  ", \"kernel\": ", Fixed(r.gpu.seconds.kernel, 6), "}}");
 }
 
 std::string ToJson(const Config& config, const Result& r) {
