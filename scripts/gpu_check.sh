@@ -310,6 +310,13 @@ if ((have_gpu || dry_run)); then
     | tee '$logs/bench-torchvision.json'" || true
   bench bench-cuda-full-b64 --device cuda --workers 3 --batch 64 --shuffle 1000 --epochs 3
   bench bench-cuda-full-b256 --device cuda --workers 3 --batch 256 --shuffle 1000 --epochs 3
+  # Pinned batches: the workers make the jobs in page-locked memory and the
+  # decoder reads them in place (no gather on the consumer's thread), as the
+  # Python Loader(device="cuda") does.
+  bench bench-cuda-full-b64-pinned --device cuda --pin-memory --workers 3 --batch 64 \
+    --shuffle 1000 --epochs 3
+  bench bench-cuda-full-b256-pinned --device cuda --pin-memory --workers 3 --batch 256 \
+    --shuffle 1000 --epochs 3
   bench bench-cuda-crop224-b64 --device cuda --workers 3 --batch 64 --shuffle 1000 --epochs 3 \
     --decode torchrgb --resize 224x224 --crop center
   step bench-python-cuda-full-b64 90 "PYTHONPATH='$build/python' $py '$repo/scripts/gpu_baselines.py' \

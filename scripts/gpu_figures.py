@@ -37,7 +37,8 @@ def main(logs):
     nvjpeg = load(logs, "bench-nvjpeg.json")
     torchvision = load(logs, "bench-torchvision.json")
     runs = {name: load(logs, f"bench-{name}.json") for name in (
-        "cuda-full-b64", "cuda-full-b256", "cuda-crop224-b64", "cpu-16w-b64",
+        "cuda-full-b64", "cuda-full-b256", "cuda-full-b64-pinned", "cuda-full-b256-pinned",
+        "cuda-crop224-b64", "cpu-16w-b64",
         "cpu-16w-crop224-b64", "python-cuda-full-b64")}
     steady = {k: v.get("steady_samples_per_s") for k, v in runs.items()}
     print(f"GPU figures ({nvjpeg.get('gpu', '?')}; decoder: {nvjpeg.get('decoder', '?')}), images/s")
@@ -61,6 +62,14 @@ def main(logs):
         if phases:
             print(f"    consumer ms per batch: {phases}; waiting share "
                   f"{run.get('shares', {}).get('waiting', '-')}")
+        pinned = runs[f"cuda-full-b{batch}-pinned"]
+        print(f"  loader b{batch}, pinned jobs read in place: steady "
+              f"{num(steady[f'cuda-full-b{batch}-pinned'])}, "
+              f"{ratio(steady[f'cuda-full-b{batch}-pinned'], raw)} of raw (pool pinned: "
+              f"{pinned.get('pool', {}).get('pinned', '-')})")
+        phases = per_batch(pinned.get("gpu_stats"))
+        if phases:
+            print(f"    consumer ms per batch: {phases}")
     python_phases = per_batch(runs["python-cuda-full-b64"].get("stats"))
     if python_phases:
         print(f"  Python b64 consumer ms per batch: {python_phases}")
@@ -71,8 +80,12 @@ def main(logs):
     print(f"  targets at b64 (steady): {ratio(steady['cuda-full-b64'], raw64)} of raw (0.85); "
           f"{ratio(steady['cuda-full-b64'], steady['cpu-16w-b64'])}x the CPU path (2.6), "
           f"crop224 {ratio(steady['cuda-crop224-b64'], steady['cpu-16w-crop224-b64'])}x; "
-          f"{ratio(steady['cuda-full-b64'], tv64)}x torchvision (> 1); Python "
-          f"{ratio(steady['python-cuda-full-b64'], steady['cuda-full-b64'])} of C++ (0.95)")
+          f"{ratio(steady['cuda-full-b64'], tv64)}x torchvision (> 1); Python (pinned) "
+          f"{ratio(steady['python-cuda-full-b64'], steady['cuda-full-b64-pinned'])} of C++ pinned "
+          f"(0.95)")
+    best = max((steady[k] or 0 for k in ('cuda-full-b64', 'cuda-full-b64-pinned')), default=0)
+    print(f"  best b64 loader: {num(best)}, {ratio(best, raw64)} of raw; "
+          f"{ratio(best, steady['cpu-16w-b64'])}x the CPU path")
 
 
 if __name__ == "__main__":

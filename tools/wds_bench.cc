@@ -48,6 +48,9 @@ constexpr char kUsage[] =
     "  --crop center|random center crop or random resized crop (needs --resize)\n"
     "  --device cpu|cuda[:N] where images are decoded: cuda decodes each batch on the GPU\n"
     "                       (nvJPEG and one resize kernel) into device memory (default cpu)\n"
+    "  --pin-memory         batches in page-locked memory (LoaderOptions::pin_memory; with\n"
+    "                       --device cuda the workers make the images' jobs there too, and\n"
+    "                       the decoder reads them in place instead of gathering them)\n"
     "  --fields F,G         keep these fields as a tuple (';' separates alternatives)\n"
     "  --epochs E           epochs to run (default 1)\n"
     "  --prefetch P         items queued per worker (default 2)\n"
@@ -64,6 +67,7 @@ struct Config {
   std::string decode = "rgb8";
   wds::ImageResize resize;
   int device = -1;  // a CUDA device, or -1: decode in the workers
+  bool pin_memory = false;
   std::vector<std::string> fields;
   int epochs = 1;
   uint64_t seed = 0;
@@ -142,6 +146,10 @@ absl::Status ParseArgs(int argc, char** argv, Config& config) {
     std::string_view arg = argv[i];
     if (arg == "--json") {
       config.json = true;
+      continue;
+    }
+    if (arg == "--pin-memory") {
+      config.pin_memory = true;
       continue;
     }
     if (arg.size() < 2 || arg.substr(0, 2) != "--") {
@@ -340,6 +348,7 @@ struct Result {
   double sys_s = 0;
   // The loader's batch and member memory pools at the end of the run.
   wds::BufferPoolStats pool;
+  bool pinned = false;  // the batch pool is page-locked (--pin-memory took effect)
   wds::BufferPoolStats read_pool;
   // --device cuda: the GPU decoder, its set-up time and what decoded what.
   std::string gpu_decoder;
@@ -468,7 +477,10 @@ absl::StatusOr<Result> RunOnce(const Config& config, int workers) {
   Clock::time_point first_batch;
   Clock::time_point end;
   {
-    wds::Loader loader(*pipeline, {.workers = workers, .prefetch = config.prefetch});
+    wds::LoaderOptions options{.workers = workers, .prefetch = config.prefetch};
+    options.pin_memory = config.pin_memory;
+    if (config.device >= 0) options.device = config.device;
+    wds::Loader loader(*pipeline, options);
     for (int epoch = 0; epoch < config.epochs; ++epoch) {
       while (true) {
         Clock::time_point asked = Clock::now();
@@ -495,6 +507,7 @@ absl::StatusOr<Result> RunOnce(const Config& config, int workers) {
     end = Clock::now();
     getrusage(RUSAGE_SELF, &after);
     result.pool = loader.pool()->stats();
+    result.pinned = loader.pool()->pinned();
     result.read_pool = loader.read_pool()->stats();
   }
   result.seconds = Seconds(end - start);
@@ -560,7 +573,8 @@ std::string ToJson(const Config& config, const Result& r) {
       ", \"peak_rss_mb\": ", Fixed(r.peak_rss_mb, 1),
       ", \"worker_seconds\": ", Fixed(r.worker_seconds, 6), ", \"minor_faults\": ", r.minor_faults,
       ", \"user_s\": ", Fixed(r.user_s, 3), ", \"sys_s\": ", Fixed(r.sys_s, 3),
-      ", \"pool\": {\"allocations\": ", r.pool.allocations, ", \"reuses\": ", r.pool.reuses,
+      ", \"pool\": {\"pinned\": ", r.pinned ? "true" : "false",
+      ", \"allocations\": ", r.pool.allocations, ", \"reuses\": ", r.pool.reuses,
       ", \"frees\": ", r.pool.frees, ", \"peak_mb\": ", Fixed(r.pool.peak_bytes / 1e6, 1), "}",
       ", \"read_pool\": {\"allocations\": ", r.read_pool.allocations,
       ", \"reuses\": ", r.read_pool.reuses, ", \"frees\": ", r.read_pool.frees,

@@ -129,7 +129,8 @@ class Loader:
 
     device: None, a CUDA device index (where pin_memory pins), or "cuda",
     "cuda:N" or a torch.device: batches are then torch tensors on that GPU,
-    their decode(device="cuda") images decoded there (see the module doc).
+    their decode(device="cuda") images decoded there (see the module doc),
+    and batch memory is pinned (the GPU reads the encoded images in place).
     "cuda" is the local rank's GPU.
     """
 
@@ -168,8 +169,11 @@ class Loader:
             self._length = sum(dataset.worker_items(w, workers) for w in range(workers))
         # len() is with_length(n)'s n (which changes nothing else), else the epoch's items.
         self._size = dataset.size if dataset.size is not None else self._length
+        # On a GPU the batches are pinned: the workers then make the images'
+        # jobs in page-locked memory, which nvJPEG reads in place.
         self._core = _core.Loader(chain, length=self._length, workers=workers, prefetch=prefetch,
-                                  ordered=ordered, pin_memory=pin_memory, rank=rank,
+                                  ordered=ordered, pin_memory=pin_memory or self._gpu is not None,
+                                  rank=rank,
                                   world_size=world_size, device=device,
                                   decode_gpu_jobs_on_host=self._gpu is None, kinds=kinds,
                                   kind_names=names)

@@ -97,6 +97,7 @@ absl::StatusOr<JobColumn> ParseJobColumn(const BytesList& jobs, const TextList* 
               "); images of different sizes need a resize to be batched")),
           i, h->site, keys, urls);
     }
+    column.pinned = column.pinned && h->pinned;
     column.headers.push_back(*h);
     column.payloads.push_back(payload);
   }

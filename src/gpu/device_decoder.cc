@@ -1,7 +1,7 @@
 // GpuBatchDecoder on a CUDA device. One batch:
 //   1. its payloads are gathered into a pinned staging buffer (one memcpy
-//      each; Options::stage_inputs false reads them in place), with the
-//      kernel's source table at the end;
+//      each; jobs already pinned, and Options::stage_inputs false, are read
+//      in place), with the kernel's source table at the end;
 //   2. JPEGs go to nvJPEG's batched decode (the JPEG engines for what they
 //      take, GPU-hybrid for the rest), reading from staging, writing full-size
 //      RGB into the decoder's device scratch; pixels decoded in the worker are
@@ -123,7 +123,9 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
 
     // Where each full-size image goes in scratch, and the staging layout
     // (the payloads, when staged, then the source table).
-    const bool staged = options_.stage_inputs;
+    // Jobs in page-locked memory are read in place: staging them would copy
+    // pinned memory into pinned memory on this thread.
+    const bool staged = options_.stage_inputs && !column.pinned;
     std::vector<size_t> scratch_at(n);
     std::vector<size_t> staging_at(n);
     size_t scratch_bytes = 0;

@@ -59,6 +59,15 @@ absl::StatusOr<Buffer> MakeImageJob(std::string_view data, const ImageSpec& spec
   return gpu::MakeJob(h, pixels.data.view(), pool);
 }
 
+// JobPool is where a worker makes its jobs: the Loader's batch pool when it is
+// pinned (pin_memory), so that the device decoder reads the jobs in place
+// instead of gathering them into pinned staging on the consumer's thread;
+// else the pool for bytes.
+BufferPool* JobPool(const WorkerContext::Wiring& wiring) {
+  if (wiring.pool != nullptr && wiring.pool->pinned()) return wiring.pool.get();
+  return wiring.read_pool.get();
+}
+
 }  // namespace
 
 absl::StatusOr<FieldDecoder> GpuJobDecoder(std::string_view image_spec, ImageDecodeOptions image,
@@ -70,8 +79,7 @@ absl::StatusOr<FieldDecoder> GpuJobDecoder(std::string_view image_spec, ImageDec
                           std::string_view field, const Buffer& data,
                           DecodeContext& ctx) -> absl::StatusOr<std::optional<Value>> {
     if (!IsImageExtension(FieldExtension(field))) return std::nullopt;
-    BufferPool* pool =
-        ctx.worker != nullptr ? WiringOf(*ctx.worker).read_pool.get() : nullptr;
+    BufferPool* pool = ctx.worker != nullptr ? JobPool(WiringOf(*ctx.worker)) : nullptr;
     thread_local std::string site;  // reused: no allocation per image
     site.clear();
     gpu::AppendSite(site, ctx.url, ctx.key, field);

@@ -59,8 +59,9 @@ Buffer MakeJob(const JobHeader& h, std::string_view payload, BufferPool* pool) {
   std::memcpy(p, kMagic, 8);
   p += 8;
   *p++ = static_cast<uint8_t>(h.kind);
+  const bool pinned = pooled.ok() && pool->pinned();
   *p++ = static_cast<uint8_t>((h.hardware ? 1 : 0) | (h.flip ? 2 : 0) |
-                              (h.output.channels_first ? 4 : 0));
+                              (h.output.channels_first ? 4 : 0) | (pinned ? 8 : 0));
   *p++ = static_cast<uint8_t>(h.output.dtype);
   *p++ = 0;
   for (int32_t v : {h.width, h.height, h.crop.x, h.crop.y, h.crop.width, h.crop.height,
@@ -88,6 +89,7 @@ std::optional<JobHeader> ReadJob(const Buffer& job, std::string_view* payload) {
   h.hardware = (flags & 1) != 0;
   h.flip = (flags & 2) != 0;
   h.output.channels_first = (flags & 4) != 0;
+  h.pinned = (flags & 8) != 0;
   const uint8_t dtype = *p++;
   if (dtype != static_cast<uint8_t>(DType::kUInt8) && dtype != static_cast<uint8_t>(DType::kFloat32) &&
       dtype != static_cast<uint8_t>(DType::kFloat16)) {

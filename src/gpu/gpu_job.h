@@ -27,6 +27,10 @@ struct JobHeader {
   JobKind kind = JobKind::kJpeg;
   bool hardware = false;  // kJpeg: nvJPEG's hardware backend takes it
   bool flip = false;
+  // pinned: the job lies in page-locked memory (MakeJob took it from a pinned
+  // pool), so a device consumer can read it in place. Set by MakeJob, read
+  // by ReadJob; MakeJob ignores what its argument says.
+  bool pinned = false;
   int32_t width = 0;  // of the payload image (the JPEG, or the pixels)
   int32_t height = 0;
   ImageRect crop;  // of the payload image; the whole image for kPixels
@@ -51,8 +55,8 @@ JobHeader WholeJpegJob(int32_t width, int32_t height, bool hardware);
 inline constexpr size_t kJobHeaderBytes = 72;
 
 // MakeJob writes a header, the payload and the site into one new buffer, from `pool`
-// when given (the worker's pool for bytes: job buffers are then recycled,
-// not allocated and freed per image), else from the heap.
+// when given (job buffers are then recycled, not allocated and freed per
+// image; a pinned pool makes a pinned job), else from the heap.
 Buffer MakeJob(const JobHeader& header, std::string_view payload, BufferPool* pool = nullptr);
 
 // ReadJob parses `job`'s header; nullopt when it is not a GPU job (no magic,

@@ -18,6 +18,7 @@ struct JobColumn {
   GpuOutput output;  // the first job's (every job's) output
   std::vector<JobHeader> headers;
   std::vector<std::string_view> payloads;
+  bool pinned = true;  // every job lies in page-locked memory (JobHeader::pinned)
 };
 
 // ParseJobColumn checks every job: a GPU job, of the first job's output, and

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -13,12 +14,14 @@
 
 #include "gmock/gmock.h"
 #include "gpu/gpu_job.h"
+#include "gpu/job_column.h"
 #include "gtest/gtest.h"
 #include "gpu_jobs_testing.h"
 #include "jpeg_variants.h"
 #include "util/test_util.h"
 #include "wds/gpu/gpu_decode.h"
 #include "wds/internal/base/strings.h"
+#include "wds/internal/base/worker_wiring.h"
 #include "wds/loader/loader.h"
 #include "wds/pipeline/pipeline.h"
 #include "wds/pipeline/web_dataset.h"
@@ -49,11 +52,28 @@ JobHeader SomeHeader() {
 }
 
 // ValidJob is a job of header `h` whose payload is a JPEG of the header's size.
-Buffer ValidJob(const JobHeader& h) {
+Buffer ValidJob(const JobHeader& h, BufferPool* pool = nullptr) {
   JpegRecipe r;
   r.width = h.width;
   r.height = h.height;
-  return MakeJob(h, EncodeJpeg(r));
+  return MakeJob(h, EncodeJpeg(r), pool);
+}
+
+// PinnedLookingAllocator is ordinary memory that says it is page-locked, as
+// the CUDA host allocator a Loader with pin_memory pools its batches in does.
+class PinnedLookingAllocator final : public HostAllocator {
+ public:
+  absl::StatusOr<void*> Allocate(size_t bytes) override {
+    return std::aligned_alloc(kHostAlignment, (bytes + kHostAlignment - 1) / kHostAlignment *
+                                                  kHostAlignment);
+  }
+  void Deallocate(void* p, size_t) override { std::free(p); }
+  bool pinned() const override { return true; }
+  std::string_view name() const override { return "pinned-looking"; }
+};
+
+std::shared_ptr<BufferPool> PinnedLookingPool() {
+  return std::make_shared<BufferPool>(std::make_shared<PinnedLookingAllocator>());
 }
 
 TEST(GpuJobTest, HeaderAndPayloadRoundTrip) {
@@ -173,6 +193,30 @@ TEST(GpuJobTest, JobWhoseSizeIsNotItsJpegsIsRefused) {
   EXPECT_EQ(layout.status().message(),
             "decode on cuda: shard.tar: key liar: field jpg: a GPU job says its JPEG is 32x48, "
             "its frame header says 64x48");
+}
+
+TEST(GpuJobTest, JobsFromAPinnedPoolSayTheyArePinned) {
+  const std::shared_ptr<BufferPool> pinned = PinnedLookingPool();
+  BufferPool plain;
+  JobHeader h = SomeHeader();
+  h.pinned = true;  // ignored: MakeJob says where it put the job
+  EXPECT_TRUE(ReadJob(MakeJob(h, "x", pinned.get()))->pinned);
+  EXPECT_FALSE(ReadJob(MakeJob(h, "x", &plain))->pinned);
+  EXPECT_FALSE(ReadJob(MakeJob(h, "x"))->pinned);
+  EXPECT_TRUE(ReadJob(MakeJob(SomeHeader(), "x", pinned.get()))->pinned);
+}
+
+TEST(GpuJobTest, ColumnIsPinnedWhenEveryJobIs) {
+  const std::shared_ptr<BufferPool> pinned = PinnedLookingPool();
+  const JobHeader h = SomeHeader();
+  absl::StatusOr<JobColumn> all =
+      ParseJobColumn({ValidJob(h, pinned.get()), ValidJob(h, pinned.get())}, nullptr, nullptr);
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_TRUE(all->pinned);
+  absl::StatusOr<JobColumn> some =
+      ParseJobColumn({ValidJob(h, pinned.get()), ValidJob(h)}, nullptr, nullptr);
+  ASSERT_TRUE(some.ok()) << some.status();
+  EXPECT_FALSE(some->pinned);
 }
 
 TEST(GpuJobTest, ColumnIsJobsOnly) {
@@ -478,6 +522,34 @@ TEST(GpuDecodeStageTest, WorkersDecodeIntoTheLoadersBatchPool) {
     return stats.allocations + stats.reuses;
   };
   EXPECT_EQ(acquires(true) - acquires(false), 4) << "one block of the pool per decoded column";
+}
+
+// A Loader with pin_memory pools its batches in page-locked memory: the
+// workers make their jobs there, for the device decoder to read in place
+// (JobColumn::pinned), and in the pool for bytes otherwise.
+TEST(GpuDecodeStageTest, WorkersMakeTheirJobsInTheBatchPoolWhenItIsPinned) {
+  const std::string jpeg = EncodeJpeg(JpegRecipe{});
+  absl::StatusOr<FieldDecoder> decoder = GpuJobDecoder("rgb8");
+  ASSERT_TRUE(decoder.ok()) << decoder.status();
+  for (bool pinned_batches : {true, false}) {
+    const std::shared_ptr<BufferPool> batches =
+        pinned_batches ? PinnedLookingPool() : std::make_shared<BufferPool>();
+    const auto bytes = std::make_shared<BufferPool>();
+    WorkerContext worker;
+    WorkerContext::Wiring& wiring = Rewire(worker);
+    wiring.pool = batches;
+    wiring.read_pool = bytes;
+    Rng rng(0);
+    DecodeContext ctx{"k", &rng, &worker, "shard.tar"};
+    absl::StatusOr<std::optional<Value>> job = (*decoder)("jpg", Buffer::Copy(jpeg), ctx);
+    ASSERT_TRUE(job.ok()) << job.status();
+    const std::optional<JobHeader> h = ReadJob(std::get<Buffer>(**job));
+    ASSERT_TRUE(h.has_value());
+    EXPECT_EQ(h->pinned, pinned_batches);
+    EXPECT_EQ(h->site, "shard.tar: key k: field jpg");
+    EXPECT_EQ(batches->stats().allocations, pinned_batches ? 1 : 0);
+    EXPECT_EQ(bytes->stats().allocations, pinned_batches ? 0 : 1);
+  }
 }
 
 TEST(GpuDecodeStageTest, UndecodableScanDecodedInAWorkerIsTheLoadersErrorNamingTheSite) {

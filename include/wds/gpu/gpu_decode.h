@@ -123,7 +123,9 @@ class GpuBatchDecoder {
     // stage_inputs gathers a batch's payloads into pinned staging before
     // nvJPEG reads them (a memcpy per image). false hands nvJPEG the jobs'
     // own memory, and keeps the jobs until the batch is done. nvjpeg_bench
-    // times both. Ignored by kHost.
+    // times both. A batch whose jobs are all pinned (a Loader with
+    // pin_memory makes them in its pinned pool) is read in place whatever
+    // this says. Ignored by kHost.
     bool stage_inputs = true;
   };
   struct Stats {
