@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gmock/gmock.h"
+#include "gpu/gpu_job.h"
 #include "gpu_jobs_testing.h"
 #include "gtest/gtest.h"
 #include "wds/gpu/gpu_decode.h"
@@ -26,10 +27,13 @@ bool HaveDevice() {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
+// DeviceTestJobs is a batch of TestShard's 15 images as GPU jobs, made in the
+// Loader's pinned batch pool when `pinned`.
 BytesList DeviceTestJobs(const ImageDecodeOptions& image, const std::string& spec,
-                         const GpuDecodeOptions& gpu = {}) {
+                         const GpuDecodeOptions& gpu = {}, bool pinned = false) {
   TempDir dir;
-  Loader loader(Source(TestShard(dir)).DecodeOnGpu(spec, image, gpu).Batched(15), {.workers = 1});
+  Loader loader(Source(TestShard(dir)).DecodeOnGpu(spec, image, gpu).Batched(15),
+                {.workers = 1, .pin_memory = pinned, .device = 0});
   absl::StatusOr<std::optional<Sample>> batch = loader.Next();
   EXPECT_TRUE(batch.ok()) << batch.status();
   return std::get<BytesList>(*(*batch)->Find("jpg"));
@@ -58,6 +62,21 @@ TEST(GpuBatchDecoderDeviceTest, UnstagedInputsDecodeTheSamePixels) {
   const BytesList jobs = DeviceTestJobs({.resize = {ResizeMode::kStretch, 40, 30}}, "rgb8");
   EXPECT_EQ(OnDevice(**unstaged, jobs), OnDevice(**staged, jobs));
   EXPECT_EQ((*unstaged)->stats().images, 15);
+}
+
+// A Loader with pin_memory makes its jobs in page-locked memory; the decoder
+// reads those in place (no staging) and decodes the same pixels.
+TEST(GpuBatchDecoderDeviceTest, PinnedJobsAreReadInPlaceAndDecodeTheSamePixels) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  auto decoder = GpuBatchDecoder::Create(0);
+  ASSERT_TRUE(decoder.ok()) << decoder.status();
+  const ImageDecodeOptions image = {.resize = {ResizeMode::kStretch, 40, 30}};
+  const BytesList pinned = DeviceTestJobs(image, "rgb8", {}, /*pinned=*/true);
+  const BytesList pageable = DeviceTestJobs(image, "rgb8");
+  ASSERT_EQ(pinned.size(), 15u);
+  for (const Buffer& job : pinned) ASSERT_TRUE(ReadJob(job)->pinned);
+  EXPECT_FALSE(ReadJob(pageable[0])->pinned);
+  EXPECT_EQ(OnDevice(**decoder, pinned), OnDevice(**decoder, pageable));
 }
 
 TEST(GpuBatchDecoderDeviceTest, DeviceOutputIsTheHostDecodersWithinTwo) {
