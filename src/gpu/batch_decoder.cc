@@ -123,6 +123,22 @@ absl::StatusOr<Array> DecodeJpegOnCpu(std::string_view jpeg, OutputSlots* slots)
 
 namespace {
 
+// GrowingSlot offers a decoder one block kept from image to image, grown when
+// an image needs more: asked only once the decoder has read the image's
+// header, so a header's claim is checked before anything is allocated.
+class GrowingSlot final : public OutputSlots {
+ public:
+  Buffer Offer(std::string_view /*field*/, DType dtype, const std::vector<int64_t>& shape) override {
+    size_t bytes = DTypeSize(dtype);
+    for (int64_t d : shape) bytes *= static_cast<size_t>(d);
+    if (bytes > block_.size()) block_ = Buffer::Allocate(bytes);
+    return block_.Slice(0, bytes);
+  }
+
+ private:
+  Buffer block_;
+};
+
 class HostBatchDecoder final : public GpuBatchDecoder {
  public:
   absl::Status Decode(const BytesList& jobs, const TextList* keys, const TextList* urls, void* out,
@@ -137,10 +153,7 @@ class HostBatchDecoder final : public GpuBatchDecoder {
       Array decoded;
       const uint8_t* pixels = reinterpret_cast<const uint8_t*>(column.payloads[i].data());
       if (h.kind == JobKind::kJpeg) {
-        // Into memory kept from image to image (the header gives the size).
-        pixels_.resize(size_t{3} * h.width * h.height);
-        MemorySlot slot(pixels_.data(), pixels_.size());
-        absl::StatusOr<Array> cpu = DecodeJpegOnCpu(column.payloads[i], &slot);
+        absl::StatusOr<Array> cpu = DecodeJpegOnCpu(column.payloads[i], &pixels_);
         if (!cpu.ok()) return JobError(cpu.status(), i, h.site, keys, urls);
         decoded = *std::move(cpu);
         pixels = decoded.data_as<uint8_t>();
@@ -171,7 +184,7 @@ class HostBatchDecoder final : public GpuBatchDecoder {
   std::string_view decoder() const override { return "cpu"; }
 
  private:
-  std::vector<uint8_t> pixels_;  // the JPEG being decoded, full size
+  GrowingSlot pixels_;  // the JPEG being decoded, full size
 };
 
 }  // namespace
