@@ -548,6 +548,7 @@ std::string GpuJson(const Config& config, const Result& r) {
                   ", \"nvjpeg_images\": ", r.gpu.nvjpeg_images,
                   ", \"cpu_fallback_images\": ", r.gpu.cpu_fallback_images,
                   ", \"worker_decoded_images\": ", r.gpu.worker_decoded_images,
+                  ", \"images_read_in_place\": ", r.gpu.images_read_in_place,
                   ", \"seconds\": {\"parse\": ", Fixed(r.gpu.seconds.parse, 6),
                   ", \"wait\": ", Fixed(r.gpu.seconds.wait, 6),
                   ", \"gather\": ", Fixed(r.gpu.seconds.gather, 6),

@@ -109,6 +109,7 @@ void RegisterGpu(py::module_& m) {
         out["nvjpeg_images"] = s.nvjpeg_images;
         out["cpu_fallback_images"] = s.cpu_fallback_images;
         out["worker_decoded_images"] = s.worker_decoded_images;
+        out["images_read_in_place"] = s.images_read_in_place;
         py::dict seconds;
         seconds["parse"] = s.seconds.parse;
         seconds["wait"] = s.seconds.wait;

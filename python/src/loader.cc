@@ -167,14 +167,14 @@ class Loader {
 
 void RegisterLoader(py::module_& m) {
   m.def(
-      "local_rank",
+      "launcher_local_rank",
       [] {
-        absl::StatusOr<int> rank = wds::ResolveLocalRank(std::nullopt, "device", "device");
+        absl::StatusOr<std::optional<int>> rank = wds::LauncherLocalRank("device");
         if (!rank.ok()) RaiseStatus(rank.status(), Phase::kSetup);
         return *rank;
       },
-      "This process's GPU on its node, as the core resolves it: LOCAL_RANK, else "
-      "SLURM_LOCALID, else 0. ValueError for a malformed or negative value.");
+      "The local rank the launcher's environment gives (LOCAL_RANK, else SLURM_LOCALID), or "
+      "None. ValueError for a malformed or negative value.");
   py::class_<Loader>(m, "Loader", "The core's threaded Loader over a native chain.")
       .def(py::init([](const Chain& chain, std::optional<int64_t> length, int workers, int prefetch,
                        bool ordered, bool pin_memory, int rank, int world_size,
@@ -200,7 +200,8 @@ void RegisterLoader(py::module_& m) {
            py::arg("chain"), py::kw_only(), py::arg("length") = py::none(), py::arg("workers") = 1,
            py::arg("prefetch") = 2, py::arg("ordered") = true, py::arg("pin_memory") = false,
            py::arg("rank") = 0, py::arg("world_size") = 1, py::arg("device") = py::none(),
-           py::arg("decode_gpu_jobs_on_host") = false, py::arg("kinds") = py::none(), py::arg("kind_names") = py::none())
+           py::arg("decode_gpu_jobs_on_host") = false, py::arg("kinds") = py::none(),
+           py::arg("kind_names") = py::none())
       .def("next", &Loader::Next)
       .def("stop", &Loader::Stop)
       .def("set_epoch", &Loader::SetEpoch)

@@ -99,6 +99,7 @@ def test_decoder_on_the_host_counts_images_and_times_its_phases(pattern):
     assert np.array_equal(out, wds.decode_gpu_jobs((jobs,))[0])
     stats = decoder.stats()
     assert (stats["batches"], stats["images"], stats["cpu_fallback_images"]) == (1, 5, 5)
+    assert stats["images_read_in_place"] == 0  # no staging on the host
     seconds = stats["seconds"]
     assert sorted(seconds) == ["cpu_decode", "gather", "kernel", "nvjpeg", "parse", "wait"]
     # No staging and no nvJPEG on the host; the rest took time.
@@ -205,20 +206,30 @@ def test_loader_on_cuda_yields_cuda_tensors_written_in_place(pattern):
     print("decoder:", loader.gpu_decoder.decoder, stats)
 
 
-def test_loader_cuda_device_is_the_local_rank_as_the_core_resolves_it(monkeypatch):
-    # Loader(device="cuda") decodes on _core.local_rank()'s GPU, the one the
-    # core pins batches for: LOCAL_RANK, else SLURM_LOCALID (srun without
-    # torchrun), else 0.
+class _FakeTorch:
+    """torch as _local_gpu sees it: `count` visible GPUs, `current` the current one."""
+
+    def __init__(self, count, current):
+        self.cuda = type("cuda", (), {"device_count": staticmethod(lambda: count),
+                                      "current_device": staticmethod(lambda: current)})
+
+
+def test_cuda_is_the_launchers_local_rank_where_visible_else_the_current_device(monkeypatch):
+    from webdataset_cpp.loader import _local_gpu
+
     monkeypatch.delenv("LOCAL_RANK", raising=False)
     monkeypatch.delenv("SLURM_LOCALID", raising=False)
-    assert wds._core.local_rank() == 0
-    monkeypatch.setenv("SLURM_LOCALID", "2")
-    assert wds._core.local_rank() == 2
-    monkeypatch.setenv("LOCAL_RANK", "3")
-    assert wds._core.local_rank() == 3
+    assert wds._core.launcher_local_rank() is None
+    assert _local_gpu(_FakeTorch(count=4, current=2)) == 2  # one process: set_device's choice
+    monkeypatch.setenv("SLURM_LOCALID", "3")  # srun without torchrun
+    assert wds._core.launcher_local_rank() == 3
+    assert _local_gpu(_FakeTorch(count=4, current=0)) == 3
+    assert _local_gpu(_FakeTorch(count=1, current=0)) == 0  # each rank sees its own GPU only
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert _local_gpu(_FakeTorch(count=4, current=0)) == 1
     monkeypatch.setenv("LOCAL_RANK", "3x")
     with pytest.raises(ValueError, match='LOCAL_RANK="3x" is not an integer'):
-        wds._core.local_rank()
+        wds._core.launcher_local_rank()
     monkeypatch.setenv("LOCAL_RANK", "-1")
     with pytest.raises(ValueError, match="device -1 from LOCAL_RANK must be >= 0"):
-        wds._core.local_rank()
+        wds._core.launcher_local_rank()

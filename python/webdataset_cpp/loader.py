@@ -81,9 +81,20 @@ def _resolve_device(device):
         raise ValueError(f"Loader(device={text!r}): torch.cuda.is_available() is False (no GPU, "
                          "or a torch without CUDA)")
     index = torch.device(text).index
-    if index is None:  # the local rank's, as the core pins for (LOCAL_RANK, else SLURM_LOCALID)
-        index = _core.local_rank()
+    if index is None:
+        index = _local_gpu(torch)
     return index, torch.device("cuda", index)
+
+
+def _local_gpu(torch):
+    """The GPU "cuda" means: the launcher's local rank (LOCAL_RANK, else
+    SLURM_LOCALID) where that GPU is visible, else torch's current device (a
+    single process, whatever torch.cuda.set_device chose; or a launcher that
+    shows each rank only its own GPU)."""
+    local = _core.launcher_local_rank()
+    if local is not None and local < torch.cuda.device_count():
+        return local
+    return torch.cuda.current_device()
 
 
 def _is_array(value):
@@ -129,9 +140,11 @@ class Loader:
 
     device: None, a CUDA device index (where pin_memory pins), or "cuda",
     "cuda:N" or a torch.device: batches are then torch tensors on that GPU,
-    their decode(device="cuda") images decoded there (see the module doc),
-    and batch memory is pinned (the GPU reads the encoded images in place).
-    "cuda" is the local rank's GPU.
+    their decode(device="cuda") images decoded there (see the module doc;
+    with pin_memory too, the workers make the encoded images in page-locked
+    memory, which the GPU reads in place). "cuda" is the local rank's GPU
+    (LOCAL_RANK, else SLURM_LOCALID) where it is visible, else torch's
+    current device.
     """
 
     def __init__(self, dataset, workers=1, prefetch=2, pin_memory=False, ordered=True,
@@ -169,11 +182,8 @@ class Loader:
             self._length = sum(dataset.worker_items(w, workers) for w in range(workers))
         # len() is with_length(n)'s n (which changes nothing else), else the epoch's items.
         self._size = dataset.size if dataset.size is not None else self._length
-        # On a GPU the batches are pinned: the workers then make the images'
-        # jobs in page-locked memory, which nvJPEG reads in place.
         self._core = _core.Loader(chain, length=self._length, workers=workers, prefetch=prefetch,
-                                  ordered=ordered, pin_memory=pin_memory or self._gpu is not None,
-                                  rank=rank,
+                                  ordered=ordered, pin_memory=pin_memory, rank=rank,
                                   world_size=world_size, device=device,
                                   decode_gpu_jobs_on_host=self._gpu is None, kinds=kinds,
                                   kind_names=names)

@@ -36,9 +36,10 @@ class OutputSlots {
   virtual Buffer Offer(std::string_view field, DType dtype, const std::vector<int64_t>& shape) = 0;
 };
 
-// MemorySlot offers one block of memory that the caller owns and keeps alive
-// while the decode runs (a batch slot, scratch reused from image to image),
-// whatever the field: storage of another size is declined by the decoder.
+// MemorySlot offers one block of memory that the caller owns (a batch slot,
+// scratch), whatever the field; the decoder declines storage of another size.
+// The Array decoded into it does not own the block: neither it nor a copy of
+// it may outlive the block.
 class MemorySlot final : public OutputSlots {
  public:
   MemorySlot(void* data, size_t size) : data_(static_cast<uint8_t*>(data)), size_(size) {}

@@ -128,7 +128,8 @@ namespace {
 // header, so a header's claim is checked before anything is allocated.
 class GrowingSlot final : public OutputSlots {
  public:
-  Buffer Offer(std::string_view /*field*/, DType dtype, const std::vector<int64_t>& shape) override {
+  Buffer Offer(std::string_view /*field*/, DType dtype,
+               const std::vector<int64_t>& shape) override {
     size_t bytes = DTypeSize(dtype);
     for (int64_t d : shape) bytes *= static_cast<size_t>(d);
     if (bytes > block_.size()) block_ = Buffer::Allocate(bytes);

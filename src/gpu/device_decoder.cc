@@ -126,6 +126,7 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
     // Jobs in page-locked memory are read in place: staging them would copy
     // pinned memory into pinned memory on this thread.
     const bool staged = options_.stage_inputs && !column.pinned;
+    if (!staged) stats_.images_read_in_place += static_cast<int64_t>(n);
     std::vector<size_t> scratch_at(n);
     std::vector<size_t> staging_at(n);
     size_t scratch_bytes = 0;

@@ -59,13 +59,12 @@ absl::StatusOr<Buffer> MakeImageJob(std::string_view data, const ImageSpec& spec
   return gpu::MakeJob(h, pixels.data.view(), pool);
 }
 
-// JobPool is where a worker makes its jobs: the Loader's batch pool when it is
-// pinned (pin_memory), so that the device decoder reads the jobs in place
-// instead of gathering them into pinned staging on the consumer's thread;
+// JobPool is where a worker makes its jobs: the wiring's job pool (a
+// Loader's pinned batch pool, so that the device decoder reads the jobs in
+// place instead of gathering them into staging on the consumer's thread),
 // else the pool for bytes.
 BufferPool* JobPool(const WorkerContext::Wiring& wiring) {
-  if (wiring.pool != nullptr && wiring.pool->pinned()) return wiring.pool.get();
-  return wiring.read_pool.get();
+  return wiring.job_pool != nullptr ? wiring.job_pool.get() : wiring.read_pool.get();
 }
 
 }  // namespace

@@ -29,7 +29,9 @@ struct JobHeader {
   bool flip = false;
   // pinned: the job lies in page-locked memory (MakeJob took it from a pinned
   // pool), so a device consumer can read it in place. Set by MakeJob, read
-  // by ReadJob; MakeJob ignores what its argument says.
+  // by ReadJob; MakeJob ignores what its argument says. A copy of a job's
+  // bytes keeps the bit: the device decoder then reads pageable memory in
+  // place, which is correct (as with stage_inputs false), only slower.
   bool pinned = false;
   int32_t width = 0;  // of the payload image (the JPEG, or the pixels)
   int32_t height = 0;

@@ -1,8 +1,9 @@
 // The GPU path's fused resize/crop/flip/normalize step: decoded RGB images
 // (nvJPEG's interleaved output, one per batch slot) become the batch tensor in
-// one kernel launch, written in place. ResizeBatchOnHost runs the same
-// arithmetic (resize_math.h) on the CPU: the reference the device test
-// compares the kernel with.
+// one kernel launch, written in place. ResizeBatchOnHost does the same on the
+// CPU with the CPU path's resampler, whose float operations the kernel
+// repeats (resize_math.h): the same bytes. It is the host decoder's, and the
+// reference the device test compares the kernel with.
 #pragma once
 
 #include <cstdint>
@@ -60,7 +61,8 @@ ResizeSource MakeResizeSource(const image_internal::DecodePlan& plan, const uint
                               int64_t pitch);
 
 // ResizeBatchOnHost writes `count` images from host `sources` into host
-// `target` with the kernel's arithmetic. For tests.
+// `target`, the bytes the kernel writes. REQUIRES: no ScratchScope
+// (image/scratch.h) is open on the calling thread; it opens its own.
 void ResizeBatchOnHost(const ResizeSource* sources, int count, const ResizeTarget& target);
 
 // LaunchResizeBatch enqueues the kernel on `stream` (a cudaStream_t): device

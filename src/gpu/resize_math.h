@@ -1,10 +1,12 @@
 // The arithmetic of the GPU path's fused resize/crop/normalize kernel, as
 // inline functions that nvcc compiles for the device (resize_kernel.cu) and
-// the host compiler for the CPU reference (resize_reference.cc), so the two
-// run the same operations in the same order. The taps are those of the CPU
-// path's resampler (src/image/resample.cc, MakeTaps): area averaging when
+// the host compiler for the tests and benchmarks that compare with it. They
+// repeat the CPU path's resampler (src/image/resample.cc, MakeTaps and the
+// passes), which ResizeBatchOnHost runs, operation for operation and in the
+// same order, so all three give the same bytes: area averaging when
 // shrinking, bilinear between pixel centres when enlarging, vertical sums
-// first, then horizontal, in float; uint8 results round half up.
+// first, then horizontal, in float; uint8 results round half up. Neither side
+// may contract a multiply-add into an FMA (CMakeLists.txt).
 #pragma once
 
 #include <cmath>

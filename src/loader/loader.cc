@@ -15,8 +15,8 @@
 #include "loader/elastic_plan.h"
 #include "loader/launcher_env.h"
 #include "loader/loader_state.h"
-#include "wds/gpu/gpu_decode.h"
 #include "wds/base/interrupt.h"
+#include "wds/gpu/gpu_decode.h"
 #include "wds/internal/base/bounded_queue.h"
 #include "wds/internal/base/resume_channel.h"
 #include "wds/internal/base/status_macros.h"
@@ -455,6 +455,9 @@ struct Loader::Impl {
     WorkerContext::Wiring& wiring = Rewire(ctx);
     wiring.pool = pool;
     wiring.read_pool = read_pool;
+    // GPU jobs read by a device consumer go where it can read them in place;
+    // jobs the workers decode themselves stay in ordinary memory.
+    if (pool->pinned() && !options.decode_gpu_jobs_on_host) wiring.job_pool = pool;
     if (ElasticApplies() && !shares.has_value()) WDS_RETURN_IF_ERROR(ComputeShares());
     try {
       group = std::make_unique<WorkerGroup>(

@@ -193,24 +193,29 @@ absl::StatusOr<Placement> ResolvePlacement(const PlacementOptions& options,
   return placement;
 }
 
+absl::StatusOr<std::optional<int>> LauncherLocalRank(std::string_view what) {
+  for (const char* name : {"LOCAL_RANK", "SLURM_LOCALID"}) {
+    if (!IsSet(name)) continue;
+    WDS_ASSIGN_OR_RETURN(int value, ReadEnvInt(name, name));
+    if (value < 0) {
+      return absl::InvalidArgumentError(Cat(what, " ", value, " from ", name, " must be >= 0"));
+    }
+    return value;
+  }
+  return std::nullopt;
+}
+
 absl::StatusOr<int> ResolveLocalRank(std::optional<int> local_rank, std::string_view option_name,
                                      std::string_view what) {
-  Setting setting{0, "the default"};
-  if (local_rank.has_value()) {
-    setting = Setting{*local_rank, std::string(option_name)};
-  } else {
-    for (const char* name : {"LOCAL_RANK", "SLURM_LOCALID"}) {
-      if (!IsSet(name)) continue;
-      WDS_ASSIGN_OR_RETURN(setting.value, ReadEnvInt(name, name));
-      setting.source = name;
-      break;
-    }
+  if (!local_rank.has_value()) {
+    WDS_ASSIGN_OR_RETURN(std::optional<int> launcher, LauncherLocalRank(what));
+    return launcher.value_or(0);
   }
-  if (setting.value < 0) {
+  if (*local_rank < 0) {
     return absl::InvalidArgumentError(
-        Cat(what, " ", setting.value, " from ", setting.source, " must be >= 0"));
+        Cat(what, " ", *local_rank, " from ", option_name, " must be >= 0"));
   }
-  return setting.value;
+  return *local_rank;
 }
 
 absl::StatusOr<Rendezvous> ResolveRendezvous(const PlacementOptions& options) {

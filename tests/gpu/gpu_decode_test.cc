@@ -686,10 +686,9 @@ TEST(ResizeReferenceTest, EqualsTheCpuResamplerBytes) {
   }
 }
 
-// The host reference computes each axis's taps once per image and each
-// source column's vertical sums once per row; the kernel computes them per
-// output pixel (ResampledPixel). Both must give the same bytes, fractional
-// regions and flips included.
+// ResizeBatchOnHost runs the CPU path's resampler; the kernel computes each
+// output pixel on its own (MakeAxisTap, ResampledPixel, then the store). Both
+// must give the same bytes: fractional regions, flips, every dtype and layout.
 TEST(ResizeReferenceTest, EqualsTheKernelsPerPixelArithmetic) {
   const Image image = Picture(61, 47);
   struct Region {
@@ -697,24 +696,42 @@ TEST(ResizeReferenceTest, EqualsTheKernelsPerPixelArithmetic) {
   };
   const Region regions[] = {{0, 0, 61, 47}, {3.25, 1.5, 40.5, 30.75}, {20, 10, 5.5, 3}};
   const std::pair<int, int> sizes[] = {{61, 47}, {17, 11}, {90, 70}, {1, 1}};
+  const Normalize normalize{{0.5f, 0.25f, 0.125f}, {0.5f, 2, 0.25f}};
   for (const Region& r : regions) {
     for (auto [w, h] : sizes) {
-      for (int flip = 0; flip < 2; ++flip) {
-        ResizeSource s = Source(image, {0, 0, 61, 47}, flip != 0);
+      for (int variant = 0; variant < 8; ++variant) {
+        const bool flip = variant & 1;
+        const bool channels_first = variant & 2;
+        const DType dtype = variant & 4 ? DType::kFloat32 : DType::kUInt8;
+        ResizeSource s = Source(image, {0, 0, 61, 47}, flip);
         s.x = r.x, s.y = r.y, s.region_width = r.width, s.region_height = r.height;
-        std::vector<uint8_t> want(static_cast<size_t>(w) * h * 3);
+        GpuOutput output = Output(w, h, dtype, channels_first);
+        output.normalize = normalize;
+        std::vector<float> want(static_cast<size_t>(w) * h * 3);
         for (int y = 0; y < h; ++y) {
           const AxisTap ty = MakeAxisTap(s.y, s.region_height, h, y);
           for (int x = 0; x < w; ++x) {
             const AxisTap tx = MakeAxisTap(s.x, s.region_width, w, flip ? w - 1 - x : x);
             float sums[3];
             ResampledPixel(s.pixels, s.pitch, tx, ty, sums);
-            for (int c = 0; c < 3; ++c) want[(y * w + x) * 3 + c] = RoundToByte(sums[c]);
+            for (int c = 0; c < 3; ++c) {
+              const uint8_t v = RoundToByte(sums[c]);
+              const size_t at = channels_first ? (static_cast<size_t>(c) * h + y) * w + x
+                                               : (static_cast<size_t>(y) * w + x) * 3 + c;
+              want[at] = dtype == DType::kUInt8
+                             ? v
+                             : NormalizedSample(v, normalize.mean[c], normalize.std[c]);
+            }
           }
         }
-        ASSERT_EQ(RunReference<uint8_t>(s, Output(w, h)), want)
-            << r.x << "," << r.y << " " << r.width << "x" << r.height << " -> " << w << "x" << h
-            << (flip ? " flipped" : "");
+        const std::string what = Cat(r.x, ",", r.y, " ", r.width, "x", r.height, " -> ", w, "x",
+                                     h, " variant ", variant);
+        if (dtype == DType::kUInt8) {
+          const std::vector<uint8_t> got = RunReference<uint8_t>(s, output);
+          ASSERT_EQ(std::vector<float>(got.begin(), got.end()), want) << what;
+        } else {
+          ASSERT_EQ(RunReference<float>(s, output), want) << what;
+        }
       }
     }
   }

@@ -62,6 +62,8 @@ TEST(GpuBatchDecoderDeviceTest, UnstagedInputsDecodeTheSamePixels) {
   const BytesList jobs = DeviceTestJobs({.resize = {ResizeMode::kStretch, 40, 30}}, "rgb8");
   EXPECT_EQ(OnDevice(**unstaged, jobs), OnDevice(**staged, jobs));
   EXPECT_EQ((*unstaged)->stats().images, 15);
+  EXPECT_EQ((*unstaged)->stats().images_read_in_place, 15);
+  EXPECT_EQ((*staged)->stats().images_read_in_place, 0);
 }
 
 // A Loader with pin_memory makes its jobs in page-locked memory; the decoder
@@ -76,7 +78,10 @@ TEST(GpuBatchDecoderDeviceTest, PinnedJobsAreReadInPlaceAndDecodeTheSamePixels) 
   ASSERT_EQ(pinned.size(), 15u);
   for (const Buffer& job : pinned) ASSERT_TRUE(ReadJob(job)->pinned);
   EXPECT_FALSE(ReadJob(pageable[0])->pinned);
-  EXPECT_EQ(OnDevice(**decoder, pinned), OnDevice(**decoder, pageable));
+  const std::vector<uint8_t> in_place = OnDevice(**decoder, pinned);
+  EXPECT_EQ((*decoder)->stats().images_read_in_place, 15);
+  EXPECT_EQ(in_place, OnDevice(**decoder, pageable));
+  EXPECT_EQ((*decoder)->stats().images_read_in_place, 15) << "the pageable jobs were staged";
 }
 
 TEST(GpuBatchDecoderDeviceTest, DeviceOutputIsTheHostDecodersWithinTwo) {

@@ -505,8 +505,8 @@ TEST(GpuDecodeStageTest, WorkersDecodingOnTheHostGiveTheConsumersArrays) {
 
 TEST(GpuDecodeStageTest, WorkersDecodeIntoTheLoadersBatchPool) {
   TempDir dir;
-  const Pipeline p = Source(TestShard(dir)).DecodeOnGpu("rgb8", {.resize = {ResizeMode::kStretch, 8, 8}})
-                         .Batched(4);
+  const Pipeline p =
+      Source(TestShard(dir)).DecodeOnGpu("rgb8", {.resize = {ResizeMode::kStretch, 8, 8}}).Batched(4);
   // Acquires from the batch pool over an epoch of 4 batches.
   auto acquires = [&p](bool in_workers) {
     Loader loader(p, {.workers = 1, .decode_gpu_jobs_on_host = in_workers});
@@ -524,10 +524,10 @@ TEST(GpuDecodeStageTest, WorkersDecodeIntoTheLoadersBatchPool) {
   EXPECT_EQ(acquires(true) - acquires(false), 4) << "one block of the pool per decoded column";
 }
 
-// A Loader with pin_memory pools its batches in page-locked memory: the
-// workers make their jobs there, for the device decoder to read in place
+// A Loader with pin_memory gives its workers its pinned batch pool as the job
+// pool: they make their jobs there, for the device decoder to read in place
 // (JobColumn::pinned), and in the pool for bytes otherwise.
-TEST(GpuDecodeStageTest, WorkersMakeTheirJobsInTheBatchPoolWhenItIsPinned) {
+TEST(GpuDecodeStageTest, WorkersMakeTheirJobsInTheJobPoolElseThePoolForBytes) {
   const std::string jpeg = EncodeJpeg(JpegRecipe{});
   absl::StatusOr<FieldDecoder> decoder = GpuJobDecoder("rgb8");
   ASSERT_TRUE(decoder.ok()) << decoder.status();
@@ -539,6 +539,7 @@ TEST(GpuDecodeStageTest, WorkersMakeTheirJobsInTheBatchPoolWhenItIsPinned) {
     WorkerContext::Wiring& wiring = Rewire(worker);
     wiring.pool = batches;
     wiring.read_pool = bytes;
+    if (pinned_batches) wiring.job_pool = batches;
     Rng rng(0);
     DecodeContext ctx{"k", &rng, &worker, "shard.tar"};
     absl::StatusOr<std::optional<Value>> job = (*decoder)("jpg", Buffer::Copy(jpeg), ctx);
@@ -561,7 +562,8 @@ TEST(GpuDecodeStageTest, UndecodableScanDecodedInAWorkerIsTheLoadersErrorNamingT
   absl::StatusOr<std::optional<Sample>> batch = loader.Next();
   ASSERT_FALSE(batch.ok());
   EXPECT_THAT(ToStd(batch.status().message()),
-              StartsWith(Cat("decode on cuda: ", dir.path(), "/shard-000001.tar: key s15: field jpg: ")));
+              StartsWith(Cat("decode on cuda: ", dir.path(),
+                             "/shard-000001.tar: key s15: field jpg: ")));
 }
 
 // ----------------------------------------------------------------------------

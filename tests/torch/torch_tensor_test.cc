@@ -416,7 +416,8 @@ TEST(ToTensorBatchTest, MadeTensorsTakeTheirFieldsPlacesAsTheyAre) {
   const torch::Tensor made = torch::arange(24, torch::kFloat32).reshape({2, 3, 2, 2});
   for (const std::vector<std::string>& fields :
        {std::vector<std::string>{}, std::vector<std::string>{"jobs", "cls"}}) {
-    TensorBatch tb = ToTensorBatch(batch, fields, {.layout = TensorLayout::kNCHW}, {{"jobs", made}});
+    TensorBatch tb =
+        ToTensorBatch(batch, fields, {.layout = TensorLayout::kNCHW}, {{"jobs", made}});
     EXPECT_EQ(tb.at("jobs").data_ptr(), made.data_ptr());
     EXPECT_EQ(tb.at("jobs").sizes(), made.sizes());
     EXPECT_EQ(tb.at("cls").data_ptr(), DataOf(*batch.GetArray("cls")));

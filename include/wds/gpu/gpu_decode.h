@@ -134,6 +134,9 @@ class GpuBatchDecoder {
     int64_t nvjpeg_images = 0;       // decoded by nvJPEG
     int64_t cpu_fallback_images = 0;  // JPEGs nvJPEG refused, decoded here by the CPU decoder
     int64_t worker_decoded_images = 0;  // jobs that came as pixels (decoded in the worker)
+    // images_read_in_place: images whose jobs were read where they lie, not
+    // gathered into staging (pinned jobs, stage_inputs false). 0 on kHost.
+    int64_t images_read_in_place = 0;
     // Where Decode spent the calling thread's time, in seconds, by phase:
     // what a consumer that cannot keep up profiles first.
     struct Phases {

@@ -61,7 +61,9 @@ struct LoaderOptions {
   // pin_memory asks for batch storage in CUDA page-locked memory on `device`.
   // When that is unavailable (built without CUDA, no device at run time) the
   // loader uses aligned host memory and warns once through `warn`; a device
-  // beyond those visible is an InvalidArgument setup error.
+  // beyond those visible is an InvalidArgument setup error. The workers make
+  // GPU jobs (DecodeOnGpu) in that memory too, which the device decoder then
+  // reads in place instead of gathering them into its staging.
   bool pin_memory = false;
   // device is the rank's local GPU; nullopt reads LOCAL_RANK, else
   // SLURM_LOCALID, else 0. Read only when pin_memory is set.
@@ -71,9 +73,11 @@ struct LoaderOptions {
   // DecodeGpuJobsOnHost does, before handing them out: for a consumer without
   // a GPU, so that the decode runs on every worker rather than on the
   // consumer's one thread. The items then hold arrays, the same pixels the
-  // consumer would have made. A decode error names the shard, key and field,
-  // and ends the epoch as at the consumer (the handlers ran when the batch
-  // was formed).
+  // consumer would have made. A decode error names the shard, key and field
+  // (its message starts "decode on cuda: ", as at a GPU consumer: the recipe
+  // asked for the GPU path), and ends the epoch as at the consumer (the
+  // handlers ran when the batch was formed). Jobs the workers decode are not
+  // made in pinned memory.
   bool decode_gpu_jobs_on_host = false;
 };
 

@@ -68,12 +68,18 @@ struct Placement {
 
 // ResolveLocalRank returns `local_rank` if set, else LOCAL_RANK, else
 // SLURM_LOCALID, else 0: the GPU index of this process on its node (the
-// Loader's pinned memory, the LibTorch layer's device, the Python Loader's
-// device="cuda"). A negative value is an error. In messages, `option_name`
+// Loader's pinned memory, the LibTorch layer's device). A negative value is
+// an error. In messages, `option_name`
 // names the option and `what` the value ("device -1 from SLURM_LOCALID must
 // be >= 0" for the Loader's device).
 [[nodiscard]] absl::StatusOr<int> ResolveLocalRank(
     std::optional<int> local_rank, std::string_view option_name = "PlacementOptions.local_rank",
+    std::string_view what = "local rank");
+
+// LauncherLocalRank is the local rank the launcher's environment gives
+// (LOCAL_RANK, else SLURM_LOCALID), or nullopt when it gives none. Errors as
+// ResolveLocalRank's.
+[[nodiscard]] absl::StatusOr<std::optional<int>> LauncherLocalRank(
     std::string_view what = "local rank");
 
 }  // namespace wds

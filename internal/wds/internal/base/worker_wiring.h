@@ -29,6 +29,10 @@ struct WorkerContext::Wiring {
   // by the workers so that member buffers are recycled instead of allocated
   // per member; null means each reader makes its own.
   std::shared_ptr<BufferPool> read_pool;
+  // job_pool is where GPU jobs are made (wds/gpu/gpu_decode.h): the Loader's
+  // pinned batch pool when a device consumer reads them in place; null means
+  // read_pool.
+  std::shared_ptr<BufferPool> job_pool;
   // output_slots is set by a Batched stage for the stages it pulls from, so
   // that their decoders write arrays straight into the batch; null elsewhere.
   std::shared_ptr<OutputSlots> output_slots;
