@@ -102,7 +102,7 @@ def python_loader(args):
                .decode(args.spec, device="cuda", **({"size": (224, 224), "crop": "center"}
                                                    if args.crop224 else {}))
                .to_tuple("jpg", "cls").batched(args.batch))
-    loader = wds.Loader(dataset, workers=args.workers, device="cuda")
+    loader = wds.Loader(dataset, workers=args.workers, device="cuda", pin_memory=args.pin_memory)
     # CUDA's context is made before the clock starts; the decoder (its nvJPEG
     # handles) is made at the first batch and timed there, where wds-bench
     # times it apart (gpu_init_s): compare the steady figures.
@@ -129,6 +129,7 @@ def python_loader(args):
     steady = steady_images / (end - first_at) if steady_images else 0.0
     print(json.dumps({"python_loader_cuda": True, "spec": args.spec, "crop224": args.crop224,
                       "workers": args.workers, "batch": args.batch, "epochs": args.epochs,
+                      "pin_memory": args.pin_memory, "pinned": loader.pinned,
                       "samples": images, "seconds": round(seconds, 4),
                       "samples_per_s": round(images / seconds, 1),
                       "steady_samples_per_s": round(steady, 1),
@@ -155,6 +156,8 @@ def main():
     q.add_argument("--epochs", type=int, default=3)
     q.add_argument("--spec", default="rgb8")
     q.add_argument("--crop224", action="store_true")
+    q.add_argument("--pin-memory", action="store_true",
+                   help="pinned batches: the workers make the jobs in page-locked memory")
     args = p.parse_args()
     {"make": make, "torchvision": torchvision_baseline, "loader": python_loader}[args.command](args)
 

@@ -311,8 +311,7 @@ if ((have_gpu || dry_run)); then
   bench bench-cuda-full-b64 --device cuda --workers 3 --batch 64 --shuffle 1000 --epochs 3
   bench bench-cuda-full-b256 --device cuda --workers 3 --batch 256 --shuffle 1000 --epochs 3
   # Pinned batches: the workers make the jobs in page-locked memory and the
-  # decoder reads them in place (no gather on the consumer's thread), as the
-  # Python Loader(device="cuda") does.
+  # decoder reads them in place (no gather on the consumer's thread).
   bench bench-cuda-full-b64-pinned --device cuda --pin-memory --workers 3 --batch 64 \
     --shuffle 1000 --epochs 3
   bench bench-cuda-full-b256-pinned --device cuda --pin-memory --workers 3 --batch 256 \
@@ -322,6 +321,9 @@ if ((have_gpu || dry_run)); then
   step bench-python-cuda-full-b64 90 "PYTHONPATH='$build/python' $py '$repo/scripts/gpu_baselines.py' \
     loader --shards '$bench_shards' --workers 3 --batch 64 --epochs 3 \
     | tee '$logs/bench-python-cuda-full-b64.json'" || true
+  step bench-python-cuda-full-b64-pinned 90 "PYTHONPATH='$build/python' $py \
+    '$repo/scripts/gpu_baselines.py' loader --shards '$bench_shards' --workers 3 --batch 64 \
+    --epochs 3 --pin-memory | tee '$logs/bench-python-cuda-full-b64-pinned.json'" || true
   bench bench-cpu-16w-b64 --workers 16 --batch 64 --shuffle 1000 --epochs 2
   bench bench-cpu-16w-crop224-b64 --workers 16 --batch 64 --shuffle 1000 --epochs 2 \
     --decode torchrgb --resize 224x224 --crop center
