@@ -59,19 +59,16 @@ void RegisterGpu(py::module_& m) {
       .def(
           "to_array",
           [](const GpuJobs& j) {
-            absl::StatusOr<std::unique_ptr<wds::GpuBatchDecoder>> decoder =
-                wds::GpuBatchDecoder::Create(wds::GpuBatchDecoder::kHost);
-            ThrowIfError(decoder.status());
             absl::StatusOr<wds::Array> array;
             {
               py::gil_scoped_release release;
-              array = (*decoder)->DecodeToArray(j.jobs, &j.keys, &j.urls);
+              array = wds::DecodeGpuJobsToArray(j.jobs, &j.keys, &j.urls);
             }
             ThrowIfError(array.status());
             return ArrayToNumpy(*std::move(array));
           },
-          "The batch decoded on the host (the CPU decoder and the kernel's arithmetic), as a "
-          "NumPy array.")
+          "The batch decoded on the host (the CPU decoder and the CPU path's resampler, the "
+          "kernel's bytes), as a NumPy array.")
       .def_property_readonly("keys", [](const GpuJobs& j) { return j.keys; });
 
   py::class_<wds::GpuBatchDecoder>(m, "GpuBatchDecoder",

@@ -247,16 +247,20 @@ BatchKeysAndUrls::BatchKeysAndUrls(const Sample& batch) {
   urls = u != nullptr ? std::get_if<TextList>(u) : nullptr;
 }
 
+absl::StatusOr<Array> DecodeGpuJobsToArray(const BytesList& jobs, const TextList* keys,
+                                           const TextList* urls, BufferPool* pool) {
+  // One host decoder per thread: the memory it decodes JPEGs into is kept
+  // from batch to batch, not allocated (and faulted in) for each.
+  thread_local gpu::HostBatchDecoder decoder;
+  return decoder.DecodeToArray(jobs, keys, urls, pool);
+}
+
 absl::Status DecodeGpuJobsOnHost(Sample& batch, BufferPool* pool) {
   const auto [keys, urls] = BatchKeysAndUrls(batch);
-  std::unique_ptr<GpuBatchDecoder> decoder;
   for (Sample::Field& f : batch) {
     if (!IsGpuJobColumn(f.second)) continue;
-    if (decoder == nullptr) {
-      WDS_ASSIGN_OR_RETURN(decoder, GpuBatchDecoder::Create(GpuBatchDecoder::kHost));
-    }
     WDS_ASSIGN_OR_RETURN(Array a,
-                         decoder->DecodeToArray(std::get<BytesList>(f.second), keys, urls, pool));
+                         DecodeGpuJobsToArray(std::get<BytesList>(f.second), keys, urls, pool));
     f.second = std::move(a);
   }
   return absl::OkStatus();

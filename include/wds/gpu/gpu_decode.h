@@ -195,11 +195,19 @@ class GpuBatchDecoder {
   Stats stats_;
 };
 
+// DecodeGpuJobsToArray decodes a column of jobs on the host into a new Array
+// (storage from `pool` when given), with the calling thread's own kHost
+// decoder, which keeps its memory from call to call. Errors: DecodeToArray's.
+[[nodiscard]] absl::StatusOr<Array> DecodeGpuJobsToArray(const BytesList& jobs,
+                                                        const TextList* keys = nullptr,
+                                                        const TextList* urls = nullptr,
+                                                        BufferPool* pool = nullptr);
+
 // DecodeGpuJobsOnHost replaces every GPU job column of `batch` with the host
 // array it decodes to (what a consumer on the CPU does; the Loader's workers
-// with LoaderOptions::decode_gpu_jobs_on_host), its storage from `pool` when
-// given (the Loader's batch pool: recycled, pinned when asked). Errors:
-// DecodeToArray's.
+// with LoaderOptions::decode_gpu_jobs_on_host), with DecodeGpuJobsToArray,
+// its storage from `pool` when given (the Loader's batch pool: recycled,
+// pinned when asked).
 [[nodiscard]] absl::Status DecodeGpuJobsOnHost(Sample& batch, BufferPool* pool = nullptr);
 
 }  // namespace wds
