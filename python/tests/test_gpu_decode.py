@@ -12,7 +12,9 @@ import webdataset_cpp as wds
 
 from conftest import encode_image, image_array, write_shards, write_tar
 
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+cuda = pytest.mark.skipif(not torch.cuda.is_available(),
+                          reason="decodes on a CUDA device, and this machine has none "
+                                 "(scripts/gpu_check.sh runs it on a GPU machine)")
 
 
 def dataset(pattern, device=None, **decode):
