@@ -407,7 +407,9 @@ def _attach_as_nobody(conn, lent, nbytes):
         conn.send((type(e).__name__, e.errno, e.strerror))
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become another user")
+@pytest.mark.skipif(os.geteuid() != 0,
+                    reason="a child must switch to user nobody to be refused the block, which "
+                           "only root can do (CI runs as root)")
 def test_a_process_that_may_not_open_the_block_is_told_how_to_turn_it_off(shards, blocks):
     images, _ = next(iter(dataset(shards)))
     lent = blocks.lend(images.ctypes.data, images.nbytes, images)

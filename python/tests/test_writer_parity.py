@@ -22,7 +22,8 @@ from webdataset_cpp import autodecode, tenbin, writer
 gopen = importlib.import_module("webdataset_cpp.gopen")
 
 little_endian_only = pytest.mark.skipif(sys.byteorder != "little",
-                                        reason="tenbin writes the machine's byte order")
+                                        reason="tenbin writes the machine's byte order; the "
+                                               "reference bytes are little-endian")
 
 # The reference's tenbin.encode_buffer of these two arrays (observed with
 # webdataset 1.0.2 on x86-64): per array a header chunk ("~TenBin~", length 40,
