@@ -102,7 +102,8 @@ def python_loader(args):
                .decode(args.spec, device="cuda", **({"size": (224, 224), "crop": "center"}
                                                    if args.crop224 else {}))
                .to_tuple("jpg", "cls").batched(args.batch))
-    loader = wds.Loader(dataset, workers=args.workers, device="cuda", pin_memory=args.pin_memory)
+    loader = wds.Loader(dataset, workers=args.workers, device="cuda", pin_memory=args.pin_memory,
+                        decode_in_workers=args.decode_in_workers)
     # CUDA's context is made before the clock starts; the decoder (its nvJPEG
     # handles) is made at the first batch and timed there, where wds-bench
     # times it apart (gpu_init_s): compare the steady figures.
@@ -130,6 +131,7 @@ def python_loader(args):
     print(json.dumps({"python_loader_cuda": True, "spec": args.spec, "crop224": args.crop224,
                       "workers": args.workers, "batch": args.batch, "epochs": args.epochs,
                       "pin_memory": args.pin_memory, "pinned": loader.pinned,
+                      "decode_in_workers": args.decode_in_workers,
                       "samples": images, "seconds": round(seconds, 4),
                       "samples_per_s": round(images / seconds, 1),
                       "steady_samples_per_s": round(steady, 1),
@@ -158,6 +160,8 @@ def main():
     q.add_argument("--crop224", action="store_true")
     q.add_argument("--pin-memory", action="store_true",
                    help="pinned batches: the workers make the jobs in page-locked memory")
+    q.add_argument("--decode-in-workers", action="store_true",
+                   help="the workers decode each batch on the GPU (Loader(decode_in_workers=True))")
     args = p.parse_args()
     {"make": make, "torchvision": torchvision_baseline, "loader": python_loader}[args.command](args)
 

@@ -318,6 +318,17 @@ if ((have_gpu || dry_run)); then
     --shuffle 1000 --epochs 3
   bench bench-cuda-crop224-b64 --device cuda --workers 3 --batch 64 --shuffle 1000 --epochs 3 \
     --decode torchrgb --resize 224x224 --crop center
+  # The workers decode on the GPU (nvJPEG's host work on 3 threads, each with
+  # its own stream); the consumer only launches each batch's kernel.
+  bench bench-cuda-full-b64-workers --device cuda --decode-in-workers --workers 3 --batch 64 \
+    --shuffle 1000 --epochs 3
+  bench bench-cuda-full-b256-workers --device cuda --decode-in-workers --workers 3 --batch 256 \
+    --shuffle 1000 --epochs 3
+  bench bench-cuda-crop224-b64-workers --device cuda --decode-in-workers --workers 3 --batch 64 \
+    --shuffle 1000 --epochs 3 --decode torchrgb --resize 224x224 --crop center
+  step bench-python-cuda-full-b64-workers 90 "PYTHONPATH='$build/python' $py \
+    '$repo/scripts/gpu_baselines.py' loader --shards '$bench_shards' --workers 3 --batch 64 \
+    --epochs 3 --decode-in-workers | tee '$logs/bench-python-cuda-full-b64-workers.json'" || true
   step bench-python-cuda-full-b64 90 "PYTHONPATH='$build/python' $py '$repo/scripts/gpu_baselines.py' \
     loader --shards '$bench_shards' --workers 3 --batch 64 --epochs 3 \
     | tee '$logs/bench-python-cuda-full-b64.json'" || true

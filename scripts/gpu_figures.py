@@ -38,8 +38,9 @@ def main(logs):
     torchvision = load(logs, "bench-torchvision.json")
     runs = {name: load(logs, f"bench-{name}.json") for name in (
         "cuda-full-b64", "cuda-full-b256", "cuda-full-b64-pinned", "cuda-full-b256-pinned",
-        "cuda-crop224-b64", "cpu-16w-b64",
-        "cpu-16w-crop224-b64", "python-cuda-full-b64", "python-cuda-full-b64-pinned")}
+        "cuda-crop224-b64", "cuda-full-b64-workers", "cuda-full-b256-workers",
+        "cuda-crop224-b64-workers", "cpu-16w-b64", "cpu-16w-crop224-b64", "python-cuda-full-b64",
+        "python-cuda-full-b64-pinned", "python-cuda-full-b64-workers")}
     steady = {k: v.get("steady_samples_per_s") for k, v in runs.items()}
     print(f"GPU figures ({nvjpeg.get('gpu', '?')}; decoder: {nvjpeg.get('decoder', '?')}), images/s")
     for batch in (64, 256):
@@ -70,23 +71,36 @@ def main(logs):
         phases = per_batch(pinned.get("gpu_stats"))
         if phases:
             print(f"    consumer ms per batch: {phases}")
+        workers = runs[f"cuda-full-b{batch}-workers"]
+        print(f"  loader b{batch}, decoded in the workers: steady "
+              f"{num(steady[f'cuda-full-b{batch}-workers'])}, "
+              f"{ratio(steady[f'cuda-full-b{batch}-workers'], raw)} of raw "
+              f"({workers.get('gpu_decoders', '-')} decoders; waiting share "
+              f"{workers.get('shares', {}).get('waiting', '-')})")
+        phases = per_batch(workers.get("gpu_stats"))
+        if phases:
+            print(f"    workers' decoders, ms per batch (summed over threads): {phases}")
     python_phases = per_batch(runs["python-cuda-full-b64"].get("stats"))
     if python_phases:
         print(f"  Python b64 consumer ms per batch: {python_phases}")
     raw64 = nvjpeg.get("batch64", {}).get("raw_nvjpeg_hardware_img_s")
     tv64 = torchvision.get("torchvision_decode_jpeg_cuda_batch64_img_s")
-    print(f"  crop224 loader: steady {num(steady['cuda-crop224-b64'])}; CPU 16 workers: steady "
+    print(f"  crop224 loader: steady {num(steady['cuda-crop224-b64'])}, decoded in the workers "
+          f"{num(steady['cuda-crop224-b64-workers'])}; CPU 16 workers: steady "
           f"{num(steady['cpu-16w-b64'])}, crop224 {num(steady['cpu-16w-crop224-b64'])}")
     print(f"  targets at b64 (steady): {ratio(steady['cuda-full-b64'], raw64)} of raw (0.85); "
           f"{ratio(steady['cuda-full-b64'], steady['cpu-16w-b64'])}x the CPU path (2.6), "
           f"crop224 {ratio(steady['cuda-crop224-b64'], steady['cpu-16w-crop224-b64'])}x; "
           f"{ratio(steady['cuda-full-b64'], tv64)}x torchvision (> 1); Python "
           f"{ratio(steady['python-cuda-full-b64'], steady['cuda-full-b64'])} of C++ (0.95), "
-          f"pinned {ratio(steady['python-cuda-full-b64-pinned'], steady['cuda-full-b64-pinned'])}")
-    best = max((steady[k] for k in ('cuda-full-b64', 'cuda-full-b64-pinned') if steady[k]),
-               default=None)
+          f"pinned {ratio(steady['python-cuda-full-b64-pinned'], steady['cuda-full-b64-pinned'])}, "
+          f"decoded in the workers "
+          f"{ratio(steady['python-cuda-full-b64-workers'], steady['cuda-full-b64-workers'])}")
+    best = max((steady[k] for k in ('cuda-full-b64', 'cuda-full-b64-pinned',
+                                    'cuda-full-b64-workers') if steady[k]), default=None)
     print(f"  best b64 loader: {num(best)}, {ratio(best, raw64)} of raw; "
-          f"{ratio(best, steady['cpu-16w-b64'])}x the CPU path")
+          f"{ratio(best, steady['cpu-16w-b64'])}x the CPU path; crop224 decoded in the workers "
+          f"{ratio(steady['cuda-crop224-b64-workers'], steady['cpu-16w-crop224-b64'])}x")
 
 
 if __name__ == "__main__":

@@ -51,6 +51,8 @@ constexpr char kUsage[] =
     "  --pin-memory         batches in page-locked memory (LoaderOptions::pin_memory; with\n"
     "                       --device cuda the workers make the images' jobs there too, and\n"
     "                       the decoder reads them in place instead of gathering them)\n"
+    "  --decode-in-workers  with --device cuda: each worker decodes its batches on the GPU\n"
+    "                       (LoaderOptions::gpu_decoders), the consumer only finishes them\n"
     "  --fields F,G         keep these fields as a tuple (';' separates alternatives)\n"
     "  --epochs E           epochs to run (default 1)\n"
     "  --prefetch P         items queued per worker (default 2)\n"
@@ -68,6 +70,7 @@ struct Config {
   wds::ImageResize resize;
   int device = -1;  // a CUDA device, or -1: decode in the workers
   bool pin_memory = false;
+  bool decode_in_workers = false;  // --device cuda: the workers decode (GpuWorkerDecoders)
   std::vector<std::string> fields;
   int epochs = 1;
   uint64_t seed = 0;
@@ -152,6 +155,10 @@ absl::Status ParseArgs(int argc, char** argv, Config& config) {
       config.pin_memory = true;
       continue;
     }
+    if (arg == "--decode-in-workers") {
+      config.decode_in_workers = true;
+      continue;
+    }
     if (arg.size() < 2 || arg.substr(0, 2) != "--") {
       if (!config.urls.empty()) {
         return absl::InvalidArgumentError(wds::Cat("unexpected argument '", arg, "'"));
@@ -229,6 +236,10 @@ absl::Status ParseArgs(int argc, char** argv, Config& config) {
       return absl::InvalidArgumentError(
           wds::Cat("--decode: ", wds::ToStd(spec.status().message())));
     }
+  }
+  if (config.decode_in_workers && config.device < 0) {
+    return absl::InvalidArgumentError(
+        "--decode-in-workers needs --device cuda (the CPU path always decodes in the workers)");
   }
   if (config.device >= 0 && config.decode == "none") {
     return absl::InvalidArgumentError("--device cuda needs an image --decode spec, not none");
@@ -350,16 +361,21 @@ struct Result {
   wds::BufferPoolStats pool;
   bool pinned = false;  // the batch pool is page-locked (--pin-memory took effect)
   wds::BufferPoolStats read_pool;
-  // --device cuda: the GPU decoder, its set-up time and what decoded what.
+  // --device cuda: the GPU decoder, its set-up time and what decoded what
+  // (with --decode-in-workers, summed over the workers' decoders, of which
+  // there were gpu_decoders).
   std::string gpu_decoder;
   double gpu_init_s = 0;
   wds::GpuBatchDecoder::Stats gpu;
+  int gpu_decoders = 0;
 };
 
 // GpuConsumer decodes the GPU job columns of each batch on the device into
 // one reused device buffer per column, on one stream, as a training loop
-// would before its step; Drain waits for the last batch. Its destructor frees
-// the buffers, the stream and the decoder (untimed, on every return path).
+// would before its step; with --decode-in-workers the workers decoded them
+// (GpuWorkerDecoders) and it finishes their PendingImages there instead.
+// Drain waits for the last batch. Its destructor frees the buffers, the
+// stream and the decoder (untimed, on every return path).
 class GpuConsumer {
  public:
   GpuConsumer() = default;
@@ -367,27 +383,35 @@ class GpuConsumer {
   GpuConsumer& operator=(const GpuConsumer&) = delete;
   ~GpuConsumer() {
 #if WDS_BENCH_CUDA
-    if (decoder_ == nullptr) return;
+    if (stream_ == nullptr) return;
     Wait();
     for (auto& [out, bytes] : outputs_) cudaFree(out);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
 #endif
   }
 
-  absl::Status Init(int device, Result& result) {
+  absl::Status Init(int device, bool in_workers, Result& result) {
 #if WDS_BENCH_CUDA
     const Clock::time_point start = Clock::now();
-    auto made = wds::GpuBatchDecoder::Create(device);
-    if (!made.ok()) return made.status();
-    decoder_ = *std::move(made);
+    if (in_workers) {
+      auto made = wds::GpuWorkerDecoders::Create(device);
+      if (!made.ok()) return made.status();
+      workers_ = *std::move(made);
+      result.gpu_decoder = workers_->decoder();
+    } else {
+      auto made = wds::GpuBatchDecoder::Create(device);
+      if (!made.ok()) return made.status();
+      decoder_ = *std::move(made);
+      result.gpu_decoder = std::string(decoder_->decoder());
+    }
     if (cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking) != cudaSuccess) {
       return absl::InternalError("wds-bench: cudaStreamCreate failed");
     }
     result.gpu_init_s = std::chrono::duration<double>(Clock::now() - start).count();
-    result.gpu_decoder = std::string(decoder_->decoder());
     return absl::OkStatus();
 #else
     (void)result;
+    (void)in_workers;
     // The library says why it cannot decode there (no device, no kernels).
     auto made = wds::GpuBatchDecoder::Create(device);
     if (!made.ok()) return made.status();
@@ -396,29 +420,32 @@ class GpuConsumer {
 #endif
   }
 
+  // The workers' decoders, to give the Loader (null unless --decode-in-workers).
+  const std::shared_ptr<wds::GpuWorkerDecoders>& workers() const { return workers_; }
+
   absl::Status Consume(const wds::Sample& batch) {
 #if WDS_BENCH_CUDA
     const auto [keys, urls] = wds::BatchKeysAndUrls(batch);
     size_t column = 0;
     for (const auto& [name, value] : batch) {
-      if (!wds::IsGpuJobColumn(value)) continue;
-      const auto& jobs = std::get<wds::BytesList>(value);
-      auto layout = wds::GpuJobLayout(jobs, keys, urls);
-      if (!layout.ok()) return layout.status();
-      if (column >= outputs_.size()) outputs_.push_back({nullptr, 0});
-      auto& [out, bytes] = outputs_[column++];
-      if (layout->nbytes() > bytes) {
-        cudaStreamSynchronize(stream_);
-        cudaFree(out);
-        out = nullptr;
-        if (cudaMalloc(&out, layout->nbytes()) != cudaSuccess) {
-          return absl::ResourceExhaustedError("wds-bench: cudaMalloc of a batch failed");
-        }
-        bytes = layout->nbytes();
+      const auto* object = std::get_if<wds::ObjectRef>(&value);
+      auto* pending = object != nullptr ? dynamic_cast<wds::PendingImages*>(object->get()) : nullptr;
+      if (pending == nullptr && !wds::IsGpuJobColumn(value)) continue;
+      wds::GpuBatchLayout layout;
+      if (pending != nullptr) {
+        layout = pending->layout();
+      } else {
+        auto parsed = wds::GpuJobLayout(std::get<wds::BytesList>(value), keys, urls);
+        if (!parsed.ok()) return parsed.status();
+        layout = *std::move(parsed);
       }
-      if (absl::Status s = decoder_->Decode(jobs, keys, urls, out, stream_); !s.ok()) {
-        return s;
-      }
+      absl::StatusOr<void*> out = Output(column++, layout.nbytes());
+      if (!out.ok()) return out.status();
+      absl::Status s = pending != nullptr
+                           ? pending->Finish(*out, stream_)
+                           : decoder_->Decode(std::get<wds::BytesList>(value), keys, urls, *out,
+                                              stream_);
+      if (!s.ok()) return s;
     }
 #else
     (void)batch;
@@ -429,26 +456,47 @@ class GpuConsumer {
   // Wait waits for the batches consumed so far to be decoded.
   void Wait() {
 #if WDS_BENCH_CUDA
-    if (decoder_ != nullptr) cudaStreamSynchronize(stream_);
+    if (stream_ != nullptr) cudaStreamSynchronize(stream_);
 #endif
   }
 
-  // Drain waits for the last batch's decode and takes the decoder's stats.
+  // Drain waits for the last batch's decode and takes the decoders' stats.
   void Drain(Result& result) {
 #if WDS_BENCH_CUDA
-    if (decoder_ == nullptr) return;
     Wait();
-    result.gpu = decoder_->stats();
+    if (decoder_ != nullptr) result.gpu = decoder_->stats();
+    if (workers_ != nullptr) {
+      result.gpu = workers_->stats();
+      result.gpu_decoders = workers_->decoders();
+    }
 #else
     (void)result;
 #endif
   }
 
  private:
-  std::unique_ptr<wds::GpuBatchDecoder> decoder_;
 #if WDS_BENCH_CUDA
+  // Output is the reused device buffer of the batch's `column`-th image
+  // column, grown to `bytes`.
+  absl::StatusOr<void*> Output(size_t column, size_t bytes) {
+    if (column >= outputs_.size()) outputs_.push_back({nullptr, 0});
+    auto& [out, size] = outputs_[column];
+    if (bytes > size) {
+      cudaStreamSynchronize(stream_);
+      cudaFree(out);
+      out = nullptr;
+      if (cudaMalloc(&out, bytes) != cudaSuccess) {
+        return absl::ResourceExhaustedError("wds-bench: cudaMalloc of a batch failed");
+      }
+      size = bytes;
+    }
+    return out;
+  }
+
   cudaStream_t stream_ = nullptr;
 #endif
+  std::unique_ptr<wds::GpuBatchDecoder> decoder_;
+  std::shared_ptr<wds::GpuWorkerDecoders> workers_;
   std::vector<std::pair<void*, size_t>> outputs_;
 };
 
@@ -467,7 +515,9 @@ absl::StatusOr<Result> RunOnce(const Config& config, int workers) {
   // the run's clock, page faults and CPU time start after it.
   GpuConsumer gpu;
   if (config.device >= 0) {
-    if (absl::Status s = gpu.Init(config.device, result); !s.ok()) return s;
+    if (absl::Status s = gpu.Init(config.device, config.decode_in_workers, result); !s.ok()) {
+      return s;
+    }
   }
   rusage before{};
   getrusage(RUSAGE_SELF, &before);
@@ -480,6 +530,7 @@ absl::StatusOr<Result> RunOnce(const Config& config, int workers) {
     wds::LoaderOptions options{.workers = workers, .prefetch = config.prefetch};
     options.pin_memory = config.pin_memory;
     if (config.device >= 0) options.device = config.device;
+    options.gpu_decoders = gpu.workers();
     wds::Loader loader(*pipeline, options);
     for (int epoch = 0; epoch < config.epochs; ++epoch) {
       while (true) {
@@ -542,7 +593,9 @@ std::string Fixed(double value, int digits) {
 std::string GpuJson(const Config& config, const Result& r) {
   if (config.device < 0) return ", \"device\": \"cpu\"";
   return wds::Cat(", \"device\": \"cuda:", config.device, "\", \"gpu_decoder\": \"", r.gpu_decoder,
-                  "\", \"gpu_init_s\": ", Fixed(r.gpu_init_s, 6),
+                  "\", \"gpu_init_s\": ", Fixed(r.gpu_init_s, 6), ", \"decode_in_workers\": ",
+                  config.decode_in_workers ? "true" : "false", ", \"gpu_decoders\": ",
+                  config.decode_in_workers ? r.gpu_decoders : 1,
                   // The decoder's stats(), named as the Python binding names them.
                   ", \"gpu_stats\": {\"batches\": ", r.gpu.batches, ", \"images\": ", r.gpu.images,
                   ", \"nvjpeg_images\": ", r.gpu.nvjpeg_images,

@@ -148,12 +148,14 @@ py::object ValueToPython(wds::Value&& value, int kind) {
       for (size_t i = 0; i < texts.size(); ++i) out[i] = TextToPython(texts[i], kind);
       return std::move(out);
     }
-    default: {
+    case 6: {
       const wds::BytesList& items = std::get<wds::BytesList>(value);
       py::list out(items.size());
       for (size_t i = 0; i < items.size(); ++i) out[i] = BytesToPython(items[i]);
       return std::move(out);
     }
+    default:
+      return ObjectToPython(std::get<wds::ObjectRef>(std::move(value)));
   }
 }
 

@@ -20,13 +20,38 @@
 namespace wdspy {
 namespace {
 
+// LayoutTuple is (dtype name, shape).
+py::tuple LayoutTuple(const wds::GpuBatchLayout& layout) {
+  py::tuple shape(layout.shape.size());
+  for (size_t i = 0; i < layout.shape.size(); ++i) shape[i] = py::int_(layout.shape[i]);
+  return py::make_tuple(std::string(wds::DTypeName(layout.dtype)), shape);
+}
+
 // Layout returns (dtype name, shape) of what `jobs` decode to.
 py::tuple Layout(const GpuJobs& jobs) {
   absl::StatusOr<wds::GpuBatchLayout> layout = wds::GpuJobLayout(jobs.jobs, &jobs.keys, &jobs.urls);
   ThrowIfError(layout.status());
-  py::tuple shape(layout->shape.size());
-  for (size_t i = 0; i < layout->shape.size(); ++i) shape[i] = py::int_(layout->shape[i]);
-  return py::make_tuple(std::string(wds::DTypeName(layout->dtype)), shape);
+  return LayoutTuple(*layout);
+}
+
+// StatsToPython is GpuBatchDecoder::Stats as a dict, seconds by phase in a dict.
+py::dict StatsToPython(const wds::GpuBatchDecoder::Stats& s) {
+  py::dict out;
+  out["batches"] = s.batches;
+  out["images"] = s.images;
+  out["nvjpeg_images"] = s.nvjpeg_images;
+  out["cpu_fallback_images"] = s.cpu_fallback_images;
+  out["worker_decoded_images"] = s.worker_decoded_images;
+  out["images_read_in_place"] = s.images_read_in_place;
+  py::dict seconds;
+  seconds["parse"] = s.seconds.parse;
+  seconds["wait"] = s.seconds.wait;
+  seconds["gather"] = s.seconds.gather;
+  seconds["nvjpeg"] = s.seconds.nvjpeg;
+  seconds["cpu_decode"] = s.seconds.cpu_decode;
+  seconds["kernel"] = s.seconds.kernel;
+  out["seconds"] = seconds;
+  return out;
 }
 
 }  // namespace
@@ -38,6 +63,13 @@ py::object GpuJobsToPython(wds::BytesList jobs, const wds::TextList* keys,
   if (keys != nullptr) out->keys = *keys;
   if (urls != nullptr) out->urls = *urls;
   return py::cast(std::move(out));
+}
+
+py::object ObjectToPython(wds::ObjectRef object) {
+  if (auto pending = std::dynamic_pointer_cast<wds::PendingImages>(object)) {
+    return py::cast(std::move(pending));
+  }
+  throw py::type_error("a batch holds " + object->type_name() + ", which has no Python form");
 }
 
 void RegisterGpu(py::module_& m) {
@@ -71,6 +103,33 @@ void RegisterGpu(py::module_& m) {
           "kernel's bytes), as a NumPy array.")
       .def_property_readonly("keys", [](const GpuJobs& j) { return j.keys; });
 
+  py::class_<wds::PendingImages, std::shared_ptr<wds::PendingImages>>(
+      m, "PendingImages",
+      "A batch's images decoded at full size by a Loader's worker (decode_gpu_jobs_on_device), "
+      "waiting to be finished (resized, cropped, normalized) into the batch's tensor.")
+      .def("__len__", [](const wds::PendingImages& p) { return p.layout().shape.at(0); })
+      .def("layout", [](const wds::PendingImages& p) { return LayoutTuple(p.layout()); },
+           "(dtype name, shape) of the finished batch.")
+      .def_property_readonly("device", &wds::PendingImages::device,
+                             "The CUDA device index of the pixels (-1: the host).")
+      .def(
+          "finish",
+          [](wds::PendingImages& p, uintptr_t out, uintptr_t stream) {
+            absl::Status s;
+            {
+              py::gil_scoped_release release;
+              s = p.Finish(reinterpret_cast<void*>(out), reinterpret_cast<void*>(stream));
+            }
+            ThrowIfError(s);
+          },
+          py::arg("out"), py::arg("stream"),
+          "Enqueues the batch's writing into memory at address `out` (layout()'s bytes, on "
+          "`device`) on CUDA stream `stream` (an address; 0 is the default stream), after the "
+          "worker's decode. On the host (device -1) it writes now.")
+      .def("__repr__", [](const wds::PendingImages& p) {
+        return "<PendingImages: " + p.type_name() + ">";
+      });
+
   py::class_<wds::GpuBatchDecoder>(m, "GpuBatchDecoder",
                                    "Decodes GpuJobs on one CUDA device (nvJPEG where built).")
       .def(py::init([](int device, int max_cpu_threads) {
@@ -98,25 +157,29 @@ void RegisterGpu(py::module_& m) {
       .def_property_readonly("decoder",
                              [](const wds::GpuBatchDecoder& d) { return std::string(d.decoder()); })
       .def_property_readonly("nvjpeg_hardware", &wds::GpuBatchDecoder::nvjpeg_hardware)
-      .def("stats", [](const wds::GpuBatchDecoder& d) {
-        const wds::GpuBatchDecoder::Stats& s = d.stats();
-        py::dict out;
-        out["batches"] = s.batches;
-        out["images"] = s.images;
-        out["nvjpeg_images"] = s.nvjpeg_images;
-        out["cpu_fallback_images"] = s.cpu_fallback_images;
-        out["worker_decoded_images"] = s.worker_decoded_images;
-        out["images_read_in_place"] = s.images_read_in_place;
-        py::dict seconds;
-        seconds["parse"] = s.seconds.parse;
-        seconds["wait"] = s.seconds.wait;
-        seconds["gather"] = s.seconds.gather;
-        seconds["nvjpeg"] = s.seconds.nvjpeg;
-        seconds["cpu_decode"] = s.seconds.cpu_decode;
-        seconds["kernel"] = s.seconds.kernel;
-        out["seconds"] = seconds;
-        return out;
-      });
+      .def("stats", [](const wds::GpuBatchDecoder& d) { return StatsToPython(d.stats()); });
+
+  py::class_<wds::GpuWorkerDecoders, std::shared_ptr<wds::GpuWorkerDecoders>>(
+      m, "GpuWorkerDecoders",
+      "The decoders of a Loader's workers (Loader(gpu_decoders=...)): each worker decodes its "
+      "batches' GpuJobs on the device, and the batches hold PendingImages.")
+      .def(py::init([](int device, int max_cpu_threads) {
+             absl::StatusOr<std::shared_ptr<wds::GpuWorkerDecoders>> d;
+             {
+               py::gil_scoped_release release;
+               d = wds::GpuWorkerDecoders::Create(device, {.max_cpu_threads = max_cpu_threads});
+             }
+             ThrowIfError(d.status());
+             return *std::move(d);
+           }),
+           py::arg("device"), py::arg("max_cpu_threads") = 4)
+      .def_property_readonly("device", &wds::GpuWorkerDecoders::device)
+      .def_property_readonly("decoder", &wds::GpuWorkerDecoders::decoder)
+      .def_property_readonly("nvjpeg_hardware", &wds::GpuWorkerDecoders::nvjpeg_hardware)
+      .def_property_readonly("decoders", &wds::GpuWorkerDecoders::decoders,
+                             "How many decoders exist: the most workers that decoded at once.")
+      .def("stats", [](const wds::GpuWorkerDecoders& d) { return StatsToPython(d.stats()); },
+           "GpuBatchDecoder.stats() summed over the workers' decoders.");
 }
 
 }  // namespace wdspy

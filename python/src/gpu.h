@@ -20,6 +20,10 @@ struct GpuJobs {
 py::object GpuJobsToPython(wds::BytesList jobs, const wds::TextList* keys,
                            const wds::TextList* urls);
 
+// ObjectToPython wraps a ValueObject: PendingImages as a PendingImages
+// object; any other is a TypeError naming it. REQUIRES: the GIL is held.
+py::object ObjectToPython(wds::ObjectRef object);
+
 void RegisterGpu(py::module_& m);
 
 }  // namespace wdspy

@@ -15,6 +15,7 @@
 #include "errors.h"
 #include "handlers.h"
 #include "opener.h"
+#include "wds/gpu/gpu_decode.h"
 #include "wds/loader/elastic.h"
 #include "wds/loader/placement.h"
 
@@ -179,7 +180,8 @@ void RegisterLoader(py::module_& m) {
       .def(py::init([](const Chain& chain, std::optional<int64_t> length, int workers, int prefetch,
                        bool ordered, bool pin_memory, int rank, int world_size,
                        std::optional<int> device, bool decode_gpu_jobs_on_host,
-                       py::object kinds, py::object kind_names) {
+                       std::shared_ptr<wds::GpuWorkerDecoders> gpu_decoders, py::object kinds,
+                       py::object kind_names) {
              wds::LoaderOptions options;
              options.workers = workers;
              options.prefetch = prefetch;
@@ -189,6 +191,7 @@ void RegisterLoader(py::module_& m) {
              options.world_size = world_size;
              options.device = device;
              options.decode_gpu_jobs_on_host = decode_gpu_jobs_on_host;
+             options.gpu_decoders = std::move(gpu_decoders);
              // Options are checked by webdataset_cpp.Loader (at once) and by
              // the core (at the first batch), not a third time here.
              std::vector<std::shared_ptr<NameSet>> names;
@@ -200,7 +203,8 @@ void RegisterLoader(py::module_& m) {
            py::arg("chain"), py::kw_only(), py::arg("length") = py::none(), py::arg("workers") = 1,
            py::arg("prefetch") = 2, py::arg("ordered") = true, py::arg("pin_memory") = false,
            py::arg("rank") = 0, py::arg("world_size") = 1, py::arg("device") = py::none(),
-           py::arg("decode_gpu_jobs_on_host") = false, py::arg("kinds") = py::none(),
+           py::arg("decode_gpu_jobs_on_host") = false, py::arg("gpu_decoders") = nullptr,
+           py::arg("kinds") = py::none(),
            py::arg("kind_names") = py::none())
       .def("next", &Loader::Next)
       .def("stop", &Loader::Stop)

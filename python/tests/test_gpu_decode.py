@@ -159,6 +159,54 @@ def test_loader_without_a_gpu_decodes_in_its_workers(pattern):
     assert isinstance(next(iter(wds.Loader(ds, workers=2)))[0], np.ndarray)
 
 
+def test_workers_decoding_ahead_give_pending_images_that_finish_into_the_batch(pattern):
+    # Workers with decoders (here on the host, -1) decode the jobs ahead; the
+    # consumer finishes each batch into memory it owns: the bytes of the
+    # host decode, the same keys.
+    ds = dataset(pattern, device="cuda", size=(8, 10), crop="random", hflip=0.5)
+    ctx = wds._plan.Context(0, 1, 0, 2, 0, 0, ds.seed)
+    chain, kinds, names = wds._plan.single_native_segment(ds.pipeline, ctx).build(None, ctx)
+    decoders = wds._core.GpuWorkerDecoders(-1)
+    assert (decoders.device, decoders.decoder, decoders.nvjpeg_hardware) == (-1, "cpu", False)
+    ahead = wds._core.Loader(chain, workers=2, kinds=kinds, kind_names=names,
+                             gpu_decoders=decoders)
+    on_host = wds._core.Loader(chain, workers=2, kinds=kinds, kind_names=names,
+                               decode_gpu_jobs_on_host=True)
+    batches = 0
+    while True:
+        pending, decoded = ahead.next(), on_host.next()
+        if pending is None:
+            assert decoded is None
+            break
+        images = pending[0]
+        assert isinstance(images, wds._core.PendingImages)
+        assert len(images) == len(decoded[0]) and images.device == -1
+        assert images.layout() == ("uint8", decoded[0].shape)
+        assert "images decoded on the host, not yet finished into a batch" in repr(images)
+        out = np.full(decoded[0].shape, 7, dtype=np.uint8)
+        images.finish(out.ctypes.data, 0)
+        assert np.array_equal(out, decoded[0])
+        assert list(pending[2]) == list(decoded[2])
+        batches += 1
+    assert batches == 8
+    stats = decoders.stats()
+    assert stats["batches"] == 8 and stats["images"] == 40
+    assert 1 <= decoders.decoders <= 2
+    with pytest.raises(ValueError, match="decode_gpu_jobs_on_host and gpu_decoders exclude each "
+                                         "other"):
+        wds._core.Loader(chain, workers=2, kinds=kinds, kind_names=names, gpu_decoders=decoders,
+                         decode_gpu_jobs_on_host=True).next()
+
+
+def test_decode_in_workers_without_a_gpu_is_the_host_decode_in_the_workers(pattern):
+    ds = dataset(pattern, device="cuda", size=(8, 10), crop="center")
+    in_workers = drain(wds.Loader(ds, workers=2, decode_in_workers=True))
+    default = drain(wds.Loader(ds, workers=2))
+    assert in_workers[:2] == default[:2]
+    for a, b in zip(in_workers[2], default[2]):
+        assert np.array_equal(a, b)
+
+
 def test_undecodable_scan_names_the_shard_key_and_field_when_the_batch_is_decoded(tmp_path):
     good = encode_image(image_array(1), "JPEG", quality=90)
     # Sound markers, but the scan uses Huffman tables no DHT defines: planned
@@ -206,6 +254,31 @@ def test_loader_on_cuda_yields_cuda_tensors_written_in_place(pattern):
     stats = loader.gpu_decoder.stats()
     assert stats["images"] == 40
     print("decoder:", loader.gpu_decoder.decoder, stats)
+
+
+@cuda
+def test_loader_on_cuda_decoding_in_its_workers_is_the_consumers_decode(pattern):
+    def run(decode_in_workers):
+        loader = wds.Loader(dataset(pattern, device="cuda", size=(8, 10), crop="random",
+                                    hflip=0.5), workers=2, device="cuda",
+                            decode_in_workers=decode_in_workers)
+        keys, images = [], []
+        for batch_images, _, batch_keys in loader:
+            assert batch_images.is_cuda and batch_images.dtype == torch.uint8
+            assert batch_images.untyped_storage().data_ptr() == batch_images.data_ptr()
+            keys += list(batch_keys)
+            images.append(batch_images.cpu().numpy())
+        return loader, keys, images
+
+    workers, keys, images = run(True)
+    consumer, want_keys, want_images = run(False)
+    assert isinstance(workers.gpu_decoder, wds._core.GpuWorkerDecoders)
+    assert isinstance(consumer.gpu_decoder, wds._core.GpuBatchDecoder)
+    assert keys == want_keys
+    for a, b in zip(images, want_images):
+        assert np.array_equal(a, b)  # the same nvJPEG, the same kernel
+    assert workers.gpu_decoder.stats()["images"] == 40
+    assert 1 <= workers.gpu_decoder.decoders <= 2
 
 
 class _FakeTorch:

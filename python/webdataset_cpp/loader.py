@@ -58,7 +58,7 @@ def _describe(step):
 
 
 def _torch_dtype(name):
-    """The torch dtype of a GpuJobs layout's dtype name (uint8, float32 or
+    """The torch dtype of a GpuJobs or PendingImages layout's dtype name (uint8, float32 or
     float16: torch and NumPy name them alike)."""
     import torch
 
@@ -145,10 +145,17 @@ class Loader:
     memory, which the GPU reads in place). "cuda" is the local rank's GPU
     (LOCAL_RANK, else SLURM_LOCALID) where it is visible, else torch's
     current device.
+
+    decode_in_workers (with a CUDA device): the workers decode each batch's
+    images on the GPU themselves, each with an nvJPEG decoder and stream of its
+    own, and the iterating thread only finishes them into the batch tensor
+    (one kernel launch), so nvJPEG's host work leaves this thread and runs on
+    every worker. Without it, this thread decodes each batch (the default,
+    until measured on GPUs). Without a CUDA device the workers always decode.
     """
 
     def __init__(self, dataset, workers=1, prefetch=2, pin_memory=False, ordered=True,
-                 to_torch=False, device=None, group=None):
+                 to_torch=False, device=None, group=None, decode_in_workers=False):
         if not isinstance(workers, int) or workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers!r}")
         if not isinstance(prefetch, int) or prefetch < 1:
@@ -182,11 +189,16 @@ class Loader:
             self._length = sum(dataset.worker_items(w, workers) for w in range(workers))
         # len() is with_length(n)'s n (which changes nothing else), else the epoch's items.
         self._size = dataset.size if dataset.size is not None else self._length
+        # The workers' decoders are made here, so that a device that cannot
+        # decode fails now, and kept for every epoch's workers.
+        self._gpu_workers = None
+        if self._gpu is not None and decode_in_workers:
+            self._gpu_workers = _core.GpuWorkerDecoders(self._gpu.index)
         self._core = _core.Loader(chain, length=self._length, workers=workers, prefetch=prefetch,
                                   ordered=ordered, pin_memory=pin_memory, rank=rank,
                                   world_size=world_size, device=device,
-                                  decode_gpu_jobs_on_host=self._gpu is None, kinds=kinds,
-                                  kind_names=names)
+                                  decode_gpu_jobs_on_host=self._gpu is None,
+                                  gpu_decoders=self._gpu_workers, kinds=kinds, kind_names=names)
         self._core.set_epoch(dataset.epoch)
         self._unrecordable = _plan.unrecordable_stage(dataset.pipeline, ctx)
 
@@ -287,9 +299,10 @@ class Loader:
     @property
     def gpu_decoder(self):
         """The _core.GpuBatchDecoder of device="cuda" (None before the first
-        batch with images to decode): its `decoder` names nvJPEG's backends,
+        batch with images to decode), or with decode_in_workers the workers'
+        _core.GpuWorkerDecoders: its `decoder` names nvJPEG's backends,
         stats() counts what decoded what."""
-        return self._gpu_decoder
+        return self._gpu_workers if self._gpu_workers is not None else self._gpu_decoder
 
     def _on_device(self, item):
         """`item` with its GpuJobs decoded on the GPU and its arrays moved there."""
@@ -302,6 +315,14 @@ class Loader:
         made = []
 
         def convert(value):
+            if isinstance(value, _core.PendingImages):
+                # Decoded by a worker: one kernel writes the tensor, after a
+                # wait for that decode on the side stream.
+                dtype, shape = value.layout()
+                out = torch.empty(shape, dtype=_torch_dtype(dtype), device=device)
+                value.finish(out.data_ptr(), side.cuda_stream)
+                made.append(out)
+                return out
             if isinstance(value, _core.GpuJobs):
                 if self._gpu_decoder is None:
                     self._gpu_decoder = _core.GpuBatchDecoder(device.index)

@@ -75,6 +75,7 @@ std::string_view ValueKindName(const Value& value) {
     std::string_view operator()(const Array&) const { return "an array"; }
     std::string_view operator()(const TextList&) const { return "a list of texts"; }
     std::string_view operator()(const BytesList&) const { return "a list of bytes"; }
+    std::string_view operator()(const ObjectRef&) const { return "an object"; }
   };
   return std::visit(Namer{}, value);
 }

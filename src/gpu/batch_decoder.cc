@@ -121,6 +121,19 @@ absl::StatusOr<Array> DecodeJpegOnCpu(std::string_view jpeg, OutputSlots* slots)
   return DecodeImageInto(jpeg, kJobPixelSpec, ImageDecodeOptions{}, unused, nullptr, slots, {});
 }
 
+absl::StatusOr<Array> DecodeJobJpeg(const JobColumn& column, size_t i, OutputSlots* slots,
+                                    const TextList* keys, const TextList* urls) {
+  const JobHeader& h = column.headers[i];
+  absl::StatusOr<Array> cpu = DecodeJpegOnCpu(column.payloads[i], slots);
+  if (!cpu.ok()) return JobError(cpu.status(), i, h.site, keys, urls);
+  if (cpu->shape != std::vector<int64_t>{h.height, h.width, 3}) {
+    return JobError(absl::InvalidArgumentError(Cat("decoded to ", ShapeString(cpu->shape),
+                                                   ", its GPU job says ", h.width, "x", h.height)),
+                    i, h.site, keys, urls);
+  }
+  return cpu;
+}
+
 namespace {
 
 // GrowingSlot offers a decoder one block kept from image to image, grown when
@@ -140,8 +153,75 @@ class GrowingSlot final : public OutputSlots {
   Buffer block_;
 };
 
+// HostPendingImages is DecodeAhead's result on the host: the JPEGs decoded
+// into one block, the workers' pixels where they lie in their jobs.
+class HostPendingImages final : public PendingImages {
+ public:
+  HostPendingImages(const JobColumn& column, BytesList jobs, Buffer decoded,
+                    std::vector<ResizeSource> sources)
+      : PendingImages(column.layout, GpuBatchDecoder::kHost),
+        output_(column.output),
+        jobs_(std::move(jobs)),
+        decoded_(std::move(decoded)),
+        sources_(std::move(sources)) {}
+
+  absl::Status Finish(void* out, void* /*stream*/) override {
+    ResizeBatchOnHost(sources_.data(), static_cast<int>(sources_.size()),
+                      MakeResizeTarget(output_, out));
+    return absl::OkStatus();
+  }
+
+ private:
+  GpuOutput output_;
+  BytesList jobs_;  // the kPixels payloads that sources_ point into
+  Buffer decoded_;  // the JPEGs, full size, back to back
+  std::vector<ResizeSource> sources_;
+};
+
 class HostBatchDecoder final : public GpuBatchDecoder {
  public:
+  absl::StatusOr<std::shared_ptr<PendingImages>> DecodeAhead(const BytesList& jobs,
+                                                             const TextList* keys,
+                                                             const TextList* urls,
+                                                             void* /*stream*/) override {
+    PhaseClock clock;
+    WDS_ASSIGN_OR_RETURN(JobColumn column, ParseJobColumn(jobs, keys, urls));
+    clock.Add(stats_.seconds.parse);
+    const size_t n = jobs.size();
+    std::vector<size_t> decoded_at(n, 0);
+    size_t decoded_bytes = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (column.headers[i].kind != JobKind::kJpeg) continue;
+      decoded_at[i] = decoded_bytes;
+      decoded_bytes += size_t{3} * column.headers[i].width * column.headers[i].height;
+    }
+    Buffer decoded = Buffer::Allocate(decoded_bytes);
+    std::vector<ResizeSource> sources(n);
+    for (size_t i = 0; i < n; ++i) {
+      const JobHeader& h = column.headers[i];
+      const uint8_t* pixels = reinterpret_cast<const uint8_t*>(column.payloads[i].data());
+      if (h.kind == JobKind::kJpeg) {
+        uint8_t* to = decoded.mutable_data() + decoded_at[i];
+        const size_t bytes = size_t{3} * h.width * h.height;
+        MemorySlot slot(to, bytes);
+        WDS_ASSIGN_OR_RETURN(Array cpu, DecodeJobJpeg(column, i, &slot, keys, urls));
+        // The decoder takes the slot when the sizes agree, which the shape
+        // check above made sure of; a copy keeps this right regardless.
+        if (cpu.data_as<uint8_t>() != to) std::memcpy(to, cpu.data_as<uint8_t>(), bytes);
+        pixels = to;
+        ++stats_.cpu_fallback_images;
+      } else {
+        ++stats_.worker_decoded_images;
+      }
+      sources[i] = SourceOf(h, pixels);
+    }
+    clock.Add(stats_.seconds.cpu_decode);
+    ++stats_.batches;
+    stats_.images += static_cast<int64_t>(n);
+    return std::make_shared<HostPendingImages>(column, jobs, std::move(decoded),
+                                               std::move(sources));
+  }
+
   absl::Status Decode(const BytesList& jobs, const TextList* keys, const TextList* urls, void* out,
                       void* /*stream*/) override {
     PhaseClock clock;
@@ -154,16 +234,8 @@ class HostBatchDecoder final : public GpuBatchDecoder {
       Array decoded;
       const uint8_t* pixels = reinterpret_cast<const uint8_t*>(column.payloads[i].data());
       if (h.kind == JobKind::kJpeg) {
-        absl::StatusOr<Array> cpu = DecodeJpegOnCpu(column.payloads[i], &pixels_);
-        if (!cpu.ok()) return JobError(cpu.status(), i, h.site, keys, urls);
-        decoded = *std::move(cpu);
+        WDS_ASSIGN_OR_RETURN(decoded, DecodeJobJpeg(column, i, &pixels_, keys, urls));
         pixels = decoded.data_as<uint8_t>();
-        if (decoded.shape != std::vector<int64_t>{h.height, h.width, 3}) {
-          return JobError(absl::InvalidArgumentError(Cat("decoded to ", ShapeString(decoded.shape),
-                                                         ", its GPU job says ", h.width, "x",
-                                                         h.height)),
-                          i, h.site, keys, urls);
-        }
         ++stats_.cpu_fallback_images;
       } else {
         ++stats_.worker_decoded_images;
@@ -190,6 +262,11 @@ class HostBatchDecoder final : public GpuBatchDecoder {
 
 }  // namespace
 }  // namespace gpu
+
+std::string PendingImages::type_name() const {
+  return Cat("images decoded on ", device_ == GpuBatchDecoder::kHost ? "the host" : Cat("cuda:", device_),
+             ", not yet finished into a batch");
+}
 
 size_t GpuBatchLayout::nbytes() const {
   size_t n = DTypeSize(dtype);

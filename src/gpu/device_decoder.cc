@@ -1,22 +1,25 @@
-// GpuBatchDecoder on a CUDA device. One batch:
+// GpuBatchDecoder on a CUDA device. DecodeAhead, for one batch:
 //   1. its payloads are gathered into a pinned staging buffer (one memcpy
 //      each; jobs already pinned, and Options::stage_inputs false, are read
 //      in place), with the kernel's source table at the end;
 //   2. JPEGs go to nvJPEG's batched decode (the JPEG engines for what they
 //      take, GPU-hybrid for the rest), reading from staging, writing full-size
-//      RGB into the decoder's device scratch; pixels decoded in the worker are
-//      copied there (cudaMemcpyAsync from staging);
+//      RGB into a block of the decoder's pool; pixels decoded in the worker
+//      are copied there (cudaMemcpyAsync from staging);
 //   3. a JPEG nvJPEG refuses is decoded here by the CPU decoder and copied;
-//   4. one kernel launch resizes, crops, flips, converts and normalizes every
-//      image into `out`.
-// Everything runs on the caller's stream (a batch on another stream than the
-// last first waits for the last). Staging is held until the event recorded
-// after the kernel completes; scratch is reused in stream order.
-// Device memory: scratch grows to the largest batch and is kept; nothing is
-// allocated per batch once batches repeat their shape.
+//   4. the source table is copied to the block's end, and an event recorded.
+// PendingImages::Finish then launches one kernel that resizes, crops, flips,
+// converts and normalizes every image into `out`, on the consumer's stream
+// after that event; Decode is the two on the caller's stream.
+// Staging is held until the decode's event completes. A block returns to the
+// pool with the event of its last use (the last Finish's kernel), which the
+// stream of the batch that takes it next waits for. Device memory: blocks grow
+// to the largest batch and are kept; nothing is allocated per batch once
+// batches repeat their shape, unless a consumer holds more batches than before.
 //
 // Without the CUDA kernels (WDS_WITH_CUDA_KERNELS) there is no device
 // decoder; without nvJPEG (WDS_WITH_NVJPEG) every JPEG takes step 3.
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -30,7 +33,9 @@
 #if WDS_WITH_CUDA_KERNELS
 #include <cuda_runtime_api.h>
 
+#include "absl/synchronization/mutex.h"
 #include "base/host_allocator.h"
+#include "gpu/cuda_util.h"
 #include "gpu/job_column.h"
 #include "gpu/phase_clock.h"
 #include "gpu/resize_kernel.h"
@@ -60,11 +65,148 @@ namespace {
 constexpr size_t kAlign = 256;
 size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
-absl::Status Cuda(cudaError_t e, std::string_view what) {
-  if (e == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(
-      Cat("decode on cuda: ", what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"));
-}
+// Event is a CUDA event shared by what waits for it: a batch's staging lease
+// and its PendingImages.
+class Event {
+ public:
+  static absl::StatusOr<std::shared_ptr<Event>> Recorded(int device, cudaStream_t stream) {
+    auto event = std::shared_ptr<Event>(new Event(device));
+    WDS_RETURN_IF_ERROR(Cuda(cudaEventCreateWithFlags(&event->event_, cudaEventDisableTiming),
+                             "cudaEventCreate"));
+    WDS_RETURN_IF_ERROR(Cuda(cudaEventRecord(event->event_, stream), "cudaEventRecord"));
+    return event;
+  }
+  ~Event() {
+    if (event_ == nullptr) return;
+    DeviceGuard guard(device_);
+    cudaEventDestroy(event_);  // released by CUDA once it has completed
+  }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  explicit Event(int device) : device_(device) {}
+  int device_;
+  cudaEvent_t event_ = nullptr;
+};
+
+// BlockPool is device memory for decoded batches: blocks in steps of
+// kGranule, reused from batch to batch, each coming back with the event of its
+// last use, which the next user's stream waits for. Shared by a decoder and
+// the PendingImages it made (which may outlive it); thread-safe.
+class BlockPool {
+ public:
+  static constexpr size_t kGranule = size_t{1} << 20;
+  struct Block {
+    uint8_t* data = nullptr;
+    size_t bytes = 0;
+    std::shared_ptr<Event> last_use;  // null: nothing enqueued reads or writes it
+  };
+
+  explicit BlockPool(int device) : device_(device) {}
+  ~BlockPool() {
+    DeviceGuard guard(device_);
+    for (Block& b : idle_) cudaFree(b.data);
+  }
+
+  // Acquire returns a block of at least `bytes` that `stream` may use: the
+  // smallest idle one that fits (the stream first waits for its last use),
+  // else a new one. Idle blocks too small for this batch are freed first.
+  absl::StatusOr<Block> Acquire(size_t bytes, cudaStream_t stream) {
+    Block block;
+    std::vector<Block> too_small;
+    {
+      absl::MutexLock lock(&mu_);
+      auto best = idle_.end();
+      for (auto it = idle_.begin(); it != idle_.end(); ++it) {
+        if (it->bytes >= bytes && (best == idle_.end() || it->bytes < best->bytes)) best = it;
+      }
+      if (best != idle_.end()) {
+        block = std::move(*best);
+        idle_.erase(best);
+      } else {
+        too_small = std::move(idle_);
+        idle_.clear();
+      }
+    }
+    if (block.data != nullptr) {
+      if (block.last_use != nullptr) {
+        const cudaError_t e = cudaStreamWaitEvent(stream, block.last_use->get(), 0);
+        if (e != cudaSuccess) {
+          Return(std::move(block));
+          return Cuda(e, "cudaStreamWaitEvent");
+        }
+        block.last_use.reset();
+      }
+      return block;
+    }
+    // cudaFree waits for the device: this happens only while batches grow.
+    for (Block& b : too_small) cudaFree(b.data);
+    const size_t size = std::max<size_t>(1, (bytes + kGranule - 1) / kGranule) * kGranule;
+    void* p = nullptr;
+    WDS_RETURN_IF_ERROR(
+        Cuda(cudaMalloc(&p, size), Cat("cudaMalloc(", size, ") for a batch's decoded images")));
+    block.data = static_cast<uint8_t*>(p);
+    block.bytes = size;
+    return block;
+  }
+
+  void Return(Block block) {
+    absl::MutexLock lock(&mu_);
+    idle_.push_back(std::move(block));
+  }
+
+  int device() const { return device_; }
+
+ private:
+  const int device_;
+  absl::Mutex mu_;
+  std::vector<Block> idle_ ABSL_GUARDED_BY(mu_);
+};
+
+// DevicePendingImages is DecodeAhead's result on a device: full-size RGB in a
+// pool block, the resize sources at the block's end, and the event of the
+// decode.
+class DevicePendingImages final : public PendingImages {
+ public:
+  DevicePendingImages(const JobColumn& column, std::shared_ptr<BlockPool> pool,
+                      BlockPool::Block block, const ResizeSource* sources,
+                      std::shared_ptr<Event> decoded)
+      : PendingImages(column.layout, pool->device()),
+        output_(column.output),
+        count_(static_cast<int>(column.headers.size())),
+        pool_(std::move(pool)),
+        block_(std::move(block)),
+        sources_(sources),
+        decoded_(std::move(decoded)) {}
+
+  ~DevicePendingImages() override {
+    block_.last_use = finished_ != nullptr ? std::move(finished_) : std::move(decoded_);
+    pool_->Return(std::move(block_));
+  }
+
+  absl::Status Finish(void* out, void* stream_ptr) override {
+    auto stream = static_cast<cudaStream_t>(stream_ptr);
+    DeviceGuard guard(device());
+    WDS_RETURN_IF_ERROR(
+        Cuda(cudaStreamWaitEvent(stream, decoded_->get(), 0), "waiting for the decode"));
+    const int launched =
+        LaunchResizeBatch(sources_, count_, MakeResizeTarget(output_, out), stream);
+    WDS_RETURN_IF_ERROR(Cuda(static_cast<cudaError_t>(launched), "the resize kernel's launch"));
+    WDS_ASSIGN_OR_RETURN(finished_, Event::Recorded(device(), stream));
+    return absl::OkStatus();
+  }
+
+ private:
+  GpuOutput output_;
+  int count_;
+  std::shared_ptr<BlockPool> pool_;
+  BlockPool::Block block_;
+  const ResizeSource* sources_;      // device memory, in block_
+  std::shared_ptr<Event> decoded_;   // after nvJPEG, the copies and the source table
+  std::shared_ptr<Event> finished_;  // after the last Finish's kernel
+};
 
 // StreamDrain synchronizes `stream` when destroyed, unless cleared.
 struct StreamDrain {
@@ -78,17 +220,14 @@ struct StreamDrain {
 class DeviceBatchDecoder final : public GpuBatchDecoder {
  public:
   DeviceBatchDecoder(int device, std::shared_ptr<HostAllocator> pinned)
-      : device_(device), staging_(std::move(pinned), kStagingBuffers) {}
+      : device_(device),
+        staging_(std::move(pinned), kStagingBuffers),
+        blocks_(std::make_shared<BlockPool>(device)) {}
 
   ~DeviceBatchDecoder() override {
-    cudaSetDevice(device_);
-    for (InUse& u : in_use_) {
-      cudaEventSynchronize(u.done);
-      cudaEventDestroy(u.done);
-    }
+    DeviceGuard guard(device_);
+    for (InUse& u : in_use_) cudaEventSynchronize(u.done->get());
     in_use_.clear();
-    if (scratch_ != nullptr) cudaFree(scratch_);
-    if (sources_ != nullptr) cudaFree(sources_);
   }
 
   absl::Status Init(const Options& options) {
@@ -106,35 +245,47 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
   }
 
   absl::Status Decode(const BytesList& jobs, const TextList* keys, const TextList* urls, void* out,
-                      void* stream_ptr) override {
+                      void* stream) override {
+    WDS_ASSIGN_OR_RETURN(std::shared_ptr<PendingImages> pending,
+                         DecodeAhead(jobs, keys, urls, stream));
+    PhaseClock clock;
+    WDS_RETURN_IF_ERROR(pending->Finish(out, stream));
+    clock.Add(stats_.seconds.kernel);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::shared_ptr<PendingImages>> DecodeAhead(const BytesList& jobs,
+                                                             const TextList* keys,
+                                                             const TextList* urls,
+                                                             void* stream_ptr) override {
     PhaseClock clock;
     WDS_ASSIGN_OR_RETURN(JobColumn column, ParseJobColumn(jobs, keys, urls));
     clock.Add(stats_.seconds.parse);
     WDS_RETURN_IF_ERROR(Cuda(cudaSetDevice(device_), "cudaSetDevice"));
     auto stream = static_cast<cudaStream_t>(stream_ptr);
-    // Scratch and the source table are reused in stream order: a batch on
-    // another stream than the last first waits for the last one.
+    // nvJPEG's state is reused in stream order: a batch on another stream
+    // than the last first waits for the last one's decode.
     if (!in_use_.empty() && stream != last_stream_) {
       WDS_RETURN_IF_ERROR(
-          Cuda(cudaStreamWaitEvent(stream, in_use_.back().done, 0), "cudaStreamWaitEvent"));
+          Cuda(cudaStreamWaitEvent(stream, in_use_.back().done->get(), 0), "cudaStreamWaitEvent"));
     }
     last_stream_ = stream;
     const size_t n = jobs.size();
 
-    // Where each full-size image goes in scratch, and the staging layout
-    // (the payloads, when staged, then the source table).
-    // Jobs in page-locked memory are read in place: staging them would copy
-    // pinned memory into pinned memory on this thread.
+    // Where each full-size image goes in the block (the source table at its
+    // end), and the staging layout (the payloads, when staged, then the
+    // source table). Jobs in page-locked memory are read in place: staging
+    // them would copy pinned memory into pinned memory on this thread.
     const bool staged = options_.stage_inputs && !column.pinned;
     if (!staged) stats_.images_read_in_place += static_cast<int64_t>(n);
-    std::vector<size_t> scratch_at(n);
+    std::vector<size_t> pixels_at(n);
     std::vector<size_t> staging_at(n);
-    size_t scratch_bytes = 0;
+    size_t pixel_bytes = 0;
     size_t staging_bytes = 0;
     for (size_t i = 0; i < n; ++i) {
       const JobHeader& h = column.headers[i];
-      scratch_at[i] = scratch_bytes;
-      scratch_bytes += AlignUp(size_t{3} * h.width * h.height);
+      pixels_at[i] = pixel_bytes;
+      pixel_bytes += AlignUp(size_t{3} * h.width * h.height);
       if (staged) {
         staging_at[i] = staging_bytes;
         staging_bytes += AlignUp(column.payloads[i].size());
@@ -142,11 +293,16 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
     }
     const size_t sources_at = staging_bytes;
     staging_bytes += n * sizeof(ResizeSource);
-    WDS_RETURN_IF_ERROR(Reserve(scratch_bytes, n, stream));
     WDS_ASSIGN_OR_RETURN(StagingBuffer staging, Lease(staging_bytes));
+    WDS_ASSIGN_OR_RETURN(BlockPool::Block block,
+                         blocks_->Acquire(pixel_bytes + n * sizeof(ResizeSource), stream));
+    uint8_t* pixels = block.data;
+    auto* device_sources = reinterpret_cast<ResizeSource*>(block.data + pixel_bytes);
     clock.Add(stats_.seconds.wait);
-    // Destroyed before `staging`: an error after this point first waits for
-    // whatever was enqueued to stop reading it.
+    // Until the decode is handed out, an error first waits for whatever was
+    // enqueued to stop using the block and the staging buffer: `drain` is
+    // destroyed before them.
+    BlockReturn block_return{blocks_.get(), &block};
     StreamDrain drain{stream};
 
     // 1. Gather (or, unstaged, read the jobs where they are).
@@ -161,7 +317,7 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
       } else {
         input[i] = reinterpret_cast<const uint8_t*>(p.data());
       }
-      sources[i] = SourceOf(column.headers[i], scratch_ + scratch_at[i]);
+      sources[i] = SourceOf(column.headers[i], pixels + pixels_at[i]);
     }
 
     // 2. Pixels copied; nvJPEG for the JPEGs.
@@ -172,7 +328,7 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
         jpegs.push_back(i);
         continue;
       }
-      WDS_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(scratch_ + scratch_at[i], input[i],
+      WDS_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(pixels + pixels_at[i], input[i],
                                                column.payloads[i].size(), cudaMemcpyHostToDevice,
                                                stream),
                                "copying pixels to the device"));
@@ -189,7 +345,7 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
       for (size_t i : jpegs) {
         const JobHeader& h = column.headers[i];
         inputs.push_back({input[i], column.payloads[i].size(), h.hardware});
-        outputs.push_back({scratch_ + scratch_at[i], size_t{3} * h.width});
+        outputs.push_back({pixels + pixels_at[i], size_t{3} * h.width});
       }
       decoded = nvjpeg_->Decode(inputs, outputs, stream);
     }
@@ -203,46 +359,32 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
         continue;
       }
       const size_t i = jpegs[k];
-      absl::StatusOr<Array> cpu = DecodeJpegOnCpu(column.payloads[i]);
-      const std::string_view site = column.headers[i].site;
-      if (!cpu.ok()) return JobError(cpu.status(), i, site, keys, urls);
-      // ParseJobColumn checked the frame header; libjpeg decodes that size.
-      if (cpu->nbytes() != size_t{3} * column.headers[i].width * column.headers[i].height) {
-        return JobError(absl::InternalError("the CPU decoder's size differs from the frame's"), i,
-                        site, keys, urls);
-      }
-      WDS_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(scratch_ + scratch_at[i], cpu->data.data(),
-                                               cpu->nbytes(), cudaMemcpyHostToDevice, stream),
+      WDS_ASSIGN_OR_RETURN(Array cpu, DecodeJobJpeg(column, i, nullptr, keys, urls));
+      WDS_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(pixels + pixels_at[i], cpu.data.data(),
+                                               cpu.nbytes(), cudaMemcpyHostToDevice, stream),
                                "copying a CPU-decoded image to the device"));
-      cpu_decoded.push_back(*std::move(cpu));
+      cpu_decoded.push_back(std::move(cpu));
       ++stats_.cpu_fallback_images;
     }
-
     clock.Add(stats_.seconds.cpu_decode);
 
-    // 4. The kernel.
-    WDS_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(sources_, sources, n * sizeof(ResizeSource),
+    // 4. The source table, for the kernel that Finish launches.
+    WDS_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(device_sources, sources, n * sizeof(ResizeSource),
                                              cudaMemcpyHostToDevice, stream),
                              "copying the source table"));
-    const int launched = LaunchResizeBatch(sources_, static_cast<int>(n),
-                                           MakeResizeTarget(column.output, out), stream);
-    WDS_RETURN_IF_ERROR(Cuda(static_cast<cudaError_t>(launched), "the resize kernel's launch"));
-    cudaEvent_t done = nullptr;
-    WDS_RETURN_IF_ERROR(
-        Cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate"));
-    if (absl::Status s = Cuda(cudaEventRecord(done, stream), "cudaEventRecord"); !s.ok()) {
-      cudaEventDestroy(done);
-      return s;
-    }
-    // What the copies and nvJPEG read is kept until the batch is done: the
+    WDS_ASSIGN_OR_RETURN(std::shared_ptr<Event> done, Event::Recorded(device_, stream));
+    // What the copies and nvJPEG read is kept until the decode is done: the
     // staging buffer, the jobs when read in place, the CPU-decoded images.
     in_use_.push_back(InUse{std::move(staging), staged ? BytesList{} : jobs,
                             std::move(cpu_decoded), done});
     drain.active = false;
+    block_return.block = nullptr;
+    auto pending = std::make_shared<DevicePendingImages>(column, blocks_, std::move(block),
+                                                         device_sources, std::move(done));
     clock.Add(stats_.seconds.kernel);
     ++stats_.batches;
     stats_.images += static_cast<int64_t>(n);
-    return absl::OkStatus();
+    return pending;
   }
 
   int device() const override { return device_; }
@@ -271,43 +413,25 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
     StagingBuffer staging;
     BytesList jobs;                  // unstaged: what nvJPEG and the copies read
     std::vector<Array> cpu_decoded;  // the sources of the fallbacks' copies
-    cudaEvent_t done;
+    std::shared_ptr<Event> done;
+  };
+  // BlockReturn gives `block` back to its pool on an error path (with no
+  // last use: the stream was drained), unless cleared.
+  struct BlockReturn {
+    BlockPool* pool;
+    BlockPool::Block* block;
+    ~BlockReturn() {
+      if (block != nullptr) pool->Return(std::move(*block));
+    }
   };
 
-  // Reserve makes scratch hold `bytes` and the source table `count` entries.
-  // Growing waits for the stream: the old memory may still be read.
-  absl::Status Reserve(size_t bytes, size_t count, cudaStream_t stream) {
-    if (bytes <= scratch_bytes_ && count <= sources_count_) return absl::OkStatus();
-    WDS_RETURN_IF_ERROR(Cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize"));
-    if (bytes > scratch_bytes_) {
-      if (scratch_ != nullptr) cudaFree(scratch_);
-      scratch_ = nullptr;
-      scratch_bytes_ = 0;
-      void* p = nullptr;
-      WDS_RETURN_IF_ERROR(Cuda(cudaMalloc(&p, bytes), Cat("cudaMalloc(", bytes, ") for scratch")));
-      scratch_ = static_cast<uint8_t*>(p);
-      scratch_bytes_ = bytes;
-    }
-    if (count > sources_count_) {
-      if (sources_ != nullptr) cudaFree(sources_);
-      sources_ = nullptr;
-      sources_count_ = 0;
-      void* p = nullptr;
-      WDS_RETURN_IF_ERROR(
-          Cuda(cudaMalloc(&p, count * sizeof(ResizeSource)), "cudaMalloc for the source table"));
-      sources_ = static_cast<ResizeSource*>(p);
-      sources_count_ = count;
-    }
-    return absl::OkStatus();
-  }
-
   // Lease returns a staging buffer, first releasing those whose batches are
-  // done, and waiting for the oldest when all are in use.
+  // decoded, and waiting for the oldest when all are in use.
   absl::StatusOr<StagingBuffer> Lease(size_t bytes) {
-    while (!in_use_.empty() && (cudaEventQuery(in_use_.front().done) == cudaSuccess ||
+    while (!in_use_.empty() && (cudaEventQuery(in_use_.front().done->get()) == cudaSuccess ||
                                 static_cast<int>(in_use_.size()) >= kStagingBuffers)) {
-      WDS_RETURN_IF_ERROR(Cuda(cudaEventSynchronize(in_use_.front().done), "cudaEventSynchronize"));
-      cudaEventDestroy(in_use_.front().done);
+      WDS_RETURN_IF_ERROR(
+          Cuda(cudaEventSynchronize(in_use_.front().done->get()), "cudaEventSynchronize"));
       in_use_.pop_front();
     }
     return staging_.Acquire(bytes);
@@ -317,11 +441,8 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
   Options options_;
   cudaStream_t last_stream_ = nullptr;
   StagingPool staging_;
+  std::shared_ptr<BlockPool> blocks_;
   std::deque<InUse> in_use_;
-  uint8_t* scratch_ = nullptr;
-  size_t scratch_bytes_ = 0;
-  ResizeSource* sources_ = nullptr;
-  size_t sources_count_ = 0;
 #if WDS_WITH_NVJPEG
   std::unique_ptr<NvjpegBatchDecoder> nvjpeg_;
 #endif

@@ -2,6 +2,7 @@
 // the layout of the batch array, for GpuBatchDecoder's implementations.
 #pragma once
 
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -46,5 +47,12 @@ ResizeSource SourceOf(const JobHeader& h, const uint8_t* pixels);
 // size. Errors: the CPU decoder's.
 [[nodiscard]] absl::StatusOr<Array> DecodeJpegOnCpu(std::string_view jpeg,
                                                     OutputSlots* slots = nullptr);
+
+// DecodeJobJpeg decodes kJpeg job i of `column` with DecodeJpegOnCpu. Errors:
+// the CPU decoder's, or InvalidArgument when it decodes to another size than
+// the job's header says; both name the job.
+[[nodiscard]] absl::StatusOr<Array> DecodeJobJpeg(const JobColumn& column, size_t i,
+                                                  OutputSlots* slots, const TextList* keys,
+                                                  const TextList* urls);
 
 }  // namespace wds::gpu

@@ -101,6 +101,10 @@ absl::Status ValidateOptions(const Pipeline& pipeline, const LoaderOptions& opti
         Cat("the pipeline's WithLength/WithEpoch length must be >= 0, got ",
             pipeline.length().value_or(-1)));
   }
+  if (options.decode_gpu_jobs_on_host && options.gpu_decoders != nullptr) {
+    return absl::InvalidArgumentError(
+        "LoaderOptions: decode_gpu_jobs_on_host and gpu_decoders exclude each other");
+  }
   return absl::OkStatus();
 }
 
@@ -134,14 +138,17 @@ SampleResult NextGuarded(SampleStream& stream, int worker) {
   }
 }
 
-// DecodeJobsGuarded decodes the GPU job columns of the item in `result` on
-// the host (LoaderOptions::decode_gpu_jobs_on_host); an error replaces it.
-// Its arrays come from the loader's batch pool, as the batch's own do.
-void DecodeJobsGuarded(SampleResult& result, const WorkerContext& ctx) {
+// DecodeJobsGuarded decodes the GPU job columns of the item in `result`: with
+// `decoders` when given (LoaderOptions::gpu_decoders), else on the host
+// (decode_gpu_jobs_on_host), its arrays from the loader's batch pool as the
+// batch's own are. An error replaces the item.
+void DecodeJobsGuarded(SampleResult& result, const WorkerContext& ctx,
+                       GpuWorkerDecoders* decoders) {
   if (!result.ok() || !result->has_value()) return;
   absl::Status s;
   try {
-    s = DecodeGpuJobsOnHost(**result, WiringOf(ctx).pool.get());
+    s = decoders != nullptr ? decoders->DecodeAhead(**result)
+                            : DecodeGpuJobsOnHost(**result, WiringOf(ctx).pool.get());
   } catch (...) {
     s = ExceptionStatus(ctx.worker);
   }
@@ -197,8 +204,10 @@ class WorkerGroup {
         }
         BoundedQueue<Entry>* queue = queues_[ordered_ ? w : 0].get();
         threads_.emplace_back([&pipeline, ctx = std::move(ctx), queue, endless,
-                               host_decode = options.decode_gpu_jobs_on_host] {
-          Run(pipeline, ctx, *queue, endless, host_decode);
+                               decode = options.decode_gpu_jobs_on_host ||
+                                        options.gpu_decoders != nullptr,
+                               decoders = options.gpu_decoders] {
+          Run(pipeline, ctx, *queue, endless, decode, decoders.get());
         });
       }
     } catch (...) {
@@ -257,7 +266,7 @@ class WorkerGroup {
 
  private:
   static void Run(const Pipeline& pipeline, const WorkerContext& ctx, BoundedQueue<Entry>& queue,
-                  bool endless, bool host_decode) {
+                  bool endless, bool decode_jobs, GpuWorkerDecoders* decoders) {
     // A worker waiting on a stalled source (a pipe: command) gives up once
     // the loader stops, so that stopping joins promptly.
     ScopedInterruptCheck stopped([&queue] {
@@ -267,7 +276,7 @@ class WorkerGroup {
     ResumeChannel& resume = *WiringOf(ctx).resume;
     while (!queue.closed()) {
       SampleResult result = NextGuarded(*stream, ctx.worker);
-      if (host_decode) DecodeJobsGuarded(result, ctx);
+      if (decode_jobs) DecodeJobsGuarded(result, ctx, decoders);
       // A stage that could not restore reports it here, at the first item.
       if (!resume.error.ok()) result = resume.error;
       const bool last = !result.ok() || !result->has_value();
@@ -358,14 +367,16 @@ struct Loader::Impl {
 
   Impl(Pipeline p, LoaderOptions o) : pipeline(std::move(p)), options(std::move(o)) {
     setup = ValidateOptions(pipeline, options);
-    if (!setup.ok()) return;
-    absl::StatusOr<Placement> resolved = ResolvePlacement(options);
-    if (resolved.ok()) {
-      placement = *resolved;
-    } else {
-      setup = resolved.status();
+    if (setup.ok()) {
+      absl::StatusOr<Placement> resolved = ResolvePlacement(options);
+      if (resolved.ok()) {
+        placement = *resolved;
+      } else {
+        setup = resolved.status();
+      }
     }
     if (setup.ok()) setup = MakePool();
+    // pool() is never null, even for a loader that fails its setup.
     if (pool == nullptr) pool = std::make_shared<BufferPool>();
   }
 

@@ -129,6 +129,29 @@ torch::Tensor GpuJobsToTensor(const Sample& batch, size_t field, const torch::De
   return out;
 }
 
+torch::Tensor PendingImagesToTensor(PendingImages& pending, const torch::Device& device) {
+  const torch::Device target = ResolveDevice(device);
+  const int wanted = target.is_cuda() ? target.index() : GpuBatchDecoder::kHost;
+  if (pending.device() != wanted) {
+    ThrowValueError(Cat("PendingImagesToTensor: ", pending.type_name(), ", the tensor is for ",
+                        target.str()));
+  }
+  const GpuBatchLayout& layout = pending.layout();
+  const torch::TensorOptions options =
+      torch::TensorOptions().dtype(ToTorchDType(layout.dtype)).device(target);
+  void* handle = nullptr;
+  if (target.is_cuda()) {
+    handle = NativeHandle(CudaGuard().getStream(target), 0);
+    if (handle == nullptr) {
+      throw LoaderError(absl::UnimplementedError(
+          "decode on cuda: this LibTorch has no c10::Stream::native_handle() (LibTorch 2.x)"));
+    }
+  }
+  torch::Tensor out = torch::empty(layout.shape, options);
+  if (absl::Status s = pending.Finish(out.data_ptr(), handle); !s.ok()) throw LoaderError(s);
+  return out;
+}
+
 struct DevicePrefetcher::Impl {
   BatchSource source;
   // loader is the Loader drawn from, if any; ahead_state its state before
@@ -191,9 +214,11 @@ std::optional<Staged> DevicePrefetcher::Impl::Draw() {
   std::optional<Sample> sample = source();
   if (!sample) return std::nullopt;
   if (!side) {
-    // GPU jobs on a CPU prefetcher: decoded here, by the CPU decoder.
+    // GPU jobs on a CPU prefetcher: decoded here, by the CPU decoder; images
+    // the workers decoded on the host, finished here.
     if (absl::Status s = DecodeGpuJobsOnHost(*sample); !s.ok()) throw LoaderError(s);
-    return Staged{ToTensorBatch(*sample, options.fields, options.tensor), {}, {}};
+    return Staged{ToTensorBatch(*sample, options.fields, options.tensor, DecodeOnDevice(*sample)),
+                  {}, {}};
   }
   c10::StreamGuard guard(*side);
   const MadeTensors decoded = DecodeOnDevice(*sample);
@@ -205,17 +230,27 @@ std::optional<Staged> DevicePrefetcher::Impl::Draw() {
 }
 
 // DecodeOnDevice decodes every selected GPU job column of `batch` into a new
-// device tensor on the side stream (the current stream), in the layout asked
-// for: the made tensors ToTensorBatch takes in those columns' places.
+// tensor on the device, and finishes every PendingImages there, on the side
+// stream (the current stream), in the layout asked for: the made tensors
+// ToTensorBatch takes in those columns' places.
 MadeTensors DevicePrefetcher::Impl::DecodeOnDevice(const Sample& batch) {
   const std::vector<std::string>& fields = options.fields;
   MadeTensors decoded;
   for (size_t i = 0; i < batch.size(); ++i) {
     const std::string& name = batch[i].first;
     if (!fields.empty() && std::find(fields.begin(), fields.end(), name) == fields.end()) continue;
-    if (!IsGpuJobColumn(batch[i].second)) continue;
+    const Value& value = batch[i].second;
+    const auto* object = std::get_if<ObjectRef>(&value);
+    auto* pending = object != nullptr ? dynamic_cast<PendingImages*>(object->get()) : nullptr;
+    if (pending == nullptr && !IsGpuJobColumn(value)) continue;
     GpuBatchLayout layout;
-    torch::Tensor t = GpuJobsToTensor(batch, i, options.device, gpu_decoder, &layout);
+    torch::Tensor t;
+    if (pending != nullptr) {
+      layout = pending->layout();
+      t = PendingImagesToTensor(*pending, options.device);
+    } else {
+      t = GpuJobsToTensor(batch, i, options.device, gpu_decoder, &layout);
+    }
     if (options.tensor.layout == TensorLayout::kNCHW && !layout.channels_first) {
       t = t.permute({0, 3, 1, 2});
     }

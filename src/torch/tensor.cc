@@ -56,6 +56,7 @@ std::string_view KindName(const Value& value) {
     std::string_view operator()(const Array&) { return "array"; }
     std::string_view operator()(const TextList&) { return "text list"; }
     std::string_view operator()(const BytesList&) { return "bytes list"; }
+    std::string_view operator()(const ObjectRef&) { return "object"; }
   };
   return std::visit(Visitor{}, value);
 }
@@ -176,6 +177,13 @@ torch::Tensor RequiredFieldTensor(const Sample& sample, std::string_view field,
   const FieldRef ref{&sample, field};
   if (value == nullptr) ThrowIndexError(Cat(Prefix(ref), "no such field"));
   std::optional<torch::Tensor> out = ValueToTensor(*value, options, ref);
+  if (!out && std::holds_alternative<ObjectRef>(*value)) {
+    // PendingImages: finished by DevicePrefetcher (or the caller) into a
+    // tensor it allocates, which ToTensorBatch then takes as made.
+    ThrowTypeError(Cat(Prefix(ref), "the value is ", std::get<ObjectRef>(*value)->type_name(),
+                       ", with no tensor form of its own (DevicePrefetcher finishes it into a "
+                       "tensor)"));
+  }
   if (!out) {
     ThrowTypeError(Cat(Prefix(ref), "a ", KindName(*value),
                        " value has no tensor form (only arrays, int64 and double)"));

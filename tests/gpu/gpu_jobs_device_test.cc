@@ -161,5 +161,88 @@ TEST(GpuBatchDecoderDeviceTest, DeviceMemoryIsFlatOver200LoaderRestarts) {
   EXPECT_LT(lost_mb, 4.0);
 }
 
+// Finish(out, stream) copied back to the host.
+std::vector<uint8_t> Finished(PendingImages& pending, cudaStream_t stream) {
+  void* out = nullptr;
+  EXPECT_EQ(cudaMalloc(&out, pending.layout().nbytes()), cudaSuccess);
+  absl::Status s = pending.Finish(out, stream);
+  EXPECT_TRUE(s.ok()) << s;
+  std::vector<uint8_t> host(pending.layout().nbytes());
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(host.data(), out, host.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  cudaFree(out);
+  return host;
+}
+
+// A worker decodes ahead on its stream; the consumer finishes on another,
+// after the decoder is gone: Decode's bytes, and again on a second Finish.
+TEST(GpuBatchDecoderDeviceTest, DecodeAheadFinishedOnAnotherStreamIsDecode) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  const BytesList jobs = DeviceTestJobs({.resize = {ResizeMode::kCenterCrop, 40, 30}}, "torchrgb",
+                                        {.normalize = kImageNetNormalize});
+  auto reference = GpuBatchDecoder::Create(0);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  const std::vector<uint8_t> want = OnDevice(**reference, jobs);
+  cudaStream_t worker = nullptr;
+  cudaStream_t consumer = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&worker, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking), cudaSuccess);
+  auto decoder = GpuBatchDecoder::Create(0);
+  ASSERT_TRUE(decoder.ok()) << decoder.status();
+  absl::StatusOr<std::shared_ptr<PendingImages>> first =
+      (*decoder)->DecodeAhead(jobs, nullptr, nullptr, worker);
+  absl::StatusOr<std::shared_ptr<PendingImages>> second =
+      (*decoder)->DecodeAhead(jobs, nullptr, nullptr, worker);
+  ASSERT_TRUE(first.ok() && second.ok());
+  decoder->reset();
+  EXPECT_EQ((*first)->type_name(), "images decoded on cuda:0, not yet finished into a batch");
+  EXPECT_EQ(Finished(**second, consumer), want);
+  EXPECT_EQ(Finished(**first, consumer), want);
+  EXPECT_EQ(Finished(**first, consumer), want);
+  first->reset();
+  second->reset();
+  cudaStreamDestroy(worker);
+  cudaStreamDestroy(consumer);
+}
+
+// 200 loaders whose workers decode ahead with the same decoders, each batch
+// finished: device memory stays flat, and the workers share their decoders.
+TEST(GpuBatchDecoderDeviceTest, WorkerDecodersKeepDeviceMemoryFlatOver200LoaderRestarts) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  TempDir dir;
+  const Pipeline recipe =
+      Source(TestShard(dir))
+          .DecodeOnGpu("torchrgb", {.resize = {ResizeMode::kCenterCrop, 32, 32}},
+                       {.normalize = kImageNetNormalize})
+          .Batched(4);
+  absl::StatusOr<std::shared_ptr<GpuWorkerDecoders>> decoders = GpuWorkerDecoders::Create(0);
+  ASSERT_TRUE(decoders.ok()) << decoders.status();
+  auto restart = [&] {
+    Loader loader(recipe, {.workers = 2, .gpu_decoders = *decoders});
+    int batches = 0;
+    while (true) {
+      absl::StatusOr<std::optional<Sample>> batch = loader.Next();
+      ASSERT_TRUE(batch.ok()) << batch.status();
+      if (!batch->has_value()) break;
+      auto* pending = dynamic_cast<PendingImages*>(std::get<ObjectRef>(*(*batch)->Find("jpg")).get());
+      ASSERT_NE(pending, nullptr);
+      (void)Finished(*pending, nullptr);
+      ++batches;
+    }
+    EXPECT_EQ(batches, 4);
+  };
+  restart();
+  size_t free_before = 0, total = 0, free_after = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
+  for (int i = 0; i < 200; ++i) restart();
+  ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
+  const double lost_mb = (static_cast<double>(free_before) - static_cast<double>(free_after)) / 1e6;
+  std::cout << "device memory lost over 200 loaders decoding in their workers: " << lost_mb
+            << " MB; decoders: " << (*decoders)->decoders() << "\n";
+  EXPECT_LT(lost_mb, 4.0);
+  EXPECT_LE((*decoders)->decoders(), 2);
+  EXPECT_EQ((*decoders)->stats().images, 201 * 15);
+}
+
 }  // namespace
 }  // namespace wds::gpu

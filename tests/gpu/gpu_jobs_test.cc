@@ -289,12 +289,45 @@ struct Drawn {
   std::vector<std::string> states;
 };
 
-// Draw runs a Loader over `pipeline`; GPU job columns are decoded on the host:
-// here, by the consumer, or with `in_workers` by the loader's workers
-// (LoaderOptions::decode_gpu_jobs_on_host), whose batches then hold none.
-Drawn Draw(const Pipeline& pipeline, int workers, bool in_workers = false) {
+// Who decodes the GPU job columns in Draw.
+enum class DecodedBy {
+  kConsumer,      // the consumer, with DecodeGpuJobsOnHost
+  kWorkers,       // the workers (LoaderOptions::decode_gpu_jobs_on_host)
+  kWorkersAhead,  // the workers' GpuWorkerDecoders, finished by the consumer
+};
+
+// FinishPending replaces every PendingImages of `batch` with the array it
+// finishes into, and counts them.
+int FinishPending(Sample& batch) {
+  int finished = 0;
+  for (Sample::Field& f : batch) {
+    const auto* object = std::get_if<ObjectRef>(&f.second);
+    if (object == nullptr) continue;
+    auto* pending = dynamic_cast<PendingImages*>(object->get());
+    EXPECT_NE(pending, nullptr) << "field " << f.first;
+    if (pending == nullptr) continue;
+    Array out = Array::Allocate(pending->layout().dtype, pending->layout().shape);
+    EXPECT_TRUE(pending->Finish(out.data.mutable_data(), nullptr).ok());
+    f.second = std::move(out);
+    ++finished;
+  }
+  return finished;
+}
+
+// Draw runs a Loader over `pipeline`, its GPU job columns decoded on the host
+// as `by` says (`decoders`, when given, are kWorkersAhead's).
+Drawn Draw(const Pipeline& pipeline, int workers, DecodedBy by = DecodedBy::kConsumer,
+           std::shared_ptr<GpuWorkerDecoders> decoders = nullptr) {
   Drawn run;
-  Loader loader(pipeline, {.workers = workers, .decode_gpu_jobs_on_host = in_workers});
+  if (by == DecodedBy::kWorkersAhead && decoders == nullptr) {
+    absl::StatusOr<std::shared_ptr<GpuWorkerDecoders>> made =
+        GpuWorkerDecoders::Create(GpuBatchDecoder::kHost);
+    EXPECT_TRUE(made.ok()) << made.status();
+    if (made.ok()) decoders = *made;
+  }
+  Loader loader(pipeline, {.workers = workers,
+                           .decode_gpu_jobs_on_host = by == DecodedBy::kWorkers,
+                           .gpu_decoders = by == DecodedBy::kWorkersAhead ? decoders : nullptr});
   while (true) {
     absl::StatusOr<std::string> state = loader.State();
     EXPECT_TRUE(state.ok()) << state.status();
@@ -304,8 +337,9 @@ Drawn Draw(const Pipeline& pipeline, int workers, bool in_workers = false) {
     run.states.push_back(state.ok() ? *state : "");
     Sample& b = **batch;
     for (const Sample::Field& f : b) {
-      EXPECT_FALSE(in_workers && IsGpuJobColumn(f.second)) << "field " << f.first;
+      EXPECT_FALSE(by != DecodedBy::kConsumer && IsGpuJobColumn(f.second)) << "field " << f.first;
     }
+    EXPECT_EQ(FinishPending(b), by == DecodedBy::kWorkersAhead ? 1 : 0);
     EXPECT_TRUE(DecodeGpuJobsOnHost(b).ok());
     for (const std::string& k : std::get<TextList>(*b.Find(kKeyField))) run.keys.push_back(k);
     const Array* cls = b.GetArray("cls");
@@ -325,6 +359,21 @@ int LargestDifference(const Array& a, const Array& b) {
     worst = std::max(worst, std::abs(int{a.data_as<uint8_t>()[i]} - int{b.data_as<uint8_t>()[i]}));
   }
   return worst;
+}
+
+// ExpectSameDraws: `got` has `images` images in `batches` batches, and the
+// keys, classes, states and pixels of `want`.
+void ExpectSameDraws(const Drawn& got, const Drawn& want, size_t images, size_t batches) {
+  ASSERT_EQ(got.keys.size(), images);
+  EXPECT_EQ(got.keys, want.keys);
+  EXPECT_EQ(got.classes, want.classes);
+  EXPECT_EQ(got.states, want.states);
+  ASSERT_EQ(got.images.size(), batches);
+  ASSERT_EQ(want.images.size(), batches);
+  for (size_t b = 0; b < batches; ++b) {
+    EXPECT_EQ(got.images[b].shape, want.images[b].shape);
+    EXPECT_EQ(LargestDifference(got.images[b], want.images[b]), 0) << "batch " << b;
+  }
 }
 
 // RandomCropsAndFlips are options that draw a crop and a flip per image.
@@ -491,16 +540,61 @@ TEST(GpuDecodeStageTest, WorkersDecodingOnTheHostGiveTheConsumersArrays) {
   TempDir dir;
   const Pipeline p = Source(TestShard(dir)).DecodeOnGpu("rgb8", RandomCropsAndFlips()).Batched(4);
   const Drawn by_consumer = Draw(p, 2);
-  const Drawn by_workers = Draw(p, 2, /*in_workers=*/true);
-  ASSERT_EQ(by_workers.keys.size(), 15u);
-  EXPECT_EQ(by_workers.keys, by_consumer.keys);
-  EXPECT_EQ(by_workers.classes, by_consumer.classes);
-  EXPECT_EQ(by_workers.states, by_consumer.states);
-  ASSERT_EQ(by_workers.images.size(), 4u);
-  for (size_t b = 0; b < 4; ++b) {
-    EXPECT_EQ(by_workers.images[b].shape, by_consumer.images[b].shape);
-    EXPECT_EQ(LargestDifference(by_workers.images[b], by_consumer.images[b]), 0) << "batch " << b;
+  const Drawn by_workers = Draw(p, 2, DecodedBy::kWorkers);
+  ExpectSameDraws(by_workers, by_consumer, 15, 4);
+}
+
+// The workers decode ahead (GpuWorkerDecoders, here on the host) and the
+// consumer finishes each batch: the same pixels, keys, order and states.
+TEST(GpuDecodeStageTest, WorkersDecodingAheadGiveTheConsumersArrays) {
+  TempDir dir;
+  const Pipeline p = Source(TestShard(dir)).DecodeOnGpu("rgb8", RandomCropsAndFlips()).Batched(4);
+  absl::StatusOr<std::shared_ptr<GpuWorkerDecoders>> decoders =
+      GpuWorkerDecoders::Create(GpuBatchDecoder::kHost);
+  ASSERT_TRUE(decoders.ok()) << decoders.status();
+  EXPECT_EQ((*decoders)->device(), GpuBatchDecoder::kHost);
+  EXPECT_EQ((*decoders)->decoder(), "cpu");
+  EXPECT_FALSE((*decoders)->nvjpeg_hardware());
+  const Drawn by_consumer = Draw(p, 2);
+  const Drawn ahead = Draw(p, 2, DecodedBy::kWorkersAhead, *decoders);
+  ExpectSameDraws(ahead, by_consumer, 15, 4);
+  const GpuBatchDecoder::Stats stats = (*decoders)->stats();
+  EXPECT_EQ(stats.batches, 4);
+  EXPECT_EQ(stats.images, 15);
+  EXPECT_EQ(stats.worker_decoded_images, 1);  // the CMYK JPEG
+  EXPECT_EQ(stats.cpu_fallback_images, 14);
+  EXPECT_GE((*decoders)->decoders(), 1);
+  EXPECT_LE((*decoders)->decoders(), 2);
+}
+
+// The decoders outlive a Loader: the next one's workers lease the same ones.
+TEST(GpuDecodeStageTest, WorkerDecodersAreKeptFromLoaderToLoader) {
+  TempDir dir;
+  const Pipeline p =
+      Source(TestShard(dir)).DecodeOnGpu("rgb8", {.resize = {ResizeMode::kStretch, 8, 8}}).Batched(5);
+  absl::StatusOr<std::shared_ptr<GpuWorkerDecoders>> decoders =
+      GpuWorkerDecoders::Create(GpuBatchDecoder::kHost);
+  ASSERT_TRUE(decoders.ok()) << decoders.status();
+  for (int run = 1; run <= 3; ++run) {
+    EXPECT_EQ(Draw(p, 2, DecodedBy::kWorkersAhead, *decoders).keys.size(), 15u);
+    EXPECT_EQ((*decoders)->stats().images, 15 * run);
   }
+  EXPECT_GE((*decoders)->decoders(), 1);
+  EXPECT_LE((*decoders)->decoders(), 2) << "at most one decoder per worker running at once";
+}
+
+TEST(GpuDecodeStageTest, DecodingOnTheHostAndAheadExcludeEachOther) {
+  TempDir dir;
+  absl::StatusOr<std::shared_ptr<GpuWorkerDecoders>> decoders =
+      GpuWorkerDecoders::Create(GpuBatchDecoder::kHost);
+  ASSERT_TRUE(decoders.ok()) << decoders.status();
+  Loader loader(Source(TestShard(dir)).DecodeOnGpu("rgb8").Batched(4),
+                {.decode_gpu_jobs_on_host = true, .gpu_decoders = *decoders});
+  absl::StatusOr<std::optional<Sample>> batch = loader.Next();
+  ASSERT_FALSE(batch.ok());
+  EXPECT_EQ(batch.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ToStd(batch.status().message()),
+            "LoaderOptions: decode_gpu_jobs_on_host and gpu_decoders exclude each other");
 }
 
 TEST(GpuDecodeStageTest, WorkersDecodeIntoTheLoadersBatchPool) {
@@ -566,8 +660,84 @@ TEST(GpuDecodeStageTest, UndecodableScanDecodedInAWorkerIsTheLoadersErrorNamingT
                              "/shard-000001.tar: key s15: field jpg: ")));
 }
 
+TEST(GpuDecodeStageTest, UndecodableScanDecodedAheadIsTheLoadersErrorNamingTheSite) {
+  TempDir dir;
+  absl::StatusOr<std::shared_ptr<GpuWorkerDecoders>> decoders =
+      GpuWorkerDecoders::Create(GpuBatchDecoder::kHost);
+  ASSERT_TRUE(decoders.ok()) << decoders.status();
+  Loader loader(Source(TestShard(dir, UndefinedHuffmanTable()))
+                    .DecodeOnGpu("rgb8", {.resize = {ResizeMode::kStretch, 16, 16}})
+                    .Batched(16),
+                {.workers = 1, .gpu_decoders = *decoders});
+  absl::StatusOr<std::optional<Sample>> batch = loader.Next();
+  ASSERT_FALSE(batch.ok());
+  EXPECT_THAT(ToStd(batch.status().message()),
+              StartsWith(Cat("decode on cuda: ", dir.path(),
+                             "/shard-000001.tar: key s15: field jpg: ")));
+  // The decoder that failed is usable: the next epoch decodes again (and
+  // fails the same way, at the same image).
+  absl::StatusOr<std::optional<Sample>> again = loader.Next();
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().message(), batch.status().message());
+  EXPECT_EQ((*decoders)->decoders(), 1);
+}
+
 // ----------------------------------------------------------------------------
 // GpuBatchDecoder
+
+TEST(GpuBatchDecoderTest, DecodeAheadThenFinishIsDecode) {
+  TempDir dir;
+  for (const ImageDecodeOptions& image :
+       {RandomCropsAndFlips(), ImageDecodeOptions{.resize = {ResizeMode::kCenterCrop, 24, 24}}}) {
+    Loader loader(Source(TestShard(dir)).DecodeOnGpu("torchrgb", image).Batched(15),
+                  {.workers = 1});
+    absl::StatusOr<std::optional<Sample>> batch = loader.Next();
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    const auto& jobs = std::get<BytesList>(*(*batch)->Find("jpg"));
+    absl::StatusOr<std::unique_ptr<GpuBatchDecoder>> decoder =
+        GpuBatchDecoder::Create(GpuBatchDecoder::kHost);
+    ASSERT_TRUE(decoder.ok());
+    absl::StatusOr<Array> decoded = (*decoder)->DecodeToArray(jobs, nullptr, nullptr);
+    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    absl::StatusOr<std::shared_ptr<PendingImages>> pending =
+        (*decoder)->DecodeAhead(jobs, nullptr, nullptr, nullptr);
+    ASSERT_TRUE(pending.ok()) << pending.status();
+    EXPECT_EQ((*decoder)->stats().batches, 2);
+    EXPECT_EQ((*decoder)->stats().images, 30);
+    // The pending images keep what they need: the decoder and the jobs may go.
+    decoder->reset();
+    (*batch).reset();
+    const PendingImages& p = **pending;
+    EXPECT_EQ(p.device(), GpuBatchDecoder::kHost);
+    EXPECT_EQ(p.type_name(), "images decoded on the host, not yet finished into a batch");
+    EXPECT_EQ(p.layout().shape, decoded->shape);
+    EXPECT_EQ(p.layout().dtype, DType::kFloat32);
+    EXPECT_TRUE(p.layout().channels_first);
+    for (int finish = 0; finish < 2; ++finish) {  // finishing again writes the same
+      std::vector<uint8_t> out(decoded->nbytes(), 0xee);
+      ASSERT_TRUE((*pending)->Finish(out.data(), nullptr).ok());
+      EXPECT_EQ(std::memcmp(out.data(), decoded->data.data(), out.size()), 0) << "finish " << finish;
+    }
+  }
+}
+
+TEST(GpuBatchDecoderTest, DecodeAheadErrorNamesTheJobAsDecodeDoes) {
+  TempDir dir;
+  absl::StatusOr<std::optional<Sample>> batch = FirstBatch(dir, UndefinedHuffmanTable());
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  absl::StatusOr<std::unique_ptr<GpuBatchDecoder>> decoder =
+      GpuBatchDecoder::Create(GpuBatchDecoder::kHost);
+  ASSERT_TRUE(decoder.ok());
+  const auto& jobs = std::get<BytesList>(*(*batch)->Find("jpg"));
+  absl::StatusOr<std::shared_ptr<PendingImages>> pending =
+      (*decoder)->DecodeAhead(jobs, nullptr, nullptr, nullptr);
+  ASSERT_FALSE(pending.ok());
+  absl::StatusOr<Array> out = (*decoder)->DecodeToArray(jobs, nullptr, nullptr);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(pending.status(), out.status());
+  EXPECT_THAT(ToStd(pending.status().message()),
+              StartsWith(Cat("decode on cuda: ", dir.path(), "/shard-000001.tar: key s15: field jpg: ")));
+}
 
 TEST(GpuBatchDecoderTest, HostDecoderCountsWhatItDecoded) {
   TempDir dir;
@@ -614,6 +784,13 @@ TEST(GpuBatchDecoderTest, DeviceDecoderWithoutADeviceIsUnavailableNamingWhy) {
   if (decoder.ok()) GTEST_SKIP() << "a CUDA device is present: gpu_jobs_device_test runs";
   EXPECT_EQ(decoder.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(ToStd(decoder.status().message()), StartsWith("decode on cuda:0: "));
+}
+
+TEST(GpuBatchDecoderTest, WorkerDecodersWithoutADeviceAreUnavailableNamingWhy) {
+  absl::StatusOr<std::shared_ptr<GpuWorkerDecoders>> decoders = GpuWorkerDecoders::Create(0);
+  if (decoders.ok()) GTEST_SKIP() << "a CUDA device is present: gpu_jobs_device_test runs";
+  EXPECT_EQ(decoders.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(ToStd(decoders.status().message()), StartsWith("decode on cuda:0: "));
 }
 
 }  // namespace

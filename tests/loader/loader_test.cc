@@ -544,6 +544,9 @@ TEST(LoaderTest, ZeroWorkersIsInvalidArgument) {
   // The error is permanent, not one epoch's.
   EXPECT_EQ(loader.Next().status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(spec.live->load(), 0);
+  // A loader that failed its setup still has a (never used) batch pool.
+  ASSERT_NE(loader.pool(), nullptr);
+  EXPECT_FALSE(loader.pool()->pinned());
 }
 
 TEST(LoaderTest, ZeroPrefetchIsInvalidArgumentAndBeginThrows) {

@@ -143,15 +143,21 @@ TEST_F(WdsBenchTest, DeviceOptionErrorsNameTheOption) {
   ToolRun none = Bench("--device cuda --decode none " + Shards());
   EXPECT_EQ(none.status, 1);
   EXPECT_THAT(none.err, HasSubstr("--device cuda needs an image --decode spec, not none"));
+  ToolRun in_workers = Bench("--decode-in-workers " + Shards());
+  EXPECT_EQ(in_workers.status, 1);
+  EXPECT_THAT(in_workers.err, HasSubstr("--decode-in-workers needs --device cuda (the CPU path "
+                                        "always decodes in the workers)"));
 }
 
 TEST_F(WdsBenchTest, DeviceCudaWithoutAGpuFailsNamingWhy) {
   if (std::system("nvidia-smi -L > /dev/null 2>&1") == 0) {
     GTEST_SKIP() << "tests the refusal without a GPU; this machine has one";
   }
-  ToolRun run = Bench("--device cuda " + Shards());
-  EXPECT_EQ(run.status, 1);
-  EXPECT_THAT(run.err, HasSubstr("wds-bench: decode on cuda:0: "));
+  for (const std::string mode : {"", "--decode-in-workers "}) {
+    ToolRun run = Bench("--device cuda " + mode + Shards());
+    EXPECT_EQ(run.status, 1) << mode;
+    EXPECT_THAT(run.err, HasSubstr("wds-bench: decode on cuda:0: ")) << mode;
+  }
 }
 
 TEST_F(WdsBenchTest, OneWorkerHasOnePartialBatch) {

@@ -913,5 +913,102 @@ TEST(DevicePrefetcherTest, GpuJobsOnCudaAreDecodedOnTheDevice) {
   EXPECT_EQ(n, 3u);
 }
 
+// A Loader whose workers decode ahead (LoaderOptions::gpu_decoders, here on
+// the host): the prefetcher finishes their PendingImages into the same
+// tensors, in the layout asked for.
+std::shared_ptr<GpuWorkerDecoders> WorkerDecoders(int device) {
+  absl::StatusOr<std::shared_ptr<GpuWorkerDecoders>> made = GpuWorkerDecoders::Create(device);
+  EXPECT_TRUE(made.ok()) << made.status();
+  return made.ok() ? *made : nullptr;
+}
+
+TEST(DevicePrefetcherTest, ImagesTheWorkersDecodedAreFinishedOnTheCpu) {
+  testing::TempDir dir;
+  for (const std::string spec : {"torchrgb", "rgb8"}) {
+    const Pipeline recipe = JpegRecipe(dir, spec);
+    const std::vector<torch::Tensor> expected = HostImages(recipe);
+    ASSERT_EQ(expected.size(), 3u);
+    Loader loader(recipe, {.workers = 1, .gpu_decoders = WorkerDecoders(GpuBatchDecoder::kHost)});
+    DevicePrefetcher prefetcher(loader, {.tensor = {.layout = TensorLayout::kNCHW}});
+    size_t n = 0;
+    for (const TensorBatch& batch : prefetcher) {
+      ASSERT_LT(n, expected.size());
+      EXPECT_EQ(batch[0].sizes(), (std::vector<int64_t>{4, 3, 16, 20})) << spec;
+      // rgb8 is decoded channels last: kNCHW is the permuted view.
+      const torch::Tensor want = spec == "rgb8" ? expected[n].permute({0, 3, 1, 2}) : expected[n];
+      EXPECT_TRUE(torch::equal(batch[0], want)) << spec << " batch " << n;
+      EXPECT_EQ(batch[1].size(0), 4);
+      ++n;
+    }
+    EXPECT_EQ(n, 3u) << spec;
+  }
+}
+
+// Sample batch holding the first batch's images decoded ahead on the host.
+std::optional<Sample> FirstPendingBatch(const Pipeline& recipe) {
+  Loader loader(recipe, {.workers = 1, .gpu_decoders = WorkerDecoders(GpuBatchDecoder::kHost)});
+  absl::StatusOr<std::optional<Sample>> batch = loader.Next();
+  EXPECT_TRUE(batch.ok()) << batch.status();
+  return batch.ok() ? *std::move(batch) : std::nullopt;
+}
+
+TEST(DevicePrefetcherTest, PendingImagesToTensorRefusesAnotherDevice) {
+  testing::TempDir dir;
+  const Pipeline recipe = JpegRecipe(dir);
+  const std::vector<torch::Tensor> expected = HostImages(recipe);
+  const std::optional<Sample> batch = FirstPendingBatch(recipe);
+  ASSERT_TRUE(batch.has_value());
+  auto* pending = dynamic_cast<PendingImages*>(std::get<ObjectRef>((*batch)[0].second).get());
+  ASSERT_NE(pending, nullptr);
+  EXPECT_TRUE(torch::equal(PendingImagesToTensor(*pending, torch::kCPU), expected[0]));
+  if (!torch::cuda::is_available()) {
+    EXPECT_THROW(PendingImagesToTensor(*pending, torch::kCUDA), c10::ValueError);
+    return;
+  }
+  try {
+    PendingImagesToTensor(*pending, torch::Device(torch::kCUDA, 0));
+    ADD_FAILURE() << "no ValueError";
+  } catch (const c10::ValueError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("PendingImagesToTensor: images decoded on the host, not yet "
+                                    "finished into a batch, the tensor is for cuda:0"));
+  }
+}
+
+TEST(DevicePrefetcherTest, ToTensorOfPendingImagesIsTypeErrorSayingWhatFinishesThem) {
+  testing::TempDir dir;
+  const std::optional<Sample> batch = FirstPendingBatch(JpegRecipe(dir));
+  ASSERT_TRUE(batch.has_value());
+  try {
+    ToTensor(*batch, (*batch)[0].first);
+    ADD_FAILURE() << "no TypeError";
+  } catch (const c10::TypeError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("the value is images decoded on the host, not yet finished "
+                                    "into a batch, with no tensor form of its own "
+                                    "(DevicePrefetcher finishes it into a tensor)"));
+  }
+}
+
+TEST(DevicePrefetcherTest, ImagesTheWorkersDecodedOnCudaAreFinishedThere) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  testing::TempDir dir;
+  const Pipeline recipe = JpegRecipe(dir);
+  const std::vector<torch::Tensor> expected = HostImages(recipe);
+  const std::shared_ptr<GpuWorkerDecoders> decoders = WorkerDecoders(0);
+  ASSERT_NE(decoders, nullptr);
+  Loader loader(recipe, {.workers = 1, .gpu_decoders = decoders});
+  DevicePrefetcher prefetcher(loader, {.device = torch::Device(torch::kCUDA, 0)});
+  size_t n = 0;
+  for (const TensorBatch& batch : prefetcher) {
+    ASSERT_LT(n, expected.size());
+    EXPECT_TRUE(batch[0].is_cuda());
+    const double worst = (batch[0].cpu() - expected[n]).abs().max().item<double>();
+    EXPECT_LE(worst, 2.0 / 255 / 0.224 + 1e-5) << "batch " << n;
+    ++n;
+  }
+  EXPECT_EQ(n, 3u);
+  EXPECT_EQ(decoders->stats().images, 12);
+  EXPECT_EQ(decoders->stats().nvjpeg_images, 12);
+}
+
 }  // namespace
 }  // namespace wds

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -25,12 +26,26 @@
 
 namespace wds {
 
+// ValueObject is a value that is none of the plain kinds below, made by the
+// loader itself: the images a Loader's worker decoded on a GPU, which the
+// consumer finishes into its batch tensor (wds::PendingImages,
+// wds/gpu/gpu_decode.h). Copies of a Sample share it.
+class ValueObject {
+ public:
+  virtual ~ValueObject() = default;
+  // type_name names it in messages ("images decoded on cuda:0, not yet finished").
+  virtual std::string type_name() const = 0;
+};
+using ObjectRef = std::shared_ptr<ValueObject>;
+
 // Value is bytes (an undecoded field), text, an integer, a floating-point
-// number, an array (decoded images, npy, collated numbers), or, in batches, a
-// list of texts or a list of bytes (collated string and bytes fields).
+// number, an array (decoded images, npy, collated numbers), in batches a list
+// of texts or a list of bytes (collated string and bytes fields), or a
+// ValueObject.
 using TextList = std::vector<std::string>;
 using BytesList = std::vector<Buffer>;
-using Value = std::variant<Buffer, std::string, int64_t, double, Array, TextList, BytesList>;
+using Value =
+    std::variant<Buffer, std::string, int64_t, double, Array, TextList, BytesList, ObjectRef>;
 
 // kKeyField and kUrlField name the two fields every tar sample carries.
 inline constexpr std::string_view kKeyField = "__key__";

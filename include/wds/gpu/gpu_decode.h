@@ -31,7 +31,9 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -112,7 +114,46 @@ struct GpuBatchLayout {
                                                           const TextList* keys = nullptr,
                                                           const TextList* urls = nullptr);
 
-// GpuBatchDecoder decodes columns of jobs. Not thread-safe: one per consumer.
+// PendingImages is a batch's column of jobs decoded at full size by
+// GpuBatchDecoder::DecodeAhead (a Loader's worker, with
+// LoaderOptions::decode_gpu_jobs_on_device), waiting for Finish to write the
+// batch: one launch of the resize/crop/normalize kernel into the consumer's
+// tensor, on the consumer's stream, after a GPU-side wait for the decode. So
+// the consumer's host work per batch is a stream wait, a launch and an event,
+// and the decode itself runs on the workers' threads.
+//
+// The full-size pixels lie in memory of the decoder's block pool; they return
+// to it when the last reference is dropped (on any thread), for reuse once the
+// last Finish's kernel has run (or the decode, when never finished): the pool
+// makes the next batch's stream wait for that, on the GPU.
+// Finish from one thread at a time.
+class PendingImages : public ValueObject {
+ public:
+  // layout is what Finish writes: GpuJobLayout of the jobs.
+  const GpuBatchLayout& layout() const { return layout_; }
+  // device is the CUDA device of the pixels (GpuBatchDecoder::kHost: host memory).
+  int device() const { return device_; }
+  // "images decoded on cuda:0, not yet finished into a batch".
+  std::string type_name() const override;
+
+  // Finish writes the batch into `out`: layout().nbytes() bytes of memory on
+  // device() (host memory for kHost), enqueued on `stream` (a cudaStream_t of
+  // that device; null is the legacy default stream; ignored on kHost). `out`
+  // is ready once the stream reaches this point. May be called again (another
+  // tensor, another stream). Errors: Internal naming a CUDA error.
+  [[nodiscard]] virtual absl::Status Finish(void* out, void* stream) = 0;
+
+ protected:
+  PendingImages(GpuBatchLayout layout, int device)
+      : layout_(std::move(layout)), device_(device) {}
+
+ private:
+  GpuBatchLayout layout_;
+  int device_;
+};
+
+// GpuBatchDecoder decodes columns of jobs. Not thread-safe: one per consumer
+// (or per worker, for DecodeAhead).
 class GpuBatchDecoder {
  public:
   static constexpr int kHost = -1;
@@ -162,14 +203,23 @@ class GpuBatchDecoder {
   // Decode writes the column `jobs` into `out`: layout.nbytes() bytes of
   // device memory of this decoder's device (or host memory for kHost), where
   // layout is GpuJobLayout(jobs). On a device, the work is enqueued on
-  // `stream` (a cudaStream_t; null is the legacy default stream; a batch on
-  // another stream than the last first waits for the last) and `out` is
+  // `stream` (a cudaStream_t; null is the legacy default stream) and `out` is
   // ready once the stream reaches this point; `jobs` may be released when
   // Decode returns. Errors: GpuJobLayout's; for a JPEG neither nvJPEG nor the
   // CPU decoder can decode, the CPU decoder's error naming the URL and key;
   // Internal naming a CUDA or nvJPEG error.
   [[nodiscard]] virtual absl::Status Decode(const BytesList& jobs, const TextList* keys,
                                             const TextList* urls, void* out, void* stream) = 0;
+
+  // DecodeAhead is Decode's first half: it checks the jobs and decodes them
+  // at full size (nvJPEG, the workers' pixels, the CPU fallback) into memory
+  // of this decoder's block pool, enqueued on `stream` (ignored on kHost, where
+  // it decodes on the calling thread), and returns them for Finish to write
+  // into the batch later, on another stream or thread. On a device, Decode is
+  // DecodeAhead then Finish on the same stream. `jobs` may be released when
+  // it returns. Errors: Decode's.
+  [[nodiscard]] virtual absl::StatusOr<std::shared_ptr<PendingImages>> DecodeAhead(
+      const BytesList& jobs, const TextList* keys, const TextList* urls, void* stream) = 0;
 
   // DecodeToArray decodes on the host into a new Array, whose storage comes
   // from `pool` when given (else malloc). REQUIRES: kHost. Errors: Decode's;
@@ -193,6 +243,45 @@ class GpuBatchDecoder {
  protected:
   GpuBatchDecoder() = default;
   Stats stats_;
+};
+
+// GpuWorkerDecoders are the decoders of a Loader's workers
+// (LoaderOptions::decode_gpu_jobs_on_device): each DecodeAhead call leases one,
+// with a CUDA stream of its own, so the workers decode side by side and the
+// consumer only finishes the batches (PendingImages::Finish). They are made
+// as workers need them (at most one per worker running at once) and kept
+// from epoch to epoch, with their nvJPEG handles, staging and device memory.
+// Thread-safe.
+class GpuWorkerDecoders {
+ public:
+  // Create makes the first decoder, so that a device that cannot decode is a
+  // setup error. Errors: GpuBatchDecoder::Create's; Internal naming a CUDA
+  // error.
+  [[nodiscard]] static absl::StatusOr<std::shared_ptr<GpuWorkerDecoders>> Create(
+      int device, GpuBatchDecoder::Options options = {});
+  ~GpuWorkerDecoders();
+  GpuWorkerDecoders(const GpuWorkerDecoders&) = delete;
+  GpuWorkerDecoders& operator=(const GpuWorkerDecoders&) = delete;
+
+  // DecodeAhead replaces every GPU job column of `batch` with the
+  // PendingImages it decodes to. Errors: GpuBatchDecoder::DecodeAhead's; its
+  // decoder stays usable.
+  [[nodiscard]] absl::Status DecodeAhead(Sample& batch);
+
+  int device() const { return device_; }
+  // decoder and nvjpeg_hardware: GpuBatchDecoder's (every decoder's alike).
+  std::string decoder() const;
+  bool nvjpeg_hardware() const;
+  // stats sums the decoders' stats over every DecodeAhead so far.
+  GpuBatchDecoder::Stats stats() const;
+  // decoders is how many decoders exist: the most workers that decoded at once.
+  int decoders() const;
+
+ private:
+  struct Impl;
+  GpuWorkerDecoders(int device, std::unique_ptr<Impl> impl);
+  int device_;
+  std::unique_ptr<Impl> impl_;
 };
 
 // DecodeGpuJobsToArray decodes a column of jobs on the host into a new Array

@@ -48,6 +48,8 @@
 
 namespace wds {
 
+class GpuWorkerDecoders;
+
 struct LoaderOptions {
   int workers = 1;   // >= 1
   int prefetch = 2;  // items queued per worker, >= 1
@@ -79,6 +81,17 @@ struct LoaderOptions {
   // handlers ran when the batch was formed). Jobs the workers decode are not
   // made in pinned memory.
   bool decode_gpu_jobs_on_host = false;
+  // gpu_decoders, when set, make each worker decode its items' GPU job
+  // columns on their device (GpuBatchDecoder::DecodeAhead, each worker with a
+  // decoder and stream of its own): nvJPEG's host work then runs on every
+  // worker rather than on the consumer's one thread. The items hold
+  // PendingImages in those columns' places, which the consumer finishes into
+  // its batch tensors on its own stream (DevicePrefetcher and the Python
+  // Loader(device="cuda") do). Make them with GpuWorkerDecoders::Create(device)
+  // (a device that cannot decode fails there), and give the same ones to the
+  // next Loader to keep nvJPEG's handles and the memory. A decode error is as
+  // for decode_gpu_jobs_on_host. Not with decode_gpu_jobs_on_host.
+  std::shared_ptr<GpuWorkerDecoders> gpu_decoders;
 };
 
 // LoaderError carries the Status of an error met during range-for iteration.

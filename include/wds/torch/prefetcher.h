@@ -18,9 +18,11 @@
 // Batches of Pipeline::DecodeOnGpu: their image columns are decoded on the
 // device (nvJPEG and one kernel, wds/gpu/gpu_decode.h) on the side stream,
 // straight into the batch tensor; on the CPU, by the host decoder on the
-// calling thread (a Loader made with LoaderOptions::decode_gpu_jobs_on_host
-// has its workers decode them instead, in parallel: its batches then hold
-// arrays).
+// calling thread. A Loader made with LoaderOptions::gpu_decoders has its
+// workers decode them instead, in parallel, and this thread only finishes
+// them (one kernel launch; PendingImagesToTensor); one made with
+// decode_gpu_jobs_on_host has its workers decode them on the host (its batches
+// then hold arrays).
 //
 // On the CPU the tensors are zero-copy views of the batch (ToTensorBatch); the
 // prefetcher still draws one batch ahead, so order, end of epoch and errors
@@ -58,6 +60,7 @@
 namespace wds {
 
 class GpuBatchDecoder;
+class PendingImages;
 
 // GpuJobsToTensor decodes position `field` of `batch`, a column of GPU jobs
 // (Pipeline::DecodeOnGpu), into a new tensor on `device` ("cuda" without an
@@ -71,6 +74,14 @@ class GpuBatchDecoder;
 torch::Tensor GpuJobsToTensor(const Sample& batch, size_t field, const torch::Device& device,
                               std::unique_ptr<GpuBatchDecoder>& decoder,
                               GpuBatchLayout* layout = nullptr);
+
+// PendingImagesToTensor finishes `pending` (a batch's images that a Loader's
+// workers decoded, LoaderOptions::gpu_decoders) into a new tensor on `device`
+// ("cuda" without an index: the current device), which must be where the
+// images are (their CUDA device; the CPU for GpuBatchDecoder::kHost); on CUDA
+// on the device's current stream, which the tensor is allocated on. Throws
+// c10::ValueError for another device, wds::LoaderError for a CUDA error.
+torch::Tensor PendingImagesToTensor(PendingImages& pending, const torch::Device& device);
 
 struct DevicePrefetcherOptions {
   // device is torch::kCPU or a CUDA device; a CUDA device without an index is
