@@ -390,11 +390,13 @@ class GpuConsumer {
 #endif
   }
 
-  absl::Status Init(int device, bool in_workers, Result& result) {
+  // Init makes the decoder, or with `in_workers` one decoder per worker, so
+  // that none is made within the timed run.
+  absl::Status Init(int device, bool in_workers, int workers, Result& result) {
 #if WDS_BENCH_CUDA
     const Clock::time_point start = Clock::now();
     if (in_workers) {
-      auto made = wds::GpuWorkerDecoders::Create(device);
+      auto made = wds::GpuWorkerDecoders::Create(device, {}, workers);
       if (!made.ok()) return made.status();
       workers_ = *std::move(made);
       result.gpu_decoder = workers_->decoder();
@@ -412,6 +414,7 @@ class GpuConsumer {
 #else
     (void)result;
     (void)in_workers;
+    (void)workers;
     // The library says why it cannot decode there (no device, no kernels).
     auto made = wds::GpuBatchDecoder::Create(device);
     if (!made.ok()) return made.status();
@@ -429,7 +432,8 @@ class GpuConsumer {
     size_t column = 0;
     for (const auto& [name, value] : batch) {
       const auto* object = std::get_if<wds::ObjectRef>(&value);
-      auto* pending = object != nullptr ? dynamic_cast<wds::PendingImages*>(object->get()) : nullptr;
+      auto* pending =
+          object != nullptr ? dynamic_cast<wds::PendingImages*>(object->get()) : nullptr;
       if (pending == nullptr && !wds::IsGpuJobColumn(value)) continue;
       wds::GpuBatchLayout layout;
       if (pending != nullptr) {
@@ -441,10 +445,9 @@ class GpuConsumer {
       }
       absl::StatusOr<void*> out = Output(column++, layout.nbytes());
       if (!out.ok()) return out.status();
-      absl::Status s = pending != nullptr
-                           ? pending->Finish(*out, stream_)
-                           : decoder_->Decode(std::get<wds::BytesList>(value), keys, urls, *out,
-                                              stream_);
+      absl::Status s = pending != nullptr ? pending->Finish(*out, stream_)
+                                          : decoder_->Decode(std::get<wds::BytesList>(value), keys,
+                                                             urls, *out, stream_);
       if (!s.ok()) return s;
     }
 #else
@@ -515,7 +518,8 @@ absl::StatusOr<Result> RunOnce(const Config& config, int workers) {
   // the run's clock, page faults and CPU time start after it.
   GpuConsumer gpu;
   if (config.device >= 0) {
-    if (absl::Status s = gpu.Init(config.device, config.decode_in_workers, result); !s.ok()) {
+    if (absl::Status s = gpu.Init(config.device, config.decode_in_workers, workers, result);
+        !s.ok()) {
       return s;
     }
   }
@@ -593,9 +597,9 @@ std::string Fixed(double value, int digits) {
 std::string GpuJson(const Config& config, const Result& r) {
   if (config.device < 0) return ", \"device\": \"cpu\"";
   return wds::Cat(", \"device\": \"cuda:", config.device, "\", \"gpu_decoder\": \"", r.gpu_decoder,
-                  "\", \"gpu_init_s\": ", Fixed(r.gpu_init_s, 6), ", \"decode_in_workers\": ",
-                  config.decode_in_workers ? "true" : "false", ", \"gpu_decoders\": ",
-                  config.decode_in_workers ? r.gpu_decoders : 1,
+                  "\", \"gpu_init_s\": ", Fixed(r.gpu_init_s, 6),
+                  ", \"decode_in_workers\": ", config.decode_in_workers ? "true" : "false",
+                  ", \"gpu_decoders\": ", config.decode_in_workers ? r.gpu_decoders : 1,
                   // The decoder's stats(), named as the Python binding names them.
                   ", \"gpu_stats\": {\"batches\": ", r.gpu.batches, ", \"images\": ", r.gpu.images,
                   ", \"nvjpeg_images\": ", r.gpu.nvjpeg_images,

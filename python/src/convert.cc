@@ -6,6 +6,7 @@
 #include <mutex>
 #include <unordered_set>
 #include <utility>
+#include <variant>
 
 #include "arrays.h"
 #include "gpu.h"
@@ -131,6 +132,8 @@ py::handle OpaqueObject(const wds::Buffer& buffer) {
 }
 
 py::object ValueToPython(wds::Value&& value, int kind) {
+  // The cases below are Value's alternatives by index: a new one must be added here.
+  static_assert(std::variant_size_v<wds::Value> == 8);
   switch (value.index()) {
     case 0:
       return BytesToPython(std::get<wds::Buffer>(value));

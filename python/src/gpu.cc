@@ -34,6 +34,17 @@ py::tuple Layout(const GpuJobs& jobs) {
   return LayoutTuple(*layout);
 }
 
+// ToArrayPool recycles the storage of GpuJobs.to_array()'s arrays (the
+// batches of a torch DataLoader, decoded by wds.decode_gpu_jobs): steady
+// batches reuse memory freed by the last ones instead of faulting fresh
+// pages in for each. At most 256 MB stay cached. Never destroyed (arrays keep
+// its state alive, and may outlive the module).
+wds::BufferPool& ToArrayPool() {
+  static auto* pool =
+      new wds::BufferPool(wds::AlignedHostAllocator(), {.max_cached_bytes = size_t{256} << 20});
+  return *pool;
+}
+
 // StatsToPython is GpuBatchDecoder::Stats as a dict, seconds by phase in a dict.
 py::dict StatsToPython(const wds::GpuBatchDecoder::Stats& s) {
   py::dict out;
@@ -69,7 +80,7 @@ py::object ObjectToPython(wds::ObjectRef object) {
   if (auto pending = std::dynamic_pointer_cast<wds::PendingImages>(object)) {
     return py::cast(std::move(pending));
   }
-  throw py::type_error("a batch holds " + object->type_name() + ", which has no Python form");
+  throw py::type_error("a batch holds " + object->TypeName() + ", which has no Python form");
 }
 
 void RegisterGpu(py::module_& m) {
@@ -94,22 +105,23 @@ void RegisterGpu(py::module_& m) {
             absl::StatusOr<wds::Array> array;
             {
               py::gil_scoped_release release;
-              array = wds::DecodeGpuJobsToArray(j.jobs, &j.keys, &j.urls);
+              array = wds::DecodeGpuJobsToArray(j.jobs, &j.keys, &j.urls, &ToArrayPool());
             }
             ThrowIfError(array.status());
             return ArrayToNumpy(*std::move(array));
           },
           "The batch decoded on the host (the CPU decoder and the CPU path's resampler, the "
-          "kernel's bytes), as a NumPy array.")
+          "kernel's bytes), as a NumPy array (its memory recycled from batch to batch).")
       .def_property_readonly("keys", [](const GpuJobs& j) { return j.keys; });
 
   py::class_<wds::PendingImages, std::shared_ptr<wds::PendingImages>>(
       m, "PendingImages",
-      "A batch's images decoded at full size by a Loader's worker (decode_gpu_jobs_on_device), "
+      "A batch's images decoded at full size by a Loader's worker (Loader(gpu_decoders=...)), "
       "waiting to be finished (resized, cropped, normalized) into the batch's tensor.")
       .def("__len__", [](const wds::PendingImages& p) { return p.layout().shape.at(0); })
-      .def("layout", [](const wds::PendingImages& p) { return LayoutTuple(p.layout()); },
-           "(dtype name, shape) of the finished batch.")
+      .def(
+          "layout", [](const wds::PendingImages& p) { return LayoutTuple(p.layout()); },
+          "(dtype name, shape) of the finished batch.")
       .def_property_readonly("device", &wds::PendingImages::device,
                              "The CUDA device index of the pixels (-1: the host).")
       .def(
@@ -126,9 +138,8 @@ void RegisterGpu(py::module_& m) {
           "Enqueues the batch's writing into memory at address `out` (layout()'s bytes, on "
           "`device`) on CUDA stream `stream` (an address; 0 is the default stream), after the "
           "worker's decode. On the host (device -1) it writes now.")
-      .def("__repr__", [](const wds::PendingImages& p) {
-        return "<PendingImages: " + p.type_name() + ">";
-      });
+      .def("__repr__",
+           [](const wds::PendingImages& p) { return "<PendingImages: " + p.TypeName() + ">"; });
 
   py::class_<wds::GpuBatchDecoder>(m, "GpuBatchDecoder",
                                    "Decodes GpuJobs on one CUDA device (nvJPEG where built).")
@@ -163,23 +174,27 @@ void RegisterGpu(py::module_& m) {
       m, "GpuWorkerDecoders",
       "The decoders of a Loader's workers (Loader(gpu_decoders=...)): each worker decodes its "
       "batches' GpuJobs on the device, and the batches hold PendingImages.")
-      .def(py::init([](int device, int max_cpu_threads) {
+      .def(py::init([](int device, int max_cpu_threads, int decoders) {
              absl::StatusOr<std::shared_ptr<wds::GpuWorkerDecoders>> d;
              {
                py::gil_scoped_release release;
-               d = wds::GpuWorkerDecoders::Create(device, {.max_cpu_threads = max_cpu_threads});
+               d = wds::GpuWorkerDecoders::Create(device, {.max_cpu_threads = max_cpu_threads},
+                                                  decoders);
              }
              ThrowIfError(d.status());
              return *std::move(d);
            }),
-           py::arg("device"), py::arg("max_cpu_threads") = 4)
+           py::arg("device"), py::arg("max_cpu_threads") = 4, py::arg("decoders") = 1,
+           "Makes `decoders` decoders now (one per worker keeps their set-up out of the first "
+           "batches); the calling thread's current CUDA device becomes `device`.")
       .def_property_readonly("device", &wds::GpuWorkerDecoders::device)
       .def_property_readonly("decoder", &wds::GpuWorkerDecoders::decoder)
       .def_property_readonly("nvjpeg_hardware", &wds::GpuWorkerDecoders::nvjpeg_hardware)
       .def_property_readonly("decoders", &wds::GpuWorkerDecoders::decoders,
                              "How many decoders exist: the most workers that decoded at once.")
-      .def("stats", [](const wds::GpuWorkerDecoders& d) { return StatsToPython(d.stats()); },
-           "GpuBatchDecoder.stats() summed over the workers' decoders.");
+      .def(
+          "stats", [](const wds::GpuWorkerDecoders& d) { return StatsToPython(d.stats()); },
+          "GpuBatchDecoder.stats() summed over the workers' decoders.");
 }
 
 }  // namespace wdspy

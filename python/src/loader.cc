@@ -204,8 +204,7 @@ void RegisterLoader(py::module_& m) {
            py::arg("prefetch") = 2, py::arg("ordered") = true, py::arg("pin_memory") = false,
            py::arg("rank") = 0, py::arg("world_size") = 1, py::arg("device") = py::none(),
            py::arg("decode_gpu_jobs_on_host") = false, py::arg("gpu_decoders") = nullptr,
-           py::arg("kinds") = py::none(),
-           py::arg("kind_names") = py::none())
+           py::arg("kinds") = py::none(), py::arg("kind_names") = py::none())
       .def("next", &Loader::Next)
       .def("stop", &Loader::Stop)
       .def("set_epoch", &Loader::SetEpoch)

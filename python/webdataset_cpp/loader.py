@@ -151,7 +151,8 @@ class Loader:
     own, and the iterating thread only finishes them into the batch tensor
     (one kernel launch), so nvJPEG's host work leaves this thread and runs on
     every worker. Without it, this thread decodes each batch (the default,
-    until measured on GPUs). Without a CUDA device the workers always decode.
+    until measured on GPUs). Without a CUDA device it is a ValueError: the
+    workers always decode then.
     """
 
     def __init__(self, dataset, workers=1, prefetch=2, pin_memory=False, ordered=True,
@@ -192,8 +193,11 @@ class Loader:
         # The workers' decoders are made here, so that a device that cannot
         # decode fails now, and kept for every epoch's workers.
         self._gpu_workers = None
-        if self._gpu is not None and decode_in_workers:
-            self._gpu_workers = _core.GpuWorkerDecoders(self._gpu.index)
+        if decode_in_workers and self._gpu is None:
+            raise ValueError("Loader(decode_in_workers=True) needs device='cuda' (without a GPU "
+                             "the workers always decode)")
+        if decode_in_workers:
+            self._gpu_workers = _core.GpuWorkerDecoders(self._gpu.index, decoders=workers)
         self._core = _core.Loader(chain, length=self._length, workers=workers, prefetch=prefetch,
                                   ordered=ordered, pin_memory=pin_memory, rank=rank,
                                   world_size=world_size, device=device,

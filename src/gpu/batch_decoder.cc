@@ -263,9 +263,39 @@ class HostBatchDecoder final : public GpuBatchDecoder {
 }  // namespace
 }  // namespace gpu
 
-std::string PendingImages::type_name() const {
-  return Cat("images decoded on ", device_ == GpuBatchDecoder::kHost ? "the host" : Cat("cuda:", device_),
+std::string PendingImages::TypeName() const {
+  return Cat("images decoded on ",
+             device_ == GpuBatchDecoder::kHost ? "the host" : Cat("cuda:", device_),
              ", not yet finished into a batch");
+}
+
+GpuBatchDecoder::Stats& GpuBatchDecoder::Stats::operator+=(const Stats& other) {
+  batches += other.batches;
+  images += other.images;
+  nvjpeg_images += other.nvjpeg_images;
+  cpu_fallback_images += other.cpu_fallback_images;
+  worker_decoded_images += other.worker_decoded_images;
+  images_read_in_place += other.images_read_in_place;
+  seconds.parse += other.seconds.parse;
+  seconds.wait += other.seconds.wait;
+  seconds.gather += other.seconds.gather;
+  seconds.nvjpeg += other.seconds.nvjpeg;
+  seconds.cpu_decode += other.seconds.cpu_decode;
+  seconds.kernel += other.seconds.kernel;
+  return *this;
+}
+
+GpuBatchDecoder::Stats& GpuBatchDecoder::Stats::operator-=(const Stats& other) {
+  Stats negated;
+  negated.batches = -other.batches;
+  negated.images = -other.images;
+  negated.nvjpeg_images = -other.nvjpeg_images;
+  negated.cpu_fallback_images = -other.cpu_fallback_images;
+  negated.worker_decoded_images = -other.worker_decoded_images;
+  negated.images_read_in_place = -other.images_read_in_place;
+  negated.seconds = {-other.seconds.parse,  -other.seconds.wait,       -other.seconds.gather,
+                     -other.seconds.nvjpeg, -other.seconds.cpu_decode, -other.seconds.kernel};
+  return *this += negated;
 }
 
 size_t GpuBatchLayout::nbytes() const {

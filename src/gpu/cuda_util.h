@@ -1,9 +1,10 @@
 // What the GPU path's CUDA runtime code shares: a CUDA error as a Status, and
-// a scoped current device. Include only where WDS_WITH_CUDA_KERNELS is set.
+// the choice of device. Include only where WDS_WITH_CUDA_KERNELS is set.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
@@ -12,33 +13,27 @@
 namespace wds::gpu {
 
 // Cuda is OK for cudaSuccess, else Internal "decode on cuda: <what>: <name>
-// (<description>)".
+// (<description>)"; ResourceExhausted for cudaErrorMemoryAllocation.
 inline absl::Status Cuda(cudaError_t e, std::string_view what) {
   if (e == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(
-      Cat("decode on cuda: ", what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"));
+  const std::string message =
+      Cat("decode on cuda: ", what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")");
+  return e == cudaErrorMemoryAllocation ? absl::ResourceExhaustedError(message)
+                                        : absl::InternalError(message);
 }
 
-// DeviceGuard makes `device` current for its scope and restores the calling
-// thread's device after (memory and events are released on whatever thread
-// drops them last: a consumer's, whose current device must not change).
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    if (cudaGetDevice(&previous_) == cudaSuccess && previous_ != device) {
-      cudaSetDevice(device);
-    } else {
-      previous_ = -1;
-    }
-  }
-  ~DeviceGuard() {
-    if (previous_ >= 0) cudaSetDevice(previous_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = -1;
-};
+// UseDevice makes `device` the calling thread's current device when it is
+// not, before a CUDA call that needs one (a launch, an allocation, a free, a
+// handle's destruction). It does not restore the previous device: on a
+// thread that has none yet, the runtime's default is device 0, and setting it
+// back would make a context there, which a rank must never do (the pinned
+// allocator, base/host_allocator.h, works the same way). So a thread that
+// drops the GPU path's objects, or finishes its batches, has their device
+// current afterwards: a rank's own GPU, in one process per GPU. A failure
+// shows in the call that follows.
+inline void UseDevice(int device) {
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess || current != device) cudaSetDevice(device);
+}
 
 }  // namespace wds::gpu

@@ -23,6 +23,7 @@
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -33,7 +34,6 @@
 #if WDS_WITH_CUDA_KERNELS
 #include <cuda_runtime_api.h>
 
-#include "absl/synchronization/mutex.h"
 #include "base/host_allocator.h"
 #include "gpu/cuda_util.h"
 #include "gpu/job_column.h"
@@ -69,16 +69,20 @@ size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 // and its PendingImages.
 class Event {
  public:
-  static absl::StatusOr<std::shared_ptr<Event>> Recorded(int device, cudaStream_t stream) {
+  static absl::StatusOr<std::shared_ptr<Event>> Create(int device) {
     auto event = std::shared_ptr<Event>(new Event(device));
-    WDS_RETURN_IF_ERROR(Cuda(cudaEventCreateWithFlags(&event->event_, cudaEventDisableTiming),
-                             "cudaEventCreate"));
+    WDS_RETURN_IF_ERROR(
+        Cuda(cudaEventCreateWithFlags(&event->event_, cudaEventDisableTiming), "cudaEventCreate"));
+    return event;
+  }
+  static absl::StatusOr<std::shared_ptr<Event>> Recorded(int device, cudaStream_t stream) {
+    WDS_ASSIGN_OR_RETURN(std::shared_ptr<Event> event, Create(device));
     WDS_RETURN_IF_ERROR(Cuda(cudaEventRecord(event->event_, stream), "cudaEventRecord"));
     return event;
   }
   ~Event() {
     if (event_ == nullptr) return;
-    DeviceGuard guard(device_);
+    UseDevice(device_);
     cudaEventDestroy(event_);  // released by CUDA once it has completed
   }
   Event(const Event&) = delete;
@@ -91,10 +95,13 @@ class Event {
   cudaEvent_t event_ = nullptr;
 };
 
-// BlockPool is device memory for decoded batches: blocks in steps of
-// kGranule, reused from batch to batch, each coming back with the event of its
-// last use, which the next user's stream waits for. Shared by a decoder and
-// the PendingImages it made (which may outlive it); thread-safe.
+// BlockPool is device memory for decoded batches, reused from batch to batch:
+// each block comes back with the event of its last use, which the stream of
+// the next batch to take it waits for (on the GPU). Blocks are made 1/8 larger
+// than asked, in steps of kGranule, so that batches whose images vary a
+// little in size share them. It holds as many blocks as batches are decoded
+// and not yet dropped. Shared by a decoder and the PendingImages it made
+// (which may outlive it); thread-safe.
 class BlockPool {
  public:
   static constexpr size_t kGranule = size_t{1} << 20;
@@ -106,18 +113,19 @@ class BlockPool {
 
   explicit BlockPool(int device) : device_(device) {}
   ~BlockPool() {
-    DeviceGuard guard(device_);
-    for (Block& b : idle_) cudaFree(b.data);
+    UseDevice(device_);
+    for (Block& b : idle_) Free(b);
   }
 
   // Acquire returns a block of at least `bytes` that `stream` may use: the
   // smallest idle one that fits (the stream first waits for its last use),
-  // else a new one. Idle blocks too small for this batch are freed first.
+  // else a new one. Idle blocks too small for this batch are freed first:
+  // that waits on the host, but only while batches grow.
   absl::StatusOr<Block> Acquire(size_t bytes, cudaStream_t stream) {
     Block block;
     std::vector<Block> too_small;
     {
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       auto best = idle_.end();
       for (auto it = idle_.begin(); it != idle_.end(); ++it) {
         if (it->bytes >= bytes && (best == idle_.end() || it->bytes < best->bytes)) best = it;
@@ -126,8 +134,7 @@ class BlockPool {
         block = std::move(*best);
         idle_.erase(best);
       } else {
-        too_small = std::move(idle_);
-        idle_.clear();
+        too_small.swap(idle_);
       }
     }
     if (block.data != nullptr) {
@@ -141,9 +148,9 @@ class BlockPool {
       }
       return block;
     }
-    // cudaFree waits for the device: this happens only while batches grow.
-    for (Block& b : too_small) cudaFree(b.data);
-    const size_t size = std::max<size_t>(1, (bytes + kGranule - 1) / kGranule) * kGranule;
+    for (Block& b : too_small) Free(b);
+    const size_t wanted = bytes + bytes / 8;
+    const size_t size = std::max<size_t>(1, (wanted + kGranule - 1) / kGranule) * kGranule;
     void* p = nullptr;
     WDS_RETURN_IF_ERROR(
         Cuda(cudaMalloc(&p, size), Cat("cudaMalloc(", size, ") for a batch's decoded images")));
@@ -153,16 +160,22 @@ class BlockPool {
   }
 
   void Return(Block block) {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     idle_.push_back(std::move(block));
   }
 
   int device() const { return device_; }
 
  private:
+  // Free waits for the block's last use, then frees it.
+  static void Free(Block& block) {
+    if (block.last_use != nullptr) cudaEventSynchronize(block.last_use->get());
+    cudaFree(block.data);
+  }
+
   const int device_;
-  absl::Mutex mu_;
-  std::vector<Block> idle_ ABSL_GUARDED_BY(mu_);
+  std::mutex mu_;
+  std::vector<Block> idle_;  // guarded by mu_ (std::mutex: ThreadSanitizer sees it)
 };
 
 // DevicePendingImages is DecodeAhead's result on a device: full-size RGB in a
@@ -186,15 +199,29 @@ class DevicePendingImages final : public PendingImages {
     pool_->Return(std::move(block_));
   }
 
+  // Finish after a Finish on another stream first waits for that one too:
+  // `finished_`, the block's last use, then covers every kernel that read it.
   absl::Status Finish(void* out, void* stream_ptr) override {
     auto stream = static_cast<cudaStream_t>(stream_ptr);
-    DeviceGuard guard(device());
+    std::lock_guard<std::mutex> lock(mu_);
+    UseDevice(device());
+    WDS_ASSIGN_OR_RETURN(std::shared_ptr<Event> finished, Event::Create(device()));
     WDS_RETURN_IF_ERROR(
         Cuda(cudaStreamWaitEvent(stream, decoded_->get(), 0), "waiting for the decode"));
+    if (finished_ != nullptr) {
+      WDS_RETURN_IF_ERROR(
+          Cuda(cudaStreamWaitEvent(stream, finished_->get(), 0), "waiting for the last finish"));
+    }
     const int launched =
         LaunchResizeBatch(sources_, count_, MakeResizeTarget(output_, out), stream);
     WDS_RETURN_IF_ERROR(Cuda(static_cast<cudaError_t>(launched), "the resize kernel's launch"));
-    WDS_ASSIGN_OR_RETURN(finished_, Event::Recorded(device(), stream));
+    if (const cudaError_t e = cudaEventRecord(finished->get(), stream); e != cudaSuccess) {
+      // Without the event nothing would say when the kernel is done: wait here,
+      // so that neither `out` nor the block is reused under it.
+      cudaStreamSynchronize(stream);
+      return Cuda(e, "cudaEventRecord");
+    }
+    finished_ = std::move(finished);
     return absl::OkStatus();
   }
 
@@ -205,7 +232,8 @@ class DevicePendingImages final : public PendingImages {
   BlockPool::Block block_;
   const ResizeSource* sources_;      // device memory, in block_
   std::shared_ptr<Event> decoded_;   // after nvJPEG, the copies and the source table
-  std::shared_ptr<Event> finished_;  // after the last Finish's kernel
+  std::mutex mu_;                    // Finish from several threads
+  std::shared_ptr<Event> finished_;  // after the last Finish's kernel (guarded by mu_)
 };
 
 // StreamDrain synchronizes `stream` when destroyed, unless cleared.
@@ -224,14 +252,17 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
         staging_(std::move(pinned), kStagingBuffers),
         blocks_(std::make_shared<BlockPool>(device)) {}
 
+  // The members (nvJPEG's handles, staging, the pool) are released on the
+  // decoder's device.
   ~DeviceBatchDecoder() override {
-    DeviceGuard guard(device_);
+    UseDevice(device_);
     for (InUse& u : in_use_) cudaEventSynchronize(u.done->get());
     in_use_.clear();
   }
 
   absl::Status Init(const Options& options) {
     options_ = options;
+    // Left current (cuda_util.h's UseDevice says why).
     WDS_RETURN_IF_ERROR(Cuda(cudaSetDevice(device_), Cat("cudaSetDevice(", device_, ")")));
 #if WDS_WITH_NVJPEG
     absl::StatusOr<std::unique_ptr<NvjpegBatchDecoder>> nvjpeg =
@@ -300,9 +331,10 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
     auto* device_sources = reinterpret_cast<ResizeSource*>(block.data + pixel_bytes);
     clock.Add(stats_.seconds.wait);
     // Until the decode is handed out, an error first waits for whatever was
-    // enqueued to stop using the block and the staging buffer: `drain` is
-    // destroyed before them.
+    // enqueued to stop using the block, the staging buffer and the CPU
+    // fallbacks' pixels: `drain` is destroyed before them.
     BlockReturn block_return{blocks_.get(), &block};
+    std::vector<Array> cpu_decoded;
     StreamDrain drain{stream};
 
     // 1. Gather (or, unstaged, read the jobs where they are).
@@ -328,10 +360,10 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
         jpegs.push_back(i);
         continue;
       }
-      WDS_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(pixels + pixels_at[i], input[i],
-                                               column.payloads[i].size(), cudaMemcpyHostToDevice,
-                                               stream),
-                               "copying pixels to the device"));
+      WDS_RETURN_IF_ERROR(
+          Cuda(cudaMemcpyAsync(pixels + pixels_at[i], input[i], column.payloads[i].size(),
+                               cudaMemcpyHostToDevice, stream),
+               "copying pixels to the device"));
       ++stats_.worker_decoded_images;
     }
     clock.Add(stats_.seconds.gather);
@@ -352,7 +384,6 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
 #endif
     clock.Add(stats_.seconds.nvjpeg);
     // 3. What nvJPEG refused (or every JPEG, without nvJPEG): the CPU decoder.
-    std::vector<Array> cpu_decoded;
     for (size_t k = 0; k < jpegs.size(); ++k) {
       if (decoded[k]) {
         ++stats_.nvjpeg_images;
@@ -360,8 +391,8 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
       }
       const size_t i = jpegs[k];
       WDS_ASSIGN_OR_RETURN(Array cpu, DecodeJobJpeg(column, i, nullptr, keys, urls));
-      WDS_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(pixels + pixels_at[i], cpu.data.data(),
-                                               cpu.nbytes(), cudaMemcpyHostToDevice, stream),
+      WDS_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(pixels + pixels_at[i], cpu.data.data(), cpu.nbytes(),
+                                               cudaMemcpyHostToDevice, stream),
                                "copying a CPU-decoded image to the device"));
       cpu_decoded.push_back(std::move(cpu));
       ++stats_.cpu_fallback_images;

@@ -1,10 +1,11 @@
 // GpuWorkerDecoders: a free list of (decoder, stream) leased per call.
+#include <algorithm>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
 #include "wds/gpu/gpu_decode.h"
 #include "wds/internal/base/status_macros.h"
 
@@ -25,26 +26,6 @@ struct Worker {
   GpuBatchDecoder::Stats reported;
 };
 
-// AddSince adds to `total` what `now` counts beyond `before`.
-void AddSince(GpuBatchDecoder::Stats& total, const GpuBatchDecoder::Stats& now,
-              const GpuBatchDecoder::Stats& before) {
-  total.batches += now.batches - before.batches;
-  total.images += now.images - before.images;
-  total.nvjpeg_images += now.nvjpeg_images - before.nvjpeg_images;
-  total.cpu_fallback_images += now.cpu_fallback_images - before.cpu_fallback_images;
-  total.worker_decoded_images += now.worker_decoded_images - before.worker_decoded_images;
-  total.images_read_in_place += now.images_read_in_place - before.images_read_in_place;
-  GpuBatchDecoder::Stats::Phases& t = total.seconds;
-  const GpuBatchDecoder::Stats::Phases& a = now.seconds;
-  const GpuBatchDecoder::Stats::Phases& b = before.seconds;
-  t.parse += a.parse - b.parse;
-  t.wait += a.wait - b.wait;
-  t.gather += a.gather - b.gather;
-  t.nvjpeg += a.nvjpeg - b.nvjpeg;
-  t.cpu_decode += a.cpu_decode - b.cpu_decode;
-  t.kernel += a.kernel - b.kernel;
-}
-
 }  // namespace
 
 struct GpuWorkerDecoders::Impl {
@@ -52,10 +33,11 @@ struct GpuWorkerDecoders::Impl {
   GpuBatchDecoder::Options options;
   std::string decoder;
   bool nvjpeg_hardware = false;
-  mutable absl::Mutex mu;
-  std::vector<std::unique_ptr<Worker>> idle ABSL_GUARDED_BY(mu);
-  int made ABSL_GUARDED_BY(mu) = 0;
-  GpuBatchDecoder::Stats total ABSL_GUARDED_BY(mu);
+  // std::mutex, not absl::Mutex: ThreadSanitizer sees it.
+  mutable std::mutex mu;
+  std::vector<std::unique_ptr<Worker>> idle;  // guarded by mu, as the next two
+  int made = 0;
+  GpuBatchDecoder::Stats total;
 
   // Make makes a decoder and, on a device, a non-blocking stream for it.
   absl::StatusOr<std::unique_ptr<Worker>> Make() {
@@ -63,7 +45,7 @@ struct GpuWorkerDecoders::Impl {
     WDS_ASSIGN_OR_RETURN(worker->decoder, GpuBatchDecoder::Create(device, options));
 #if WDS_WITH_CUDA_KERNELS
     if (device != GpuBatchDecoder::kHost) {
-      gpu::DeviceGuard guard(device);
+      gpu::UseDevice(device);
       cudaStream_t stream = nullptr;
       WDS_RETURN_IF_ERROR(gpu::Cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
                                     "cudaStreamCreate for a worker's decoder"));
@@ -76,7 +58,7 @@ struct GpuWorkerDecoders::Impl {
   // Lease takes an idle worker, or makes one.
   absl::StatusOr<std::unique_ptr<Worker>> Lease() {
     {
-      absl::MutexLock lock(&mu);
+      std::lock_guard<std::mutex> lock(mu);
       if (!idle.empty()) {
         std::unique_ptr<Worker> worker = std::move(idle.back());
         idle.pop_back();
@@ -84,15 +66,16 @@ struct GpuWorkerDecoders::Impl {
       }
     }
     WDS_ASSIGN_OR_RETURN(std::unique_ptr<Worker> worker, Make());
-    absl::MutexLock lock(&mu);
+    std::lock_guard<std::mutex> lock(mu);
     ++made;
     return worker;
   }
 
   // Return adds what `worker` decoded to the total and makes it idle.
   void Return(std::unique_ptr<Worker> worker) {
-    absl::MutexLock lock(&mu);
-    AddSince(total, worker->decoder->stats(), worker->reported);
+    std::lock_guard<std::mutex> lock(mu);
+    total += worker->decoder->stats();
+    total -= worker->reported;
     worker->reported = worker->decoder->stats();
     idle.push_back(std::move(worker));
   }
@@ -101,7 +84,7 @@ struct GpuWorkerDecoders::Impl {
   void Destroy(Worker& worker) {
 #if WDS_WITH_CUDA_KERNELS
     if (worker.stream != nullptr) {
-      gpu::DeviceGuard guard(device);
+      gpu::UseDevice(device);
       cudaStreamSynchronize(static_cast<cudaStream_t>(worker.stream));
       cudaStreamDestroy(static_cast<cudaStream_t>(worker.stream));
       worker.stream = nullptr;
@@ -116,22 +99,30 @@ GpuWorkerDecoders::GpuWorkerDecoders(int device, std::unique_ptr<Impl> impl)
     : device_(device), impl_(std::move(impl)) {}
 
 GpuWorkerDecoders::~GpuWorkerDecoders() {
-  absl::MutexLock lock(&impl_->mu);
+  std::lock_guard<std::mutex> lock(impl_->mu);
   for (std::unique_ptr<Worker>& w : impl_->idle) impl_->Destroy(*w);
 }
 
 absl::StatusOr<std::shared_ptr<GpuWorkerDecoders>> GpuWorkerDecoders::Create(
-    int device, GpuBatchDecoder::Options options) {
+    int device, GpuBatchDecoder::Options options, int decoders) {
   auto impl = std::make_unique<Impl>();
   impl->device = device;
   impl->options = options;
-  WDS_ASSIGN_OR_RETURN(std::unique_ptr<Worker> first, impl->Make());
-  impl->decoder = std::string(first->decoder->decoder());
-  impl->nvjpeg_hardware = first->decoder->nvjpeg_hardware();
+  std::vector<std::unique_ptr<Worker>> made;
+  for (int i = 0; i < std::max(1, decoders); ++i) {
+    absl::StatusOr<std::unique_ptr<Worker>> worker = impl->Make();
+    if (!worker.ok()) {
+      for (std::unique_ptr<Worker>& w : made) impl->Destroy(*w);
+      return worker.status();
+    }
+    made.push_back(*std::move(worker));
+  }
+  impl->decoder = std::string(made[0]->decoder->decoder());
+  impl->nvjpeg_hardware = made[0]->decoder->nvjpeg_hardware();
   {
-    absl::MutexLock lock(&impl->mu);
-    impl->idle.push_back(std::move(first));
-    impl->made = 1;
+    std::lock_guard<std::mutex> lock(impl->mu);
+    impl->made = static_cast<int>(made.size());
+    impl->idle = std::move(made);
   }
   return std::shared_ptr<GpuWorkerDecoders>(new GpuWorkerDecoders(device, std::move(impl)));
 }
@@ -163,12 +154,12 @@ std::string GpuWorkerDecoders::decoder() const { return impl_->decoder; }
 bool GpuWorkerDecoders::nvjpeg_hardware() const { return impl_->nvjpeg_hardware; }
 
 GpuBatchDecoder::Stats GpuWorkerDecoders::stats() const {
-  absl::MutexLock lock(&impl_->mu);
+  std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->total;
 }
 
 int GpuWorkerDecoders::decoders() const {
-  absl::MutexLock lock(&impl_->mu);
+  std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->made;
 }
 

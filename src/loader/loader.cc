@@ -203,12 +203,12 @@ class WorkerGroup {
           ctx.pass = start->workers[w].checkpoint.pass;
         }
         BoundedQueue<Entry>* queue = queues_[ordered_ ? w : 0].get();
-        threads_.emplace_back([&pipeline, ctx = std::move(ctx), queue, endless,
-                               decode = options.decode_gpu_jobs_on_host ||
-                                        options.gpu_decoders != nullptr,
-                               decoders = options.gpu_decoders] {
-          Run(pipeline, ctx, *queue, endless, decode, decoders.get());
-        });
+        threads_.emplace_back(
+            [&pipeline, ctx = std::move(ctx), queue, endless,
+             decode = options.decode_gpu_jobs_on_host || options.gpu_decoders != nullptr,
+             decoders = options.gpu_decoders] {
+              Run(pipeline, ctx, *queue, endless, decode, decoders.get());
+            });
       }
     } catch (...) {
       // The destructor does not run for a half-built group: stop what started.
@@ -376,6 +376,7 @@ struct Loader::Impl {
       }
     }
     if (setup.ok()) setup = MakePool();
+    if (setup.ok()) setup = CheckDecodersDevice();
     // pool() is never null, even for a loader that fails its setup.
     if (pool == nullptr) pool = std::make_shared<BufferPool>();
   }
@@ -403,6 +404,21 @@ struct Loader::Impl {
     }
     pool = std::make_shared<BufferPool>(std::move(chosen.allocator));
     return absl::OkStatus();
+  }
+
+  // CheckDecodersDevice: pinned jobs are made for the decoders' device.
+  absl::Status CheckDecodersDevice() {
+    if (options.gpu_decoders == nullptr || !options.pin_memory ||
+        options.gpu_decoders->device() == GpuBatchDecoder::kHost) {
+      return absl::OkStatus();
+    }
+    WDS_ASSIGN_OR_RETURN(int device, ResolveDevice(options));
+    if (device == options.gpu_decoders->device()) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        Cat("LoaderOptions: pin_memory pins for cuda:", device,
+            ", gpu_decoders decode on cuda:", options.gpu_decoders->device(),
+            "; LoaderOptions.device (else LOCAL_RANK, "
+            "SLURM_LOCALID) names the first"));
   }
 
   EpochMode mode() const { return pipeline.epoch_mode(); }

@@ -130,12 +130,15 @@ torch::Tensor GpuJobsToTensor(const Sample& batch, size_t field, const torch::De
 }
 
 torch::Tensor PendingImagesToTensor(PendingImages& pending, const torch::Device& device) {
+  auto refuse = [&pending](const torch::Device& target) {
+    ThrowValueError(
+        Cat("PendingImagesToTensor: ", pending.TypeName(), ", the tensor is for ", target.str()));
+  };
+  // Host images for a GPU (or the reverse) are refused before "cuda" is
+  // resolved, which needs a device.
+  if (device.is_cuda() == (pending.device() == GpuBatchDecoder::kHost)) refuse(device);
   const torch::Device target = ResolveDevice(device);
-  const int wanted = target.is_cuda() ? target.index() : GpuBatchDecoder::kHost;
-  if (pending.device() != wanted) {
-    ThrowValueError(Cat("PendingImagesToTensor: ", pending.type_name(), ", the tensor is for ",
-                        target.str()));
-  }
+  if (target.is_cuda() && pending.device() != target.index()) refuse(target);
   const GpuBatchLayout& layout = pending.layout();
   const torch::TensorOptions options =
       torch::TensorOptions().dtype(ToTorchDType(layout.dtype)).device(target);
@@ -217,8 +220,8 @@ std::optional<Staged> DevicePrefetcher::Impl::Draw() {
     // GPU jobs on a CPU prefetcher: decoded here, by the CPU decoder; images
     // the workers decoded on the host, finished here.
     if (absl::Status s = DecodeGpuJobsOnHost(*sample); !s.ok()) throw LoaderError(s);
-    return Staged{ToTensorBatch(*sample, options.fields, options.tensor, DecodeOnDevice(*sample)),
-                  {}, {}};
+    return Staged{
+        ToTensorBatch(*sample, options.fields, options.tensor, DecodeOnDevice(*sample)), {}, {}};
   }
   c10::StreamGuard guard(*side);
   const MadeTensors decoded = DecodeOnDevice(*sample);

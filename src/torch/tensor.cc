@@ -180,7 +180,7 @@ torch::Tensor RequiredFieldTensor(const Sample& sample, std::string_view field,
   if (!out && std::holds_alternative<ObjectRef>(*value)) {
     // PendingImages: finished by DevicePrefetcher (or the caller) into a
     // tensor it allocates, which ToTensorBatch then takes as made.
-    ThrowTypeError(Cat(Prefix(ref), "the value is ", std::get<ObjectRef>(*value)->type_name(),
+    ThrowTypeError(Cat(Prefix(ref), "the value is ", std::get<ObjectRef>(*value)->TypeName(),
                        ", with no tensor form of its own (DevicePrefetcher finishes it into a "
                        "tensor)"));
   }

@@ -4,10 +4,12 @@
 // restarts. They run where a GPU is (scripts/gpu_check.sh) and skip elsewhere.
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -195,7 +197,7 @@ TEST(GpuBatchDecoderDeviceTest, DecodeAheadFinishedOnAnotherStreamIsDecode) {
       (*decoder)->DecodeAhead(jobs, nullptr, nullptr, worker);
   ASSERT_TRUE(first.ok() && second.ok());
   decoder->reset();
-  EXPECT_EQ((*first)->type_name(), "images decoded on cuda:0, not yet finished into a batch");
+  EXPECT_EQ((*first)->TypeName(), "images decoded on cuda:0, not yet finished into a batch");
   EXPECT_EQ(Finished(**second, consumer), want);
   EXPECT_EQ(Finished(**first, consumer), want);
   EXPECT_EQ(Finished(**first, consumer), want);
@@ -203,6 +205,66 @@ TEST(GpuBatchDecoderDeviceTest, DecodeAheadFinishedOnAnotherStreamIsDecode) {
   second->reset();
   cudaStreamDestroy(worker);
   cudaStreamDestroy(consumer);
+}
+
+// HoldBack makes `stream` wait `ms` milliseconds on the host before what is
+// enqueued after it: a consumer whose kernels run late.
+void HoldBack(cudaStream_t stream, int ms) {
+  static int delay;
+  delay = ms;
+  ASSERT_EQ(
+      cudaLaunchHostFunc(
+          stream, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(delay)); },
+          nullptr),
+      cudaSuccess);
+}
+
+// The block of a batch finished late is reused only after its kernels ran:
+// batch A is finished on two held-back streams and dropped at once; batch B
+// (other images, so other pixels at every offset) is decoded into A's block
+// meanwhile. A's outputs are still A's.
+TEST(GpuBatchDecoderDeviceTest, BlockIsReusedOnlyAfterEveryFinishOfItsBatchHasRun) {
+  if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
+  const ImageDecodeOptions image = {.resize = {ResizeMode::kStretch, 40, 30}};
+  const BytesList a_jobs = DeviceTestJobs(image, "rgb8");
+  const BytesList b_jobs(a_jobs.rbegin(), a_jobs.rend());
+  auto reference = GpuBatchDecoder::Create(0);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  const std::vector<uint8_t> want_a = OnDevice(**reference, a_jobs);
+  const std::vector<uint8_t> want_b = OnDevice(**reference, b_jobs);
+  ASSERT_NE(want_a, want_b);
+  cudaStream_t worker = nullptr;
+  cudaStream_t first = nullptr;
+  cudaStream_t second = nullptr;
+  for (cudaStream_t* s : {&worker, &first, &second}) {
+    ASSERT_EQ(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking), cudaSuccess);
+  }
+  auto decoder = GpuBatchDecoder::Create(0);
+  ASSERT_TRUE(decoder.ok()) << decoder.status();
+  const size_t bytes = GpuJobLayout(a_jobs)->nbytes();
+  std::vector<void*> outs(3, nullptr);
+  for (void*& out : outs) ASSERT_EQ(cudaMalloc(&out, bytes), cudaSuccess);
+  {
+    absl::StatusOr<std::shared_ptr<PendingImages>> a =
+        (*decoder)->DecodeAhead(a_jobs, nullptr, nullptr, worker);
+    ASSERT_TRUE(a.ok()) << a.status();
+    HoldBack(first, 300);
+    ASSERT_TRUE((*a)->Finish(outs[0], first).ok());
+    HoldBack(second, 300);
+    ASSERT_TRUE((*a)->Finish(outs[1], second).ok());
+  }  // A is dropped: its block goes back to the pool while both kernels wait
+  absl::StatusOr<std::shared_ptr<PendingImages>> b =
+      (*decoder)->DecodeAhead(b_jobs, nullptr, nullptr, worker);
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_TRUE((*b)->Finish(outs[2], worker).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<uint8_t> got(bytes);
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_EQ(cudaMemcpy(got.data(), outs[i], bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(got, i < 2 ? want_a : want_b) << "output " << i;
+    cudaFree(outs[i]);
+  }
+  for (cudaStream_t s : {worker, first, second}) cudaStreamDestroy(s);
 }
 
 // 200 loaders whose workers decode ahead with the same decoders, each batch
@@ -224,7 +286,8 @@ TEST(GpuBatchDecoderDeviceTest, WorkerDecodersKeepDeviceMemoryFlatOver200LoaderR
       absl::StatusOr<std::optional<Sample>> batch = loader.Next();
       ASSERT_TRUE(batch.ok()) << batch.status();
       if (!batch->has_value()) break;
-      auto* pending = dynamic_cast<PendingImages*>(std::get<ObjectRef>(*(*batch)->Find("jpg")).get());
+      auto* pending =
+          dynamic_cast<PendingImages*>(std::get<ObjectRef>(*(*batch)->Find("jpg")).get());
       ASSERT_NE(pending, nullptr);
       (void)Finished(*pending, nullptr);
       ++batches;
@@ -240,7 +303,7 @@ TEST(GpuBatchDecoderDeviceTest, WorkerDecodersKeepDeviceMemoryFlatOver200LoaderR
   std::cout << "device memory lost over 200 loaders decoding in their workers: " << lost_mb
             << " MB; decoders: " << (*decoders)->decoders() << "\n";
   EXPECT_LT(lost_mb, 4.0);
-  EXPECT_LE((*decoders)->decoders(), 2);
+  EXPECT_LE((*decoders)->decoders(), 2) << "at most one decoder per worker";
   EXPECT_EQ((*decoders)->stats().images, 201 * 15);
 }
 

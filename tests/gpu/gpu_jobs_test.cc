@@ -339,6 +339,8 @@ Drawn Draw(const Pipeline& pipeline, int workers, DecodedBy by = DecodedBy::kCon
     for (const Sample::Field& f : b) {
       EXPECT_FALSE(by != DecodedBy::kConsumer && IsGpuJobColumn(f.second)) << "field " << f.first;
     }
+    // Read while the workers decode (ThreadSanitizer checks the accounting).
+    if (decoders != nullptr) EXPECT_GE(decoders->stats().images, 0);
     EXPECT_EQ(FinishPending(b), by == DecodedBy::kWorkersAhead ? 1 : 0);
     EXPECT_TRUE(DecodeGpuJobsOnHost(b).ok());
     for (const std::string& k : std::get<TextList>(*b.Find(kKeyField))) run.keys.push_back(k);
@@ -570,8 +572,9 @@ TEST(GpuDecodeStageTest, WorkersDecodingAheadGiveTheConsumersArrays) {
 // The decoders outlive a Loader: the next one's workers lease the same ones.
 TEST(GpuDecodeStageTest, WorkerDecodersAreKeptFromLoaderToLoader) {
   TempDir dir;
-  const Pipeline p =
-      Source(TestShard(dir)).DecodeOnGpu("rgb8", {.resize = {ResizeMode::kStretch, 8, 8}}).Batched(5);
+  const Pipeline p = Source(TestShard(dir))
+                         .DecodeOnGpu("rgb8", {.resize = {ResizeMode::kStretch, 8, 8}})
+                         .Batched(5);
   absl::StatusOr<std::shared_ptr<GpuWorkerDecoders>> decoders =
       GpuWorkerDecoders::Create(GpuBatchDecoder::kHost);
   ASSERT_TRUE(decoders.ok()) << decoders.status();
@@ -581,6 +584,39 @@ TEST(GpuDecodeStageTest, WorkerDecodersAreKeptFromLoaderToLoader) {
   }
   EXPECT_GE((*decoders)->decoders(), 1);
   EXPECT_LE((*decoders)->decoders(), 2) << "at most one decoder per worker running at once";
+}
+
+// Every job column of a batch is decoded, with one decoder; a column that
+// fails stops there, naming its job, the columns before it replaced.
+TEST(GpuDecodeStageTest, WorkerDecodersDecodeEveryColumnAndStopAtTheFirstThatFails) {
+  TempDir good_dir;
+  TempDir bad_dir;
+  absl::StatusOr<std::optional<Sample>> good = FirstBatch(good_dir, "");
+  absl::StatusOr<std::optional<Sample>> bad = FirstBatch(bad_dir, UndefinedHuffmanTable());
+  ASSERT_TRUE(good.ok() && bad.ok());
+  const Value jobs = *(*good)->Find("jpg");
+  Sample batch = **good;
+  batch.Set("again", jobs);
+  absl::StatusOr<std::shared_ptr<GpuWorkerDecoders>> decoders =
+      GpuWorkerDecoders::Create(GpuBatchDecoder::kHost);
+  ASSERT_TRUE(decoders.ok()) << decoders.status();
+  ASSERT_TRUE((*decoders)->DecodeAhead(batch).ok());
+  EXPECT_TRUE(std::holds_alternative<ObjectRef>(*batch.Find("jpg")));
+  EXPECT_TRUE(std::holds_alternative<ObjectRef>(*batch.Find("again")));
+  EXPECT_EQ((*decoders)->stats().batches, 2);
+  EXPECT_EQ((*decoders)->stats().images, 30);
+
+  Sample mixed = **good;
+  mixed.Set("bad", *(*bad)->Find("jpg"));
+  mixed.Set("last", jobs);
+  absl::Status s = (*decoders)->DecodeAhead(mixed);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(ToStd(s.message()), StartsWith(Cat("decode on cuda: ", bad_dir.path(),
+                                                 "/shard-000001.tar: key s15: field jpg: ")));
+  EXPECT_TRUE(std::holds_alternative<ObjectRef>(*mixed.Find("jpg")));
+  EXPECT_TRUE(IsGpuJobColumn(*mixed.Find("bad")));
+  EXPECT_TRUE(IsGpuJobColumn(*mixed.Find("last")));
+  EXPECT_EQ((*decoders)->decoders(), 1);
 }
 
 TEST(GpuDecodeStageTest, DecodingOnTheHostAndAheadExcludeEachOther) {
@@ -671,9 +707,9 @@ TEST(GpuDecodeStageTest, UndecodableScanDecodedAheadIsTheLoadersErrorNamingTheSi
                 {.workers = 1, .gpu_decoders = *decoders});
   absl::StatusOr<std::optional<Sample>> batch = loader.Next();
   ASSERT_FALSE(batch.ok());
-  EXPECT_THAT(ToStd(batch.status().message()),
-              StartsWith(Cat("decode on cuda: ", dir.path(),
-                             "/shard-000001.tar: key s15: field jpg: ")));
+  EXPECT_THAT(
+      ToStd(batch.status().message()),
+      StartsWith(Cat("decode on cuda: ", dir.path(), "/shard-000001.tar: key s15: field jpg: ")));
   // The decoder that failed is usable: the next epoch decodes again (and
   // fails the same way, at the same image).
   absl::StatusOr<std::optional<Sample>> again = loader.Next();
@@ -709,14 +745,15 @@ TEST(GpuBatchDecoderTest, DecodeAheadThenFinishIsDecode) {
     (*batch).reset();
     const PendingImages& p = **pending;
     EXPECT_EQ(p.device(), GpuBatchDecoder::kHost);
-    EXPECT_EQ(p.type_name(), "images decoded on the host, not yet finished into a batch");
+    EXPECT_EQ(p.TypeName(), "images decoded on the host, not yet finished into a batch");
     EXPECT_EQ(p.layout().shape, decoded->shape);
     EXPECT_EQ(p.layout().dtype, DType::kFloat32);
     EXPECT_TRUE(p.layout().channels_first);
     for (int finish = 0; finish < 2; ++finish) {  // finishing again writes the same
       std::vector<uint8_t> out(decoded->nbytes(), 0xee);
       ASSERT_TRUE((*pending)->Finish(out.data(), nullptr).ok());
-      EXPECT_EQ(std::memcmp(out.data(), decoded->data.data(), out.size()), 0) << "finish " << finish;
+      EXPECT_EQ(std::memcmp(out.data(), decoded->data.data(), out.size()), 0)
+          << "finish " << finish;
     }
   }
 }
@@ -735,8 +772,9 @@ TEST(GpuBatchDecoderTest, DecodeAheadErrorNamesTheJobAsDecodeDoes) {
   absl::StatusOr<Array> out = (*decoder)->DecodeToArray(jobs, nullptr, nullptr);
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(pending.status(), out.status());
-  EXPECT_THAT(ToStd(pending.status().message()),
-              StartsWith(Cat("decode on cuda: ", dir.path(), "/shard-000001.tar: key s15: field jpg: ")));
+  EXPECT_THAT(
+      ToStd(pending.status().message()),
+      StartsWith(Cat("decode on cuda: ", dir.path(), "/shard-000001.tar: key s15: field jpg: ")));
 }
 
 TEST(GpuBatchDecoderTest, HostDecoderCountsWhatItDecoded) {

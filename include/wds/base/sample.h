@@ -33,8 +33,8 @@ namespace wds {
 class ValueObject {
  public:
   virtual ~ValueObject() = default;
-  // type_name names it in messages ("images decoded on cuda:0, not yet finished").
-  virtual std::string type_name() const = 0;
+  // TypeName names it in messages ("images decoded on cuda:0, not yet finished").
+  virtual std::string TypeName() const = 0;
 };
 using ObjectRef = std::shared_ptr<ValueObject>;
 

@@ -23,7 +23,12 @@
 // CUDA device (nvJPEG where the build has it; the CPU decoder otherwise), or
 // on the host (the same arithmetic on the CPU; what a CPU consumer gets).
 // DevicePrefetcher (wds::torch) and the Python Loader do this for every job
-// column they meet.
+// column they meet. Or the Loader's workers decode their own batches on the
+// device (LoaderOptions::gpu_decoders, GpuWorkerDecoders), and the consumer
+// only finishes them into its tensors (PendingImages::Finish):
+//
+//   wds::Loader loader(p, {.workers = 4, .gpu_decoders = *wds::GpuWorkerDecoders::Create(
+//                                            local_rank, {}, /*decoders=*/4)});
 #pragma once
 
 #include <array>
@@ -116,17 +121,18 @@ struct GpuBatchLayout {
 
 // PendingImages is a batch's column of jobs decoded at full size by
 // GpuBatchDecoder::DecodeAhead (a Loader's worker, with
-// LoaderOptions::decode_gpu_jobs_on_device), waiting for Finish to write the
-// batch: one launch of the resize/crop/normalize kernel into the consumer's
-// tensor, on the consumer's stream, after a GPU-side wait for the decode. So
-// the consumer's host work per batch is a stream wait, a launch and an event,
-// and the decode itself runs on the workers' threads.
+// LoaderOptions::gpu_decoders), waiting for Finish to write the batch: one
+// launch of the resize/crop/normalize kernel into the consumer's tensor, on
+// the consumer's stream, after a GPU-side wait for the decode. So the
+// consumer's host work per batch is a stream wait, a launch and an event, and
+// the decode itself runs on the workers' threads.
 //
-// The full-size pixels lie in memory of the decoder's block pool; they return
-// to it when the last reference is dropped (on any thread), for reuse once the
-// last Finish's kernel has run (or the decode, when never finished): the pool
-// makes the next batch's stream wait for that, on the GPU.
-// Finish from one thread at a time.
+// The full-size pixels (3 bytes a pixel) lie in a block of the decoder's
+// device pool until the last reference is dropped (on any thread); the block
+// is then reused once the last Finish's kernel has run (or the decode, when
+// never finished): the pool makes the next batch's stream wait for that, on
+// the GPU. Thread-safe. Finish and the release make the pixels' device the
+// calling thread's current device (gpu/cuda_util.h's UseDevice says why).
 class PendingImages : public ValueObject {
  public:
   // layout is what Finish writes: GpuJobLayout of the jobs.
@@ -134,18 +140,18 @@ class PendingImages : public ValueObject {
   // device is the CUDA device of the pixels (GpuBatchDecoder::kHost: host memory).
   int device() const { return device_; }
   // "images decoded on cuda:0, not yet finished into a batch".
-  std::string type_name() const override;
+  std::string TypeName() const override;
 
   // Finish writes the batch into `out`: layout().nbytes() bytes of memory on
   // device() (host memory for kHost), enqueued on `stream` (a cudaStream_t of
   // that device; null is the legacy default stream; ignored on kHost). `out`
   // is ready once the stream reaches this point. May be called again (another
-  // tensor, another stream). Errors: Internal naming a CUDA error.
+  // tensor, another stream: it then also waits for the last Finish). Errors:
+  // Internal naming a CUDA error, ResourceExhausted when out of memory.
   [[nodiscard]] virtual absl::Status Finish(void* out, void* stream) = 0;
 
  protected:
-  PendingImages(GpuBatchLayout layout, int device)
-      : layout_(std::move(layout)), device_(device) {}
+  PendingImages(GpuBatchLayout layout, int device) : layout_(std::move(layout)), device_(device) {}
 
  private:
   GpuBatchLayout layout_;
@@ -181,13 +187,21 @@ class GpuBatchDecoder {
     // Where Decode spent the calling thread's time, in seconds, by phase:
     // what a consumer that cannot keep up profiles first.
     struct Phases {
-      double parse = 0;       // reading and checking the jobs
-      double wait = 0;        // waiting for a staging buffer: the GPU is behind
+      double parse = 0;  // reading and checking the jobs
+      // wait: for a staging buffer (the GPU is behind) and a device block
+      // (allocated while batches grow)
+      double wait = 0;
       double gather = 0;      // copying the payloads into pinned staging
       double nvjpeg = 0;      // in nvJPEG's batched decode (its host work and waits)
       double cpu_decode = 0;  // the CPU decoder (every JPEG on kHost)
-      double kernel = 0;      // the source table and the kernel's launch (on kHost: the resize)
+      // kernel: the source table's copy and, in Decode, the kernel's launch
+      // (on kHost: the resize; DecodeAhead leaves the kernel to Finish)
+      double kernel = 0;
     } seconds;
+
+    // += and -= add and subtract every count and phase.
+    Stats& operator+=(const Stats& other);
+    Stats& operator-=(const Stats& other);
   };
 
   // Create makes a decoder for CUDA device `device`, or kHost. Errors:
@@ -246,7 +260,7 @@ class GpuBatchDecoder {
 };
 
 // GpuWorkerDecoders are the decoders of a Loader's workers
-// (LoaderOptions::decode_gpu_jobs_on_device): each DecodeAhead call leases one,
+// (LoaderOptions::gpu_decoders): each DecodeAhead call leases one,
 // with a CUDA stream of its own, so the workers decode side by side and the
 // consumer only finishes the batches (PendingImages::Finish). They are made
 // as workers need them (at most one per worker running at once) and kept
@@ -254,18 +268,20 @@ class GpuBatchDecoder {
 // Thread-safe.
 class GpuWorkerDecoders {
  public:
-  // Create makes the first decoder, so that a device that cannot decode is a
-  // setup error. Errors: GpuBatchDecoder::Create's; Internal naming a CUDA
-  // error.
+  // Create makes `decoders` decoders (at least one: a device that cannot
+  // decode is then a setup error; one per worker keeps their set-up out of the
+  // first batches), on the calling thread, whose current device becomes
+  // `device`. Errors: GpuBatchDecoder::Create's; Internal naming a CUDA error.
   [[nodiscard]] static absl::StatusOr<std::shared_ptr<GpuWorkerDecoders>> Create(
-      int device, GpuBatchDecoder::Options options = {});
+      int device, GpuBatchDecoder::Options options = {}, int decoders = 1);
   ~GpuWorkerDecoders();
   GpuWorkerDecoders(const GpuWorkerDecoders&) = delete;
   GpuWorkerDecoders& operator=(const GpuWorkerDecoders&) = delete;
 
   // DecodeAhead replaces every GPU job column of `batch` with the
-  // PendingImages it decodes to. Errors: GpuBatchDecoder::DecodeAhead's; its
-  // decoder stays usable.
+  // PendingImages it decodes to. Errors: GpuBatchDecoder::DecodeAhead's for
+  // the first column that fails (the columns before it are already replaced);
+  // its decoder stays usable.
   [[nodiscard]] absl::Status DecodeAhead(Sample& batch);
 
   int device() const { return device_; }
