@@ -819,8 +819,11 @@ TEST(DevicePrefetcherTest, GpuJobsToTensorRefusesAFieldWithoutJobs) {
   EXPECT_THROW(GpuJobsToTensor(batch, 99, torch::kCPU, decoder), c10::ValueError);
 }
 
-std::optional<Sample> FirstJpegBatch(const Pipeline& recipe) {
-  Loader loader(recipe, {.workers = 1});
+// FirstJpegBatch is the first batch of `recipe`, its images decoded ahead by
+// `decoders` when given.
+std::optional<Sample> FirstJpegBatch(const Pipeline& recipe,
+                                     std::shared_ptr<GpuWorkerDecoders> decoders = nullptr) {
+  Loader loader(recipe, {.workers = 1, .gpu_decoders = std::move(decoders)});
   absl::StatusOr<std::optional<Sample>> batch = loader.Next();
   EXPECT_TRUE(batch.ok()) << batch.status();
   return batch.ok() ? *std::move(batch) : std::nullopt;
@@ -944,19 +947,11 @@ TEST(DevicePrefetcherTest, ImagesTheWorkersDecodedAreFinishedOnTheCpu) {
   }
 }
 
-// Sample batch holding the first batch's images decoded ahead on the host.
-std::optional<Sample> FirstPendingBatch(const Pipeline& recipe) {
-  Loader loader(recipe, {.workers = 1, .gpu_decoders = WorkerDecoders(GpuBatchDecoder::kHost)});
-  absl::StatusOr<std::optional<Sample>> batch = loader.Next();
-  EXPECT_TRUE(batch.ok()) << batch.status();
-  return batch.ok() ? *std::move(batch) : std::nullopt;
-}
-
 TEST(DevicePrefetcherTest, PendingImagesToTensorRefusesAnotherDevice) {
   testing::TempDir dir;
   const Pipeline recipe = JpegRecipe(dir);
   const std::vector<torch::Tensor> expected = HostImages(recipe);
-  const std::optional<Sample> batch = FirstPendingBatch(recipe);
+  const std::optional<Sample> batch = FirstJpegBatch(recipe, WorkerDecoders(GpuBatchDecoder::kHost));
   ASSERT_TRUE(batch.has_value());
   auto* pending = dynamic_cast<PendingImages*>(std::get<ObjectRef>((*batch)[0].second).get());
   ASSERT_NE(pending, nullptr);
@@ -977,7 +972,7 @@ TEST(DevicePrefetcherTest, PendingImagesToTensorRefusesAnotherDevice) {
 
 TEST(DevicePrefetcherTest, ToTensorOfPendingImagesIsTypeErrorSayingWhatFinishesThem) {
   testing::TempDir dir;
-  const std::optional<Sample> batch = FirstPendingBatch(JpegRecipe(dir));
+  const std::optional<Sample> batch = FirstJpegBatch(JpegRecipe(dir), WorkerDecoders(GpuBatchDecoder::kHost));
   ASSERT_TRUE(batch.has_value());
   try {
     ToTensor(*batch, (*batch)[0].first);
