@@ -951,7 +951,8 @@ TEST(DevicePrefetcherTest, PendingImagesToTensorRefusesAnotherDevice) {
   testing::TempDir dir;
   const Pipeline recipe = JpegRecipe(dir);
   const std::vector<torch::Tensor> expected = HostImages(recipe);
-  const std::optional<Sample> batch = FirstJpegBatch(recipe, WorkerDecoders(GpuBatchDecoder::kHost));
+  const std::optional<Sample> batch =
+      FirstJpegBatch(recipe, WorkerDecoders(GpuBatchDecoder::kHost));
   ASSERT_TRUE(batch.has_value());
   auto* pending = dynamic_cast<PendingImages*>(std::get<ObjectRef>((*batch)[0].second).get());
   ASSERT_NE(pending, nullptr);
@@ -972,7 +973,8 @@ TEST(DevicePrefetcherTest, PendingImagesToTensorRefusesAnotherDevice) {
 
 TEST(DevicePrefetcherTest, ToTensorOfPendingImagesIsTypeErrorSayingWhatFinishesThem) {
   testing::TempDir dir;
-  const std::optional<Sample> batch = FirstJpegBatch(JpegRecipe(dir), WorkerDecoders(GpuBatchDecoder::kHost));
+  const std::optional<Sample> batch =
+      FirstJpegBatch(JpegRecipe(dir), WorkerDecoders(GpuBatchDecoder::kHost));
   ASSERT_TRUE(batch.has_value());
   try {
     ToTensor(*batch, (*batch)[0].first);
