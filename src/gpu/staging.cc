@@ -1,9 +1,9 @@
-// StagingPool and GatherEncoded.
+// StagingPool.
 #include "gpu/staging.h"
 
 #include <algorithm>
-#include <cstring>
 #include <utility>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "wds/internal/base/strings.h"
@@ -115,27 +115,6 @@ size_t StagingPool::reserved_bytes() const {
 int64_t StagingPool::allocations() const {
   absl::MutexLock lock(&shared_->mu);
   return shared_->allocations;
-}
-
-absl::StatusOr<GatheredBatch> GatherEncoded(StagingPool& pool,
-                                            absl::Span<const std::string_view> images) {
-  GatheredBatch batch;
-  batch.offsets.reserve(images.size());
-  batch.lengths.reserve(images.size());
-  for (std::string_view image : images) {
-    batch.offsets.push_back(batch.bytes);
-    batch.lengths.push_back(image.size());
-    batch.bytes += image.size();
-  }
-  absl::StatusOr<StagingBuffer> buffer = pool.Acquire(batch.bytes);
-  if (!buffer.ok()) return buffer.status();
-  batch.buffer = *std::move(buffer);
-  for (size_t i = 0; i < images.size(); ++i) {
-    if (!images[i].empty()) {
-      std::memcpy(batch.buffer.data() + batch.offsets[i], images[i].data(), images[i].size());
-    }
-  }
-  return batch;
 }
 
 }  // namespace wds::gpu

@@ -1,24 +1,19 @@
-// Staging of a batch's encoded images on the host before one asynchronous
-// copy to the device: a bounded pool of buffers from a HostAllocator (pinned
-// where a device exists: PinnedHostAllocator), reused from batch to batch, and
-// the gathering of the images' bytes into one buffer.
+// Staging of a batch's encoded images on the host before nvJPEG copies them to
+// the device: a bounded pool of buffers from a HostAllocator (pinned where a
+// device exists: PinnedHostAllocator), reused from batch to batch.
 //
 //   // Pinned where a device answers, else ordinary memory with a note:
 //   WDS_ASSIGN_OR_RETURN(BatchAllocator a, DefaultBatchAllocator(/*pin_memory=*/true, device));
 //   StagingPool pool(a.allocator, /*max_buffers=*/2);
-//   WDS_ASSIGN_OR_RETURN(GatheredBatch batch, GatherEncoded(pool, images));
-//   cudaMemcpyAsync(device, batch.buffer.data(), batch.bytes, ..., stream);
-//   // image i is at device + batch.offsets[i], batch.lengths[i] bytes
+//   WDS_ASSIGN_OR_RETURN(StagingBuffer buffer, pool.Acquire(bytes));
+//   // gather the images into buffer.data(); keep `buffer` until the GPU has read it
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <string_view>
-#include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/types/span.h"
 #include "wds/base/buffer_pool.h"
 
 namespace wds::gpu {
@@ -76,18 +71,5 @@ class StagingPool {
  private:
   std::shared_ptr<StagingBuffer::Shared> shared_;
 };
-
-// GatheredBatch is a batch's encoded images back to back in one buffer.
-struct GatheredBatch {
-  StagingBuffer buffer;
-  std::vector<size_t> offsets;  // of image i in buffer
-  std::vector<size_t> lengths;  // of image i
-  size_t bytes = 0;             // used of buffer
-};
-
-// GatherEncoded copies `images` into one buffer leased from `pool`.
-// Errors: Acquire's.
-[[nodiscard]] absl::StatusOr<GatheredBatch> GatherEncoded(
-    StagingPool& pool, absl::Span<const std::string_view> images);
 
 }  // namespace wds::gpu
