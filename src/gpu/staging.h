@@ -45,8 +45,9 @@ class StagingBuffer {
 };
 
 // StagingPool holds at most `max_buffers` buffers, leased or idle. Buffers
-// are sized in steps of kStagingGranule, grow when a batch needs more, and
-// are never shrunk, so steady batches allocate nothing. Thread-safe.
+// are made 1/8 larger than asked, in steps of kStagingGranule, grow when a
+// batch needs more, and are never shrunk, so steady batches allocate nothing.
+// Thread-safe.
 class StagingPool {
  public:
   static constexpr size_t kStagingGranule = size_t{1} << 20;

@@ -464,6 +464,25 @@ TEST(StagingTest, BiggerBatchReplacesAnIdleBufferAtTheBound) {
   EXPECT_EQ(allocator->freed, 1);
 }
 
+// A batch a little larger than the last (its images vary in size) takes the
+// same buffer: buffers are made an eighth larger than asked.
+TEST(StagingTest, BufferHasAnEighthMoreThanAskedForTheNextBatches) {
+  auto allocator = std::make_shared<CountingAllocator>();
+  StagingPool pool(allocator, 1);
+  constexpr size_t kGranule = StagingPool::kStagingGranule;
+  uint8_t* first = nullptr;
+  {
+    absl::StatusOr<StagingBuffer> a = pool.Acquire(8 * kGranule);
+    ASSERT_TRUE(a.ok());
+    EXPECT_EQ(a->capacity(), 9 * kGranule);
+    first = a->data();
+  }
+  absl::StatusOr<StagingBuffer> b = pool.Acquire(9 * kGranule);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->data(), first);
+  EXPECT_EQ(allocator->allocated, 1);
+}
+
 TEST(StagingTest, PoolIsBounded) {
   auto allocator = std::make_shared<CountingAllocator>();
   StagingPool pool(allocator, 2);
