@@ -7,7 +7,10 @@ faults:
   jobs       the batches as the workers make them (GPU jobs, not decoded):
              what a GPU consumer receives
   consumer   each batch's jobs decoded on the host by the consumer's one
-             thread (decode_gpu_jobs), as Loader without a GPU did before
+             thread (decode_gpu_jobs, into recycled memory), as Loader
+             without a GPU did before
+  fresh      the same into a fresh NumPy array per batch (what
+             decode_gpu_jobs did before its memory was recycled)
   workers    decoded on the host by the loader's workers
              (decode_gpu_jobs_on_host): what Loader without a GPU does
   cpu        the CPU path for comparison: .decode("rgb8", ...) without device
@@ -18,6 +21,8 @@ faults:
 import argparse
 import resource
 import time
+
+import numpy as np
 
 import webdataset_cpp as wds
 
@@ -38,9 +43,15 @@ def drain(mode, pattern, workers, size):
     before = resource.getrusage(resource.RUSAGE_SELF)
     start = time.perf_counter()
     images = 0
+    host = wds._core.GpuBatchDecoder(-1) if mode == "fresh" else None
     while (item := core.next()) is not None:
         if mode == "consumer":
             item = wds.decode_gpu_jobs(item)
+        elif mode == "fresh":
+            dtype, shape = item[0].layout()
+            out = np.empty(shape, dtype=dtype)
+            host.decode(item[0], out.ctypes.data, 0)
+            item = (out,) + tuple(item[1:])
         images += len(item[0])
     seconds = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_SELF)
