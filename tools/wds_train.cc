@@ -45,6 +45,7 @@
 #include "wds/tar/shard_index.h"
 #include "wds/torch/distributed.h"
 #include "wds/torch/equalize.h"
+#include "wds/gpu/gpu_decode.h"
 #include "wds/torch/prefetcher.h"
 #include "wds/torch/tensor.h"
 
@@ -100,6 +101,9 @@ SLURM srun, or one plain process).
                          where training images are decoded (default cpu): cuda
                          decodes each batch on the training GPU (nvJPEG), as
                          normalized float NCHW; needs --channels 3 and a CUDA device
+  --decode-in-workers    with --decode-device cuda: each loader worker decodes its
+                         batches on the GPU, the training thread only launches
+                         each batch's resize kernel (LoaderOptions::gpu_decoders)
   --shared-gpu           all ranks of a node train on one GPU (--device or cuda:0)
                          with the Gloo backend
   --timeout-s N          rendezvous/collective timeout in seconds (default 1800)
@@ -151,6 +155,7 @@ struct Options {
   int threads = 1;
   std::string device;
   bool decode_on_gpu = false;
+  bool decode_in_workers = false;  // with decode_on_gpu: GpuWorkerDecoders
   bool shared_gpu = false;
   int64_t timeout_s = 1800;
   int64_t log_every = 0;
@@ -194,6 +199,10 @@ Options ParseOptions(int argc, char** argv) {
     }
     if (flag == "--shared-gpu") {
       o.shared_gpu = true;
+      continue;
+    }
+    if (flag == "--decode-in-workers") {
+      o.decode_in_workers = true;
       continue;
     }
     if (i + 1 == argc) Die(std::string(flag) + " needs a value (see --help)");
@@ -270,6 +279,10 @@ Options ParseOptions(int argc, char** argv) {
   if (o.channels != 1 && o.channels != 3) Die("--channels must be 1 or 3");
   if (o.decode_on_gpu && o.channels != 3) {
     Die("--decode-device cuda needs --channels 3 (the GPU path makes RGB)");
+  }
+  if (o.decode_in_workers && !o.decode_on_gpu) {
+    Die("--decode-in-workers needs --decode-device cuda (the CPU path always decodes in the "
+        "workers)");
   }
   return o;
 }
@@ -661,6 +674,13 @@ class Run {
     if (o.decode_on_gpu && !dist.device().is_cuda()) {
       Die("--decode-device cuda needs a CUDA training device, not " + dist.device().str());
     }
+    if (o.decode_in_workers) {
+      // Made once, one decoder per worker, and given to every epoch's Loader.
+      absl::StatusOr<std::shared_ptr<wds::GpuWorkerDecoders>> decoders =
+          wds::GpuWorkerDecoders::Create(dist.device().index(), {}, o.workers);
+      if (!decoders.ok()) Die(Message(decoders.status()));
+      gpu_workers_ = *std::move(decoders);
+    }
     if (index_ != nullptr) {
       for (const wds::DatasetShard& shard : index_->shards) counts_.Set(shard.url, shard.nsamples);
     }
@@ -720,7 +740,8 @@ class Run {
                                    .rank = dist_.rank(),
                                    .world_size = dist_.world_size(),
                                    .pin_memory = dist_.device().is_cuda(),
-                                   .device = PinDevice(dist_.device())});
+                                   .device = PinDevice(dist_.device()),
+                                   .gpu_decoders = gpu_workers_});
     loader->SetEpoch(epoch);
     return loader;
   }
@@ -763,6 +784,18 @@ class Run {
     return *std::move(item);
   }
 
+  // DecodedImages is the batch's image column (its first) as a tensor on the
+  // training device: decoded here, or finished here after the workers decoded
+  // it (--decode-in-workers).
+  torch::Tensor DecodedImages(const wds::Sample& batch) {
+    if (const auto* object = std::get_if<wds::ObjectRef>(&batch[0].second)) {
+      if (auto* pending = dynamic_cast<wds::PendingImages*>(object->get())) {
+        return wds::PendingImagesToTensor(*pending, dist_.device());
+      }
+    }
+    return wds::GpuJobsToTensor(batch, 0, dist_.device(), gpu_decoder_);
+  }
+
   void RunEpoch(int epoch, int64_t resume_step) {
     EpochStats stats;
     std::unique_ptr<wds::Loader> loader;
@@ -779,8 +812,7 @@ class Run {
     while (std::optional<wds::Sample> batch = NextBatch(*loader, stats)) {
       wds::MadeTensors decoded;  // --decode-device cuda: the images, decoded on the GPU
       if (o_.decode_on_gpu) {
-        decoded.emplace_back((*batch)[0].first,
-                             wds::GpuJobsToTensor(*batch, 0, dist_.device(), gpu_decoder_));
+        decoded.emplace_back((*batch)[0].first, DecodedImages(*batch));
       }
       const wds::TensorBatch t = wds::ToTensorBatch(*batch, {}, {}, decoded);
       const auto [loss_sum, correct] = trainer_.Step(t[0], t[1]);
@@ -975,6 +1007,7 @@ class Run {
   const wds::DistributedContext& dist_;
   Trainer trainer_;
   std::unique_ptr<wds::GpuBatchDecoder> gpu_decoder_;  // --decode-device cuda
+  std::shared_ptr<wds::GpuWorkerDecoders> gpu_workers_;  // --decode-in-workers
   std::vector<std::string> shards_;
   std::shared_ptr<const wds::DatasetIndex> index_;
   wds::Pipeline recipe_;

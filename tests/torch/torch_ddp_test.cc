@@ -433,6 +433,10 @@ TEST_F(JpegDdpTest, DecodeDeviceOptionErrorsNameTheProblem) {
   std::vector<RankResult> cpu = Train(1, common + "--channels 3 --decode-device cuda");
   EXPECT_EQ(cpu[0].exit_code, 2);
   EXPECT_THAT(cpu[0].stderr, HasSubstr("--decode-device cuda needs a CUDA training device, not cpu"));
+  std::vector<RankResult> workers = Train(1, common + "--channels 3 --decode-in-workers");
+  EXPECT_EQ(workers[0].exit_code, 2);
+  EXPECT_THAT(workers[0].stderr, HasSubstr("--decode-in-workers needs --decode-device cuda (the "
+                                           "CPU path always decodes in the workers)"));
 }
 
 // On a GPU, decoding there trains on the same samples in the same order as
@@ -444,10 +448,14 @@ TEST_F(JpegDdpTest, DecodeOnTheGpuTrainsTheCpuPathsKeysInOrder) {
       "--shuffle 10 --workers 2 ";
   std::vector<RankResult> cpu = Train(1, common + "--decode-device cpu");
   std::vector<RankResult> gpu = Train(1, common + "--decode-device cuda");
+  std::vector<RankResult> workers = Train(1, common + "--decode-device cuda --decode-in-workers");
   ASSERT_EQ(cpu[0].exit_code, 0) << cpu[0].stderr;
   ASSERT_EQ(gpu[0].exit_code, 0) << gpu[0].stderr;
+  ASSERT_EQ(workers[0].exit_code, 0) << workers[0].stderr;
   EXPECT_EQ(gpu[0].batches, cpu[0].batches);
   EXPECT_EQ(gpu[0].keys, cpu[0].keys);
+  EXPECT_EQ(workers[0].batches, cpu[0].batches);
+  EXPECT_EQ(workers[0].keys, cpu[0].keys);
   EXPECT_EQ(AllKeys(gpu, 0).size(), 72u);
 }
 
