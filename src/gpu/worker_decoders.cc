@@ -8,6 +8,7 @@
 
 #include "wds/gpu/gpu_decode.h"
 #include "wds/internal/base/status_macros.h"
+#include "wds/internal/base/strings.h"
 
 #if WDS_WITH_CUDA_KERNELS
 #include <cuda_runtime_api.h>
@@ -117,8 +118,21 @@ absl::StatusOr<std::shared_ptr<GpuWorkerDecoders>> GpuWorkerDecoders::Create(
     }
     made.push_back(*std::move(worker));
   }
+  // The decoders may differ: the JPEG engines may refuse a later handle. Then
+  // decoder() names both kinds, and nvjpeg_hardware() is false.
   impl->decoder = std::string(made[0]->decoder->decoder());
-  impl->nvjpeg_hardware = made[0]->decoder->nvjpeg_hardware();
+  impl->nvjpeg_hardware = true;
+  int others = 0;
+  std::string other;
+  for (const std::unique_ptr<Worker>& w : made) {
+    impl->nvjpeg_hardware = impl->nvjpeg_hardware && w->decoder->nvjpeg_hardware();
+    if (w->decoder->decoder() == impl->decoder) continue;
+    ++others;
+    other = std::string(w->decoder->decoder());
+  }
+  if (others > 0) {
+    impl->decoder = Cat(impl->decoder, " (", others, " of ", made.size(), " decoders: ", other, ")");
+  }
   {
     std::lock_guard<std::mutex> lock(impl->mu);
     impl->made = static_cast<int>(made.size());

@@ -285,7 +285,10 @@ class GpuWorkerDecoders {
   [[nodiscard]] absl::Status DecodeAhead(Sample& batch);
 
   int device() const { return device_; }
-  // decoder and nvjpeg_hardware: GpuBatchDecoder's (every decoder's alike).
+  // decoder and nvjpeg_hardware: GpuBatchDecoder's, of the decoders Create
+  // made. Where they differ (the JPEG engines refused a later handle),
+  // decoder names both kinds ("nvjpeg hardware+hybrid (2 of 4 decoders:
+  // nvjpeg hybrid)") and nvjpeg_hardware is false.
   std::string decoder() const;
   bool nvjpeg_hardware() const;
   // stats sums the decoders' stats over every DecodeAhead so far.
