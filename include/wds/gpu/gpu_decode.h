@@ -260,12 +260,12 @@ class GpuBatchDecoder {
 };
 
 // GpuWorkerDecoders are the decoders of a Loader's workers
-// (LoaderOptions::gpu_decoders): each DecodeAhead call leases one,
-// with a CUDA stream of its own, so the workers decode side by side and the
-// consumer only finishes the batches (PendingImages::Finish). They are made
-// as workers need them (at most one per worker running at once) and kept
-// from epoch to epoch, with their nvJPEG handles, staging and device memory.
-// Thread-safe.
+// (LoaderOptions::gpu_decoders): each DecodeAhead call leases one, with a
+// CUDA stream of its own, so the workers decode side by side and the consumer
+// only finishes the batches (PendingImages::Finish). Create makes the first
+// ones; another is made when more workers decode at once than there are
+// decoders. All are kept from epoch to epoch, with their nvJPEG handles,
+// staging and device memory. Thread-safe.
 class GpuWorkerDecoders {
  public:
   // Create makes `decoders` decoders (at least one: a device that cannot
