@@ -185,6 +185,7 @@ class HostBatchDecoder final : public GpuBatchDecoder {
                                                              const TextList* urls,
                                                              void* /*stream*/) override {
     PhaseClock clock;
+    Stats counts;  // added to stats_ when the batch is decoded
     WDS_ASSIGN_OR_RETURN(JobColumn column, ParseJobColumn(jobs, keys, urls));
     clock.Add(stats_.seconds.parse);
     const size_t n = jobs.size();
@@ -209,15 +210,16 @@ class HostBatchDecoder final : public GpuBatchDecoder {
         // check above made sure of; a copy keeps this right regardless.
         if (cpu.data_as<uint8_t>() != to) std::memcpy(to, cpu.data_as<uint8_t>(), bytes);
         pixels = to;
-        ++stats_.cpu_fallback_images;
+        ++counts.cpu_fallback_images;
       } else {
-        ++stats_.worker_decoded_images;
+        ++counts.worker_decoded_images;
       }
       sources[i] = SourceOf(h, pixels);
     }
     clock.Add(stats_.seconds.cpu_decode);
-    ++stats_.batches;
-    stats_.images += static_cast<int64_t>(n);
+    ++counts.batches;
+    counts.images += static_cast<int64_t>(n);
+    stats_ += counts;
     return std::make_shared<HostPendingImages>(column, jobs, std::move(decoded),
                                                std::move(sources));
   }
@@ -225,6 +227,7 @@ class HostBatchDecoder final : public GpuBatchDecoder {
   absl::Status Decode(const BytesList& jobs, const TextList* keys, const TextList* urls, void* out,
                       void* /*stream*/) override {
     PhaseClock clock;
+    Stats counts;  // added to stats_ when the batch is decoded
     WDS_ASSIGN_OR_RETURN(JobColumn column, ParseJobColumn(jobs, keys, urls));
     clock.Add(stats_.seconds.parse);
     const ResizeTarget target = MakeResizeTarget(column.output, out);
@@ -236,9 +239,9 @@ class HostBatchDecoder final : public GpuBatchDecoder {
       if (h.kind == JobKind::kJpeg) {
         WDS_ASSIGN_OR_RETURN(decoded, DecodeJobJpeg(column, i, &pixels_, keys, urls));
         pixels = decoded.data_as<uint8_t>();
-        ++stats_.cpu_fallback_images;
+        ++counts.cpu_fallback_images;
       } else {
-        ++stats_.worker_decoded_images;
+        ++counts.worker_decoded_images;
       }
       clock.Add(stats_.seconds.cpu_decode);
       // One image at a time: the target of image i is the batch's slot i.
@@ -248,8 +251,9 @@ class HostBatchDecoder final : public GpuBatchDecoder {
       ResizeBatchOnHost(&source, 1, one);
       clock.Add(stats_.seconds.kernel);
     }
-    ++stats_.batches;
-    stats_.images += static_cast<int64_t>(jobs.size());
+    ++counts.batches;
+    counts.images += static_cast<int64_t>(jobs.size());
+    stats_ += counts;
     return absl::OkStatus();
   }
   int device() const override { return kHost; }

@@ -290,6 +290,7 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
                                                              const TextList* urls,
                                                              void* stream_ptr) override {
     PhaseClock clock;
+    Stats counts;  // added to stats_ when the batch is decoded
     WDS_ASSIGN_OR_RETURN(JobColumn column, ParseJobColumn(jobs, keys, urls));
     clock.Add(stats_.seconds.parse);
     WDS_RETURN_IF_ERROR(Cuda(cudaSetDevice(device_), "cudaSetDevice"));
@@ -308,7 +309,7 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
     // source table). Jobs in page-locked memory are read in place: staging
     // them would copy pinned memory into pinned memory on this thread.
     const bool staged = options_.stage_inputs && !column.pinned;
-    if (!staged) stats_.images_read_in_place += static_cast<int64_t>(n);
+    if (!staged) counts.images_read_in_place += static_cast<int64_t>(n);
     std::vector<size_t> pixels_at(n);
     std::vector<size_t> staging_at(n);
     size_t pixel_bytes = 0;
@@ -364,7 +365,7 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
           Cuda(cudaMemcpyAsync(pixels + pixels_at[i], input[i], column.payloads[i].size(),
                                cudaMemcpyHostToDevice, stream),
                "copying pixels to the device"));
-      ++stats_.worker_decoded_images;
+      ++counts.worker_decoded_images;
     }
     clock.Add(stats_.seconds.gather);
     std::vector<bool> decoded(jpegs.size(), false);
@@ -386,7 +387,7 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
     // 3. What nvJPEG refused (or every JPEG, without nvJPEG): the CPU decoder.
     for (size_t k = 0; k < jpegs.size(); ++k) {
       if (decoded[k]) {
-        ++stats_.nvjpeg_images;
+        ++counts.nvjpeg_images;
         continue;
       }
       const size_t i = jpegs[k];
@@ -395,7 +396,7 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
                                                cudaMemcpyHostToDevice, stream),
                                "copying a CPU-decoded image to the device"));
       cpu_decoded.push_back(std::move(cpu));
-      ++stats_.cpu_fallback_images;
+      ++counts.cpu_fallback_images;
     }
     clock.Add(stats_.seconds.cpu_decode);
 
@@ -413,8 +414,9 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
     auto pending = std::make_shared<DevicePendingImages>(column, blocks_, std::move(block),
                                                          device_sources, std::move(done));
     clock.Add(stats_.seconds.kernel);
-    ++stats_.batches;
-    stats_.images += static_cast<int64_t>(n);
+    ++counts.batches;
+    counts.images += static_cast<int64_t>(n);
+    stats_ += counts;
     return pending;
   }
 

@@ -1,6 +1,7 @@
 // NvjpegBatchDecoder.
 #include "gpu/nvjpeg_decoder.h"
 
+#include <cuda_runtime_api.h>
 #include <nvjpeg.h>
 
 #include "wds/internal/base/strings.h"
@@ -68,6 +69,10 @@ absl::StatusOr<std::unique_ptr<NvjpegBatchDecoder>> NvjpegBatchDecoder::Create(
 
 NvjpegBatchDecoder::~NvjpegBatchDecoder() {
   for (Backend* b : {&hardware_, &hybrid_}) {
+    if (b->last_batch != nullptr) {
+      cudaEventSynchronize(static_cast<cudaEvent_t>(b->last_batch));
+      cudaEventDestroy(static_cast<cudaEvent_t>(b->last_batch));
+    }
     if (b->state != nullptr) nvjpegJpegStateDestroy(State(b->state));
     if (b->handle != nullptr) nvjpegDestroy(Handle(b->handle));
   }
@@ -79,6 +84,12 @@ bool NvjpegBatchDecoder::DecodeWith(Backend& backend, const std::vector<size_t>&
   const int n = static_cast<int>(which.size());
   if (n == 0) return true;
   if (backend.batch_size != n) {
+    // nvJPEG requires the state's last batch to be done before it is
+    // initialised again (a batch of another size, or after a failure); the
+    // stream may still run it (a worker decodes ahead of its consumer).
+    if (backend.last_batch != nullptr) {
+      cudaEventSynchronize(static_cast<cudaEvent_t>(backend.last_batch));
+    }
     if (nvjpegDecodeBatchedInitialize(Handle(backend.handle), State(backend.state), n,
                                       max_cpu_threads_,
                                       NVJPEG_OUTPUT_RGBI) != NVJPEG_STATUS_SUCCESS) {
@@ -101,6 +112,19 @@ bool NvjpegBatchDecoder::DecodeWith(Backend& backend, const std::vector<size_t>&
   const nvjpegStatus_t s =
       nvjpegDecodeBatched(Handle(backend.handle), State(backend.state), data.data(), lengths.data(),
                           images.data(), static_cast<cudaStream_t>(stream));
+  if (backend.last_batch == nullptr) {
+    cudaEvent_t event = nullptr;
+    if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) == cudaSuccess) {
+      backend.last_batch = event;
+    }
+  }
+  if (backend.last_batch != nullptr &&
+      cudaEventRecord(static_cast<cudaEvent_t>(backend.last_batch),
+                      static_cast<cudaStream_t>(stream)) != cudaSuccess) {
+    // Without the event, the next initialisation could not wait for this
+    // batch: wait now.
+    cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
+  }
   // A failed batch leaves the state to be initialised again (nvJPEG's
   // documented way to reset it).
   if (s != NVJPEG_STATUS_SUCCESS) backend.batch_size = 0;

@@ -67,6 +67,7 @@ class NvjpegBatchDecoder {
     void* state = nullptr;   // nvjpegJpegState_t
     int batch_size = 0;      // of the last nvjpegDecodeBatchedInitialize
     bool interpolated = false;  // made with NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION
+    void* last_batch = nullptr;  // cudaEvent_t recorded after the last nvjpegDecodeBatched
   };
   NvjpegBatchDecoder() = default;
   bool DecodeWith(Backend& backend, const std::vector<size_t>& which,

@@ -50,6 +50,9 @@ int LaunchResizeBatch(const ResizeSource* sources, int count, const ResizeTarget
   const dim3 block(kBlock, kBlock);
   const dim3 grid((target.width + kBlock - 1) / kBlock, (target.height + kBlock - 1) / kBlock,
                   count);
+  // An error an earlier call left on this thread (one whose result was
+  // ignored, or the caller's) is not this launch's.
+  cudaGetLastError();
   ResizeBatchKernel<<<grid, block, 0, static_cast<cudaStream_t>(stream)>>>(sources, target);
   return static_cast<int>(cudaGetLastError());
 }

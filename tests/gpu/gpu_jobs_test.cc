@@ -541,6 +541,13 @@ TEST(GpuDecodeStageTest, UndecodableScanIsNamedWithoutTheBatchsKeys) {
       (*decoder)->DecodeAhead(jobs, nullptr, nullptr, nullptr);
   ASSERT_FALSE(pending.ok());
   EXPECT_EQ(pending.status(), out.status());
+  // Failed batches add no count (though the images before s15 were decoded).
+  const GpuBatchDecoder::Stats& stats = (*decoder)->stats();
+  EXPECT_EQ(stats.batches, 0);
+  EXPECT_EQ(stats.images, 0);
+  EXPECT_EQ(stats.cpu_fallback_images, 0);
+  EXPECT_EQ(stats.worker_decoded_images, 0);
+  EXPECT_GT(stats.seconds.cpu_decode, 0);
 }
 
 TEST(GpuDecodeStageTest, WorkersDecodingOnTheHostGiveTheConsumersArrays) {

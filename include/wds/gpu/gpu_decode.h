@@ -165,7 +165,8 @@ class GpuBatchDecoder {
   static constexpr int kHost = -1;
 
   struct Options {
-    // max_cpu_threads is nvJPEG's CPU thread count for the hybrid backend.
+    // max_cpu_threads is nvJPEG's CPU thread count for the hybrid backend
+    // (nvjpegDecodeBatchedInitialize's; recent nvJPEG versions ignore it).
     int max_cpu_threads = 4;
     // stage_inputs gathers a batch's payloads into pinned staging before
     // nvJPEG reads them (a memcpy per image). false hands nvJPEG the jobs'
@@ -175,6 +176,8 @@ class GpuBatchDecoder {
     // this says. Ignored by kHost.
     bool stage_inputs = true;
   };
+  // Stats counts the batches decoded whole (a batch that fails adds no
+  // count); the phases' time counts every call, failed ones too.
   struct Stats {
     int64_t batches = 0;
     int64_t images = 0;
