@@ -897,24 +897,6 @@ TEST(DevicePrefetcherTest, GpuJobsOnCudaOutsideFieldsAreNotDecoded) {
   EXPECT_EQ(n, 3u);
 }
 
-TEST(DevicePrefetcherTest, GpuJobsOnCudaAreDecodedOnTheDevice) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  testing::TempDir dir;
-  const Pipeline recipe = JpegRecipe(dir);
-  const std::vector<torch::Tensor> expected = HostImages(recipe);
-  Loader loader(recipe, {.workers = 1});
-  DevicePrefetcher prefetcher(loader, {.device = torch::Device(torch::kCUDA, 0)});
-  size_t n = 0;
-  for (const TensorBatch& batch : prefetcher) {
-    ASSERT_LT(n, expected.size());
-    EXPECT_TRUE(batch[0].is_cuda());
-    const double worst = (batch[0].cpu() - expected[n]).abs().max().item<double>();
-    // +-2 of 255 in a sample, over ImageNet's smallest std.
-    EXPECT_LE(worst, 2.0 / 255 / 0.224 + 1e-5) << "batch " << n;
-    ++n;
-  }
-  EXPECT_EQ(n, 3u);
-}
 
 // A Loader whose workers decode ahead (LoaderOptions::gpu_decoders, here on
 // the host): the prefetcher finishes their PendingImages into the same
@@ -986,28 +968,34 @@ TEST(DevicePrefetcherTest, ToTensorOfPendingImagesIsTypeErrorSayingWhatFinishesT
   }
 }
 
-TEST(DevicePrefetcherTest, ImagesTheWorkersDecodedOnCudaAreFinishedThere) {
+// On a GPU the prefetcher decodes the jobs there, or finishes the images the
+// workers decoded there (LoaderOptions::gpu_decoders): within nvJPEG's +-2 of
+// the host decoder's pixels either way.
+TEST(DevicePrefetcherTest, GpuJobsOnCudaAreDecodedOnTheDevice) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   testing::TempDir dir;
   const Pipeline recipe = JpegRecipe(dir);
   const std::vector<torch::Tensor> expected = HostImages(recipe);
-  const std::shared_ptr<GpuWorkerDecoders> decoders = WorkerDecoders(0);
-  ASSERT_NE(decoders, nullptr);
-  Loader loader(recipe, {.workers = 1, .gpu_decoders = decoders});
-  DevicePrefetcher prefetcher(loader, {.device = torch::Device(torch::kCUDA, 0)});
-  size_t n = 0;
-  for (const TensorBatch& batch : prefetcher) {
-    ASSERT_LT(n, expected.size());
-    EXPECT_TRUE(batch[0].is_cuda());
-    const double worst = (batch[0].cpu() - expected[n]).abs().max().item<double>();
-    EXPECT_LE(worst, 2.0 / 255 / 0.224 + 1e-5) << "batch " << n;
-    ++n;
+  for (const bool in_workers : {false, true}) {
+    const std::shared_ptr<GpuWorkerDecoders> decoders = in_workers ? WorkerDecoders(0) : nullptr;
+    Loader loader(recipe, {.workers = 1, .gpu_decoders = decoders});
+    DevicePrefetcher prefetcher(loader, {.device = torch::Device(torch::kCUDA, 0)});
+    size_t n = 0;
+    for (const TensorBatch& batch : prefetcher) {
+      ASSERT_LT(n, expected.size());
+      EXPECT_TRUE(batch[0].is_cuda());
+      const double worst = (batch[0].cpu() - expected[n]).abs().max().item<double>();
+      // +-2 of 255 in a sample, over ImageNet's smallest std.
+      EXPECT_LE(worst, 2.0 / 255 / 0.224 + 1e-5) << "batch " << n << ", in workers " << in_workers;
+      ++n;
+    }
+    EXPECT_EQ(n, 3u);
+    if (!in_workers) continue;
+    EXPECT_EQ(decoders->stats().images, 12);
+    // A CUDA build without nvJPEG decodes them with the CPU decoder.
+    const bool nvjpeg = decoders->decoder().rfind("nvjpeg", 0) == 0;
+    EXPECT_EQ(decoders->stats().nvjpeg_images, nvjpeg ? 12 : 0) << decoders->decoder();
   }
-  EXPECT_EQ(n, 3u);
-  EXPECT_EQ(decoders->stats().images, 12);
-  // A CUDA build without nvJPEG decodes them with the CPU decoder.
-  const bool nvjpeg = decoders->decoder().rfind("nvjpeg", 0) == 0;
-  EXPECT_EQ(decoders->stats().nvjpeg_images, nvjpeg ? 12 : 0) << decoders->decoder();
 }
 
 }  // namespace
