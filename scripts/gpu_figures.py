@@ -63,23 +63,21 @@ def main(logs):
         if phases:
             print(f"    consumer ms per batch: {phases}; waiting share "
                   f"{run.get('shares', {}).get('waiting', '-')}")
-        pinned = runs[f"cuda-full-b{batch}-pinned"]
-        print(f"  loader b{batch}, pinned jobs read in place: steady "
-              f"{num(steady[f'cuda-full-b{batch}-pinned'])}, "
-              f"{ratio(steady[f'cuda-full-b{batch}-pinned'], raw)} of raw (pool pinned: "
-              f"{pinned.get('pool', {}).get('pinned', '-')})")
-        phases = per_batch(pinned.get("gpu_stats"))
-        if phases:
-            print(f"    consumer ms per batch: {phases}")
-        workers = runs[f"cuda-full-b{batch}-workers"]
-        print(f"  loader b{batch}, decoded in the workers: steady "
-              f"{num(steady[f'cuda-full-b{batch}-workers'])}, "
-              f"{ratio(steady[f'cuda-full-b{batch}-workers'], raw)} of raw "
-              f"({workers.get('gpu_decoders', '-')} decoders; waiting share "
-              f"{workers.get('shares', {}).get('waiting', '-')})")
-        phases = per_batch(workers.get("gpu_stats"))
-        if phases:
-            print(f"    workers' decoders, ms per batch (summed over threads): {phases}")
+        # The variants beside the consumer's decode: what else each prints, and
+        # whose time its phases are.
+        for variant, label, extra, whose in (
+                ("pinned", "pinned jobs read in place",
+                 lambda r: f"pool pinned: {r.get('pool', {}).get('pinned', '-')}", "consumer"),
+                ("workers", "decoded in the workers",
+                 lambda r: f"{r.get('gpu_decoders', '-')} decoders; waiting share "
+                           f"{r.get('shares', {}).get('waiting', '-')}",
+                 "workers' decoders (summed over threads)")):
+            name = f"cuda-full-b{batch}-{variant}"
+            print(f"  loader b{batch}, {label}: steady {num(steady[name])}, "
+                  f"{ratio(steady[name], raw)} of raw ({extra(runs[name])})")
+            phases = per_batch(runs[name].get("gpu_stats"))
+            if phases:
+                print(f"    {whose} ms per batch: {phases}")
     python_phases = per_batch(runs["python-cuda-full-b64"].get("stats"))
     if python_phases:
         print(f"  Python b64 consumer ms per batch: {python_phases}")
