@@ -295,13 +295,6 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
     clock.Add(stats_.seconds.parse);
     WDS_RETURN_IF_ERROR(Cuda(cudaSetDevice(device_), "cudaSetDevice"));
     auto stream = static_cast<cudaStream_t>(stream_ptr);
-    // nvJPEG's state is reused in stream order: a batch on another stream
-    // than the last first waits for the last one's decode.
-    if (!in_use_.empty() && stream != last_stream_) {
-      WDS_RETURN_IF_ERROR(
-          Cuda(cudaStreamWaitEvent(stream, in_use_.back().done->get(), 0), "cudaStreamWaitEvent"));
-    }
-    last_stream_ = stream;
     const size_t n = jobs.size();
 
     // Where each full-size image goes in the block (the source table at its
@@ -472,7 +465,6 @@ class DeviceBatchDecoder final : public GpuBatchDecoder {
 
   int device_;
   Options options_;
-  cudaStream_t last_stream_ = nullptr;
   StagingPool staging_;
   std::shared_ptr<BlockPool> blocks_;
   std::deque<InUse> in_use_;

@@ -98,6 +98,12 @@ bool NvjpegBatchDecoder::DecodeWith(Backend& backend, const std::vector<size_t>&
     }
     backend.batch_size = n;
   }
+  // The state is reused in stream order: a batch on another stream than the
+  // last first waits (on the GPU) for the last one.
+  if (backend.last_batch != nullptr && stream != backend.last_stream) {
+    cudaStreamWaitEvent(static_cast<cudaStream_t>(stream),
+                        static_cast<cudaEvent_t>(backend.last_batch), 0);
+  }
   std::vector<const unsigned char*> data(n);
   std::vector<size_t> lengths(n);
   std::vector<nvjpegImage_t> images(n);
@@ -121,10 +127,10 @@ bool NvjpegBatchDecoder::DecodeWith(Backend& backend, const std::vector<size_t>&
   if (backend.last_batch != nullptr &&
       cudaEventRecord(static_cast<cudaEvent_t>(backend.last_batch),
                       static_cast<cudaStream_t>(stream)) != cudaSuccess) {
-    // Without the event, the next initialisation could not wait for this
-    // batch: wait now.
+    // Without the event, the next batch could not wait for this one: wait now.
     cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
   }
+  backend.last_stream = stream;
   // A failed batch leaves the state to be initialised again (nvJPEG's
   // documented way to reset it).
   if (s != NVJPEG_STATUS_SUCCESS) backend.batch_size = 0;

@@ -57,6 +57,9 @@ class NvjpegBatchDecoder {
   // cudaStream_t). Returns, per image, true when nvJPEG decoded it and false
   // when its share of the batch failed: those images go to the CPU decoder,
   // whose error (for a corrupt image) reaches the handler as on the CPU path.
+  // Batches may go to other streams: each backend's state is reused in
+  // stream order (a batch on a new stream waits on the GPU for the last), and
+  // initialised again for another batch size only once its last batch is done.
   // REQUIRES: inputs.size() == outputs.size(); every input routed to the GPU.
   [[nodiscard]] std::vector<bool> Decode(absl::Span<const NvjpegInput> inputs,
                                          absl::Span<const NvjpegOutput> outputs, void* stream);
@@ -67,7 +70,8 @@ class NvjpegBatchDecoder {
     void* state = nullptr;   // nvjpegJpegState_t
     int batch_size = 0;      // of the last nvjpegDecodeBatchedInitialize
     bool interpolated = false;  // made with NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION
-    void* last_batch = nullptr;  // cudaEvent_t recorded after the last nvjpegDecodeBatched
+    void* last_batch = nullptr;   // cudaEvent_t recorded after the last nvjpegDecodeBatched
+    void* last_stream = nullptr;  // the cudaStream_t it ran on
   };
   NvjpegBatchDecoder() = default;
   bool DecodeWith(Backend& backend, const std::vector<size_t>& which,
