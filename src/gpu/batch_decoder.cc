@@ -289,19 +289,6 @@ GpuBatchDecoder::Stats& GpuBatchDecoder::Stats::operator+=(const Stats& other) {
   return *this;
 }
 
-GpuBatchDecoder::Stats& GpuBatchDecoder::Stats::operator-=(const Stats& other) {
-  Stats negated;
-  negated.batches = -other.batches;
-  negated.images = -other.images;
-  negated.nvjpeg_images = -other.nvjpeg_images;
-  negated.cpu_fallback_images = -other.cpu_fallback_images;
-  negated.worker_decoded_images = -other.worker_decoded_images;
-  negated.images_read_in_place = -other.images_read_in_place;
-  negated.seconds = {-other.seconds.parse,  -other.seconds.wait,       -other.seconds.gather,
-                     -other.seconds.nvjpeg, -other.seconds.cpu_decode, -other.seconds.kernel};
-  return *this += negated;
-}
-
 size_t GpuBatchLayout::nbytes() const {
   size_t n = DTypeSize(dtype);
   for (int64_t d : shape) n *= static_cast<size_t>(d);

@@ -19,8 +19,8 @@
 namespace wds {
 namespace {
 
-// Worker is one decoder with its stream (null on the host), and the stats it
-// had when they were last added to the total.
+// Worker is one decoder with its stream (null on the host), and its stats as
+// of its last return (what GpuWorkerDecoders::stats() adds up).
 struct Worker {
   std::unique_ptr<GpuBatchDecoder> decoder;
   void* stream = nullptr;
@@ -36,9 +36,8 @@ struct GpuWorkerDecoders::Impl {
   bool nvjpeg_hardware = false;
   // std::mutex, not absl::Mutex: ThreadSanitizer sees it.
   mutable std::mutex mu;
-  std::vector<std::unique_ptr<Worker>> idle;  // guarded by mu, as the next two
-  int made = 0;
-  GpuBatchDecoder::Stats total;
+  std::vector<std::unique_ptr<Worker>> idle;  // guarded by mu, as `all`
+  std::vector<const Worker*> all;             // every worker made, leased or idle
 
   // Make makes a decoder and, on a device, a non-blocking stream for it.
   absl::StatusOr<std::unique_ptr<Worker>> Make() {
@@ -68,15 +67,13 @@ struct GpuWorkerDecoders::Impl {
     }
     WDS_ASSIGN_OR_RETURN(std::unique_ptr<Worker> worker, Make());
     std::lock_guard<std::mutex> lock(mu);
-    ++made;
+    all.push_back(worker.get());
     return worker;
   }
 
-  // Return adds what `worker` decoded to the total and makes it idle.
+  // Return takes `worker`'s stats and makes it idle.
   void Return(std::unique_ptr<Worker> worker) {
     std::lock_guard<std::mutex> lock(mu);
-    total += worker->decoder->stats();
-    total -= worker->reported;
     worker->reported = worker->decoder->stats();
     idle.push_back(std::move(worker));
   }
@@ -96,8 +93,7 @@ struct GpuWorkerDecoders::Impl {
   }
 };
 
-GpuWorkerDecoders::GpuWorkerDecoders(int device, std::unique_ptr<Impl> impl)
-    : device_(device), impl_(std::move(impl)) {}
+GpuWorkerDecoders::GpuWorkerDecoders(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 GpuWorkerDecoders::~GpuWorkerDecoders() {
   std::lock_guard<std::mutex> lock(impl_->mu);
@@ -135,10 +131,10 @@ absl::StatusOr<std::shared_ptr<GpuWorkerDecoders>> GpuWorkerDecoders::Create(
   }
   {
     std::lock_guard<std::mutex> lock(impl->mu);
-    impl->made = static_cast<int>(made.size());
+    for (const std::unique_ptr<Worker>& w : made) impl->all.push_back(w.get());
     impl->idle = std::move(made);
   }
-  return std::shared_ptr<GpuWorkerDecoders>(new GpuWorkerDecoders(device, std::move(impl)));
+  return std::shared_ptr<GpuWorkerDecoders>(new GpuWorkerDecoders(std::move(impl)));
 }
 
 absl::Status GpuWorkerDecoders::DecodeAhead(Sample& batch) {
@@ -167,14 +163,18 @@ absl::Status GpuWorkerDecoders::DecodeAhead(Sample& batch) {
 std::string GpuWorkerDecoders::decoder() const { return impl_->decoder; }
 bool GpuWorkerDecoders::nvjpeg_hardware() const { return impl_->nvjpeg_hardware; }
 
+int GpuWorkerDecoders::device() const { return impl_->device; }
+
 GpuBatchDecoder::Stats GpuWorkerDecoders::stats() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->total;
+  GpuBatchDecoder::Stats total;
+  for (const Worker* w : impl_->all) total += w->reported;
+  return total;
 }
 
 int GpuWorkerDecoders::decoders() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->made;
+  return static_cast<int>(impl_->all.size());
 }
 
 }  // namespace wds

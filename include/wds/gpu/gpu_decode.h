@@ -202,9 +202,8 @@ class GpuBatchDecoder {
       double kernel = 0;
     } seconds;
 
-    // += and -= add and subtract every count and phase.
+    // += adds every count and phase.
     Stats& operator+=(const Stats& other);
-    Stats& operator-=(const Stats& other);
   };
 
   // Create makes a decoder for CUDA device `device`, or kHost. Errors:
@@ -287,7 +286,7 @@ class GpuWorkerDecoders {
   // its decoder stays usable.
   [[nodiscard]] absl::Status DecodeAhead(Sample& batch);
 
-  int device() const { return device_; }
+  int device() const;
   // decoder and nvjpeg_hardware: GpuBatchDecoder's, of the decoders Create
   // made. Where they differ (the JPEG engines refused a later handle),
   // decoder names both kinds ("nvjpeg hardware+hybrid (2 of 4 decoders:
@@ -301,8 +300,7 @@ class GpuWorkerDecoders {
 
  private:
   struct Impl;
-  GpuWorkerDecoders(int device, std::unique_ptr<Impl> impl);
-  int device_;
+  explicit GpuWorkerDecoders(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 
