@@ -431,9 +431,7 @@ class GpuConsumer {
     const auto [keys, urls] = wds::BatchKeysAndUrls(batch);
     size_t column = 0;
     for (const auto& [name, value] : batch) {
-      const auto* object = std::get_if<wds::ObjectRef>(&value);
-      auto* pending =
-          object != nullptr ? dynamic_cast<wds::PendingImages*>(object->get()) : nullptr;
+      wds::PendingImages* pending = wds::AsPendingImages(value);
       if (pending == nullptr && !wds::IsGpuJobColumn(value)) continue;
       wds::GpuBatchLayout layout;
       if (pending != nullptr) {

@@ -788,10 +788,8 @@ class Run {
   // training device: decoded here, or finished here after the workers decoded
   // it (--decode-in-workers).
   torch::Tensor DecodedImages(const wds::Sample& batch) {
-    if (const auto* object = std::get_if<wds::ObjectRef>(&batch[0].second)) {
-      if (auto* pending = dynamic_cast<wds::PendingImages*>(object->get())) {
-        return wds::PendingImagesToTensor(*pending, dist_.device());
-      }
+    if (wds::PendingImages* pending = wds::AsPendingImages(batch[0].second)) {
+      return wds::PendingImagesToTensor(*pending, dist_.device());
     }
     return wds::GpuJobsToTensor(batch, 0, dist_.device(), gpu_decoder_);
   }

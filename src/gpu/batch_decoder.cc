@@ -289,6 +289,11 @@ GpuBatchDecoder::Stats& GpuBatchDecoder::Stats::operator+=(const Stats& other) {
   return *this;
 }
 
+PendingImages* AsPendingImages(const Value& value) {
+  const auto* object = std::get_if<ObjectRef>(&value);
+  return object != nullptr ? dynamic_cast<PendingImages*>(object->get()) : nullptr;
+}
+
 size_t GpuBatchLayout::nbytes() const {
   size_t n = DTypeSize(dtype);
   for (int64_t d : shape) n *= static_cast<size_t>(d);

@@ -73,6 +73,18 @@ void* NativeHandle(const S& /*stream*/, long) {
   return nullptr;
 }
 
+// StreamHandle is the cudaStream_t of `target`'s current stream, or null
+// for the CPU. Throws LoaderError where LibTorch cannot say it.
+void* StreamHandle(const torch::Device& target) {
+  if (!target.is_cuda()) return nullptr;
+  void* handle = NativeHandle(CudaGuard().getStream(target), 0);
+  if (handle == nullptr) {
+    throw LoaderError(absl::UnimplementedError(
+        "decode on cuda: this LibTorch has no c10::Stream::native_handle() (LibTorch 2.x)"));
+  }
+  return handle;
+}
+
 std::optional<Sample> NextFromLoader(Loader& loader) {
   absl::StatusOr<std::optional<Sample>> next = loader.Next();
   if (!next.ok()) throw LoaderError(next.status());
@@ -109,19 +121,7 @@ torch::Tensor GpuJobsToTensor(const Sample& batch, size_t field, const torch::De
     if (!made.ok()) throw LoaderError(made.status());
     decoder = *std::move(made);
   }
-  if (!target.is_cuda()) {
-    torch::Tensor out = torch::empty(layout->shape, options);
-    if (absl::Status s = decoder->Decode(*jobs, keys, urls, out.data_ptr(), nullptr); !s.ok()) {
-      throw LoaderError(s);
-    }
-    return out;
-  }
-  const c10::Stream stream = CudaGuard().getStream(target);
-  void* handle = NativeHandle(stream, 0);
-  if (handle == nullptr) {
-    throw LoaderError(absl::UnimplementedError(
-        "decode on cuda: this LibTorch has no c10::Stream::native_handle() (LibTorch 2.x)"));
-  }
+  void* handle = StreamHandle(target);
   torch::Tensor out = torch::empty(layout->shape, options.device(target));
   if (absl::Status s = decoder->Decode(*jobs, keys, urls, out.data_ptr(), handle); !s.ok()) {
     throw LoaderError(s);
@@ -142,14 +142,7 @@ torch::Tensor PendingImagesToTensor(PendingImages& pending, const torch::Device&
   const GpuBatchLayout& layout = pending.layout();
   const torch::TensorOptions options =
       torch::TensorOptions().dtype(ToTorchDType(layout.dtype)).device(target);
-  void* handle = nullptr;
-  if (target.is_cuda()) {
-    handle = NativeHandle(CudaGuard().getStream(target), 0);
-    if (handle == nullptr) {
-      throw LoaderError(absl::UnimplementedError(
-          "decode on cuda: this LibTorch has no c10::Stream::native_handle() (LibTorch 2.x)"));
-    }
-  }
+  void* handle = StreamHandle(target);
   torch::Tensor out = torch::empty(layout.shape, options);
   if (absl::Status s = pending.Finish(out.data_ptr(), handle); !s.ok()) throw LoaderError(s);
   return out;
@@ -243,8 +236,7 @@ MadeTensors DevicePrefetcher::Impl::DecodeOnDevice(const Sample& batch) {
     const std::string& name = batch[i].first;
     if (!fields.empty() && std::find(fields.begin(), fields.end(), name) == fields.end()) continue;
     const Value& value = batch[i].second;
-    const auto* object = std::get_if<ObjectRef>(&value);
-    auto* pending = object != nullptr ? dynamic_cast<PendingImages*>(object->get()) : nullptr;
+    PendingImages* pending = AsPendingImages(value);
     if (pending == nullptr && !IsGpuJobColumn(value)) continue;
     GpuBatchLayout layout;
     torch::Tensor t;

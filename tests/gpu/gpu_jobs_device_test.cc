@@ -339,8 +339,7 @@ TEST(GpuBatchDecoderDeviceTest, WorkerDecodersKeepDeviceMemoryFlatOver200LoaderR
       absl::StatusOr<std::optional<Sample>> batch = loader.Next();
       ASSERT_TRUE(batch.ok()) << batch.status();
       if (!batch->has_value()) break;
-      auto* pending =
-          dynamic_cast<PendingImages*>(std::get<ObjectRef>(*(*batch)->Find("jpg")).get());
+      PendingImages* pending = AsPendingImages(*(*batch)->Find("jpg"));
       ASSERT_NE(pending, nullptr);
       (void)Finished(*pending, nullptr);
       ++batches;

@@ -936,7 +936,7 @@ TEST(DevicePrefetcherTest, PendingImagesToTensorRefusesAnotherDevice) {
   const std::optional<Sample> batch =
       FirstJpegBatch(recipe, WorkerDecoders(GpuBatchDecoder::kHost));
   ASSERT_TRUE(batch.has_value());
-  auto* pending = dynamic_cast<PendingImages*>(std::get<ObjectRef>((*batch)[0].second).get());
+  PendingImages* pending = AsPendingImages((*batch)[0].second);
   ASSERT_NE(pending, nullptr);
   EXPECT_TRUE(torch::equal(PendingImagesToTensor(*pending, torch::kCPU), expected[0]));
   // Refused before "cuda" is resolved: the same error with or without a GPU.

@@ -158,6 +158,9 @@ class PendingImages : public ValueObject {
   int device_;
 };
 
+// AsPendingImages is the PendingImages `value` holds, else null.
+PendingImages* AsPendingImages(const Value& value);
+
 // GpuBatchDecoder decodes columns of jobs. Not thread-safe: one per consumer
 // (or per worker, for DecodeAhead).
 class GpuBatchDecoder {
