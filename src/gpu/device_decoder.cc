@@ -97,11 +97,10 @@ class Event {
 
 // BlockPool is device memory for decoded batches, reused from batch to batch:
 // each block comes back with the event of its last use, which the stream of
-// the next batch to take it waits for (on the GPU). Blocks are made 1/8 larger
-// than asked, in steps of kGranule, so that batches whose images vary a
-// little in size share them. It holds as many blocks as batches are decoded
-// and not yet dropped. Shared by a decoder and the PendingImages it made
-// (which may outlive it); thread-safe.
+// the next batch to take it waits for (on the GPU). Blocks are sized as
+// staging buffers are (PooledSize). It holds as many blocks as batches are
+// decoded and not yet dropped. Shared by a decoder and the PendingImages it
+// made (which may outlive it); thread-safe.
 class BlockPool {
  public:
   static constexpr size_t kGranule = size_t{1} << 20;
@@ -149,8 +148,7 @@ class BlockPool {
       return block;
     }
     for (Block& b : too_small) Free(b);
-    const size_t wanted = bytes + bytes / 8;
-    const size_t size = std::max<size_t>(1, (wanted + kGranule - 1) / kGranule) * kGranule;
+    const size_t size = PooledSize(bytes, kGranule);
     void* p = nullptr;
     WDS_RETURN_IF_ERROR(
         Cuda(cudaMalloc(&p, size), Cat("cudaMalloc(", size, ") for a batch's decoded images")));

@@ -61,11 +61,7 @@ StagingPool::StagingPool(std::shared_ptr<HostAllocator> allocator, int max_buffe
 
 absl::StatusOr<StagingBuffer> StagingPool::Acquire(size_t bytes) {
   StagingBuffer::Shared& s = *shared_;
-  // 1/8 more than asked: batches whose images vary a little in size then
-  // share buffers instead of replacing them (cudaFreeHost waits for the GPU).
-  const size_t wanted = bytes + bytes / 8;
-  const size_t granules = std::max<size_t>(1, (wanted + kStagingGranule - 1) / kStagingGranule);
-  const size_t size = granules * kStagingGranule;
+  const size_t size = PooledSize(bytes, kStagingGranule);
   absl::MutexLock lock(&s.mu);
   // The smallest idle buffer that fits; idle buffers are few (max_buffers).
   auto best = s.idle.end();

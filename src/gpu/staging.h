@@ -9,6 +9,7 @@
 //   // gather the images into buffer.data(); keep `buffer` until the GPU has read it
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -19,6 +20,15 @@
 namespace wds::gpu {
 
 class StagingPool;
+
+// PooledSize is the size a pool of reused buffers (StagingPool, the device
+// decoder's blocks) makes for a request of `bytes`: an eighth more, rounded up
+// to a multiple of `granule`, so batches whose images vary a little in size
+// share buffers instead of replacing them (freeing waits for the GPU).
+inline size_t PooledSize(size_t bytes, size_t granule) {
+  const size_t wanted = bytes + bytes / 8;
+  return std::max<size_t>(1, (wanted + granule - 1) / granule) * granule;
+}
 
 // StagingBuffer is a lease of one pool buffer; it returns to its pool when
 // destroyed (the pool may be gone by then). Move-only; not thread-safe.
