@@ -320,10 +320,7 @@ Drawn Draw(const Pipeline& pipeline, int workers, DecodedBy by = DecodedBy::kCon
            std::shared_ptr<GpuWorkerDecoders> decoders = nullptr) {
   Drawn run;
   if (by == DecodedBy::kWorkersAhead && decoders == nullptr) {
-    absl::StatusOr<std::shared_ptr<GpuWorkerDecoders>> made =
-        GpuWorkerDecoders::Create(GpuBatchDecoder::kHost);
-    EXPECT_TRUE(made.ok()) << made.status();
-    if (made.ok()) decoders = *made;
+    decoders = WorkerDecoders(GpuBatchDecoder::kHost);
   }
   Loader loader(pipeline, {.workers = workers,
                            .decode_gpu_jobs_on_host = by == DecodedBy::kWorkers,
@@ -563,22 +560,21 @@ TEST(GpuDecodeStageTest, WorkersDecodingOnTheHostGiveTheConsumersArrays) {
 TEST(GpuDecodeStageTest, WorkersDecodingAheadGiveTheConsumersArrays) {
   TempDir dir;
   const Pipeline p = Source(TestShard(dir)).DecodeOnGpu("rgb8", RandomCropsAndFlips()).Batched(4);
-  absl::StatusOr<std::shared_ptr<GpuWorkerDecoders>> decoders =
-      GpuWorkerDecoders::Create(GpuBatchDecoder::kHost);
-  ASSERT_TRUE(decoders.ok()) << decoders.status();
-  EXPECT_EQ((*decoders)->device(), GpuBatchDecoder::kHost);
-  EXPECT_EQ((*decoders)->decoder(), "cpu");
-  EXPECT_FALSE((*decoders)->nvjpeg_hardware());
+  const std::shared_ptr<GpuWorkerDecoders> decoders = WorkerDecoders(GpuBatchDecoder::kHost);
+  ASSERT_NE(decoders, nullptr);
+  EXPECT_EQ(decoders->device(), GpuBatchDecoder::kHost);
+  EXPECT_EQ(decoders->decoder(), "cpu");
+  EXPECT_FALSE(decoders->nvjpeg_hardware());
   const Drawn by_consumer = Draw(p, 2);
-  const Drawn ahead = Draw(p, 2, DecodedBy::kWorkersAhead, *decoders);
+  const Drawn ahead = Draw(p, 2, DecodedBy::kWorkersAhead, decoders);
   ExpectSameDraws(ahead, by_consumer, 15, 4);
-  const GpuBatchDecoder::Stats stats = (*decoders)->stats();
+  const GpuBatchDecoder::Stats stats = decoders->stats();
   EXPECT_EQ(stats.batches, 4);
   EXPECT_EQ(stats.images, 15);
   EXPECT_EQ(stats.worker_decoded_images, 1);  // the CMYK JPEG
   EXPECT_EQ(stats.cpu_fallback_images, 14);
-  EXPECT_GE((*decoders)->decoders(), 1);
-  EXPECT_LE((*decoders)->decoders(), 2);
+  EXPECT_GE(decoders->decoders(), 1);
+  EXPECT_LE(decoders->decoders(), 2);
 }
 
 // The decoders outlive a Loader: the next one's workers lease the same ones.
@@ -587,15 +583,14 @@ TEST(GpuDecodeStageTest, WorkerDecodersAreKeptFromLoaderToLoader) {
   const Pipeline p = Source(TestShard(dir))
                          .DecodeOnGpu("rgb8", {.resize = {ResizeMode::kStretch, 8, 8}})
                          .Batched(5);
-  absl::StatusOr<std::shared_ptr<GpuWorkerDecoders>> decoders =
-      GpuWorkerDecoders::Create(GpuBatchDecoder::kHost);
-  ASSERT_TRUE(decoders.ok()) << decoders.status();
+  const std::shared_ptr<GpuWorkerDecoders> decoders = WorkerDecoders(GpuBatchDecoder::kHost);
+  ASSERT_NE(decoders, nullptr);
   for (int run = 1; run <= 3; ++run) {
-    EXPECT_EQ(Draw(p, 2, DecodedBy::kWorkersAhead, *decoders).keys.size(), 15u);
-    EXPECT_EQ((*decoders)->stats().images, 15 * run);
+    EXPECT_EQ(Draw(p, 2, DecodedBy::kWorkersAhead, decoders).keys.size(), 15u);
+    EXPECT_EQ(decoders->stats().images, 15 * run);
   }
-  EXPECT_GE((*decoders)->decoders(), 1);
-  EXPECT_LE((*decoders)->decoders(), 2) << "at most one decoder per worker running at once";
+  EXPECT_GE(decoders->decoders(), 1);
+  EXPECT_LE(decoders->decoders(), 2) << "at most one decoder per worker running at once";
 }
 
 // Every job column of a batch is decoded, with one decoder; a column that
@@ -609,35 +604,33 @@ TEST(GpuDecodeStageTest, WorkerDecodersDecodeEveryColumnAndStopAtTheFirstThatFai
   const Value jobs = *(*good)->Find("jpg");
   Sample batch = **good;
   batch.Set("again", jobs);
-  absl::StatusOr<std::shared_ptr<GpuWorkerDecoders>> decoders =
-      GpuWorkerDecoders::Create(GpuBatchDecoder::kHost);
-  ASSERT_TRUE(decoders.ok()) << decoders.status();
-  ASSERT_TRUE((*decoders)->DecodeAhead(batch).ok());
+  const std::shared_ptr<GpuWorkerDecoders> decoders = WorkerDecoders(GpuBatchDecoder::kHost);
+  ASSERT_NE(decoders, nullptr);
+  ASSERT_TRUE(decoders->DecodeAhead(batch).ok());
   EXPECT_TRUE(std::holds_alternative<ObjectRef>(*batch.Find("jpg")));
   EXPECT_TRUE(std::holds_alternative<ObjectRef>(*batch.Find("again")));
-  EXPECT_EQ((*decoders)->stats().batches, 2);
-  EXPECT_EQ((*decoders)->stats().images, 30);
+  EXPECT_EQ(decoders->stats().batches, 2);
+  EXPECT_EQ(decoders->stats().images, 30);
 
   Sample mixed = **good;
   mixed.Set("bad", *(*bad)->Find("jpg"));
   mixed.Set("last", jobs);
-  absl::Status s = (*decoders)->DecodeAhead(mixed);
+  absl::Status s = decoders->DecodeAhead(mixed);
   ASSERT_FALSE(s.ok());
   EXPECT_THAT(ToStd(s.message()), StartsWith(Cat("decode on cuda: ", bad_dir.path(),
                                                  "/shard-000001.tar: key s15: field jpg: ")));
   EXPECT_TRUE(std::holds_alternative<ObjectRef>(*mixed.Find("jpg")));
   EXPECT_TRUE(IsGpuJobColumn(*mixed.Find("bad")));
   EXPECT_TRUE(IsGpuJobColumn(*mixed.Find("last")));
-  EXPECT_EQ((*decoders)->decoders(), 1);
+  EXPECT_EQ(decoders->decoders(), 1);
 }
 
 TEST(GpuDecodeStageTest, DecodingOnTheHostAndAheadExcludeEachOther) {
   TempDir dir;
-  absl::StatusOr<std::shared_ptr<GpuWorkerDecoders>> decoders =
-      GpuWorkerDecoders::Create(GpuBatchDecoder::kHost);
-  ASSERT_TRUE(decoders.ok()) << decoders.status();
+  const std::shared_ptr<GpuWorkerDecoders> decoders = WorkerDecoders(GpuBatchDecoder::kHost);
+  ASSERT_NE(decoders, nullptr);
   Loader loader(Source(TestShard(dir)).DecodeOnGpu("rgb8").Batched(4),
-                {.decode_gpu_jobs_on_host = true, .gpu_decoders = *decoders});
+                {.decode_gpu_jobs_on_host = true, .gpu_decoders = decoders});
   absl::StatusOr<std::optional<Sample>> batch = loader.Next();
   ASSERT_FALSE(batch.ok());
   EXPECT_EQ(batch.status().code(), absl::StatusCode::kInvalidArgument);
@@ -710,13 +703,12 @@ TEST(GpuDecodeStageTest, UndecodableScanDecodedInAWorkerIsTheLoadersErrorNamingT
 
 TEST(GpuDecodeStageTest, UndecodableScanDecodedAheadIsTheLoadersErrorNamingTheSite) {
   TempDir dir;
-  absl::StatusOr<std::shared_ptr<GpuWorkerDecoders>> decoders =
-      GpuWorkerDecoders::Create(GpuBatchDecoder::kHost);
-  ASSERT_TRUE(decoders.ok()) << decoders.status();
+  const std::shared_ptr<GpuWorkerDecoders> decoders = WorkerDecoders(GpuBatchDecoder::kHost);
+  ASSERT_NE(decoders, nullptr);
   Loader loader(Source(TestShard(dir, UndefinedHuffmanTable()))
                     .DecodeOnGpu("rgb8", {.resize = {ResizeMode::kStretch, 16, 16}})
                     .Batched(16),
-                {.workers = 1, .gpu_decoders = *decoders});
+                {.workers = 1, .gpu_decoders = decoders});
   absl::StatusOr<std::optional<Sample>> batch = loader.Next();
   ASSERT_FALSE(batch.ok());
   EXPECT_THAT(
@@ -727,7 +719,7 @@ TEST(GpuDecodeStageTest, UndecodableScanDecodedAheadIsTheLoadersErrorNamingTheSi
   absl::StatusOr<std::optional<Sample>> again = loader.Next();
   ASSERT_FALSE(again.ok());
   EXPECT_EQ(again.status().message(), batch.status().message());
-  EXPECT_EQ((*decoders)->decoders(), 1);
+  EXPECT_EQ(decoders->decoders(), 1);
 }
 
 // ----------------------------------------------------------------------------

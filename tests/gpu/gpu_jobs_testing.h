@@ -2,12 +2,15 @@
 // gpu_jobs_device_test (CUDA).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "gtest/gtest.h"
 #include "jpeg_variants.h"
 #include "util/test_util.h"
+#include "wds/gpu/gpu_decode.h"
 #include "wds/internal/base/strings.h"
 #include "wds/loader/loader.h"
 #include "wds/pipeline/pipeline.h"
@@ -20,6 +23,14 @@ using gpu_testing::JpegRecipe;
 using wds::testing::MakeTar;
 using wds::testing::TarEntry;
 using wds::testing::TempDir;
+
+// WorkerDecoders is GpuWorkerDecoders::Create(device), or null after a test
+// failure saying why.
+inline std::shared_ptr<GpuWorkerDecoders> WorkerDecoders(int device) {
+  absl::StatusOr<std::shared_ptr<GpuWorkerDecoders>> made = GpuWorkerDecoders::Create(device);
+  EXPECT_TRUE(made.ok()) << made.status();
+  return made.ok() ? *made : nullptr;
+}
 
 // Two shards of JPEGs of several sizes and subsamplings, a progressive one and
 // a CMYK JPEG (decoded in the worker), each with a class; `extra_jpeg`, if

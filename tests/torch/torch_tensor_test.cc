@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "gmock/gmock.h"
+#include "gpu/gpu_jobs_testing.h"
 #include "gpu/jpeg_variants.h"
 #include "gtest/gtest.h"
 #include "torch/torch_dtype.h"
@@ -31,6 +32,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using gpu::WorkerDecoders;
 
 // ExpectThrows runs `fn` and expects exactly an E whose message holds `substr`
 // (an exception of another type escapes and fails the test).
@@ -897,16 +899,9 @@ TEST(DevicePrefetcherTest, GpuJobsOnCudaOutsideFieldsAreNotDecoded) {
   EXPECT_EQ(n, 3u);
 }
 
-
 // A Loader whose workers decode ahead (LoaderOptions::gpu_decoders, here on
 // the host): the prefetcher finishes their PendingImages into the same
 // tensors, in the layout asked for.
-std::shared_ptr<GpuWorkerDecoders> WorkerDecoders(int device) {
-  absl::StatusOr<std::shared_ptr<GpuWorkerDecoders>> made = GpuWorkerDecoders::Create(device);
-  EXPECT_TRUE(made.ok()) << made.status();
-  return made.ok() ? *made : nullptr;
-}
-
 TEST(DevicePrefetcherTest, ImagesTheWorkersDecodedAreFinishedOnTheCpu) {
   testing::TempDir dir;
   for (const std::string spec : {"torchrgb", "rgb8"}) {
