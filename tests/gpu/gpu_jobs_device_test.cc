@@ -165,6 +165,23 @@ TEST(GpuBatchDecoderDeviceTest, DeviceMemoryIsFlatOver200LoaderRestarts) {
   EXPECT_LT(lost_mb, 4.0);
 }
 
+// TestStream is a non-blocking CUDA stream, synchronized and destroyed with
+// its scope (also when an ASSERT leaves early).
+class TestStream {
+ public:
+  TestStream() { EXPECT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess); }
+  ~TestStream() {
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+  TestStream(const TestStream&) = delete;
+  TestStream& operator=(const TestStream&) = delete;
+  operator cudaStream_t() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
 // Finish(out, stream) copied back to the host.
 std::vector<uint8_t> Finished(PendingImages& pending, cudaStream_t stream) {
   void* out = nullptr;
@@ -191,10 +208,8 @@ TEST(GpuBatchDecoderDeviceTest, DecodeAheadFinishedOnAnotherStreamIsDecode) {
   const std::vector<uint8_t> want = OnDevice(**reference, jobs);
   const std::vector<uint8_t> want_reversed = OnDevice(**reference, reversed);
   ASSERT_NE(want, want_reversed);
-  cudaStream_t worker = nullptr;
-  cudaStream_t consumer = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&worker, cudaStreamNonBlocking), cudaSuccess);
-  ASSERT_EQ(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking), cudaSuccess);
+  const TestStream worker;
+  const TestStream consumer;
   auto decoder = GpuBatchDecoder::Create(0);
   ASSERT_TRUE(decoder.ok()) << decoder.status();
   ASSERT_EQ((*decoder)->decoder(), (*reference)->decoder());
@@ -210,8 +225,6 @@ TEST(GpuBatchDecoderDeviceTest, DecodeAheadFinishedOnAnotherStreamIsDecode) {
   EXPECT_EQ(Finished(**first, consumer), want);
   first->reset();
   second->reset();
-  cudaStreamDestroy(worker);
-  cudaStreamDestroy(consumer);
 }
 
 // Batches of other sizes and other shares of the hardware and hybrid
@@ -232,10 +245,8 @@ TEST(GpuBatchDecoderDeviceTest, BatchesOfChangingSizesDecodeBackToBack) {
   ASSERT_EQ((*decoder)->decoder(), (*reference)->decoder());
   std::vector<std::vector<uint8_t>> want;
   for (const BytesList& b : batches) want.push_back(OnDevice(**reference, b));
-  cudaStream_t worker = nullptr;
-  cudaStream_t consumer = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&worker, cudaStreamNonBlocking), cudaSuccess);
-  ASSERT_EQ(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking), cudaSuccess);
+  const TestStream worker;
+  const TestStream consumer;
   std::vector<std::shared_ptr<PendingImages>> pending;
   for (const BytesList& b : batches) {
     absl::StatusOr<std::shared_ptr<PendingImages>> p =
@@ -248,8 +259,6 @@ TEST(GpuBatchDecoderDeviceTest, BatchesOfChangingSizesDecodeBackToBack) {
   }
   EXPECT_EQ((*decoder)->stats().images, (*reference)->stats().images);
   pending.clear();
-  cudaStreamDestroy(worker);
-  cudaStreamDestroy(consumer);
 }
 
 // HoldBack makes `stream` wait `ms` milliseconds on the host before what is
@@ -282,12 +291,9 @@ TEST(GpuBatchDecoderDeviceTest, BlockIsReusedOnlyAfterEveryFinishOfItsBatchHasRu
   const std::vector<uint8_t> want_a = OnDevice(**reference, a_jobs);
   const std::vector<uint8_t> want_b = OnDevice(**reference, b_jobs);
   ASSERT_NE(want_a, want_b);
-  cudaStream_t worker = nullptr;
-  cudaStream_t first = nullptr;
-  cudaStream_t second = nullptr;
-  for (cudaStream_t* s : {&worker, &first, &second}) {
-    ASSERT_EQ(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking), cudaSuccess);
-  }
+  const TestStream worker;
+  const TestStream first;
+  const TestStream second;
   auto decoder = GpuBatchDecoder::Create(0);
   ASSERT_TRUE(decoder.ok()) << decoder.status();
   ASSERT_EQ((*decoder)->decoder(), (*reference)->decoder());
@@ -316,7 +322,6 @@ TEST(GpuBatchDecoderDeviceTest, BlockIsReusedOnlyAfterEveryFinishOfItsBatchHasRu
     EXPECT_EQ(got, i < 2 ? want_a : want_b) << "output " << i;
     cudaFree(outs[i]);
   }
-  for (cudaStream_t s : {worker, first, second}) cudaStreamDestroy(s);
 }
 
 // 200 loaders whose workers decode ahead with the same decoders, each batch
