@@ -169,7 +169,9 @@ TEST(GpuBatchDecoderDeviceTest, DeviceMemoryIsFlatOver200LoaderRestarts) {
 // its scope (also when an ASSERT leaves early).
 class TestStream {
  public:
-  TestStream() { EXPECT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess); }
+  TestStream() {
+    EXPECT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess);
+  }
   ~TestStream() {
     cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);
