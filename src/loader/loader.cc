@@ -375,18 +375,20 @@ struct Loader::Impl {
         setup = resolved.status();
       }
     }
-    if (setup.ok()) setup = MakePool();
-    if (setup.ok()) setup = CheckDecodersDevice();
+    if (setup.ok() && options.pin_memory) {
+      absl::StatusOr<int> device = ResolveDevice(options);
+      setup = device.status();
+      if (setup.ok()) setup = MakePinnedPool(*device);
+      if (setup.ok()) setup = CheckDecodersDevice(*device);
+    }
     // pool() is never null, even for a loader that fails its setup.
     if (pool == nullptr) pool = std::make_shared<BufferPool>();
   }
 
-  // MakePool creates the batch pool, pinned when asked for and possible;
-  // falling back to ordinary memory (no CUDA, no device) is worth one
-  // warning, not an error; a device that does not exist is an error.
-  absl::Status MakePool() {
-    if (!options.pin_memory) return absl::OkStatus();
-    WDS_ASSIGN_OR_RETURN(int device, ResolveDevice(options));
+  // MakePinnedPool creates the batch pool in `device`'s page-locked memory
+  // where possible; falling back to ordinary memory (no CUDA, no device) is
+  // worth one warning, not an error; a device that does not exist is an error.
+  absl::Status MakePinnedPool(int device) {
     absl::StatusOr<BatchAllocator> allocator = DefaultBatchAllocator(/*pin_memory=*/true, device);
     if (!allocator.ok()) {
       return absl::Status(allocator.status().code(),
@@ -406,13 +408,12 @@ struct Loader::Impl {
     return absl::OkStatus();
   }
 
-  // CheckDecodersDevice: pinned jobs are made for the decoders' device.
-  absl::Status CheckDecodersDevice() {
-    if (options.gpu_decoders == nullptr || !options.pin_memory ||
+  // CheckDecodersDevice: jobs pinned for `device` are made for the decoders'.
+  absl::Status CheckDecodersDevice(int device) {
+    if (options.gpu_decoders == nullptr ||
         options.gpu_decoders->device() == GpuBatchDecoder::kHost) {
       return absl::OkStatus();
     }
-    WDS_ASSIGN_OR_RETURN(int device, ResolveDevice(options));
     if (device == options.gpu_decoders->device()) return absl::OkStatus();
     return absl::InvalidArgumentError(
         Cat("LoaderOptions: pin_memory pins for cuda:", device,
