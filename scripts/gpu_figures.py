@@ -67,7 +67,8 @@ def main(logs):
         # whose time its phases are.
         for variant, label, extra, whose in (
                 ("pinned", "pinned jobs read in place",
-                 lambda r: f"pool pinned: {r.get('pool', {}).get('pinned', '-')}", "consumer"),
+                 lambda r: f"pool pinned: {json.dumps(r.get('pool', {}).get('pinned', '-'))}",
+                 "consumer"),
                 ("workers", "decoded in the workers",
                  lambda r: f"{r.get('gpu_decoders', '-')} decoders; waiting share "
                            f"{r.get('shares', {}).get('waiting', '-')}",
