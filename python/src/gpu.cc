@@ -112,7 +112,41 @@ void RegisterGpu(py::module_& m) {
           },
           "The batch decoded on the host (the CPU decoder and the CPU path's resampler, the "
           "kernel's bytes), as a NumPy array (its memory recycled from batch to batch).")
-      .def_property_readonly("keys", [](const GpuJobs& j) { return j.keys; });
+      .def_property_readonly("keys", [](const GpuJobs& j) { return j.keys; })
+      // A torch DataLoader worker sends its batches to the main process by
+      // pickling them: the jobs go as one bytes object (PackGpuJobs).
+      .def(py::pickle(
+          [](const GpuJobs& j) {
+            const size_t size = wds::GpuJobsPackedSize(j.jobs);
+            auto packed = py::reinterpret_steal<py::bytes>(
+                PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(size)));
+            if (!packed) throw py::error_already_set();
+            auto* out = reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(packed.ptr()));
+            {
+              py::gil_scoped_release release;  // `packed` is not shared yet
+              wds::PackGpuJobs(j.jobs, out);
+            }
+            return py::make_tuple(std::move(packed), j.keys, j.urls);
+          },
+          [](const py::tuple& state) {
+            if (state.size() != 3 || !py::isinstance<py::bytes>(state[0])) {
+              throw py::value_error("GpuJobs: a pickled state is (bytes, keys, urls)");
+            }
+            char* data = nullptr;
+            Py_ssize_t size = 0;
+            PyBytes_AsStringAndSize(state[0].ptr(), &data, &size);
+            absl::StatusOr<wds::BytesList> jobs;
+            {
+              py::gil_scoped_release release;  // the tuple keeps the bytes
+              jobs = wds::UnpackGpuJobs(std::string_view(data, static_cast<size_t>(size)));
+            }
+            ThrowIfError(jobs.status());
+            auto out = std::make_shared<GpuJobs>();
+            out->jobs = *std::move(jobs);
+            out->keys = state[1].cast<wds::TextList>();
+            out->urls = state[2].cast<wds::TextList>();
+            return out;
+          }));
 
   py::class_<wds::PendingImages, std::shared_ptr<wds::PendingImages>>(
       m, "PendingImages",

@@ -92,6 +92,69 @@ def test_batches_iterated_without_a_loader_decode_with_decode_gpu_jobs(pattern):
     assert np.abs(images.astype(int) - cpu_images.astype(int)).max() <= 3
 
 
+def by_key(batches):
+    """{key: (image, label)} of decoded (images, labels, keys) batches."""
+    out = {}
+    for images, labels, keys in batches:
+        for image, label, key in zip(np.asarray(images), np.asarray(labels), keys):
+            out[key] = (image, int(label))
+    return out
+
+
+def test_dataloader_workers_send_their_gpu_jobs_pickled(pattern):
+    # A torch DataLoader's workers pickle each batch to the main process: the
+    # jobs travel as one bytes object, and decode_gpu_jobs decodes them there.
+    # (An unpicklable batch would stop the DataLoader for good; timeout=
+    # turns that into an error.)
+    loader = torch.utils.data.DataLoader(dataset(pattern, device="cuda"), batch_size=None,
+                                         num_workers=2, timeout=60)
+    batches = list(loader)
+    assert all(isinstance(b, list) and isinstance(b[0], wds._core.GpuJobs) for b in batches)
+    got = by_key(wds.decode_gpu_jobs(b) for b in batches)
+    want = by_key(wds.decode_gpu_jobs(b) for b in dataset(pattern, device="cuda"))
+    assert len(got) == 40 and got.keys() == want.keys()
+    for key, (image, label) in want.items():
+        assert got[key][1] == label
+        assert np.array_equal(got[key][0], image), key
+
+
+def test_pickled_gpu_jobs_are_the_same_jobs(pattern):
+    import pickle
+
+    jobs = next(iter(dataset(pattern, device="cuda", size=(8, 10), crop="center")))[0]
+    back = pickle.loads(pickle.dumps(jobs))
+    assert back.keys == jobs.keys and len(back) == len(jobs) == 5
+    assert back.layout() == jobs.layout() == ("uint8", (5, 8, 10, 3))
+    assert np.array_equal(back.to_array(), jobs.to_array())
+
+
+@pytest.mark.parametrize("state, error", [
+    ((b"1234567", [], []), r"packed GPU jobs \(7 bytes\): too short for the count"),
+    ((b"\x00" * 8 + b"xy", [], []), r"packed GPU jobs \(10 bytes\): 2 bytes after the last job"),
+    ((b"\x01" + b"\x00" * 7 + b"\x04" + b"\x00" * 7 + b"junk", [], []),
+     r"packed GPU jobs \(20 bytes\): job 0 is not a GPU job"),
+    (("text", [], []), r"a pickled state is \(bytes, keys, urls\)"),
+    ((b"",), r"a pickled state is \(bytes, keys, urls\)"),
+])
+def test_malformed_pickled_gpu_jobs_are_refused_naming_what(state, error):
+    jobs = wds._core.GpuJobs.__new__(wds._core.GpuJobs)
+    with pytest.raises(ValueError, match=error):
+        jobs.__setstate__(state)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(),
+                    reason="tests the refusal without a CUDA device; this machine has one")
+def test_decode_gpu_jobs_on_cuda_without_a_gpu_is_refused(pattern):
+    batch = next(iter(dataset(pattern, device="cuda")))
+    with pytest.raises(ValueError, match=r"decode_gpu_jobs\(device='cuda'\): "
+                                         r"torch.cuda.is_available\(\) is False"):
+        wds.decode_gpu_jobs(batch, device="cuda")
+    with pytest.raises(ValueError, match=r"decode_gpu_jobs: device must be"):
+        wds.decode_gpu_jobs(batch, device="tpu")
+    images, _, _ = wds.decode_gpu_jobs(batch, device="cpu")  # the host, as without device
+    assert images.shape == (5, 12, 16, 3)
+
+
 def test_host_decoded_batches_recycle_their_memory(pattern):
     jobs = next(iter(dataset(pattern, device="cuda")))[0]
     first = jobs.to_array()
@@ -320,3 +383,27 @@ def test_cuda_is_the_launchers_local_rank_where_visible_else_the_current_device(
     monkeypatch.setenv("LOCAL_RANK", "-1")
     with pytest.raises(ValueError, match="device -1 from LOCAL_RANK must be >= 0"):
         wds._core.launcher_local_rank()
+
+
+@cuda
+def test_decode_gpu_jobs_on_cuda_is_the_loaders_decode(pattern):
+    # A DataLoader's batches decoded on the GPU in the main process: the
+    # same nvJPEG and kernel as Loader(device="cuda"), the other fields untouched.
+    spec = dict(size=(8, 10), crop="center")
+    loader = torch.utils.data.DataLoader(dataset(pattern, device="cuda", **spec),
+                                         batch_size=None, num_workers=2, timeout=60)
+    got = {}
+    for batch in loader:
+        images, labels, keys = wds.decode_gpu_jobs(batch, device="cuda")
+        assert images.is_cuda and images.dtype == torch.uint8
+        assert images.untyped_storage().data_ptr() == images.data_ptr()
+        assert not labels.is_cuda  # left as the DataLoader gave it
+        got.update(by_key([(images.cpu(), labels, keys)]))
+    want = {}
+    for images, labels, keys in wds.Loader(dataset(pattern, device="cuda", **spec), workers=2,
+                                           device="cuda"):
+        want.update(by_key([(images.cpu(), labels.cpu(), keys)]))
+    assert got.keys() == want.keys() and len(got) == 40
+    for key, (image, label) in want.items():
+        assert got[key][1] == label
+        assert np.array_equal(got[key][0], image), key

@@ -65,7 +65,7 @@ def _torch_dtype(name):
     return getattr(torch, name)
 
 
-def _resolve_device(device):
+def _resolve_device(device, caller="Loader"):
     """(the core loader's device index or None, the torch device of GPU decode or None)."""
     if device is None or isinstance(device, int):
         return device, None
@@ -73,13 +73,13 @@ def _resolve_device(device):
     if text == "cpu":
         return None, None
     if not text.startswith("cuda"):
-        raise ValueError(f"Loader: device must be None, an index, 'cpu', 'cuda' or 'cuda:N', "
+        raise ValueError(f"{caller}: device must be None, an index, 'cpu', 'cuda' or 'cuda:N', "
                          f"got {device!r}")
     import torch
 
     if not torch.cuda.is_available():
-        raise ValueError(f"Loader(device={text!r}): torch.cuda.is_available() is False (no GPU, "
-                         "or a torch without CUDA)")
+        raise ValueError(f"{caller}(device={text!r}): torch.cuda.is_available() is False (no "
+                         "GPU, or a torch without CUDA)")
     index = torch.device(text).index
     if index is None:
         index = _local_gpu(torch)
@@ -104,6 +104,8 @@ def _is_array(value):
 def _map_fields(item, fn):
     if isinstance(item, tuple):
         return tuple(fn(v) for v in item)
+    if isinstance(item, list):  # a torch DataLoader's tuples
+        return [fn(v) for v in item]
     if isinstance(item, dict):
         return {k: fn(v) for k, v in item.items()}
     return fn(item)
@@ -124,11 +126,104 @@ def _decode_on_host(item, to_torch):
     return _map_fields(item, convert)
 
 
-def decode_gpu_jobs(item, to_torch=False):
-    """`item` (a batch) with the images of decode(device="cuda") decoded on
-    the host: for batches that did not come through Loader(device="cuda"),
-    e.g. from a torch DataLoader."""
-    return _decode_on_host(item, to_torch)
+class _DeviceDecode:
+    """Decodes the GpuJobs of batches (and finishes the PendingImages of a
+    Loader's workers) into torch tensors on one CUDA device, on a side stream
+    that the current stream then waits for. With move_arrays, the batches'
+    other arrays go to the device too. One thread at a time decodes."""
+
+    def __init__(self, device, move_arrays):
+        import threading
+
+        self.device = device
+        self.move_arrays = move_arrays
+        self.stream = None
+        self.decoder = None  # the _core.GpuBatchDecoder, made at the first GpuJobs
+        self._lock = threading.Lock()
+
+    def __call__(self, item):
+        with self._lock:
+            return self._decode(item)
+
+    def _decode(self, item):
+        import torch
+
+        device = self.device
+        if self.stream is None:
+            self.stream = torch.cuda.Stream(device)
+        side = self.stream
+        made = []
+
+        def convert(value):
+            if isinstance(value, _core.PendingImages):
+                # Decoded by a worker: one kernel writes the tensor, after a
+                # wait for that decode on the side stream.
+                dtype, shape = value.layout()
+                out = torch.empty(shape, dtype=_torch_dtype(dtype), device=device)
+                value.finish(out.data_ptr(), side.cuda_stream)
+                made.append(out)
+                return out
+            if isinstance(value, _core.GpuJobs):
+                if self.decoder is None:
+                    self.decoder = _core.GpuBatchDecoder(device.index)
+                dtype, shape = value.layout()
+                out = torch.empty(shape, dtype=_torch_dtype(dtype), device=device)
+                self.decoder.decode(value, out.data_ptr(), side.cuda_stream)
+                made.append(out)
+                return out
+            if self.move_arrays and _is_array(value):
+                # Labels and the like: copied into a block of torch's pinned
+                # host cache (always a fresh one: the batch's own memory, even
+                # when pinned, goes back to its pool when dropped), which the
+                # cache keeps until the copy has run. The copy runs after the
+                # decode on the side stream, but the host does not wait for
+                # it: a blocking .to(device) would, every batch, and the next
+                # batch's host work could not overlap this one's decode.
+                host = torch.as_tensor(value)
+                staged = torch.empty(host.shape, dtype=host.dtype, pin_memory=True)
+                staged.copy_(host)
+                out = staged.to(device, non_blocking=True)
+                made.append(out)
+                return out
+            return value
+
+        with torch.cuda.stream(side):
+            out = _map_fields(item, convert)
+        current = torch.cuda.current_stream(device)
+        current.wait_stream(side)
+        for t in made:
+            t.record_stream(current)
+        return out
+
+
+_device_decodes = {}  # (pid, device index): this process's _DeviceDecode for decode_gpu_jobs
+
+
+def decode_gpu_jobs(item, to_torch=False, device=None):
+    """`item` (a batch: a tuple, list or dict) with the images of
+    decode(device="cuda") decoded, for batches that did not come through
+    Loader(device="cuda"): from a torch DataLoader, say, whose workers send
+    the jobs to the main process pickled.
+
+    Without `device` (or "cpu"), on the host into NumPy arrays (torch tensors
+    with to_torch=True) whose memory is recycled from batch to batch. With
+    device="cuda" ("cuda:N", a torch.device or an index; "cuda" is the local
+    rank's GPU, as for Loader), by nvJPEG into torch CUDA tensors on a side
+    stream that the current stream then waits for, as Loader(device="cuda")
+    does, with one decoder per GPU and process, kept from call to call; the
+    batch's other fields are left as they are. ValueError without CUDA."""
+    if isinstance(device, int):
+        device = f"cuda:{device}"
+    _, gpu = _resolve_device(device, caller="decode_gpu_jobs")
+    if gpu is None:
+        return _decode_on_host(item, to_torch)
+    import os
+
+    key = (os.getpid(), gpu.index)
+    decode = _device_decodes.get(key)
+    if decode is None:
+        decode = _device_decodes.setdefault(key, _DeviceDecode(gpu, move_arrays=False))
+    return decode(item)
 
 
 class Loader:
@@ -166,8 +261,7 @@ class Loader:
                              ".repeat() is not supported")
         self.dataset = dataset
         device, self._gpu = _resolve_device(device)
-        self._gpu_decoder = None
-        self._gpu_stream = None
+        self._device_decode = None if self._gpu is None else _DeviceDecode(self._gpu, True)
         rank, world_size = node_info(group)
         ctx = _plan.Context(rank, world_size, 0, workers, dataset.epoch, 0, dataset.seed)
         segment = _plan.single_native_segment(dataset.pipeline, ctx)
@@ -295,7 +389,7 @@ class Loader:
                 if item is None:
                     finished = True
                     return
-                yield self._on_device(item) if self._gpu is not None else item
+                yield item if self._device_decode is None else self._device_decode(item)
         finally:
             if not finished:
                 core.stop()
@@ -306,58 +400,9 @@ class Loader:
         batch with images to decode), or with decode_in_workers the workers'
         _core.GpuWorkerDecoders: its `decoder` names nvJPEG's backends,
         stats() counts what decoded what."""
-        return self._gpu_workers if self._gpu_workers is not None else self._gpu_decoder
-
-    def _on_device(self, item):
-        """`item` with its GpuJobs decoded on the GPU and its arrays moved there."""
-        import torch
-
-        device = self._gpu
-        if self._gpu_stream is None:
-            self._gpu_stream = torch.cuda.Stream(device)
-        side = self._gpu_stream
-        made = []
-
-        def convert(value):
-            if isinstance(value, _core.PendingImages):
-                # Decoded by a worker: one kernel writes the tensor, after a
-                # wait for that decode on the side stream.
-                dtype, shape = value.layout()
-                out = torch.empty(shape, dtype=_torch_dtype(dtype), device=device)
-                value.finish(out.data_ptr(), side.cuda_stream)
-                made.append(out)
-                return out
-            if isinstance(value, _core.GpuJobs):
-                if self._gpu_decoder is None:
-                    self._gpu_decoder = _core.GpuBatchDecoder(device.index)
-                dtype, shape = value.layout()
-                out = torch.empty(shape, dtype=_torch_dtype(dtype), device=device)
-                self._gpu_decoder.decode(value, out.data_ptr(), side.cuda_stream)
-                made.append(out)
-                return out
-            if _is_array(value):
-                # Labels and the like: copied into a block of torch's pinned
-                # host cache (always a fresh one: the batch's own memory, even
-                # when pinned, goes back to its pool when dropped), which the
-                # cache keeps until the copy has run. The copy runs after the
-                # decode on the side stream, but the host does not wait for
-                # it: a blocking .to(device) would, every batch, and the next
-                # batch's host work could not overlap this one's decode.
-                host = torch.as_tensor(value)
-                staged = torch.empty(host.shape, dtype=host.dtype, pin_memory=True)
-                staged.copy_(host)
-                out = staged.to(device, non_blocking=True)
-                made.append(out)
-                return out
-            return value
-
-        with torch.cuda.stream(side):
-            out = _map_fields(item, convert)
-        current = torch.cuda.current_stream(device)
-        current.wait_stream(side)
-        for t in made:
-            t.record_stream(current)
-        return out
+        if self._gpu_workers is not None:
+            return self._gpu_workers
+        return None if self._device_decode is None else self._device_decode.decoder
 
     def close(self):
         """Stops the running epoch's threads now."""

@@ -1,13 +1,22 @@
 // MakeJob and ReadJob: the GPU job's wire format, read and written field by
-// field (little-endian), so no struct layout is part of it.
+// field (little-endian), so no struct layout is part of it; PackGpuJobs and
+// UnpackGpuJobs: a column of jobs as one byte string.
 #include "gpu/gpu_job.h"
 
 #include <cstring>
+#include <vector>
+
+#include "wds/gpu/gpu_decode.h"
+#include "wds/internal/base/strings.h"
 
 namespace wds::gpu {
 namespace {
 
 constexpr char kMagic[8] = {'W', 'D', 'S', 'G', 'P', 'U', 'J', '1'};
+// The flags byte follows the magic and the kind; kPinnedFlag is its bit for
+// JobHeader::pinned.
+constexpr size_t kFlagsAt = 9;
+constexpr uint8_t kPinnedFlag = 8;
 
 void Put32(uint8_t*& p, uint32_t v) {
   for (int i = 0; i < 4; ++i) *p++ = static_cast<uint8_t>(v >> (8 * i));
@@ -16,6 +25,14 @@ uint32_t Get32(const uint8_t*& p) {
   uint32_t v = 0;
   for (int i = 0; i < 4; ++i) v |= uint32_t{*p++} << (8 * i);
   return v;
+}
+void Put64(uint8_t*& p, uint64_t v) {
+  Put32(p, static_cast<uint32_t>(v));
+  Put32(p, static_cast<uint32_t>(v >> 32));
+}
+uint64_t Get64(const uint8_t*& p) {
+  const uint64_t low = Get32(p);
+  return low | uint64_t{Get32(p)} << 32;
 }
 void PutFloat(uint8_t*& p, float f) {
   uint32_t v;
@@ -61,7 +78,7 @@ Buffer MakeJob(const JobHeader& h, std::string_view payload, BufferPool* pool) {
   *p++ = static_cast<uint8_t>(h.kind);
   const bool pinned = pooled.ok() && pool->pinned();
   *p++ = static_cast<uint8_t>((h.hardware ? 1 : 0) | (h.flip ? 2 : 0) |
-                              (h.output.channels_first ? 4 : 0) | (pinned ? 8 : 0));
+                              (h.output.channels_first ? 4 : 0) | (pinned ? kPinnedFlag : 0));
   *p++ = static_cast<uint8_t>(h.output.dtype);
   *p++ = 0;
   for (int32_t v : {h.width, h.height, h.crop.x, h.crop.y, h.crop.width, h.crop.height,
@@ -89,7 +106,7 @@ std::optional<JobHeader> ReadJob(const Buffer& job, std::string_view* payload) {
   h.hardware = (flags & 1) != 0;
   h.flip = (flags & 2) != 0;
   h.output.channels_first = (flags & 4) != 0;
-  h.pinned = (flags & 8) != 0;
+  h.pinned = (flags & kPinnedFlag) != 0;
   const uint8_t dtype = *p++;
   if (dtype != static_cast<uint8_t>(DType::kUInt8) && dtype != static_cast<uint8_t>(DType::kFloat32) &&
       dtype != static_cast<uint8_t>(DType::kFloat16)) {
@@ -146,3 +163,56 @@ std::optional<std::pair<int, int>> JpegFrameSize(std::string_view jpeg) {
 }
 
 }  // namespace wds::gpu
+
+namespace wds {
+
+size_t GpuJobsPackedSize(const BytesList& jobs) {
+  size_t size = 8 * (1 + jobs.size());
+  for (const Buffer& job : jobs) size += job.size();
+  return size;
+}
+
+void PackGpuJobs(const BytesList& jobs, uint8_t* out) {
+  gpu::Put64(out, jobs.size());
+  for (const Buffer& job : jobs) gpu::Put64(out, job.size());
+  for (const Buffer& job : jobs) {
+    if (job.size() > 0) std::memcpy(out, job.data(), job.size());
+    out += job.size();
+  }
+}
+
+absl::StatusOr<BytesList> UnpackGpuJobs(std::string_view packed) {
+  auto malformed = [&](auto&&... what) {
+    return absl::InvalidArgumentError(
+        Cat("packed GPU jobs (", packed.size(), " bytes): ", what...));
+  };
+  const auto* p = reinterpret_cast<const uint8_t*>(packed.data());
+  if (packed.size() < 8) return malformed("too short for the count");
+  const uint64_t count = gpu::Get64(p);
+  if (count > (packed.size() - 8) / 8) return malformed("a count of ", count, " jobs");
+  size_t left = packed.size() - 8 * (1 + count);  // the jobs' bytes
+  std::vector<size_t> lengths(count);
+  for (size_t i = 0; i < count; ++i) {
+    const uint64_t length = gpu::Get64(p);
+    if (length > left) return malformed("job ", i, "'s length ", length, " passes the end");
+    lengths[i] = length;
+    left -= length;
+  }
+  if (left != 0) return malformed(left, " bytes after the last job");
+  Buffer block = Buffer::Allocate(packed.size() - 8 * (1 + count));
+  if (block.size() > 0) std::memcpy(block.mutable_data(), p, block.size());
+  BytesList jobs;
+  jobs.reserve(count);
+  size_t at = 0;
+  for (size_t i = 0; i < count; ++i) {
+    Buffer job = block.Slice(at, lengths[i]);
+    if (!gpu::ReadJob(job, nullptr).has_value()) return malformed("job ", i, " is not a GPU job");
+    // The copy lies in ordinary memory, whatever the original did.
+    block.mutable_data()[at + gpu::kFlagsAt] &= static_cast<uint8_t>(~gpu::kPinnedFlag);
+    jobs.push_back(std::move(job));
+    at += lengths[i];
+  }
+  return jobs;
+}
+
+}  // namespace wds

@@ -219,6 +219,73 @@ TEST(GpuJobTest, ColumnIsPinnedWhenEveryJobIs) {
   EXPECT_FALSE(some->pinned);
 }
 
+TEST(GpuJobTest, PackedColumnUnpacksToTheSameJobsNoLongerPinned) {
+  const std::shared_ptr<BufferPool> pinned = PinnedLookingPool();
+  JobHeader other = SomeHeader();
+  other.site = "shard.tar: key b: field jpg";
+  const BytesList jobs = {MakeJob(SomeHeader(), "first payload", pinned.get()),
+                          MakeJob(other, "", pinned.get()), MakeJob(SomeHeader(), "third")};
+  std::string packed(GpuJobsPackedSize(jobs), '\0');
+  EXPECT_EQ(packed.size(), 8 * 4 + jobs[0].size() + jobs[1].size() + jobs[2].size());
+  PackGpuJobs(jobs, reinterpret_cast<uint8_t*>(packed.data()));
+  absl::StatusOr<BytesList> back = UnpackGpuJobs(packed);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    std::string_view payload;
+    std::string_view original_payload;
+    const std::optional<JobHeader> h = ReadJob((*back)[i], &payload);
+    const std::optional<JobHeader> original = ReadJob(jobs[i], &original_payload);
+    ASSERT_TRUE(h.has_value() && original.has_value()) << i;
+    EXPECT_EQ(payload, original_payload) << i;
+    EXPECT_EQ(h->site, original->site) << i;
+    EXPECT_FALSE(h->pinned) << i;
+    // Every byte but the pinned flag is the original's.
+    std::string bytes((*back)[i].view());
+    std::string original_bytes(jobs[i].view());
+    bytes[9] = original_bytes[9] = 0;
+    EXPECT_EQ(bytes, original_bytes) << i;
+  }
+  EXPECT_TRUE(ReadJob(jobs[0])->pinned);  // the originals are untouched
+  // The jobs share one block.
+  EXPECT_EQ((*back)[1].data(), (*back)[0].data() + jobs[0].size());
+
+  std::string empty(GpuJobsPackedSize({}), '\0');
+  PackGpuJobs({}, reinterpret_cast<uint8_t*>(empty.data()));
+  absl::StatusOr<BytesList> none = UnpackGpuJobs(empty);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->empty());
+}
+
+TEST(GpuJobTest, MalformedPackedJobsAreRefusedNamingWhat) {
+  const BytesList jobs = {MakeJob(SomeHeader(), "payload"), MakeJob(SomeHeader(), "more")};
+  std::string packed(GpuJobsPackedSize(jobs), '\0');
+  PackGpuJobs(jobs, reinterpret_cast<uint8_t*>(packed.data()));
+  const std::string n = std::to_string(packed.size());
+  auto message = [](std::string_view bytes) {
+    absl::StatusOr<BytesList> r = UnpackGpuJobs(bytes);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+    return std::string(r.status().message());
+  };
+  EXPECT_EQ(message("1234567"), "packed GPU jobs (7 bytes): too short for the count");
+  std::string many = packed;
+  many[0] = 9;  // fewer bytes than 9 lengths: the first that passes the end
+  EXPECT_EQ(message(many), "packed GPU jobs (" + n + " bytes): job 1's length " +
+                               std::to_string(jobs[1].size()) + " passes the end");
+  many[7] = 1;  // 2^56 + 9: more lengths than bytes
+  EXPECT_EQ(message(many), "packed GPU jobs (" + n + " bytes): a count of " +
+                               std::to_string((1ull << 56) + 9) + " jobs");
+  std::string longer = packed;
+  longer[16] = static_cast<char>(longer[16] + 1);  // the second job's length
+  EXPECT_EQ(message(longer), "packed GPU jobs (" + n + " bytes): job 1's length " +
+                                 std::to_string(jobs[1].size() + 1) + " passes the end");
+  EXPECT_EQ(message(packed + "xy"), "packed GPU jobs (" + std::to_string(packed.size() + 2) +
+                                        " bytes): 2 bytes after the last job");
+  std::string not_a_job = packed;
+  not_a_job[24 + jobs[0].size()] = 'X';  // the second job's magic
+  EXPECT_EQ(message(not_a_job), "packed GPU jobs (" + n + " bytes): job 1 is not a GPU job");
+}
+
 TEST(GpuJobTest, ColumnIsJobsOnly) {
   const Buffer job = MakeJob(SomeHeader(), "x");
   EXPECT_TRUE(IsGpuJobColumn(Value(BytesList{job, job})));
