@@ -14,11 +14,18 @@ faults:
   workers    decoded on the host by the loader's workers
              (decode_gpu_jobs_on_host): what Loader without a GPU does
   cpu        the CPU path for comparison: .decode("rgb8", ...) without device
+  dl-jobs    through a torch DataLoader (its worker processes): the jobs
+             arrive in the main process packed in shared batch blocks
+  dl-bytes   the same with those blocks turned off (WDS_SHARED_BATCH_BYTES=0):
+             the jobs pickled as bytes
+  dl-cpu     the CPU path through the same DataLoader (decoded arrays in
+             shared blocks)
 
     PYTHONPATH=build/python /usr/bin/python3 bench/gpu_jobs_drain.py \
         'shards-{000000..000003}.tar' [--workers 2] [--rounds 3] [--size 224]
 """
 import argparse
+import os
 import resource
 import time
 
@@ -37,14 +44,31 @@ def core_loader(pattern, workers, size, decode_in_workers, device="cuda"):
                             decode_gpu_jobs_on_host=decode_in_workers)
 
 
+def dataloader(mode, pattern, workers, size):
+    """The batches of a torch DataLoader over the dataset (the DL modes)."""
+    import torch
+
+    os.environ["WDS_SHARED_BATCH_BYTES"] = "0" if mode == "dl-bytes" else str(1 << 30)
+    decode = {"size": (size, size), "crop": "center"} if size else {}
+    ds = (wds.WebDataset(pattern, shardshuffle=False)
+          .decode("rgb8", device=None if mode == "dl-cpu" else "cuda", **decode)
+          .to_tuple("jpg", "cls").batched(64))
+    return iter(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers))
+
+
 def drain(mode, pattern, workers, size):
-    core = core_loader(pattern, workers, size, decode_in_workers=mode == "workers",
-                       device=None if mode == "cpu" else "cuda")
+    if mode.startswith("dl-"):
+        batches = dataloader(mode, pattern, workers, size)
+        next_item = lambda: next(batches, None)  # noqa: E731
+    else:
+        core = core_loader(pattern, workers, size, decode_in_workers=mode == "workers",
+                           device=None if mode == "cpu" else "cuda")
+        next_item = core.next
     before = resource.getrusage(resource.RUSAGE_SELF)
     start = time.perf_counter()
     images = 0
     host = wds._core.GpuBatchDecoder(-1) if mode == "fresh" else None
-    while (item := core.next()) is not None:
+    while (item := next_item()) is not None:
         if mode == "consumer":
             item = wds.decode_gpu_jobs(item)
         elif mode == "fresh":

@@ -2,7 +2,8 @@
 // values may start with the job magic whatever made them (any bytes field of
 // a shard can). The input is split before each "WDSGPUJ1"; the column is
 // checked, laid out and, when it passes, decoded by the host decoder, which
-// shares the checks of the device decoder.
+// shares the checks of the device decoder. The input is also read as a
+// packed column (UnpackGpuJobs, what a pickled GpuJobs carries).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -23,6 +24,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     at = next;
   }
   (void)wds::gpu::JpegFrameSize(text);
+  // The input as a packed column (pickled GpuJobs), and the split jobs packed
+  // and read back: every job that reads as one comes back the same size.
+  (void)wds::UnpackGpuJobs(wds::Buffer::Copy(text));
+  std::vector<uint8_t> packed(wds::GpuJobsPackedSize(jobs));
+  wds::PackGpuJobs(jobs, packed.data());
+  absl::StatusOr<wds::BytesList> back = wds::UnpackGpuJobs(wds::Buffer::Copy(
+      std::string_view(reinterpret_cast<const char*>(packed.data()), packed.size())));
+  bool all_jobs = true;
+  for (const wds::Buffer& job : jobs) all_jobs = all_jobs && wds::gpu::ReadJob(job).has_value();
+  if (back.ok() != all_jobs) __builtin_trap();
+  for (size_t i = 0; back.ok() && i < jobs.size(); ++i) {
+    if ((*back)[i].size() != jobs[i].size()) __builtin_trap();
+  }
   if (jobs.empty()) return 0;
   (void)wds::IsGpuJobColumn(wds::Value(jobs));
   const wds::TextList keys(jobs.size(), "key");

@@ -33,10 +33,15 @@ timeout=${WDS_FUZZ_TIMEOUT:-120}
 max_len=${WDS_FUZZ_MAX_LEN:-65536}
 targets=("$@")
 if ((${#targets[@]} == 0)); then
-  targets=(npy_fuzz http_fuzz index_fuzz image_fuzz tar_fuzz fields_fuzz urls_fuzz)
+  targets=(npy_fuzz http_fuzz index_fuzz gpu_job_fuzz state_fuzz image_fuzz tar_fuzz fields_fuzz
+           urls_fuzz)
 fi
 declare -A dicts=([tar_fuzz]=tar [npy_fuzz]=npy [image_fuzz]=image [fields_fuzz]=fields
-                  [urls_fuzz]=urls [index_fuzz]=index [http_fuzz]=http)
+                  [urls_fuzz]=urls [index_fuzz]=index [http_fuzz]=http [state_fuzz]=state
+                  [gpu_job_fuzz]=gpu_job)
+for t in "${targets[@]}"; do
+  [[ -n ${dicts[$t]:-} ]] || { echo "fuzz_campaign: no target $t (see fuzz/)" >&2; exit 2; }
+done
 # Where the kernel schedules by session (autogroup), nice ranks processes only
 # within their session: a campaign started as a session of its own (setsid)
 # lowers its whole session, so that it yields to the rest of the machine.

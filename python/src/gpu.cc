@@ -76,6 +76,17 @@ py::object GpuJobsToPython(wds::BytesList jobs, const wds::TextList* keys,
   return py::cast(std::move(out));
 }
 
+std::shared_ptr<GpuJobs> GpuJobsFromPacked(const wds::Buffer& packed, wds::TextList keys,
+                                           wds::TextList urls) {
+  absl::StatusOr<wds::BytesList> jobs = wds::UnpackGpuJobs(packed);
+  ThrowIfError(jobs.status());
+  auto out = std::make_shared<GpuJobs>();
+  out->jobs = *std::move(jobs);
+  out->keys = std::move(keys);
+  out->urls = std::move(urls);
+  return out;
+}
+
 py::object ObjectToPython(wds::ObjectRef object) {
   if (auto pending = std::dynamic_pointer_cast<wds::PendingImages>(object)) {
     return py::cast(std::move(pending));
@@ -114,7 +125,9 @@ void RegisterGpu(py::module_& m) {
           "kernel's bytes), as a NumPy array (its memory recycled from batch to batch).")
       .def_property_readonly("keys", [](const GpuJobs& j) { return j.keys; })
       // A torch DataLoader worker sends its batches to the main process by
-      // pickling them: the jobs go as one bytes object (PackGpuJobs).
+      // pickling them: the jobs go as one bytes object (PackGpuJobs), or
+      // packed into a shared batch block where the worker has those
+      // (SharedBlocks::LendGpuJobs, python/webdataset_cpp/_shared.py).
       .def(py::pickle(
           [](const GpuJobs& j) {
             const size_t size = wds::GpuJobsPackedSize(j.jobs);
@@ -135,17 +148,9 @@ void RegisterGpu(py::module_& m) {
             char* data = nullptr;
             Py_ssize_t size = 0;
             PyBytes_AsStringAndSize(state[0].ptr(), &data, &size);
-            absl::StatusOr<wds::BytesList> jobs;
-            {
-              py::gil_scoped_release release;  // the tuple keeps the bytes
-              jobs = wds::UnpackGpuJobs(std::string_view(data, static_cast<size_t>(size)));
-            }
-            ThrowIfError(jobs.status());
-            auto out = std::make_shared<GpuJobs>();
-            out->jobs = *std::move(jobs);
-            out->keys = state[1].cast<wds::TextList>();
-            out->urls = state[2].cast<wds::TextList>();
-            return out;
+            return GpuJobsFromPacked(
+                wds::Buffer::Copy(std::string_view(data, static_cast<size_t>(size))),
+                state[1].cast<wds::TextList>(), state[2].cast<wds::TextList>());
           }));
 
   py::class_<wds::PendingImages, std::shared_ptr<wds::PendingImages>>(

@@ -3,6 +3,8 @@
 
 #include <pybind11/pybind11.h>
 
+#include <memory>
+
 #include "wds/base/sample.h"
 
 namespace wdspy {
@@ -19,6 +21,12 @@ struct GpuJobs {
 // GpuJobsToPython wraps a job column. REQUIRES: the GIL is held.
 py::object GpuJobsToPython(wds::BytesList jobs, const wds::TextList* keys,
                            const wds::TextList* urls);
+
+// GpuJobsFromPacked is a GpuJobs over PackGpuJobs' bytes in `packed` (its
+// jobs are slices of it). Errors: ValueError naming what is malformed.
+// REQUIRES: the GIL is held.
+std::shared_ptr<GpuJobs> GpuJobsFromPacked(const wds::Buffer& packed, wds::TextList keys,
+                                           wds::TextList urls);
 
 // ObjectToPython wraps a ValueObject: PendingImages as a PendingImages
 // object; any other is a TypeError naming it. REQUIRES: the GIL is held.

@@ -17,6 +17,8 @@
 
 #include "arrays.h"
 #include "errors.h"
+#include "gpu.h"
+#include "wds/gpu/gpu_decode.h"
 #include "wds/internal/base/strings.h"
 
 namespace wdspy {
@@ -198,6 +200,23 @@ std::optional<py::tuple> SharedBlocks::Lend(uintptr_t address, size_t nbytes, py
   ++lent_;
   return py::make_tuple(static_cast<int64_t>(getpid()), region->fd, region->inode,
                         region->map_bytes, address - reinterpret_cast<uintptr_t>(region->base));
+}
+
+std::optional<py::tuple> SharedBlocks::LendGpuJobs(const GpuJobs& jobs) {
+  const size_t size = wds::GpuJobsPackedSize(jobs.jobs);
+  absl::StatusOr<wds::Buffer> block = pool_->Acquire(size);
+  if (!block.ok()) return std::nullopt;
+  {
+    py::gil_scoped_release release;  // the block is not shared yet
+    wds::PackGpuJobs(jobs.jobs, block->mutable_data());
+  }
+  const auto address = reinterpret_cast<uintptr_t>(block->data());
+  py::capsule owner(new wds::Buffer(*std::move(block)),
+                    [](void* buffer) { delete static_cast<wds::Buffer*>(buffer); });
+  std::optional<py::tuple> lent = Lend(address, size, owner);
+  if (!lent.has_value()) return std::nullopt;  // past the limit: ordinary memory
+  return py::make_tuple((*lent)[0], (*lent)[1], (*lent)[2], (*lent)[3], (*lent)[4], size, jobs.keys,
+                        jobs.urls);
 }
 
 void SharedBlocks::Sweep() {
@@ -448,6 +467,9 @@ void RegisterSharedBatches(py::module_& m) {
           py::arg("address"), py::arg("nbytes"), py::arg("owner"),
           "(pid, fd, inode, map_bytes, offset) of the shared block holding the range, counting "
           "one more holder and keeping `owner` until it is released; None if not shared.")
+      .def("lend_gpu_jobs", &SharedBlocks::LendGpuJobs, py::arg("jobs"),
+           "The arguments of attach_gpu_jobs for `jobs` packed into a shared block, lent as by "
+           "lend; None when no shared block is left.")
       .def("sweep", &SharedBlocks::Sweep, "Drops what no other process holds any more.")
       .def_property_readonly("stats", [](const SharedBlocks& self) {
         const SharedBlockStats s = self.stats();
@@ -467,6 +489,17 @@ void RegisterSharedBatches(py::module_& m) {
       py::arg("pid"), py::arg("fd"), py::arg("inode"), py::arg("map_bytes"), py::arg("offset"),
       py::arg("nbytes"),
       "A uint8 torch tensor over a block a DataLoader worker lent (mapped once, cached).");
+  m.def(
+      "attach_gpu_jobs",
+      [](int64_t pid, int fd, uint64_t inode, size_t map_bytes, size_t offset, size_t nbytes,
+         wds::TextList keys, wds::TextList urls) {
+        const wds::Array packed = AttachShared(pid, fd, inode, map_bytes, offset, nbytes);
+        return GpuJobsFromPacked(packed.data, std::move(keys), std::move(urls));
+      },
+      py::arg("pid"), py::arg("fd"), py::arg("inode"), py::arg("map_bytes"), py::arg("offset"),
+      py::arg("nbytes"), py::arg("keys"), py::arg("urls"),
+      "The GpuJobs a DataLoader worker lent (lend_gpu_jobs), over its block (mapped once, "
+      "cached).");
   m.def(
       "shared_mappings", [] { return Cache().Describe(); },
       "This process's cached mappings of lent blocks: pid, inode, address, bytes, leases "

@@ -45,6 +45,7 @@ namespace wdspy {
 namespace py = pybind11;
 
 class SharedMemoryAllocator;
+struct GpuJobs;
 
 // SharedBlockStats counts a worker's shared blocks (tests, benchmarks).
 struct SharedBlockStats {
@@ -70,6 +71,12 @@ class SharedBlocks {
   // (the storage) until that holder releases it; nullopt when the range is
   // not inside one shared block (the caller then falls back to a copy).
   std::optional<py::tuple> Lend(uintptr_t address, size_t nbytes, py::handle owner);
+
+  // LendGpuJobs packs a column of GPU jobs (PackGpuJobs) into a shared block
+  // and lends it as Lend does: the arguments of attach_gpu_jobs, (pid, fd,
+  // inode, map_bytes, offset, nbytes, keys, urls); nullopt when the pool's
+  // limit leaves no shared block (the caller then pickles the bytes).
+  std::optional<py::tuple> LendGpuJobs(const GpuJobs& jobs);
 
   // Sweep drops the owners of blocks that no other process holds any more.
   void Sweep();

@@ -292,6 +292,32 @@ def test_a_forked_child_dropping_an_inherited_batch_does_not_release_it(shards, 
     assert blocks.stats["in_flight"] == 0
 
 
+def test_lent_gpu_jobs_are_the_same_jobs_over_the_block_and_return_on_release(shards, blocks):
+    jobs_dataset = (wds.WebDataset(shards, shardshuffle=False).decode("rgb8", device="cuda")
+                    .to_tuple("jpg", "__key__").batched(5))
+    jobs, keys = next(iter(jobs_dataset))
+    lent = blocks.lend_gpu_jobs(jobs)
+    pid, fd, inode, map_bytes, offset, nbytes, lent_keys, urls = lent
+    assert pid == os.getpid() and lent_keys == keys == jobs.keys
+    assert urls == []  # to_tuple kept no __url__ column
+    back = _core.attach_gpu_jobs(*lent)
+    assert back.keys == keys and back.layout() == jobs.layout()
+    assert np.array_equal(back.to_array(), jobs.to_array())
+    mapping = [m for m in _core.shared_mappings() if m["inode"] == inode]
+    assert [(m["leases"], m["held"]) for m in mapping] == [(1, 1)]
+    blocks.sweep()
+    assert blocks.stats["in_flight"] == 1  # the attached jobs hold the block
+    del back
+    gc.collect()
+    blocks.sweep()
+    assert blocks.stats["in_flight"] == 0
+    # A lent block that holds no packed jobs (a batch's images) is refused.
+    images, _ = next(iter(dataset(shards)))
+    image_loan = blocks.lend(images.ctypes.data, images.nbytes, images)
+    with pytest.raises(ValueError, match=rf"packed GPU jobs \({images.nbytes} bytes\): "):
+        _core.attach_gpu_jobs(*image_loan, images.nbytes, [], [])
+
+
 def test_bad_descriptors(shards, blocks):
     images, _ = next(iter(dataset(shards)))
     pid, fd, inode, map_bytes, offset = blocks.lend(images.ctypes.data, images.nbytes, images)

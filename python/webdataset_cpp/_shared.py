@@ -9,7 +9,9 @@ files, see python/src/shared_batches.h) that are reused from batch to batch,
 and the worker's pickler sends a storage in such a block as a small
 descriptor. The main process maps each block once (and keeps the mapping),
 and rebuilds the very tensor torch would have rebuilt (same type, dtype,
-shape, strides, values) over that mapping. When the tensor's storage is freed
+shape, strides, values) over that mapping. A batch's GPU jobs
+(decode(device="cuda")) are packed into such a block and come back as
+GpuJobs over the mapping. When the tensor's storage is freed
 there (the user dropped the batch, or pin_memory copied it), a counter in the
 block's header drops, and the worker reuses the block for a later batch.
 
@@ -101,6 +103,21 @@ def _install_reducer():
 
     ForkingPickler.register(torch.UntypedStorage, reduce_storage)
 
+    def reduce_gpu_jobs(jobs):
+        # A batch's GPU jobs (decode(device="cuda")) go packed into a shared
+        # block (one copy here, none in the main process), else as bytes.
+        state = _state
+        if state is not None and state[0] == os.getpid() and state[1] is not None:
+            try:
+                lent = state[1].lend_gpu_jobs(jobs)
+                if lent is not None:
+                    return (rebuild_gpu_jobs, lent)
+            except Exception as e:  # noqa: BLE001 (as in reduce_storage)
+                warnings.warn(f"webdataset_cpp: GPU jobs take the copying path: {e!r}")
+        return jobs.__reduce_ex__(4)
+
+    ForkingPickler.register(_core.GpuJobs, reduce_gpu_jobs)
+
 
 def rebuild_storage(pid, fd, inode, map_bytes, offset, nbytes):
     """In the receiving process: an UntypedStorage over the lent block
@@ -110,3 +127,9 @@ def rebuild_storage(pid, fd, inode, map_bytes, offset, nbytes):
     if untyped is not None:
         return untyped()
     return tensor.storage().untyped()
+
+
+def rebuild_gpu_jobs(pid, fd, inode, map_bytes, offset, nbytes, keys, urls):
+    """In the receiving process: the GpuJobs over the lent block (a Python
+    function: pickle cannot name a compiled one)."""
+    return _core.attach_gpu_jobs(pid, fd, inode, map_bytes, offset, nbytes, keys, urls)

@@ -177,16 +177,18 @@ void PackGpuJobs(const BytesList& jobs, uint8_t* out) {
   for (const Buffer& job : jobs) gpu::Put64(out, job.size());
   for (const Buffer& job : jobs) {
     if (job.size() > 0) std::memcpy(out, job.data(), job.size());
+    // The copy lies in ordinary memory, whatever the original did.
+    if (job.size() > gpu::kFlagsAt) out[gpu::kFlagsAt] &= static_cast<uint8_t>(~gpu::kPinnedFlag);
     out += job.size();
   }
 }
 
-absl::StatusOr<BytesList> UnpackGpuJobs(std::string_view packed) {
+absl::StatusOr<BytesList> UnpackGpuJobs(const Buffer& packed) {
   auto malformed = [&](auto&&... what) {
     return absl::InvalidArgumentError(
         Cat("packed GPU jobs (", packed.size(), " bytes): ", what...));
   };
-  const auto* p = reinterpret_cast<const uint8_t*>(packed.data());
+  const uint8_t* p = packed.data();
   if (packed.size() < 8) return malformed("too short for the count");
   const uint64_t count = gpu::Get64(p);
   if (count > (packed.size() - 8) / 8) return malformed("a count of ", count, " jobs");
@@ -199,16 +201,12 @@ absl::StatusOr<BytesList> UnpackGpuJobs(std::string_view packed) {
     left -= length;
   }
   if (left != 0) return malformed(left, " bytes after the last job");
-  Buffer block = Buffer::Allocate(packed.size() - 8 * (1 + count));
-  if (block.size() > 0) std::memcpy(block.mutable_data(), p, block.size());
   BytesList jobs;
   jobs.reserve(count);
-  size_t at = 0;
+  size_t at = 8 * (1 + count);
   for (size_t i = 0; i < count; ++i) {
-    Buffer job = block.Slice(at, lengths[i]);
+    Buffer job = packed.Slice(at, lengths[i]);
     if (!gpu::ReadJob(job, nullptr).has_value()) return malformed("job ", i, " is not a GPU job");
-    // The copy lies in ordinary memory, whatever the original did.
-    block.mutable_data()[at + gpu::kFlagsAt] &= static_cast<uint8_t>(~gpu::kPinnedFlag);
     jobs.push_back(std::move(job));
     at += lengths[i];
   }

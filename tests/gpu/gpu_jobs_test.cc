@@ -228,7 +228,8 @@ TEST(GpuJobTest, PackedColumnUnpacksToTheSameJobsNoLongerPinned) {
   std::string packed(GpuJobsPackedSize(jobs), '\0');
   EXPECT_EQ(packed.size(), 8 * 4 + jobs[0].size() + jobs[1].size() + jobs[2].size());
   PackGpuJobs(jobs, reinterpret_cast<uint8_t*>(packed.data()));
-  absl::StatusOr<BytesList> back = UnpackGpuJobs(packed);
+  const Buffer block = Buffer::Copy(packed);
+  absl::StatusOr<BytesList> back = UnpackGpuJobs(block);
   ASSERT_TRUE(back.ok()) << back.status();
   ASSERT_EQ(back->size(), 3u);
   for (size_t i = 0; i < 3; ++i) {
@@ -247,12 +248,13 @@ TEST(GpuJobTest, PackedColumnUnpacksToTheSameJobsNoLongerPinned) {
     EXPECT_EQ(bytes, original_bytes) << i;
   }
   EXPECT_TRUE(ReadJob(jobs[0])->pinned);  // the originals are untouched
-  // The jobs share one block.
+  // The jobs are slices of the packed block.
+  EXPECT_EQ((*back)[0].data(), block.data() + 8 * 4);
   EXPECT_EQ((*back)[1].data(), (*back)[0].data() + jobs[0].size());
 
   std::string empty(GpuJobsPackedSize({}), '\0');
   PackGpuJobs({}, reinterpret_cast<uint8_t*>(empty.data()));
-  absl::StatusOr<BytesList> none = UnpackGpuJobs(empty);
+  absl::StatusOr<BytesList> none = UnpackGpuJobs(Buffer::Copy(empty));
   ASSERT_TRUE(none.ok()) << none.status();
   EXPECT_TRUE(none->empty());
 }
@@ -263,7 +265,7 @@ TEST(GpuJobTest, MalformedPackedJobsAreRefusedNamingWhat) {
   PackGpuJobs(jobs, reinterpret_cast<uint8_t*>(packed.data()));
   const std::string n = std::to_string(packed.size());
   auto message = [](std::string_view bytes) {
-    absl::StatusOr<BytesList> r = UnpackGpuJobs(bytes);
+    absl::StatusOr<BytesList> r = UnpackGpuJobs(Buffer::Copy(bytes));
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
     return std::string(r.status().message());
   };

@@ -95,14 +95,15 @@ bool IsGpuJobColumn(const Value& value);
 // PackGpuJobs writes a column of GPU jobs as one byte string, to send it to
 // another process (Python pickles GpuJobs so, from a torch DataLoader
 // worker): the count, each job's length, then the jobs back to back, as
-// little-endian 64-bit integers and bytes. `out` holds GpuJobsPackedSize(jobs)
-// bytes. UnpackGpuJobs reads it back into one new block that the jobs share;
-// each is marked as lying in ordinary memory, whatever the original did.
-// Errors: InvalidArgument naming what is malformed (too short, a length past
-// the end, bytes after the last job, a job that is not a GPU job).
+// little-endian 64-bit integers and bytes; each copy is marked as lying in
+// ordinary memory, whatever the original did (JobHeader::pinned). `out`
+// holds GpuJobsPackedSize(jobs) bytes. UnpackGpuJobs reads it back: the jobs
+// are slices of `packed` (no copy). Errors: InvalidArgument naming what is
+// malformed (too short, a length past the end, bytes after the last job, a
+// job that is not a GPU job).
 size_t GpuJobsPackedSize(const BytesList& jobs);
 void PackGpuJobs(const BytesList& jobs, uint8_t* out);
-[[nodiscard]] absl::StatusOr<BytesList> UnpackGpuJobs(std::string_view packed);
+[[nodiscard]] absl::StatusOr<BytesList> UnpackGpuJobs(const Buffer& packed);
 
 // BatchKeysAndUrls is a batch's __key__ and __url__ columns (null where
 // absent): what GpuJobLayout and GpuBatchDecoder::Decode take to name a job
