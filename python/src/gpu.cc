@@ -13,9 +13,11 @@
 #include <utility>
 
 #include "arrays.h"
+#include "convert.h"
 #include "decoders.h"
 #include "errors.h"
 #include "wds/gpu/gpu_decode.h"
+#include "wds/internal/base/strings.h"
 
 namespace wdspy {
 namespace {
@@ -76,14 +78,47 @@ py::object GpuJobsToPython(wds::BytesList jobs, const wds::TextList* keys,
   return py::cast(std::move(out));
 }
 
-std::shared_ptr<GpuJobs> GpuJobsFromPacked(const wds::Buffer& packed, wds::TextList keys,
-                                           wds::TextList urls) {
+py::list TextsToPython(const wds::TextList& texts) {
+  py::list out(texts.size());
+  for (size_t i = 0; i < texts.size(); ++i) out[i] = ToPyStr(texts[i]);
+  return out;
+}
+
+namespace {
+
+// TextsFromPython reads TextsToPython's list back. Errors: ValueError unless
+// `texts` is a list of str, none or one for each of `jobs` jobs.
+wds::TextList TextsFromPython(py::handle texts, size_t jobs, const char* what) {
+  if (!py::isinstance<py::list>(texts)) {
+    throw py::value_error(wds::Cat("GpuJobs: the ", what, " are not a list"));
+  }
+  const auto list = py::reinterpret_borrow<py::list>(texts);
+  if (!list.empty() && list.size() != jobs) {
+    throw py::value_error(wds::Cat("GpuJobs: ", list.size(), " ", what, " for ", jobs, " jobs"));
+  }
+  wds::TextList out;
+  out.reserve(list.size());
+  for (py::handle text : list) {
+    if (!py::isinstance<py::str>(text)) {
+      throw py::value_error(wds::Cat("GpuJobs: the ", what, " are not all str"));
+    }
+    PyObject* encoded = PyUnicode_AsEncodedString(text.ptr(), "utf-8", "surrogateescape");
+    if (encoded == nullptr) throw py::error_already_set();
+    out.emplace_back(py::reinterpret_steal<py::bytes>(encoded));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::shared_ptr<GpuJobs> GpuJobsFromPacked(const wds::Buffer& packed, py::handle keys,
+                                           py::handle urls) {
   absl::StatusOr<wds::BytesList> jobs = wds::UnpackGpuJobs(packed);
   ThrowIfError(jobs.status());
   auto out = std::make_shared<GpuJobs>();
+  out->keys = TextsFromPython(keys, jobs->size(), "keys");
+  out->urls = TextsFromPython(urls, jobs->size(), "urls");
   out->jobs = *std::move(jobs);
-  out->keys = std::move(keys);
-  out->urls = std::move(urls);
   return out;
 }
 
@@ -95,6 +130,30 @@ py::object ObjectToPython(wds::ObjectRef object) {
 }
 
 void RegisterGpu(py::module_& m) {
+  m.def(
+      "gpu_job_column",
+      [](const py::sequence& values) -> py::object {
+        // Collated GPU jobs (a torch DataLoader's batch_size=N over single
+        // samples): a column only when every value is a job's bytes.
+        constexpr std::string_view kMagic = "WDSGPUJ1";
+        std::vector<std::string_view> views;
+        views.reserve(values.size());
+        for (py::handle v : values) {
+          if (!PyBytes_Check(v.ptr())) return py::none();
+          const std::string_view bytes(PyBytes_AS_STRING(v.ptr()),
+                                       static_cast<size_t>(PyBytes_GET_SIZE(v.ptr())));
+          if (bytes.substr(0, kMagic.size()) != kMagic) return py::none();
+          views.push_back(bytes);
+        }
+        wds::BytesList jobs;
+        jobs.reserve(views.size());
+        for (std::string_view bytes : views) jobs.push_back(wds::Buffer::Copy(bytes));
+        if (!wds::IsGpuJobColumn(wds::Value(jobs))) return py::none();
+        return GpuJobsToPython(std::move(jobs), nullptr, nullptr);
+      },
+      py::arg("values"),
+      "GpuJobs of a sequence of GPU jobs' bytes (what torch's default collation makes of "
+      "unbatched decode(device='cuda') samples), or None when they are not all jobs.");
   m.def(
       "check_gpu_decode",
       [](const std::string& spec, py::handle resize, bool float16, py::handle normalize) {
@@ -123,7 +182,7 @@ void RegisterGpu(py::module_& m) {
           },
           "The batch decoded on the host (the CPU decoder and the CPU path's resampler, the "
           "kernel's bytes), as a NumPy array (its memory recycled from batch to batch).")
-      .def_property_readonly("keys", [](const GpuJobs& j) { return j.keys; })
+      .def_property_readonly("keys", [](const GpuJobs& j) { return TextsToPython(j.keys); })
       // A torch DataLoader worker sends its batches to the main process by
       // pickling them: the jobs go as one bytes object (PackGpuJobs), or
       // packed into a shared batch block where the worker has those
@@ -139,7 +198,7 @@ void RegisterGpu(py::module_& m) {
               py::gil_scoped_release release;  // `packed` is not shared yet
               wds::PackGpuJobs(j.jobs, out);
             }
-            return py::make_tuple(std::move(packed), j.keys, j.urls);
+            return py::make_tuple(std::move(packed), TextsToPython(j.keys), TextsToPython(j.urls));
           },
           [](const py::tuple& state) {
             if (state.size() != 3 || !py::isinstance<py::bytes>(state[0])) {
@@ -149,8 +208,8 @@ void RegisterGpu(py::module_& m) {
             Py_ssize_t size = 0;
             PyBytes_AsStringAndSize(state[0].ptr(), &data, &size);
             return GpuJobsFromPacked(
-                wds::Buffer::Copy(std::string_view(data, static_cast<size_t>(size))),
-                state[1].cast<wds::TextList>(), state[2].cast<wds::TextList>());
+                wds::Buffer::Copy(std::string_view(data, static_cast<size_t>(size))), state[1],
+                state[2]);
           }));
 
   py::class_<wds::PendingImages, std::shared_ptr<wds::PendingImages>>(

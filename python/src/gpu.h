@@ -22,11 +22,15 @@ struct GpuJobs {
 py::object GpuJobsToPython(wds::BytesList jobs, const wds::TextList* keys,
                            const wds::TextList* urls);
 
+// TextsToPython is keys or URLs as a list of str (undecodable bytes as
+// surrogates, as every key reaches Python). REQUIRES: the GIL is held.
+py::list TextsToPython(const wds::TextList& texts);
+
 // GpuJobsFromPacked is a GpuJobs over PackGpuJobs' bytes in `packed` (its
-// jobs are slices of it). Errors: ValueError naming what is malformed.
-// REQUIRES: the GIL is held.
-std::shared_ptr<GpuJobs> GpuJobsFromPacked(const wds::Buffer& packed, wds::TextList keys,
-                                           wds::TextList urls);
+// jobs are slices of it), with the keys and URLs of TextsToPython. Errors:
+// ValueError naming what is malformed. REQUIRES: the GIL is held.
+std::shared_ptr<GpuJobs> GpuJobsFromPacked(const wds::Buffer& packed, py::handle keys,
+                                           py::handle urls);
 
 // ObjectToPython wraps a ValueObject: PendingImages as a PendingImages
 // object; any other is a TypeError naming it. REQUIRES: the GIL is held.

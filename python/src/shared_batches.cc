@@ -210,13 +210,16 @@ std::optional<py::tuple> SharedBlocks::LendGpuJobs(const GpuJobs& jobs) {
     py::gil_scoped_release release;  // the block is not shared yet
     wds::PackGpuJobs(jobs.jobs, block->mutable_data());
   }
+  // What can fail comes before the loan: a loan is counted in the block.
+  py::list keys = TextsToPython(jobs.keys);
+  py::list urls = TextsToPython(jobs.urls);
   const auto address = reinterpret_cast<uintptr_t>(block->data());
   py::capsule owner(new wds::Buffer(*std::move(block)),
                     [](void* buffer) { delete static_cast<wds::Buffer*>(buffer); });
   std::optional<py::tuple> lent = Lend(address, size, owner);
   if (!lent.has_value()) return std::nullopt;  // past the limit: ordinary memory
-  return py::make_tuple((*lent)[0], (*lent)[1], (*lent)[2], (*lent)[3], (*lent)[4], size, jobs.keys,
-                        jobs.urls);
+  return py::make_tuple((*lent)[0], (*lent)[1], (*lent)[2], (*lent)[3], (*lent)[4], size,
+                        std::move(keys), std::move(urls));
 }
 
 void SharedBlocks::Sweep() {
@@ -492,9 +495,9 @@ void RegisterSharedBatches(py::module_& m) {
   m.def(
       "attach_gpu_jobs",
       [](int64_t pid, int fd, uint64_t inode, size_t map_bytes, size_t offset, size_t nbytes,
-         wds::TextList keys, wds::TextList urls) {
+         py::handle keys, py::handle urls) {
         const wds::Array packed = AttachShared(pid, fd, inode, map_bytes, offset, nbytes);
-        return GpuJobsFromPacked(packed.data, std::move(keys), std::move(urls));
+        return GpuJobsFromPacked(packed.data, keys, urls);
       },
       py::arg("pid"), py::arg("fd"), py::arg("inode"), py::arg("map_bytes"), py::arg("offset"),
       py::arg("nbytes"), py::arg("keys"), py::arg("urls"),

@@ -143,6 +143,50 @@ def test_pickled_gpu_jobs_are_the_same_jobs(pattern):
     assert np.array_equal(back.to_array(), jobs.to_array())
 
 
+def test_dataloader_collating_single_jobs_gives_batches_decode_gpu_jobs_takes(pattern):
+    # Without .batched(n): torch's default collation makes a list of the
+    # jobs' bytes, which decode_gpu_jobs takes as a column.
+    single = (wds.WebDataset(pattern, shardshuffle=False).decode("rgb8", device="cuda")
+              .to_tuple("jpg", "__key__"))
+    got = {}
+    for batch in torch.utils.data.DataLoader(single, batch_size=5, num_workers=2, timeout=60):
+        assert isinstance(batch[0], (list, tuple)) and isinstance(batch[0][0], bytes)
+        images, keys = wds.decode_gpu_jobs(batch)
+        assert images.shape == (5, 12, 16, 3)
+        got.update(zip(keys, images))
+    want = {}
+    for images, keys in (wds.decode_gpu_jobs(b) for b in single.batched(5)):
+        want.update(zip(keys, images))
+    assert len(got) == 40 and got.keys() == want.keys()
+    for key, image in want.items():
+        assert np.array_equal(got[key], image), key
+    # Lists of other bytes are left as they are.
+    other = [b"plain", b"WDSGPUJ1 but no job"]
+    assert wds.decode_gpu_jobs((other, ["a", "b"])) == (other, ["a", "b"])
+
+
+def test_keys_that_are_not_utf8_cross_the_dataloader(tmp_path, monkeypatch):
+    # Keys reach Python with undecodable bytes as surrogates, as elsewhere; a
+    # batch holding such keys is pickled and lent like any other.
+    path = str(tmp_path / "odd.tar")
+    write_tar(path, [(b"\xffa.jpg".decode("utf-8", "surrogateescape"), encode_image(image_array(3), "JPEG")),
+                     ("b.jpg", encode_image(image_array(4), "JPEG"))])
+    ds = (wds.WebDataset(path, shardshuffle=False).decode("rgb8", device="cuda")
+          .to_tuple("jpg", "__key__").batched(2))
+    jobs, keys = next(iter(ds))
+    want = ["\udcffa", "b"]
+    assert keys == jobs.keys == want
+    import pickle
+    assert pickle.loads(pickle.dumps(jobs)).keys == want
+    for shared_bytes in (None, "0"):
+        if shared_bytes is not None:
+            monkeypatch.setenv("WDS_SHARED_BATCH_BYTES", shared_bytes)
+        batches = list(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=1,
+                                                   timeout=60))
+        assert [b[0].keys for b in batches] == [want]
+        assert [list(b[1]) for b in batches] == [want]
+
+
 @pytest.mark.parametrize("state, error", [
     ((b"1234567", [], []), r"packed GPU jobs \(7 bytes\): too short for the count"),
     ((b"\x00" * 8 + b"xy", [], []), r"packed GPU jobs \(10 bytes\): 2 bytes after the last job"),
@@ -150,6 +194,8 @@ def test_pickled_gpu_jobs_are_the_same_jobs(pattern):
      r"packed GPU jobs \(20 bytes\): job 0 is not a GPU job"),
     (("text", [], []), r"a pickled state is \(bytes, keys, urls\)"),
     ((b"",), r"a pickled state is \(bytes, keys, urls\)"),
+    ((b"\x00" * 8, None, []), r"GpuJobs: the keys are not a list"),
+    ((b"\x00" * 8, [], [1]), r"GpuJobs: 1 urls for 0 jobs"),
 ])
 def test_malformed_pickled_gpu_jobs_are_refused_naming_what(state, error):
     jobs = wds._core.GpuJobs.__new__(wds._core.GpuJobs)

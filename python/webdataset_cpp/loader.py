@@ -196,6 +196,16 @@ class _DeviceDecode:
         return out
 
 
+def _collated_gpu_jobs(value):
+    """`value` as GpuJobs where it is a list or tuple of GPU jobs' bytes (torch's
+    default collation of unbatched decode(device="cuda") samples)."""
+    if isinstance(value, (list, tuple)) and value and isinstance(value[0], bytes):
+        jobs = _core.gpu_job_column(value)
+        if jobs is not None:
+            return jobs
+    return value
+
+
 _device_decodes = {}  # (pid, device index): this process's _DeviceDecode for decode_gpu_jobs
 
 
@@ -203,18 +213,24 @@ def decode_gpu_jobs(item, to_torch=False, device=None):
     """`item` (a batch: a tuple, list or dict) with the images of
     decode(device="cuda") decoded, for batches that did not come through
     Loader(device="cuda"): from a torch DataLoader, say, whose workers send
-    the jobs to the main process pickled.
+    the jobs to the main process pickled. The images are a GpuJobs column
+    (.batched(n) in the pipeline), or a list of single jobs' bytes (the
+    DataLoader's batch_size=n collating unbatched samples).
 
     Without `device` (or "cpu"), on the host into NumPy arrays (torch tensors
     with to_torch=True) whose memory is recycled from batch to batch. With
     device="cuda" ("cuda:N", a torch.device or an index; "cuda" is the local
     rank's GPU, as for Loader), by nvJPEG into torch CUDA tensors on a side
     stream that the current stream then waits for, as Loader(device="cuda")
-    does, with one decoder per GPU and process, kept from call to call; the
-    batch's other fields are left as they are. ValueError without CUDA."""
+    does, with a decoder per GPU kept from call to call; the batch's other
+    fields are left as they are. ValueError without CUDA."""
+    if isinstance(device, bool) or (isinstance(device, int) and device < 0):
+        raise ValueError(f"decode_gpu_jobs: device must be None, a CUDA index, 'cpu', 'cuda' or "
+                         f"'cuda:N', got {device!r}")
     if isinstance(device, int):
         device = f"cuda:{device}"
     _, gpu = _resolve_device(device, caller="decode_gpu_jobs")
+    item = _map_fields(item, _collated_gpu_jobs)
     if gpu is None:
         return _decode_on_host(item, to_torch)
     import os
