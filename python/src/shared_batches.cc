@@ -214,8 +214,17 @@ std::optional<py::tuple> SharedBlocks::LendGpuJobs(const GpuJobs& jobs) {
   py::list keys = TextsToPython(jobs.keys);
   py::list urls = TextsToPython(jobs.urls);
   const auto address = reinterpret_cast<uintptr_t>(block->data());
-  py::capsule owner(new wds::Buffer(*std::move(block)),
-                    [](void* buffer) { delete static_cast<wds::Buffer*>(buffer); });
+  // The block, kept by the loan (the C API's capsule: the same on every
+  // pybind11).
+  auto* kept = new wds::Buffer(*std::move(block));
+  PyObject* capsule = PyCapsule_New(kept, nullptr, [](PyObject* self) {
+    delete static_cast<wds::Buffer*>(PyCapsule_GetPointer(self, nullptr));
+  });
+  if (capsule == nullptr) {
+    delete kept;
+    throw py::error_already_set();
+  }
+  const auto owner = py::reinterpret_steal<py::object>(capsule);
   std::optional<py::tuple> lent = Lend(address, size, owner);
   if (!lent.has_value()) return std::nullopt;  // past the limit: ordinary memory
   return py::make_tuple((*lent)[0], (*lent)[1], (*lent)[2], (*lent)[3], (*lent)[4], size,
