@@ -1,7 +1,12 @@
 #include "loader/loader_state.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -24,6 +29,42 @@ using Json = nlohmann::ordered_json;
 // wrote, and planning walks every worker of it.
 constexpr int kMaxWorldSize = 1 << 20;
 constexpr int kMaxWorkers = 1 << 12;
+
+// BadNumber is a field whose number cannot be what it says: a float, or an
+// integer out of range, where an integer goes. nlohmann's get<int64_t>()
+// would cast such a float (undefined behaviour past the range) or wrap such
+// an integer.
+class BadNumber : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Int reads `key` of `j` (or element `key` of an array) as a T. Errors: the
+// parser's exceptions for a missing field or a non-number, BadNumber.
+template <typename T, typename Key>
+T Int(const nlohmann::json& j, const Key& key) {
+  const nlohmann::json& v = j.at(key);
+  if (v.is_number_unsigned()) {
+    const auto u = v.get<uint64_t>();
+    if (u <= static_cast<uint64_t>(std::numeric_limits<T>::max())) return static_cast<T>(u);
+  } else if (v.is_number_integer()) {
+    const auto i = v.get<int64_t>();
+    if (i >= std::numeric_limits<T>::min() && i <= std::numeric_limits<T>::max()) {
+      return static_cast<T>(i);
+    }
+  } else if (!v.is_number_float()) {
+    return v.get<T>();  // not a number: the parser's type error
+  }
+  std::string number = v.dump();
+  if (number.size() > 40) number = number.substr(0, 40) + "...";
+  std::string field;
+  if constexpr (std::is_integral_v<Key>) {
+    field = Cat("element ", key);
+  } else {
+    field = Cat("\"", key, "\"");
+  }
+  throw BadNumber(Cat(field, " is ", number, ", not an integer that fits"));
+}
 
 // FormatOf and VersionOf read the fields that say what a text is, before
 // anything else: "" and 0 when absent or of another type (a text that is
@@ -54,16 +95,16 @@ Json StreamsJson(const GroupState& group) {
 // ReadStreams reads StreamsJson's arrays, or version 1's objects.
 GroupState ReadStreams(const nlohmann::json& j) {
   GroupState group;
-  group.cursor = j.at("cursor").get<int>();
+  group.cursor = Int<int>(j, "cursor");
   for (const nlohmann::json& s : j.at("streams")) {
     WorkerStart w;
     if (s.is_array()) {
-      w.checkpoint = {s.at(0).get<int64_t>(), s.at(1).get<int64_t>(), s.at(2).get<int64_t>(),
-                      s.at(3).get<int64_t>()};
+      w.checkpoint = {Int<int64_t>(s, 0), Int<int64_t>(s, 1), Int<int64_t>(s, 2),
+                      Int<int64_t>(s, 3)};
       w.ended = s.at(4).get<bool>();
     } else {
-      w.checkpoint = {s.at("pass").get<int64_t>(), s.at("source_out").get<int64_t>(),
-                      s.at("shuffle_out").get<int64_t>()};
+      w.checkpoint = {Int<int64_t>(s, "pass"), Int<int64_t>(s, "source_out"),
+                      Int<int64_t>(s, "shuffle_out")};
       w.ended = s.at("ended").get<bool>();
     }
     group.workers.push_back(w);
@@ -86,13 +127,13 @@ void PutCommon(const LoaderStateData& d, Json& j) {
 
 void ReadCommon(const nlohmann::json& j, LoaderStateData& d) {
   d.recipe = j.at("recipe").get<std::string>();
-  d.world_size = j.at("world_size").get<int>();
-  d.workers = j.at("workers").get<int>();
-  d.mode = j.at("mode").get<int>();
-  d.length = j.at("length").get<int64_t>();
+  d.world_size = Int<int>(j, "world_size");
+  d.workers = Int<int>(j, "workers");
+  d.mode = Int<int>(j, "mode");
+  d.length = Int<int64_t>(j, "length");
   d.running = j.at("running").get<bool>();
-  d.epoch = j.at("epoch").get<int64_t>();
-  d.generation = j.value("generation", int64_t{0});
+  d.epoch = Int<int64_t>(j, "epoch");
+  d.generation = j.contains("generation") ? Int<int64_t>(j, "generation") : 0;
   d.base_digest = j.value("base_digest", std::string());
 }
 
@@ -107,8 +148,8 @@ void PutPosition(const LoaderStateData& d, Json& j) {
 }
 
 void ReadPosition(const nlohmann::json& j, LoaderStateData& d) {
-  d.remaining = j.at("remaining").get<int64_t>();
-  d.stream_epoch = j.at("stream_epoch").get<int64_t>();
+  d.remaining = Int<int64_t>(j, "remaining");
+  d.stream_epoch = Int<int64_t>(j, "stream_epoch");
   if (j.contains("streams")) d.group = ReadStreams(j);
 }
 
@@ -202,7 +243,7 @@ absl::StatusOr<LoaderStateData> ParseState(std::string_view text) {
   }
   try {
     LoaderStateData d;
-    d.rank = j.at("rank").get<int>();
+    d.rank = Int<int>(j, "rank");
     ReadCommon(j, d);
     ReadPosition(j, d);
     WDS_RETURN_IF_ERROR(CheckConsistent(d, "loader state"));
@@ -210,6 +251,8 @@ absl::StatusOr<LoaderStateData> ParseState(std::string_view text) {
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(
         Cat("Loader::Restore: the loader state is incomplete: ", e.what()));
+  } catch (const BadNumber& e) {
+    return absl::InvalidArgumentError(Cat("Loader::Restore: the loader state's ", e.what()));
   }
 }
 
@@ -228,6 +271,8 @@ absl::StatusOr<JobStateData> ParseJobState(std::string_view text) {
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(
         Cat("Loader::Restore: the job state is incomplete: ", e.what()));
+  } catch (const BadNumber& e) {
+    return absl::InvalidArgumentError(Cat("Loader::Restore: the job state's ", e.what()));
   }
 }
 
