@@ -203,9 +203,8 @@ def test_malformed_pickled_gpu_jobs_are_refused_naming_what(state, error):
         jobs.__setstate__(state)
 
 
-@pytest.mark.skipif(torch.cuda.is_available(),
-                    reason="tests the refusal without a CUDA device; this machine has one")
-def test_decode_gpu_jobs_on_cuda_without_a_gpu_is_refused(pattern):
+def test_decode_gpu_jobs_on_cuda_without_a_gpu_is_refused(pattern, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # also on a GPU machine
     batch = next(iter(dataset(pattern, device="cuda")))
     with pytest.raises(ValueError, match=r"decode_gpu_jobs\(device='cuda'\): "
                                          r"torch.cuda.is_available\(\) is False"):
@@ -361,9 +360,8 @@ def test_undecodable_scan_names_the_shard_key_and_field_when_the_batch_is_decode
         list(wds.Loader(tuples))
 
 
-@pytest.mark.skipif(torch.cuda.is_available(),
-                    reason="tests the refusal without a CUDA device; this machine has one")
-def test_loader_on_cuda_without_a_gpu_is_refused(pattern):
+def test_loader_on_cuda_without_a_gpu_is_refused(pattern, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # also on a GPU machine
     with pytest.raises(ValueError, match=r"torch.cuda.is_available\(\) is False"):
         wds.Loader(dataset(pattern, device="cuda"), device="cuda")
 
