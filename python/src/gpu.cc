@@ -16,6 +16,7 @@
 #include "convert.h"
 #include "decoders.h"
 #include "errors.h"
+#include "py_ref.h"
 #include "wds/gpu/gpu_decode.h"
 #include "wds/internal/base/strings.h"
 
@@ -134,20 +135,16 @@ void RegisterGpu(py::module_& m) {
       "gpu_job_column",
       [](const py::sequence& values) -> py::object {
         // Collated GPU jobs (a torch DataLoader's batch_size=N over single
-        // samples): a column only when every value is a job's bytes.
-        constexpr std::string_view kMagic = "WDSGPUJ1";
-        std::vector<std::string_view> views;
-        views.reserve(values.size());
+        // samples): a column only when every value is a job's bytes. The jobs
+        // view the bytes objects.
+        wds::BytesList jobs;
+        jobs.reserve(values.size());
         for (py::handle v : values) {
           if (!PyBytes_Check(v.ptr())) return py::none();
-          const std::string_view bytes(PyBytes_AS_STRING(v.ptr()),
-                                       static_cast<size_t>(PyBytes_GET_SIZE(v.ptr())));
-          if (bytes.substr(0, kMagic.size()) != kMagic) return py::none();
-          views.push_back(bytes);
+          jobs.push_back(wds::Buffer::View(
+              KeepAlive(v), reinterpret_cast<const uint8_t*>(PyBytes_AS_STRING(v.ptr())),
+              static_cast<size_t>(PyBytes_GET_SIZE(v.ptr()))));
         }
-        wds::BytesList jobs;
-        jobs.reserve(views.size());
-        for (std::string_view bytes : views) jobs.push_back(wds::Buffer::Copy(bytes));
         if (!wds::IsGpuJobColumn(wds::Value(jobs))) return py::none();
         return GpuJobsToPython(std::move(jobs), nullptr, nullptr);
       },
@@ -204,12 +201,13 @@ void RegisterGpu(py::module_& m) {
             if (state.size() != 3 || !py::isinstance<py::bytes>(state[0])) {
               throw py::value_error("GpuJobs: a pickled state is (bytes, keys, urls)");
             }
-            char* data = nullptr;
-            Py_ssize_t size = 0;
-            PyBytes_AsStringAndSize(state[0].ptr(), &data, &size);
+            // The jobs view the unpickled bytes object.
+            const py::handle packed = state[0];
             return GpuJobsFromPacked(
-                wds::Buffer::Copy(std::string_view(data, static_cast<size_t>(size))), state[1],
-                state[2]);
+                wds::Buffer::View(KeepAlive(packed),
+                                  reinterpret_cast<const uint8_t*>(PyBytes_AS_STRING(packed.ptr())),
+                                  static_cast<size_t>(PyBytes_GET_SIZE(packed.ptr()))),
+                state[1], state[2]);
           }));
 
   py::class_<wds::PendingImages, std::shared_ptr<wds::PendingImages>>(

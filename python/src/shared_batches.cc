@@ -205,7 +205,11 @@ std::optional<py::tuple> SharedBlocks::Lend(uintptr_t address, size_t nbytes, py
 std::optional<py::tuple> SharedBlocks::LendGpuJobs(const GpuJobs& jobs) {
   const size_t size = wds::GpuJobsPackedSize(jobs.jobs);
   absl::StatusOr<wds::Buffer> block = pool_->Acquire(size);
-  if (!block.ok()) return std::nullopt;
+  // Past the limit the pool gives ordinary memory: the caller pickles the
+  // bytes, so nothing is packed here.
+  if (!block.ok() || !allocator_->Find(reinterpret_cast<uintptr_t>(block->data()), size)) {
+    return std::nullopt;
+  }
   {
     py::gil_scoped_release release;  // the block is not shared yet
     wds::PackGpuJobs(jobs.jobs, block->mutable_data());
@@ -214,19 +218,12 @@ std::optional<py::tuple> SharedBlocks::LendGpuJobs(const GpuJobs& jobs) {
   py::list keys = TextsToPython(jobs.keys);
   py::list urls = TextsToPython(jobs.urls);
   const auto address = reinterpret_cast<uintptr_t>(block->data());
-  // The block, kept by the loan (the C API's capsule: the same on every
-  // pybind11).
-  auto* kept = new wds::Buffer(*std::move(block));
-  PyObject* capsule = PyCapsule_New(kept, nullptr, [](PyObject* self) {
-    delete static_cast<wds::Buffer*>(PyCapsule_GetPointer(self, nullptr));
-  });
-  if (capsule == nullptr) {
-    delete kept;
-    throw py::error_already_set();
-  }
-  const auto owner = py::reinterpret_steal<py::object>(capsule);
-  std::optional<py::tuple> lent = Lend(address, size, owner);
-  if (!lent.has_value()) return std::nullopt;  // past the limit: ordinary memory
+  wds::Array packed;  // the loan's owner keeps the block
+  packed.dtype = wds::DType::kUInt8;
+  packed.shape = {static_cast<int64_t>(size)};
+  packed.data = *std::move(block);
+  std::optional<py::tuple> lent = Lend(address, size, py::cast(NativeArray{std::move(packed)}));
+  if (!lent.has_value()) return std::nullopt;
   return py::make_tuple((*lent)[0], (*lent)[1], (*lent)[2], (*lent)[3], (*lent)[4], size,
                         std::move(keys), std::move(urls));
 }
