@@ -34,18 +34,18 @@
 #include <string_view>
 #include <vector>
 
+#include "wds/gpu/gpu_decode.h"
 #include "wds/internal/base/strings.h"
 #include "wds/internal/io/atomic_file.h"
+#include "wds/internal/io/directories.h"
 #include "wds/loader/elastic.h"
 #include "wds/loader/equalize.h"
 #include "wds/loader/loader.h"
 #include "wds/pipeline/pipeline.h"
-#include "wds/internal/io/directories.h"
 #include "wds/pipeline/web_dataset.h"
 #include "wds/tar/shard_index.h"
 #include "wds/torch/distributed.h"
 #include "wds/torch/equalize.h"
-#include "wds/gpu/gpu_decode.h"
 #include "wds/torch/prefetcher.h"
 #include "wds/torch/tensor.h"
 
