@@ -9,13 +9,19 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <ctime>
 #include <fstream>
+#include <limits>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
+#include <string_view>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "io/file_stream.h"
 #include "io/sigv4.h"
 #include "wds/internal/base/strings.h"
@@ -80,6 +86,86 @@ bool TryRemoveUnused(const std::string& path, const std::string& also) {
   return removed;
 }
 
+// The ledger, kLedgerName in the cache directory, holds
+// "bytes <n>\nscanned <t>\n": the complete files' total as the directory's
+// processes know it (each download that completes adds its size, each scan
+// corrects it by what it found), and when a scan last ended (seconds since
+// the epoch). It is updated under an exclusive flock of itself. A scan runs
+// under an exclusive flock of kScanLockName, taken without waiting.
+constexpr const char* kLedgerName = ".size";
+constexpr const char* kScanLockName = ".scan";
+// kCleanupInterval: a process's first open scans a directory that no scan
+// has visited for this long, for the .part files of killed downloads.
+constexpr int64_t kCleanupInterval = 3600;
+// A scan over the limit evicts down to limit - limit / kLowWaterFraction.
+constexpr int64_t kLowWaterFraction = 10;
+
+struct Ledger {
+  int64_t bytes = 0;
+  int64_t scanned = 0;  // 0: never
+};
+
+std::optional<Ledger> ParseLedger(std::string_view text) {
+  // Field `prefix` of the line that starts at `text`, which moves past it.
+  auto field = [&text](std::string_view prefix, int64_t* value) {
+    const size_t end = text.find('\n');
+    if (end == std::string_view::npos || !StartsWith(text, prefix)) return false;
+    const std::string_view digits = text.substr(prefix.size(), end - prefix.size());
+    text.remove_prefix(end + 1);
+    return absl::SimpleAtoi(ToAbsl(digits), value);
+  };
+  Ledger ledger;
+  if (!field("bytes ", &ledger.bytes) || !field("scanned ", &ledger.scanned) || !text.empty() ||
+      ledger.bytes < 0 || ledger.scanned < 0) {
+    return std::nullopt;
+  }
+  return ledger;
+}
+
+// ReadLedgerFd reads the ledger open as `fd` (locked by the caller).
+std::optional<Ledger> ReadLedgerFd(int fd) {
+  char text[128];
+  ssize_t n;
+  do {
+    n = pread(fd, text, sizeof(text), 0);
+  } while (n < 0 && errno == EINTR);
+  if (n <= 0) return std::nullopt;
+  return ParseLedger(std::string_view(text, static_cast<size_t>(n)));
+}
+
+// ReadLedger returns `dir`'s ledger; nullopt when it is missing or
+// unreadable.
+std::optional<Ledger> ReadLedger(const std::string& dir) {
+  UniqueFd fd(OpenFd(Cat(dir, "/", kLedgerName), O_RDONLY));
+  if (!fd.valid() || !Lock(fd.get(), LOCK_SH)) return std::nullopt;
+  return ReadLedgerFd(fd.get());
+}
+
+// UpdateLedger adds `delta` to the ledger's bytes (not below 0; a missing or
+// unreadable ledger counts as 0 bytes, never scanned) and records `scanned`
+// when given. Returns the ledger written; nullopt when it could not be.
+std::optional<Ledger> UpdateLedger(const std::string& dir, int64_t delta,
+                                   std::optional<int64_t> scanned) {
+  UniqueFd fd(OpenFd(Cat(dir, "/", kLedgerName), O_RDWR | O_CREAT, 0644));
+  if (!fd.valid() || !Lock(fd.get(), LOCK_EX)) return std::nullopt;
+  Ledger ledger = ReadLedgerFd(fd.get()).value_or(Ledger{});
+  // (bytes >= 0 and delta > -2^63: only a sum past 2^63 - 1 could overflow.)
+  ledger.bytes = delta > std::numeric_limits<int64_t>::max() - ledger.bytes
+                     ? std::numeric_limits<int64_t>::max()
+                     : std::max<int64_t>(0, ledger.bytes + delta);
+  if (scanned.has_value()) ledger.scanned = *scanned;
+  const std::string text = Cat("bytes ", ledger.bytes, "\nscanned ", ledger.scanned, "\n");
+  ssize_t n;
+  do {
+    n = pwrite(fd.get(), text.data(), text.size(), 0);
+  } while (n < 0 && errno == EINTR);
+  if (n != static_cast<ssize_t>(text.size()) ||
+      ftruncate(fd.get(), static_cast<off_t>(text.size())) != 0) {
+    return std::nullopt;
+  }
+  return ledger;
+}
+
 // CachingStream passes a remote stream through while writing it to a locked
 // .part file, renamed into place when the object's announced length arrived.
 // Any failure to write drops the .part and leaves the stream uncached.
@@ -137,6 +223,9 @@ class CachingStream : public ByteStream {
       return;
     }
     const std::string meta = Cat(path_, kMetaSuffix);
+    // A copy replaced (an object that changed, revalidated) leaves the ledger.
+    struct stat old;
+    const int64_t replaced = stat(path_.c_str(), &old) == 0 ? old.st_size : 0;
     const absl::Status saved = WriteFileAtomically(
         meta, Cat("url ", remote_->url(), "\netag ", remote_->etag(), "\nsize ", written_, "\n"));
     if (!saved.ok() || rename(part_.c_str(), path_.c_str()) != 0) {
@@ -146,7 +235,7 @@ class CachingStream : public ByteStream {
     }
     close(fd_);
     fd_ = -1;
-    cache_->Evict(std::string(BaseName(path_)));
+    cache_->Committed(std::string(BaseName(path_)), written_ - replaced);
   }
 
   void Abandon() {
@@ -204,7 +293,17 @@ std::string ShardCache::PathFor(const std::string& url) const {
 absl::StatusOr<std::unique_ptr<ByteStream>> ShardCache::Open(const std::string& url, int64_t offset,
                                                              const OpenRemote& open_remote,
                                                              const Revalidate& revalidate) {
-  if (FirstOpenInProcess(dir_)) Evict("");
+  if (FirstOpenInProcess(dir_)) {
+    // A scan when the ledger says the directory is over this process's
+    // limit, or was not scanned for a while (stale downloads), or has no
+    // ledger yet: not one per process, which a node's hundreds of workers
+    // starting together over tens of thousands of shards could not afford.
+    const std::optional<Ledger> ledger = ReadLedger(dir_);
+    if (!ledger.has_value() || time(nullptr) - ledger->scanned >= kCleanupInterval ||
+        (size_limit_ > 0 && ledger->bytes > size_limit_)) {
+      Evict("");
+    }
+  }
   const std::string path = PathFor(url);
   const std::string part = Cat(path, kPartSuffix);
   std::optional<ObjectInfo> current;
@@ -280,35 +379,49 @@ absl::StatusOr<std::unique_ptr<ByteStream>> ShardCache::Open(const std::string& 
   return std::unique_ptr<ByteStream>(*std::move(remote));
 }
 
+void ShardCache::Committed(const std::string& name, int64_t added) {
+  const std::optional<Ledger> ledger = UpdateLedger(dir_, added, std::nullopt);
+  if (size_limit_ > 0 && (!ledger.has_value() || ledger->bytes > size_limit_)) Evict(name);
+}
+
 void ShardCache::Evict(const std::string& keep) {
+  // One scan of a directory at a time: a process that finds another one
+  // scanning leaves the work to it.
+  UniqueFd lock(OpenFd(Cat(dir_, "/", kScanLockName), O_RDWR | O_CREAT, 0644));
+  if (!lock.valid() || flock(lock.get(), LOCK_EX | LOCK_NB) != 0) return;
+  const int64_t known = ReadLedger(dir_).value_or(Ledger{}).bytes;
   struct Entry {
     std::string name;
     int64_t size;
     struct timespec mtime;
   };
   std::vector<Entry> complete;
+  std::unordered_set<std::string> names;  // of the complete files
   std::vector<std::string> metas;
   DIR* d = opendir(dir_.c_str());
   if (d == nullptr) return;
+  const int dfd = dirfd(d);
   while (dirent* e = readdir(d)) {
-    const std::string name = e->d_name;
-    const std::string path = Cat(dir_, "/", name);
+    const std::string_view name = e->d_name;
     if (EndsWith(name, kPartSuffix) &&
         IsHexName(name.substr(0, name.size() - kPartSuffix.size()))) {
-      TryRemoveUnused(path, "");  // a download no live process is writing
+      TryRemoveUnused(Cat(dir_, "/", name), "");  // a download no live process is writing
     } else if (EndsWith(name, kMetaSuffix)) {
-      metas.push_back(name.substr(0, name.size() - kMetaSuffix.size()));
+      metas.emplace_back(name.substr(0, name.size() - kMetaSuffix.size()));
     } else if (IsHexName(name)) {
       struct stat st;
-      if (stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
-        complete.push_back({name, static_cast<int64_t>(st.st_size), st.st_mtim});
+      if (fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
+        complete.push_back({std::string(name), static_cast<int64_t>(st.st_size), st.st_mtim});
+        names.insert(complete.back().name);
       }
     }
   }
   closedir(d);
   // A .meta whose data is gone and whose download is not running is left
-  // from a process that died between the two.
+  // from a process that died between the two. (The listing says which data
+  // are gone; a file completed since is looked for again.)
   for (const std::string& base : metas) {
+    if (names.count(base) != 0) continue;
     const std::string data = Cat(dir_, "/", base);
     if (access(data.c_str(), F_OK) == 0) continue;
     const std::string part = Cat(data, kPartSuffix);
@@ -316,19 +429,26 @@ void ShardCache::Evict(const std::string& keep) {
       unlink(Cat(data, kMetaSuffix).c_str());
     }
   }
-  if (size_limit_ <= 0) return;
   int64_t total = 0;
   for (const Entry& e : complete) total += e.size;
-  std::sort(complete.begin(), complete.end(), [](const Entry& a, const Entry& b) {
-    return std::make_pair(a.mtime.tv_sec, a.mtime.tv_nsec) <
-           std::make_pair(b.mtime.tv_sec, b.mtime.tv_nsec);
-  });
-  for (const Entry& e : complete) {
-    if (total <= size_limit_) break;
-    if (e.name == keep) continue;
-    const std::string path = Cat(dir_, "/", e.name);
-    if (TryRemoveUnused(path, Cat(path, kMetaSuffix))) total -= e.size;
+  if (size_limit_ > 0 && total > size_limit_) {
+    std::sort(complete.begin(), complete.end(), [](const Entry& a, const Entry& b) {
+      return std::make_pair(a.mtime.tv_sec, a.mtime.tv_nsec) <
+             std::make_pair(b.mtime.tv_sec, b.mtime.tv_nsec);
+    });
+    // Down to the low-water mark, so that a full cache is scanned once per
+    // tenth of it downloaded, not at every download.
+    const int64_t low_water = size_limit_ - size_limit_ / kLowWaterFraction;
+    for (const Entry& e : complete) {
+      if (total <= low_water) break;
+      if (e.name == keep) continue;
+      const std::string path = Cat(dir_, "/", e.name);
+      if (TryRemoveUnused(path, Cat(path, kMetaSuffix))) total -= e.size;
+    }
   }
+  // Commits during the scan were added to the ledger by their processes;
+  // what this scan found replaces what the ledger knew before it.
+  UpdateLedger(dir_, total - known, static_cast<int64_t>(time(nullptr)));
 }
 
 }  // namespace wds

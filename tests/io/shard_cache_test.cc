@@ -2,12 +2,15 @@
 // the cache, hits served from the local copy, LRU eviction that spares files
 // in use, changed objects, abandoned and killed downloads, and several
 // processes (wds-shard) sharing one cache directory.
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -30,6 +33,7 @@ namespace fs = std::filesystem;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::StartsWith;
 using ::testing::UnorderedElementsAre;
 using ::wds::testing::FaultPlan;
 using ::wds::testing::FaultRequest;
@@ -56,11 +60,14 @@ absl::StatusOr<std::string> ReadAll(ByteStream& stream) {
 
 std::string Message(const absl::Status& s) { return std::string(ToStd(s.message())); }
 
-// Names lists the cache directory, hashes shortened to "<8 hex>..." so that
-// failures read well.
+// Names lists the cache directory but for its ledger and scan lock (".size"
+// and ".scan", which the ledger tests look at).
 std::vector<std::string> Names(const std::string& dir) {
   std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name != ".size" && name != ".scan") names.push_back(name);
+  }
   std::sort(names.begin(), names.end());
   return names;
 }
@@ -94,6 +101,7 @@ class ShardCacheTest : public ::testing::Test {
     ASSERT_TRUE(data.ok()) << data.status();
     EXPECT_EQ(Sha256(*data), Sha256(bodies_[i]));
   }
+  std::string Ledger() const { return testing::ReadFile(options_.cache_dir + "/.size"); }
   // Age sets a cached file's last use `seconds` in the past.
   void Age(int i, int seconds) {
     const auto t = fs::last_write_time(cached(i));
@@ -114,6 +122,9 @@ TEST_F(ShardCacheTest, AMissDownloadsOnceAndLaterReadsAreLocal) {
   EXPECT_EQ(Sha256(testing::ReadFile(cached(0))), Sha256(bodies_[0]));
   EXPECT_EQ(testing::ReadFile(cached(0) + ".meta"),
             Cat("url ", url(0), "\netag \"v1\"\nsize 300000\n"));
+  // The ledger counts it (no scan yet: the directory was made by this
+  // download, after the first open).
+  EXPECT_EQ(Ledger(), "bytes 300000\nscanned 0\n");
   // Another opener (another process, say) reads the local copy.
   ExpectFetch(0, MakeOpener(options_));
   ExpectFetch(0, open);
@@ -155,6 +166,8 @@ TEST_F(ShardCacheTest, CachedCopiesAreTrustedUnlessRevalidated) {
   EXPECT_EQ(Sha256(*data), Sha256(v2));
   EXPECT_EQ(Sha256(testing::ReadFile(cached(0))), Sha256(v2));
   EXPECT_THAT(testing::ReadFile(cached(0) + ".meta"), HasSubstr("etag \"v2\""));
+  // The new copy replaced the old one in the ledger too.
+  EXPECT_EQ(Ledger(), "bytes 300000\nscanned 0\n");
   std::vector<FaultRequest> log = server_.log();
   ASSERT_EQ(log.size(), 3u);
   EXPECT_EQ(log[1].method, "HEAD");
@@ -322,6 +335,7 @@ TEST_F(ShardCacheTest, ProcessesShareOneCache) {
   for (int i = 1; i < 4; ++i) EXPECT_EQ(testing::ReadFile(Cat(out.path(), "/out", i)), expected);
   EXPECT_THAT(Names(options_.cache_dir), ElementsAre(Hash(url), Cat(Hash(url), ".meta")));
   EXPECT_EQ(Sha256(testing::ReadFile(Cat(options_.cache_dir, "/", Hash(url)))), Sha256(tar));
+  EXPECT_THAT(Ledger(), StartsWith(Cat("bytes ", tar.size(), "\n")));  // one copy, counted once
   const int downloads = server_.requests();
   EXPECT_EQ(downloads, 4);
   for (const FaultRequest& r : server_.log()) EXPECT_EQ(r.headers.count("range"), 0u);
@@ -352,10 +366,146 @@ TEST_F(ShardCacheTest, AProcessThatOnlyHitsStillCleansUp) {
   EXPECT_FALSE(fs::exists(stale));
   EXPECT_FALSE(fs::exists(cached(0)));
   EXPECT_TRUE(fs::exists(cached(1)));
-  // Once per process: later stale files wait for the next download.
+  // Once per process: later stale files wait for the next scan.
   std::ofstream(stale) << "half a shard";
   ExpectFetch(1, MakeOpener(options_));
   EXPECT_TRUE(fs::exists(stale));
+}
+
+// LedgerScanTime is the "scanned" time of a ledger's text (-1 if none).
+int64_t LedgerScanTime(const std::string& ledger) {
+  const size_t at = ledger.find("\nscanned ");
+  return at == std::string::npos ? -1 : std::stoll(ledger.substr(at + 9));
+}
+
+TEST_F(ShardCacheTest, AFullCacheIsScannedWhenItsLedgerPassesTheLimitNotAtEveryDownload) {
+  for (int i = 3; i < 13; ++i) {
+    bodies_.push_back(RandomBytes(300'000, i + 1));
+    server_.Put(Cat("/", i, ".tar"), bodies_[i]);
+  }
+  options_.cache_size = 3'000'000;  // ten objects; a scan evicts down to 2,700,000
+  Opener open = MakeOpener(options_);
+  for (int i = 0; i < 10; ++i) {
+    ExpectFetch(i, open);
+    Age(i, 100 - i);  // 0 the least recently used
+  }
+  EXPECT_EQ(Ledger(), "bytes 3000000\nscanned 0\n");
+  // A stale download shows whether a scan ran: each scan removes it.
+  const std::string stale = Cat(options_.cache_dir, "/", Hash("http://gone/x.tar"), ".part");
+  std::ofstream(stale) << "half a shard";
+  const int64_t before = time(nullptr);
+  ExpectFetch(10, open);  // 3,300,000: over the limit
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_FALSE(fs::exists(cached(0)));
+  EXPECT_FALSE(fs::exists(cached(0) + ".meta"));
+  EXPECT_FALSE(fs::exists(cached(1)));
+  for (int i = 2; i <= 10; ++i) EXPECT_TRUE(fs::exists(cached(i))) << i;
+  EXPECT_THAT(Ledger(), StartsWith("bytes 2700000\nscanned "));
+  EXPECT_GE(LedgerScanTime(Ledger()), before);
+  EXPECT_LE(LedgerScanTime(Ledger()), time(nullptr));
+  std::ofstream(stale) << "half a shard";
+  ExpectFetch(11, open);  // 3,000,000: at the limit, not over it: no scan
+  EXPECT_TRUE(fs::exists(stale));
+  EXPECT_THAT(Ledger(), StartsWith("bytes 3000000\n"));
+  ExpectFetch(12, open);  // over again: the next two least recently used go
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_FALSE(fs::exists(cached(2)));
+  EXPECT_FALSE(fs::exists(cached(3)));
+  for (int i = 4; i <= 12; ++i) EXPECT_TRUE(fs::exists(cached(i))) << i;
+  EXPECT_THAT(Ledger(), StartsWith("bytes 2700000\n"));
+  EXPECT_EQ(server_.requests(), 13);
+}
+
+TEST_F(ShardCacheTest, AProcessScansAtItsFirstOpenOnlyWhenAScanIsDue) {
+  ExpectFetch(0, MakeOpener(options_));
+  EXPECT_EQ(Ledger(), "bytes 300000\nscanned 0\n");
+  const std::string stale = Cat(options_.cache_dir, "/", Hash("http://gone/x.tar"), ".part");
+  // Each new name for the directory is a first open in this process.
+  auto first_open = [&] {
+    options_.cache_dir += "/.";
+    ExpectFetch(0, MakeOpener(options_));  // a hit
+  };
+  std::ofstream(stale) << "half a shard";
+  first_open();  // never scanned: a scan
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_GE(LedgerScanTime(Ledger()), time(nullptr) - 60);
+  std::ofstream(stale) << "half a shard";
+  first_open();  // scanned a moment ago, under the limit: none
+  EXPECT_TRUE(fs::exists(stale));
+  std::ofstream(options_.cache_dir + "/.size")
+      << "bytes 300000\nscanned " << time(nullptr) - 3600 << "\n";
+  first_open();  // scanned an hour ago: a scan
+  EXPECT_FALSE(fs::exists(stale));
+  std::ofstream(stale) << "half a shard";
+  options_.cache_size = 200'000;
+  // Over this process's limit: a scan, which evicts the copy before the
+  // open looks for it; downloaded again, and kept though alone over the limit.
+  first_open();
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_EQ(server_.requests(), 2);
+  EXPECT_TRUE(fs::exists(cached(0)));
+}
+
+TEST_F(ShardCacheTest, AWrongOrUnreadableLedgerIsCorrectedByTheNextScan) {
+  Opener open = MakeOpener(options_);
+  ExpectFetch(0, open);
+  ExpectFetch(1, open);
+  EXPECT_EQ(Ledger(), "bytes 600000\nscanned 0\n");
+  // A copy removed by hand leaves the ledger high; the next scan finds out.
+  fs::remove(cached(1));
+  fs::remove(cached(1) + ".meta");
+  options_.cache_dir += "/.";
+  ExpectFetch(0, MakeOpener(options_));
+  EXPECT_THAT(Ledger(), StartsWith("bytes 300000\nscanned "));
+  // An unreadable ledger counts as empty and never scanned: a download
+  // counts from 0, and the next process's first open scans.
+  for (const char* text :
+       {"", "garbage", "bytes -5\nscanned 0\n", "bytes 1\nscanned -2\n",
+        "bytes 1\nscanned 2\nmore\n", "bytes 99999999999999999999\nscanned 0\n"}) {
+    std::ofstream(options_.cache_dir + "/.size") << text;
+    fs::remove(cached(1));
+    fs::remove(cached(1) + ".meta");
+    ExpectFetch(1, open);
+    EXPECT_EQ(Ledger(), "bytes 300000\nscanned 0\n") << text;
+    options_.cache_dir += "/.";
+    ExpectFetch(0, MakeOpener(options_));
+    EXPECT_THAT(Ledger(), StartsWith("bytes 600000\nscanned ")) << text;
+    EXPECT_GE(LedgerScanTime(Ledger()), time(nullptr) - 60) << text;
+  }
+  // A ledger near the top of int64 saturates instead of overflowing; the
+  // scan it causes corrects it.
+  std::ofstream(options_.cache_dir + "/.size") << "bytes 9223372036854775000\nscanned 0\n";
+  fs::remove(cached(1));
+  fs::remove(cached(1) + ".meta");
+  ExpectFetch(1, open);
+  EXPECT_EQ(Ledger(), "bytes 9223372036854775807\nscanned 0\n");
+  options_.cache_dir += "/.";
+  ExpectFetch(0, MakeOpener(options_));
+  EXPECT_THAT(Ledger(), StartsWith("bytes 600000\nscanned "));
+}
+
+TEST_F(ShardCacheTest, AScanRunningElsewhereIsLeftToIt) {
+  options_.cache_size = 400'000;  // one object
+  Opener open = MakeOpener(options_);
+  ExpectFetch(0, open);
+  Age(0, 20);
+  {
+    // Another process's scan (a flock on another open file conflicts in
+    // this process too).
+    const int scanning = ::open(Cat(options_.cache_dir, "/.scan").c_str(), O_RDWR | O_CREAT, 0644);
+    ASSERT_GE(scanning, 0);
+    ASSERT_EQ(flock(scanning, LOCK_EX), 0);
+    ExpectFetch(1, open);  // over the limit, but not this process's scan to run
+    EXPECT_TRUE(fs::exists(cached(0)));
+    EXPECT_EQ(Ledger(), "bytes 600000\nscanned 0\n");
+    close(scanning);
+  }
+  Age(1, 10);
+  ExpectFetch(2, open);  // 900,000: this download's scan evicts both
+  EXPECT_FALSE(fs::exists(cached(0)));
+  EXPECT_FALSE(fs::exists(cached(1)));
+  EXPECT_TRUE(fs::exists(cached(2)));
+  EXPECT_THAT(Ledger(), StartsWith("bytes 300000\nscanned "));
 }
 
 TEST_F(ShardCacheTest, OpenAtReadsAHitLocallyAndAMissUncached) {

@@ -125,7 +125,8 @@ struct RemoteOptions {
   // --- cache
   // cache_dir: empty means no cache [WDS_CACHE]; created when missing.
   std::string cache_dir;
-  // cache_size: the byte limit of complete cached files, 0 = no limit
+  // cache_size: the byte limit of complete cached files, 0 = no limit; a
+  // download that passes it evicts the least recently used down to 90% of it
   // [WDS_CACHE_SIZE: bytes, "1e9", or a K/M/G/T suffix].
   int64_t cache_size = 0;
   // cache_revalidate: check a cached copy's ETag with a HEAD request on each
