@@ -432,9 +432,9 @@ def test_ctrl_c_ends_a_remote_wait_promptly(server, fault):
 
 
 def cache_listing(cache):
-    """The cache's files, without its ledger and scan lock (".size", ".scan";
-    tests/io/shard_cache_test.cc checks them)."""
-    return sorted(n for n in os.listdir(cache) if n not in (".size", ".scan"))
+    """The cache's files, without its ledger (".size"; tests/io/shard_cache_test.cc
+    checks it)."""
+    return sorted(n for n in os.listdir(cache) if n != ".size")
 
 
 def test_the_cache_serves_the_second_epoch(server, local_samples, tmp_path):

@@ -87,13 +87,12 @@ bool TryRemoveUnused(const std::string& path, const std::string& also) {
 }
 
 // The ledger, kLedgerName in the cache directory, holds
-// "bytes <n>\nscanned <t>\n": the complete files' total as the directory's
-// processes know it (each download that completes adds its size, each scan
-// corrects it by what it found), and when a scan last ended (seconds since
-// the epoch). It is updated under an exclusive flock of itself. A scan runs
-// under an exclusive flock of kScanLockName, taken without waiting.
+// "bytes <n>\nscanned <t>\n": the complete files' total, and when a scan last
+// ended (seconds since the epoch; 0: never). Its exclusive flock orders the
+// directory's changes: a download's rename into place and its count are one
+// step under it, and a scan holds it throughout, so the total a scan writes
+// is exact and a download adds to it only after.
 constexpr const char* kLedgerName = ".size";
-constexpr const char* kScanLockName = ".scan";
 // kCleanupInterval: a process's first open scans a directory that no scan
 // has visited for this long, for the .part files of killed downloads.
 constexpr int64_t kCleanupInterval = 3600;
@@ -102,7 +101,7 @@ constexpr int64_t kLowWaterFraction = 10;
 
 struct Ledger {
   int64_t bytes = 0;
-  int64_t scanned = 0;  // 0: never
+  int64_t scanned = 0;
 };
 
 std::optional<Ledger> ParseLedger(std::string_view text) {
@@ -122,8 +121,19 @@ std::optional<Ledger> ParseLedger(std::string_view text) {
   return ledger;
 }
 
-// ReadLedgerFd reads the ledger open as `fd` (locked by the caller).
-std::optional<Ledger> ReadLedgerFd(int fd) {
+// LockLedger opens `dir`'s ledger (made empty when missing) and locks it
+// exclusively, waiting for a scan or a download's count in progress. Invalid
+// when it cannot: a directory not made yet, or a ledger this user may not
+// write (then every download with a limit scans, as if there were none).
+UniqueFd LockLedger(const std::string& dir) {
+  UniqueFd fd(OpenFd(Cat(dir, "/", kLedgerName), O_RDWR | O_CREAT, 0666));
+  if (fd.valid() && !Lock(fd.get(), LOCK_EX)) fd.Reset();
+  return fd;
+}
+
+// ReadLedger reads the ledger locked as `fd`; nullopt when it is empty (just
+// made) or unreadable (then a scan writes it anew).
+std::optional<Ledger> ReadLedger(int fd) {
   char text[128];
   ssize_t n;
   do {
@@ -133,37 +143,23 @@ std::optional<Ledger> ReadLedgerFd(int fd) {
   return ParseLedger(std::string_view(text, static_cast<size_t>(n)));
 }
 
-// ReadLedger returns `dir`'s ledger; nullopt when it is missing or
-// unreadable.
-std::optional<Ledger> ReadLedger(const std::string& dir) {
-  UniqueFd fd(OpenFd(Cat(dir, "/", kLedgerName), O_RDONLY));
-  if (!fd.valid() || !Lock(fd.get(), LOCK_SH)) return std::nullopt;
-  return ReadLedgerFd(fd.get());
-}
-
-// UpdateLedger adds `delta` to the ledger's bytes (not below 0; a missing or
-// unreadable ledger counts as 0 bytes, never scanned) and records `scanned`
-// when given. Returns the ledger written; nullopt when it could not be.
-std::optional<Ledger> UpdateLedger(const std::string& dir, int64_t delta,
-                                   std::optional<int64_t> scanned) {
-  UniqueFd fd(OpenFd(Cat(dir, "/", kLedgerName), O_RDWR | O_CREAT, 0644));
-  if (!fd.valid() || !Lock(fd.get(), LOCK_EX)) return std::nullopt;
-  Ledger ledger = ReadLedgerFd(fd.get()).value_or(Ledger{});
-  // (bytes >= 0 and delta > -2^63: only a sum past 2^63 - 1 could overflow.)
-  ledger.bytes = delta > std::numeric_limits<int64_t>::max() - ledger.bytes
-                     ? std::numeric_limits<int64_t>::max()
-                     : std::max<int64_t>(0, ledger.bytes + delta);
-  if (scanned.has_value()) ledger.scanned = *scanned;
+// WriteLedger writes the ledger locked as `fd`. A failure (a full disk)
+// leaves it stale or unreadable, which the next scan, or the first download
+// that reads it, mends.
+void WriteLedger(int fd, const Ledger& ledger) {
   const std::string text = Cat("bytes ", ledger.bytes, "\nscanned ", ledger.scanned, "\n");
   ssize_t n;
   do {
-    n = pwrite(fd.get(), text.data(), text.size(), 0);
+    n = pwrite(fd, text.data(), text.size(), 0);
   } while (n < 0 && errno == EINTR);
-  if (n != static_cast<ssize_t>(text.size()) ||
-      ftruncate(fd.get(), static_cast<off_t>(text.size())) != 0) {
-    return std::nullopt;
-  }
-  return ledger;
+  if (n == static_cast<ssize_t>(text.size())) (void)ftruncate(fd, static_cast<off_t>(text.size()));
+}
+
+// AddBytes is a + b, at least 0 and at most the largest int64_t.
+// REQUIRES: a >= 0 (so only a sum past the top can overflow).
+int64_t AddBytes(int64_t a, int64_t b) {
+  if (b > std::numeric_limits<int64_t>::max() - a) return std::numeric_limits<int64_t>::max();
+  return std::max<int64_t>(0, a + b);
 }
 
 // CachingStream passes a remote stream through while writing it to a locked
@@ -223,19 +219,15 @@ class CachingStream : public ByteStream {
       return;
     }
     const std::string meta = Cat(path_, kMetaSuffix);
-    // A copy replaced (an object that changed, revalidated) leaves the ledger.
-    struct stat old;
-    const int64_t replaced = stat(path_.c_str(), &old) == 0 ? old.st_size : 0;
     const absl::Status saved = WriteFileAtomically(
         meta, Cat("url ", remote_->url(), "\netag ", remote_->etag(), "\nsize ", written_, "\n"));
-    if (!saved.ok() || rename(part_.c_str(), path_.c_str()) != 0) {
+    if (!saved.ok() || !cache_->Install(part_, path_, written_)) {
       unlink(meta.c_str());
       Abandon();
       return;
     }
     close(fd_);
     fd_ = -1;
-    cache_->Committed(std::string(BaseName(path_)), written_ - replaced);
   }
 
   void Abandon() {
@@ -295,13 +287,15 @@ absl::StatusOr<std::unique_ptr<ByteStream>> ShardCache::Open(const std::string& 
                                                              const Revalidate& revalidate) {
   if (FirstOpenInProcess(dir_)) {
     // A scan when the ledger says the directory is over this process's
-    // limit, or was not scanned for a while (stale downloads), or has no
-    // ledger yet: not one per process, which a node's hundreds of workers
-    // starting together over tens of thousands of shards could not afford.
-    const std::optional<Ledger> ledger = ReadLedger(dir_);
-    if (!ledger.has_value() || time(nullptr) - ledger->scanned >= kCleanupInterval ||
-        (size_limit_ > 0 && ledger->bytes > size_limit_)) {
-      Evict("");
+    // limit, or was not scanned for a while (stale downloads), or cannot say:
+    // not one per process, which a node's hundreds of workers starting
+    // together over tens of thousands of shards could not afford.
+    UniqueFd ledger = LockLedger(dir_);
+    const std::optional<Ledger> known =
+        ledger.valid() ? ReadLedger(ledger.get()) : std::optional<Ledger>();
+    if (!known.has_value() || time(nullptr) - known->scanned >= kCleanupInterval ||
+        (size_limit_ > 0 && known->bytes > size_limit_)) {
+      Scan(ledger.get(), "");
     }
   }
   const std::string path = PathFor(url);
@@ -379,17 +373,33 @@ absl::StatusOr<std::unique_ptr<ByteStream>> ShardCache::Open(const std::string& 
   return std::unique_ptr<ByteStream>(*std::move(remote));
 }
 
-void ShardCache::Committed(const std::string& name, int64_t added) {
-  const std::optional<Ledger> ledger = UpdateLedger(dir_, added, std::nullopt);
-  if (size_limit_ > 0 && (!ledger.has_value() || ledger->bytes > size_limit_)) Evict(name);
+bool ShardCache::Install(const std::string& part, const std::string& path, int64_t bytes) {
+  UniqueFd ledger = LockLedger(dir_);
+  // A copy replaced (an object that changed, revalidated) leaves the count.
+  struct stat old;
+  const int64_t replaced = stat(path.c_str(), &old) == 0 ? old.st_size : 0;
+  if (rename(part.c_str(), path.c_str()) != 0) return false;
+  const std::string name(BaseName(path));
+  std::optional<Ledger> known = ledger.valid() ? ReadLedger(ledger.get()) : std::optional<Ledger>();
+  if (!known.has_value()) {
+    Scan(ledger.get(), name);
+    return true;
+  }
+  known->bytes = AddBytes(known->bytes, bytes - replaced);
+  if (size_limit_ > 0 && known->bytes > size_limit_) {
+    Scan(ledger.get(), name);
+  } else {
+    WriteLedger(ledger.get(), *known);
+  }
+  return true;
 }
 
 void ShardCache::Evict(const std::string& keep) {
-  // One scan of a directory at a time: a process that finds another one
-  // scanning leaves the work to it.
-  UniqueFd lock(OpenFd(Cat(dir_, "/", kScanLockName), O_RDWR | O_CREAT, 0644));
-  if (!lock.valid() || flock(lock.get(), LOCK_EX | LOCK_NB) != 0) return;
-  const int64_t known = ReadLedger(dir_).value_or(Ledger{}).bytes;
+  UniqueFd ledger = LockLedger(dir_);
+  Scan(ledger.get(), keep);
+}
+
+void ShardCache::Scan(int ledger, const std::string& keep) {
   struct Entry {
     std::string name;
     int64_t size;
@@ -398,6 +408,7 @@ void ShardCache::Evict(const std::string& keep) {
   std::vector<Entry> complete;
   std::unordered_set<std::string> names;  // of the complete files
   std::vector<std::string> metas;
+  int64_t total = 0;
   DIR* d = opendir(dir_.c_str());
   if (d == nullptr) return;
   const int dfd = dirfd(d);
@@ -413,13 +424,14 @@ void ShardCache::Evict(const std::string& keep) {
       if (fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
         complete.push_back({std::string(name), static_cast<int64_t>(st.st_size), st.st_mtim});
         names.insert(complete.back().name);
+        total = AddBytes(total, complete.back().size);
       }
     }
   }
   closedir(d);
   // A .meta whose data is gone and whose download is not running is left
   // from a process that died between the two. (The listing says which data
-  // are gone; a file completed since is looked for again.)
+  // are gone; one completed since is looked for again.)
   for (const std::string& base : metas) {
     if (names.count(base) != 0) continue;
     const std::string data = Cat(dir_, "/", base);
@@ -429,8 +441,6 @@ void ShardCache::Evict(const std::string& keep) {
       unlink(Cat(data, kMetaSuffix).c_str());
     }
   }
-  int64_t total = 0;
-  for (const Entry& e : complete) total += e.size;
   if (size_limit_ > 0 && total > size_limit_) {
     std::sort(complete.begin(), complete.end(), [](const Entry& a, const Entry& b) {
       return std::make_pair(a.mtime.tv_sec, a.mtime.tv_nsec) <
@@ -446,9 +456,7 @@ void ShardCache::Evict(const std::string& keep) {
       if (TryRemoveUnused(path, Cat(path, kMetaSuffix))) total -= e.size;
     }
   }
-  // Commits during the scan were added to the ledger by their processes;
-  // what this scan found replaces what the ledger knew before it.
-  UpdateLedger(dir_, total - known, static_cast<int64_t>(time(nullptr)));
+  if (ledger >= 0) WriteLedger(ledger, Ledger{total, static_cast<int64_t>(time(nullptr))});
 }
 
 }  // namespace wds
