@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <ctime>
 #include <fstream>
 #include <limits>
@@ -17,6 +18,7 @@
 #include <set>
 #include <sstream>
 #include <string_view>
+#include <thread>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -73,6 +75,17 @@ std::string ReadMetaEtag(const std::string& path) {
   return "";
 }
 
+// CloseUnlocked releases the flock `fd` may hold, then closes it. Closing
+// alone is not enough: a lock belongs to the open file, which fork(2) shares
+// with a child (a DataLoader starting its workers, say), so a child forked
+// while a lock was held would keep it for as long as it lives: a download's
+// exclusive lock, which becomes the complete copy's, would then block its
+// readers, and the ledger's every download.
+void CloseUnlocked(int fd) {
+  (void)flock(fd, LOCK_UN);
+  close(fd);
+}
+
 // TryRemoveUnused unlinks `path` (and `also`) when no one holds a lock on it.
 bool TryRemoveUnused(const std::string& path, const std::string& also) {
   const int fd = OpenFd(path, O_RDONLY);
@@ -82,7 +95,7 @@ bool TryRemoveUnused(const std::string& path, const std::string& also) {
     removed = unlink(path.c_str()) == 0;
     if (removed && !also.empty()) unlink(also.c_str());
   }
-  close(fd);
+  CloseUnlocked(fd);
   return removed;
 }
 
@@ -121,15 +134,46 @@ std::optional<Ledger> ParseLedger(std::string_view text) {
   return ledger;
 }
 
-// LockLedger opens `dir`'s ledger (made empty when missing) and locks it
-// exclusively, waiting for a scan or a download's count in progress. Invalid
-// when it cannot: a directory not made yet, or a ledger this user may not
-// write (then every download with a limit scans, as if there were none).
-UniqueFd LockLedger(const std::string& dir) {
-  UniqueFd fd(OpenFd(Cat(dir, "/", kLedgerName), O_RDWR | O_CREAT, 0666));
-  if (fd.valid() && !Lock(fd.get(), LOCK_EX)) fd.Reset();
-  return fd;
-}
+// kLedgerWait bounds the wait for the ledger's lock, far beyond any scan, so
+// that a lock left held delays downloads instead of stopping them: a process
+// killed while holding it keeps it locked for as long as a child it forked
+// lives (the lock belongs to the open file, which the child shares).
+constexpr auto kLedgerWait = std::chrono::seconds(60);
+
+// LedgerLock is `dir`'s ledger (made empty when missing), open and locked
+// exclusively, after waiting for a scan or a download's count in progress.
+// Invalid when it cannot be: a directory not made yet, a ledger this user may
+// not write (then every download with a limit scans, as if there were none),
+// or a lock not had within kLedgerWait.
+class LedgerLock {
+ public:
+  explicit LedgerLock(const std::string& dir)
+      : fd_(OpenFd(Cat(dir, "/", kLedgerName), O_RDWR | O_CREAT, 0666)) {
+    if (!fd_.valid()) return;
+    const auto deadline = std::chrono::steady_clock::now() + kLedgerWait;
+    auto pause = std::chrono::microseconds(100);
+    while (flock(fd_.get(), LOCK_EX | LOCK_NB) != 0) {
+      if ((errno != EWOULDBLOCK && errno != EINTR) ||
+          std::chrono::steady_clock::now() >= deadline) {
+        fd_.Reset();
+        return;
+      }
+      std::this_thread::sleep_for(pause);
+      pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(20));
+    }
+  }
+  ~LedgerLock() {
+    if (fd_.valid()) (void)flock(fd_.get(), LOCK_UN);  // see CloseUnlocked
+  }
+  LedgerLock(const LedgerLock&) = delete;
+  LedgerLock& operator=(const LedgerLock&) = delete;
+
+  // fd is the locked descriptor, -1 when invalid.
+  int fd() const { return fd_.get(); }
+
+ private:
+  UniqueFd fd_;
+};
 
 // ReadLedger reads the ledger locked as `fd`; nullopt when it is empty (just
 // made) or unreadable (then a scan writes it anew).
@@ -226,7 +270,7 @@ class CachingStream : public ByteStream {
       Abandon();
       return;
     }
-    close(fd_);
+    CloseUnlocked(fd_);
     fd_ = -1;
   }
 
@@ -234,7 +278,7 @@ class CachingStream : public ByteStream {
     if (fd_ < 0) return;
     // Still locked by us, so the name is still ours to remove.
     unlink(part_.c_str());
-    close(fd_);
+    CloseUnlocked(fd_);
     fd_ = -1;
   }
 
@@ -290,12 +334,12 @@ absl::StatusOr<std::unique_ptr<ByteStream>> ShardCache::Open(const std::string& 
     // limit, or was not scanned for a while (stale downloads), or cannot say:
     // not one per process, which a node's hundreds of workers starting
     // together over tens of thousands of shards could not afford.
-    UniqueFd ledger = LockLedger(dir_);
+    LedgerLock ledger(dir_);
     const std::optional<Ledger> known =
-        ledger.valid() ? ReadLedger(ledger.get()) : std::optional<Ledger>();
+        ledger.fd() >= 0 ? ReadLedger(ledger.fd()) : std::optional<Ledger>();
     if (!known.has_value() || time(nullptr) - known->scanned >= kCleanupInterval ||
         (size_limit_ > 0 && known->bytes > size_limit_)) {
-      Scan(ledger.get(), "");
+      Scan(ledger.fd(), "");
     }
   }
   const std::string path = PathFor(url);
@@ -313,7 +357,7 @@ absl::StatusOr<std::unique_ptr<ByteStream>> ShardCache::Open(const std::string& 
           if (!current.has_value()) {
             absl::StatusOr<ObjectInfo> info = revalidate();
             if (!info.ok()) {
-              close(fd);
+              CloseUnlocked(fd);
               return info.status();
             }
             current = *info;
@@ -327,7 +371,7 @@ absl::StatusOr<std::unique_ptr<ByteStream>> ShardCache::Open(const std::string& 
           return OpenAtOffset(url, UniqueFd(fd), st.st_size, offset);
         }
       }
-      close(fd);
+      CloseUnlocked(fd);
     }
     if (offset > 0) {
       absl::StatusOr<std::unique_ptr<RemoteStream>> remote = open_remote(offset);
@@ -342,7 +386,7 @@ absl::StatusOr<std::unique_ptr<ByteStream>> ShardCache::Open(const std::string& 
     }
     if (flock(part_fd, LOCK_EX | LOCK_NB) != 0 || !Linked(part_fd, part)) {
       // Someone else is downloading it: read it from the server too.
-      close(part_fd);
+      CloseUnlocked(part_fd);
       absl::StatusOr<std::unique_ptr<RemoteStream>> remote = open_remote(0);
       if (!remote.ok()) return remote.status();
       return std::unique_ptr<ByteStream>(*std::move(remote));
@@ -350,18 +394,18 @@ absl::StatusOr<std::unique_ptr<ByteStream>> ShardCache::Open(const std::string& 
     // Completed by another process between our look and our lock?
     if (!revalidate && access(path.c_str(), F_OK) == 0) {
       unlink(part.c_str());
-      close(part_fd);
+      CloseUnlocked(part_fd);
       continue;
     }
     if (ftruncate(part_fd, 0) != 0) {
       unlink(part.c_str());
-      close(part_fd);
+      CloseUnlocked(part_fd);
       return absl::ErrnoToStatus(errno, Cat(url, ": cannot truncate ", part));
     }
     absl::StatusOr<std::unique_ptr<RemoteStream>> remote = open_remote(0);
     if (!remote.ok()) {
       unlink(part.c_str());
-      close(part_fd);
+      CloseUnlocked(part_fd);
       return remote.status();
     }
     return std::make_unique<CachingStream>(*std::move(remote), part_fd, part, path,
@@ -374,29 +418,30 @@ absl::StatusOr<std::unique_ptr<ByteStream>> ShardCache::Open(const std::string& 
 }
 
 bool ShardCache::Install(const std::string& part, const std::string& path, int64_t bytes) {
-  UniqueFd ledger = LockLedger(dir_);
+  LedgerLock ledger(dir_);
   // A copy replaced (an object that changed, revalidated) leaves the count.
   struct stat old;
   const int64_t replaced = stat(path.c_str(), &old) == 0 ? old.st_size : 0;
   if (rename(part.c_str(), path.c_str()) != 0) return false;
   const std::string name(BaseName(path));
-  std::optional<Ledger> known = ledger.valid() ? ReadLedger(ledger.get()) : std::optional<Ledger>();
+  std::optional<Ledger> known =
+      ledger.fd() >= 0 ? ReadLedger(ledger.fd()) : std::optional<Ledger>();
   if (!known.has_value()) {
-    Scan(ledger.get(), name);
+    Scan(ledger.fd(), name);
     return true;
   }
   known->bytes = AddBytes(known->bytes, bytes - replaced);
   if (size_limit_ > 0 && known->bytes > size_limit_) {
-    Scan(ledger.get(), name);
+    Scan(ledger.fd(), name);
   } else {
-    WriteLedger(ledger.get(), *known);
+    WriteLedger(ledger.fd(), *known);
   }
   return true;
 }
 
 void ShardCache::Evict(const std::string& keep) {
-  UniqueFd ledger = LockLedger(dir_);
-  Scan(ledger.get(), keep);
+  LedgerLock ledger(dir_);
+  Scan(ledger.fd(), keep);
 }
 
 void ShardCache::Scan(int ledger, const std::string& keep) {

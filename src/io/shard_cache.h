@@ -60,7 +60,7 @@ class ShardCache : public std::enable_shared_from_this<ShardCache> {
   // copy; when complete files exceed the limit, it removes the least
   // recently used ones not in use (never `keep`, a file name in the
   // directory) down to 90% of the limit; and it writes the ledger: the total
-  // left and the time. Costs a stat of every file: 0.15-0.19 s for 50,000
+  // left and the time. Costs a stat of every file: 0.15-0.21 s for 50,000
   // shards on a local disk (bench/cache_bench.cc).
   void Evict(const std::string& keep);
 

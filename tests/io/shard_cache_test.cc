@@ -7,9 +7,11 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -520,6 +522,38 @@ TEST_F(ShardCacheTest, ADownloadWaitsForAScanInProgressAndIsCountedOnce) {
   }
   EXPECT_TRUE(fs::exists(cached(1)));
   EXPECT_EQ(Ledger(), "bytes 600000\nscanned 7\n");
+}
+
+TEST_F(ShardCacheTest, AChildForkedDuringADownloadDoesNotKeepItsCopyLocked) {
+  absl::StatusOr<std::unique_ptr<ByteStream>> s = MakeOpener(options_)(url(0));
+  ASSERT_TRUE(s.ok()) << s.status();
+  char head[1000];
+  ASSERT_TRUE((*s)->Read(head, sizeof(head)).ok());
+  // A child forked now (a DataLoader starting a worker, say) shares the open
+  // .part file and the exclusive lock on it, which becomes the copy's.
+  const pid_t child = fork();
+  if (child == 0) {
+    sleep(60);
+    _exit(0);
+  }
+  ASSERT_GT(child, 0);
+  absl::StatusOr<std::string> rest = ReadAll(**s);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  EXPECT_EQ(Sha256(std::string(head, sizeof(head)) + *rest), Sha256(bodies_[0]));
+  s->reset();
+  // Unlocked by the download, though the child lives: readers (shared
+  // locks) and eviction (exclusive) get it at once.
+  const int copy = ::open(cached(0).c_str(), O_RDONLY);
+  ASSERT_GE(copy, 0);
+  const int locked = flock(copy, LOCK_EX | LOCK_NB);
+  EXPECT_EQ(locked, 0) << strerror(errno);
+  close(copy);
+  EXPECT_EQ(waitpid(child, nullptr, WNOHANG), 0);  // still alive
+  if (locked != 0) kill(child, SIGKILL);           // else the hit below would wait for it
+  ExpectFetch(0, MakeOpener(options_));            // a hit
+  EXPECT_EQ(server_.requests(), 1);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
 }
 
 TEST_F(ShardCacheTest, OpenAtReadsAHitLocallyAndAMissUncached) {
