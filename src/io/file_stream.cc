@@ -2,6 +2,7 @@
 #include "io/file_stream.h"
 
 #include <poll.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,8 +29,15 @@ absl::Status WaitReadable(int fd) {
 
 class FileStream : public ByteStream {
  public:
-  FileStream(std::string url, UniqueFd fd, int64_t size, std::string what)
-      : url_(std::move(url)), fd_(std::move(fd)), size_(size), what_(std::move(what)) {}
+  FileStream(std::string url, UniqueFd fd, int64_t size, std::string what, bool locked)
+      : url_(std::move(url)),
+        fd_(std::move(fd)),
+        size_(size),
+        what_(std::move(what)),
+        locked_(locked) {}
+  ~FileStream() override {
+    if (locked_) (void)flock(fd_.get(), LOCK_UN);
+  }
 
   absl::StatusOr<size_t> Read(void* buffer, size_t size) override {
     return ReadFd(fd_.get(), buffer, size, url_, what_, /*may_block=*/size_ < 0);
@@ -52,6 +60,7 @@ class FileStream : public ByteStream {
   UniqueFd fd_;
   int64_t size_;
   std::string what_;
+  bool locked_;
 };
 
 }  // namespace
@@ -82,8 +91,8 @@ absl::StatusOr<size_t> ReadFd(int fd, void* buffer, size_t size, std::string_vie
 }
 
 std::unique_ptr<ByteStream> MakeFileStream(std::string url, UniqueFd fd, int64_t size,
-                                           std::string what) {
-  return std::make_unique<FileStream>(std::move(url), std::move(fd), size, std::move(what));
+                                           std::string what, bool locked) {
+  return std::make_unique<FileStream>(std::move(url), std::move(fd), size, std::move(what), locked);
 }
 
 }  // namespace wds

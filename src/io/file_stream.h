@@ -60,8 +60,11 @@ int InterruptPollTimeout();
 // MakeFileStream takes ownership of `fd`, read from its current offset.
 // `size` is the file's size for a regular file, which then skips by seeking
 // (never past its end), else -1 (it cannot skip: FIFOs, devices). `what`
-// prefixes error details, e.g. "its cached copy: ".
+// prefixes error details, e.g. "its cached copy: ". `locked`: `fd` holds a
+// flock (a cached copy's shared lock), released before the descriptor is
+// closed, so that a child forked meanwhile, which shares the open file, does
+// not keep it.
 std::unique_ptr<ByteStream> MakeFileStream(std::string url, UniqueFd fd, int64_t size,
-                                           std::string what = "");
+                                           std::string what = "", bool locked = false);
 
 }  // namespace wds

@@ -302,7 +302,7 @@ bool FirstOpenInProcess(const std::string& dir) {
 }
 
 // OpenAtOffset returns a complete copy, open and locked as `fd`, positioned
-// at `offset`.
+// at `offset`; the stream unlocks it before closing it (see CloseUnlocked).
 absl::StatusOr<std::unique_ptr<ByteStream>> OpenAtOffset(const std::string& url, UniqueFd fd,
                                                          int64_t size, int64_t offset) {
   if (offset > 0) {
@@ -314,7 +314,7 @@ absl::StatusOr<std::unique_ptr<ByteStream>> OpenAtOffset(const std::string& url,
       return absl::ErrnoToStatus(errno, Cat(url, ": its cached copy: lseek failed"));
     }
   }
-  return MakeFileStream(url, std::move(fd), size, "its cached copy: ");
+  return MakeFileStream(url, std::move(fd), size, "its cached copy: ", /*locked=*/true);
 }
 
 }  // namespace

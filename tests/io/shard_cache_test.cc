@@ -556,6 +556,29 @@ TEST_F(ShardCacheTest, AChildForkedDuringADownloadDoesNotKeepItsCopyLocked) {
   waitpid(child, nullptr, 0);
 }
 
+TEST_F(ShardCacheTest, AChildForkedDuringAHitDoesNotKeepTheCopyFromEviction) {
+  ExpectFetch(0, MakeOpener(options_));
+  absl::StatusOr<std::unique_ptr<ByteStream>> hit = MakeOpener(options_)(url(0));
+  ASSERT_TRUE(hit.ok()) << hit.status();
+  char head[1000];
+  ASSERT_TRUE((*hit)->Read(head, sizeof(head)).ok());
+  const pid_t child = fork();  // shares the copy's open file and shared lock
+  if (child == 0) {
+    sleep(60);
+    _exit(0);
+  }
+  ASSERT_GT(child, 0);
+  hit->reset();
+  // Released by the reader, though the child lives: eviction may take it.
+  const int copy = ::open(cached(0).c_str(), O_RDONLY);
+  ASSERT_GE(copy, 0);
+  EXPECT_EQ(flock(copy, LOCK_EX | LOCK_NB), 0) << strerror(errno);
+  close(copy);
+  EXPECT_EQ(waitpid(child, nullptr, WNOHANG), 0);  // still alive
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+}
+
 TEST_F(ShardCacheTest, OpenAtReadsAHitLocallyAndAMissUncached) {
   RemoteOpener remote(options_);
   // A miss from an offset: one ranged request, nothing cached.
