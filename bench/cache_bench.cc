@@ -6,7 +6,8 @@
 //   BM_CacheScan/N        ShardCache::Evict(""): one full scan of the
 //                         directory (stat of every file, LRU order)
 //   BM_CacheCommit/N/L    ShardCache::Install: what one completed download
-//                         adds, L = 0 without a size limit; L = 1 with a limit
+//                         adds (its .meta, rename and count), L = 0 without a
+//                         size limit; L = 1 with a limit
 //                         the cache stands at, averaged over N / 5 commits
 //                         (each commit's file is a new one, and the scans it
 //                         causes evict older ones)
@@ -38,9 +39,13 @@ namespace fs = std::filesystem;
 
 constexpr int64_t kShardBytes = int64_t{1} << 20;
 
+std::string MetaOf(const std::string& url) {
+  return Cat("url ", url, "\netag \"x\"\nsize ", kShardBytes, "\n");
+}
+
 // PutComplete makes the complete copy of `url` in `dir` as a download would
 // leave it (a sparse file of kShardBytes and its .meta), returning its name;
-// with `suffix` ".part", the download before its rename.
+// with `suffix` ".part", the download before Install (no .meta yet).
 std::string PutComplete(const std::string& dir, const std::string& url,
                         const std::string& suffix = "") {
   const std::string name = sigv4::Sha256Hex(url);
@@ -49,8 +54,7 @@ std::string PutComplete(const std::string& dir, const std::string& url,
   if (fd < 0 || ftruncate(fd, kShardBytes) != 0 || close(fd) != 0) {
     throw std::runtime_error(Cat("cannot make ", path));
   }
-  std::ofstream(Cat(path, ".meta"))
-      << "url " << url << "\netag \"x\"\nsize " << kShardBytes << "\n";
+  if (suffix.empty()) std::ofstream(Cat(path, ".meta")) << MetaOf(url);
   return name;
 }
 
@@ -93,11 +97,13 @@ void BM_CacheCommit(benchmark::State& state) {
   static int64_t next = 0;  // new names in every run and repetition
   for (auto _ : state) {
     state.PauseTiming();
-    const std::string name = PutComplete(dir, Cat("http://host/new-", next++, ".tar"), ".part");
+    const std::string url = Cat("http://host/new-", next++, ".tar");
+    const std::string name = PutComplete(dir, url, ".part");
     const std::string path = Cat(dir, "/", name);
+    const std::string meta = MetaOf(url);
     if (!limited) made.push_back(name);
     state.ResumeTiming();
-    if (!cache->Install(Cat(path, ".part"), path, kShardBytes)) {
+    if (!cache->Install(-1, Cat(path, ".part"), path, meta, kShardBytes)) {
       state.SkipWithError("the rename failed");
       break;
     }

@@ -255,31 +255,38 @@ class CachingStream : public ByteStream {
   }
 
   void Commit() {
-    if (fd_ < 0) return;
+    if (fd_ < 0 || Inherited()) return;
     // Only an object of known length that arrived whole is kept; it is on
     // disk before its name says it is complete.
-    if (remote_->size() < 0 || written_ != remote_->size() || fdatasync(fd_) != 0) {
+    if (remote_->size() < 0 || written_ != remote_->size() || fdatasync(fd_) != 0 ||
+        !cache_->Install(
+            fd_, part_, path_,
+            Cat("url ", remote_->url(), "\netag ", remote_->etag(), "\nsize ", written_, "\n"),
+            written_)) {
       Abandon();
       return;
     }
-    const std::string meta = Cat(path_, kMetaSuffix);
-    const absl::Status saved = WriteFileAtomically(
-        meta, Cat("url ", remote_->url(), "\netag ", remote_->etag(), "\nsize ", written_, "\n"));
-    if (!saved.ok() || !cache_->Install(part_, path_, written_)) {
-      unlink(meta.c_str());
-      Abandon();
-      return;
-    }
-    CloseUnlocked(fd_);
+    close(fd_);  // unlocked by Install
     fd_ = -1;
   }
 
   void Abandon() {
-    if (fd_ < 0) return;
+    if (fd_ < 0 || Inherited()) return;
     // Still locked by us, so the name is still ours to remove.
     unlink(part_.c_str());
     CloseUnlocked(fd_);
     fd_ = -1;
+  }
+
+  // Inherited is true in a child forked after the stream was made (a C++
+  // program that forks and lets the child destroy what it inherited): the
+  // download and its lock are the parent's, so the child only closes its
+  // copy of the descriptor.
+  bool Inherited() {
+    if (getpid() == owner_) return false;
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+    return true;
   }
 
   std::unique_ptr<RemoteStream> remote_;
@@ -288,6 +295,7 @@ class CachingStream : public ByteStream {
   std::string path_;
   std::shared_ptr<ShardCache> cache_;
   int64_t written_ = 0;
+  const pid_t owner_ = getpid();
 };
 
 // FirstOpenInProcess is true once per process for each cache directory. It
@@ -307,11 +315,14 @@ absl::StatusOr<std::unique_ptr<ByteStream>> OpenAtOffset(const std::string& url,
                                                          int64_t size, int64_t offset) {
   if (offset > 0) {
     if (offset >= size) {
+      (void)flock(fd.get(), LOCK_UN);  // see CloseUnlocked
       return absl::OutOfRangeError(Cat(url, ": offset ", offset, " is not before the end of its ",
                                        size, " bytes (cached copy)"));
     }
     if (lseek(fd.get(), static_cast<off_t>(offset), SEEK_SET) < 0) {
-      return absl::ErrnoToStatus(errno, Cat(url, ": its cached copy: lseek failed"));
+      const int error = errno;
+      (void)flock(fd.get(), LOCK_UN);
+      return absl::ErrnoToStatus(error, Cat(url, ": its cached copy: lseek failed"));
     }
   }
   return MakeFileStream(url, std::move(fd), size, "its cached copy: ", /*locked=*/true);
@@ -417,17 +428,29 @@ absl::StatusOr<std::unique_ptr<ByteStream>> ShardCache::Open(const std::string& 
   return std::unique_ptr<ByteStream>(*std::move(remote));
 }
 
-bool ShardCache::Install(const std::string& part, const std::string& path, int64_t bytes) {
+bool ShardCache::Install(int part_fd, const std::string& part, const std::string& path,
+                         const std::string& meta, int64_t bytes) {
   LedgerLock ledger(dir_);
+  // The .meta and the data go in place together (a revalidating reader
+  // between the two renames would see the old data with the new ETag).
+  const std::string meta_path = Cat(path, kMetaSuffix);
+  if (!WriteFileAtomically(meta_path, meta).ok()) return false;
   // A copy replaced (an object that changed, revalidated) leaves the count.
   struct stat old;
   const int64_t replaced = stat(path.c_str(), &old) == 0 ? old.st_size : 0;
-  if (rename(part.c_str(), path.c_str()) != 0) return false;
+  if (rename(part.c_str(), path.c_str()) != 0) {
+    unlink(meta_path.c_str());
+    return false;
+  }
+  // Readers of the copy need not wait for the count (or a scan).
+  if (part_fd >= 0) (void)flock(part_fd, LOCK_UN);
   const std::string name(BaseName(path));
   std::optional<Ledger> known =
       ledger.fd() >= 0 ? ReadLedger(ledger.fd()) : std::optional<Ledger>();
   if (!known.has_value()) {
-    Scan(ledger.fd(), name);
+    // A new or unreadable ledger is written anew by a scan; without one (not
+    // writable here), a scan only keeps the limit.
+    if (ledger.fd() >= 0 || size_limit_ > 0) Scan(ledger.fd(), name);
     return true;
   }
   known->bytes = AddBytes(known->bytes, bytes - replaced);

@@ -1,7 +1,7 @@
 // ShardCache: complete local copies of remote objects, filled while they
 // stream to their first reader, shared by processes through flock(2) and
 // bounded by least-recently-used eviction. The protocol is documented in
-// wds/io/remote.h ("Cache").
+// docs/REMOTE.md ("Cache").
 //
 //   auto cache = std::make_shared<ShardCache>("/scratch/cache", int64_t{100} << 30);
 //   absl::StatusOr<std::unique_ptr<ByteStream>> s =
@@ -44,8 +44,9 @@ class ShardCache : public std::enable_shared_from_this<ShardCache> {
   // a later offset is not (a cache file holds an object from its start).
   // A stream that fills the cache does not Skip (its caller reads, and the
   // bytes go to the cache file too). The first Open of a directory in a
-  // process first scans it (Evict) when its ledger is missing, over this
-  // process's limit, or last scanned kCleanupInterval (an hour) ago, so
+  // process first scans it (Evict) when its ledger is missing, unreadable,
+  // cannot be locked, is over this process's limit, or was last scanned
+  // kCleanupInterval (an hour) ago, so
   // that processes that only hit still remove stale downloads and keep the
   // size limit, without a scan per process. Errors:
   // the remote stream's, the cache directory's when it cannot be created,
@@ -64,12 +65,15 @@ class ShardCache : public std::enable_shared_from_this<ShardCache> {
   // shards on a local disk (bench/cache_bench.cc).
   void Evict(const std::string& keep);
 
-  // Install renames the complete download `part` to `path` (false when the
-  // rename fails) and counts its `bytes` in the ledger, less a copy it
-  // replaced, as one step under the ledger's lock (microseconds). It scans
-  // (as Evict) when the ledger then passes the limit, or is unreadable or
-  // new, or cannot be locked.
-  [[nodiscard]] bool Install(const std::string& part, const std::string& path, int64_t bytes);
+  // Install puts a complete download in place as one step under the
+  // ledger's lock (microseconds): it writes `meta` to the copy's .meta,
+  // renames `part` to `path`, releases the download's lock on `part_fd` (-1:
+  // none), and counts its `bytes` in the ledger, less a copy it replaced.
+  // False when the .meta or the rename fails (nothing is then put in place).
+  // It scans (as Evict) when the ledger then passes the limit or is
+  // unreadable or new, or, with a limit, when it cannot be locked.
+  [[nodiscard]] bool Install(int part_fd, const std::string& part, const std::string& path,
+                             const std::string& meta, int64_t bytes);
 
   // PathFor is the complete copy's path for `url`.
   std::string PathFor(const std::string& url) const;
