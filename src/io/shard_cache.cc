@@ -26,6 +26,7 @@
 #include "absl/strings/numbers.h"
 #include "io/file_stream.h"
 #include "io/sigv4.h"
+#include "wds/base/interrupt.h"
 #include "wds/internal/base/strings.h"
 #include "wds/internal/io/atomic_file.h"
 #include "wds/internal/io/directories.h"
@@ -102,8 +103,8 @@ bool TryRemoveUnused(const std::string& path, const std::string& also) {
 // The ledger, kLedgerName in the cache directory, holds
 // "bytes <n>\nscanned <t>\n": the complete files' total, and when a scan last
 // ended (seconds since the epoch; 0: never). Its exclusive flock orders the
-// directory's changes: a download's rename into place and its count are one
-// step under it, and a scan holds it throughout, so the total a scan writes
+// directory's changes: a download's .meta, its rename into place and its
+// count are one step under it, and a scan holds it throughout, so the total a scan writes
 // is exact and a download adds to it only after.
 constexpr const char* kLedgerName = ".size";
 // kCleanupInterval: a process's first open scans a directory that no scan
@@ -144,7 +145,8 @@ constexpr auto kLedgerWait = std::chrono::seconds(60);
 // exclusively, after waiting for a scan or a download's count in progress.
 // Invalid when it cannot be: a directory not made yet, a ledger this user may
 // not write (then every download with a limit scans, as if there were none),
-// or a lock not had within kLedgerWait.
+// or a lock not had within kLedgerWait or before the thread's interrupt
+// check (wds/base/interrupt.h) said to stop.
 class LedgerLock {
  public:
   explicit LedgerLock(const std::string& dir)
@@ -154,7 +156,7 @@ class LedgerLock {
     auto pause = std::chrono::microseconds(100);
     while (flock(fd_.get(), LOCK_EX | LOCK_NB) != 0) {
       if ((errno != EWOULDBLOCK && errno != EINTR) ||
-          std::chrono::steady_clock::now() >= deadline) {
+          std::chrono::steady_clock::now() >= deadline || !CheckInterrupt().ok()) {
         fd_.Reset();
         return;
       }

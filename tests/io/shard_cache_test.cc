@@ -25,6 +25,7 @@
 #include "io/sigv4.h"
 #include "util/remote_test_util.h"
 #include "util/test_util.h"
+#include "wds/base/interrupt.h"
 #include "wds/internal/base/strings.h"
 #include "wds/io/remote.h"
 
@@ -523,6 +524,31 @@ TEST_F(ShardCacheTest, ADownloadWaitsForAScanInProgressAndIsCountedOnce) {
   }
   EXPECT_TRUE(fs::exists(cached(1)));
   EXPECT_EQ(Ledger(), "bytes 600000\nscanned 7\n");
+}
+
+TEST_F(ShardCacheTest, AWaitForTheLedgerEndsWhenTheThreadIsInterrupted) {
+  Opener open = MakeOpener(options_);
+  ExpectFetch(0, open);
+  // A lock left held (a killed process's, kept by its child).
+  const int held = ::open(Cat(options_.cache_dir, "/.size").c_str(), O_RDWR);
+  ASSERT_GE(held, 0);
+  ASSERT_EQ(flock(held, LOCK_EX), 0);
+  SetLedger("bytes 300000\nscanned 1\n");
+  const auto start = std::chrono::steady_clock::now();
+  {
+    // A stopped Loader worker, say: its check fails once the wait began.
+    ScopedInterruptCheck check([start] {
+      return std::chrono::steady_clock::now() - start > std::chrono::milliseconds(200)
+                 ? absl::CancelledError("stopped")
+                 : absl::OkStatus();
+    });
+    ExpectFetch(1, open);  // put in place without the ledger
+  }
+  // Well within the 60 s the wait would last otherwise.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  EXPECT_TRUE(fs::exists(cached(1)));
+  EXPECT_EQ(Ledger(), "bytes 300000\nscanned 1\n");  // not counted: the next scan will
+  close(held);
 }
 
 // ForkedSleeper forks a child that sleeps (a DataLoader worker, say, which
