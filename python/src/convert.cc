@@ -10,6 +10,7 @@
 
 #include "arrays.h"
 #include "gpu.h"
+#include "py_ref.h"
 #include "wds/gpu/gpu_decode.h"
 #include "wds/internal/base/strings.h"
 
@@ -196,10 +197,7 @@ py::object SampleToPython(wds::Sample&& sample, FieldKinds* kinds) {
 wds::Value ValueFromPython(py::handle object, bool* is_tensor) {
   *is_tensor = false;
   PyObject* p = object.ptr();
-  if (PyBytes_CheckExact(p)) {
-    const auto* data = reinterpret_cast<const uint8_t*>(PyBytes_AS_STRING(p));
-    return wds::Buffer::View(KeepAlive(object), data, static_cast<size_t>(PyBytes_GET_SIZE(p)));
-  }
+  if (PyBytes_CheckExact(p)) return BytesView(object);
   if (PyUnicode_Check(p)) {
     Py_ssize_t size = 0;
     const char* text = PyUnicode_AsUTF8AndSize(p, &size);

@@ -10,6 +10,7 @@
 #include "convert.h"
 #include "decoders.h"
 #include "errors.h"
+#include "py_ref.h"
 #include "wds/base/random.h"
 #include "wds/decode/decode.h"
 #include "wds/image/image.h"
@@ -18,20 +19,12 @@
 namespace wdspy {
 namespace {
 
-wds::Buffer ViewBytes(const py::bytes& data) {
-  char* p = nullptr;
-  Py_ssize_t n = 0;
-  PyBytes_AsStringAndSize(data.ptr(), &p, &n);
-  return wds::Buffer::View(KeepAlive(data), reinterpret_cast<const uint8_t*>(p),
-                           static_cast<size_t>(n));
-}
-
 py::object DecodeImage(const py::bytes& data, const std::string& spec, py::object resize,
                        uint64_t seed) {
   absl::StatusOr<wds::ImageSpec> parsed = wds::ParseImageSpec(spec);
   ThrowIfError(parsed.status());
   const wds::ImageDecodeOptions options = ImageOptionsFromPython(resize);
-  const wds::Buffer buffer = ViewBytes(data);
+  const wds::Buffer buffer = BytesView(data);
   absl::StatusOr<wds::Array> array;
   {
     py::gil_scoped_release release;
@@ -44,7 +37,7 @@ py::object DecodeImage(const py::bytes& data, const std::string& spec, py::objec
 }
 
 py::object DecodeBasicField(const std::string& field, const py::bytes& data) {
-  const wds::Buffer buffer = ViewBytes(data);
+  const wds::Buffer buffer = BytesView(data);
   absl::StatusOr<std::optional<wds::Value>> value;
   {
     py::gil_scoped_release release;

@@ -141,9 +141,7 @@ void RegisterGpu(py::module_& m) {
         jobs.reserve(values.size());
         for (py::handle v : values) {
           if (!PyBytes_Check(v.ptr())) return py::none();
-          jobs.push_back(wds::Buffer::View(
-              KeepAlive(v), reinterpret_cast<const uint8_t*>(PyBytes_AS_STRING(v.ptr())),
-              static_cast<size_t>(PyBytes_GET_SIZE(v.ptr()))));
+          jobs.push_back(BytesView(v));
         }
         if (!wds::IsGpuJobColumn(wds::Value(jobs))) return py::none();
         return GpuJobsToPython(std::move(jobs), nullptr, nullptr);
@@ -202,12 +200,7 @@ void RegisterGpu(py::module_& m) {
               throw py::value_error("GpuJobs: a pickled state is (bytes, keys, urls)");
             }
             // The jobs view the unpickled bytes object.
-            const py::handle packed = state[0];
-            return GpuJobsFromPacked(
-                wds::Buffer::View(KeepAlive(packed),
-                                  reinterpret_cast<const uint8_t*>(PyBytes_AS_STRING(packed.ptr())),
-                                  static_cast<size_t>(PyBytes_GET_SIZE(packed.ptr()))),
-                state[1], state[2]);
+            return GpuJobsFromPacked(BytesView(state[0]), state[1], state[2]);
           }));
 
   py::class_<wds::PendingImages, std::shared_ptr<wds::PendingImages>>(

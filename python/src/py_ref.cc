@@ -23,4 +23,10 @@ void PyRef::Reset() {
 
 std::shared_ptr<const void> KeepAlive(py::handle object) { return std::make_shared<PyRef>(object); }
 
+wds::Buffer BytesView(py::handle bytes) {
+  return wds::Buffer::View(KeepAlive(bytes),
+                           reinterpret_cast<const uint8_t*>(PyBytes_AS_STRING(bytes.ptr())),
+                           static_cast<size_t>(PyBytes_GET_SIZE(bytes.ptr())));
+}
+
 }  // namespace wdspy

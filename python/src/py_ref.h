@@ -1,7 +1,7 @@
 // PyRef: a reference to a Python object that native code may hold and drop
 // on any thread, with or without the GIL.
 //
-//   wds::Buffer b = wds::Buffer::View(KeepAlive(bytes_object), data, size);
+//   wds::Buffer b = BytesView(bytes_object);  // or Buffer::View(KeepAlive(o), ...)
 //   // b may cross native stages and worker threads; when its last copy
 //   // goes, the object is released under the GIL.
 #pragma once
@@ -9,6 +9,8 @@
 #include <pybind11/pybind11.h>
 
 #include <memory>
+
+#include "wds/base/buffer.h"
 
 namespace wdspy {
 
@@ -40,6 +42,10 @@ class PyRef {
 // KeepAlive returns an owner for wds::Buffer::View that holds `object`.
 // REQUIRES: the GIL is held.
 std::shared_ptr<const void> KeepAlive(py::handle object);
+
+// BytesView is a Buffer viewing the contents of the bytes object `bytes`,
+// which it keeps alive. REQUIRES: `bytes` is a bytes object; the GIL is held.
+wds::Buffer BytesView(py::handle bytes);
 
 // PythonIsUsable is false while the interpreter is finalizing (or gone), when
 // no thread may take the GIL.
