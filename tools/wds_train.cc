@@ -81,9 +81,10 @@ SLURM srun, or one plain process).
                          batches it would have trained on, or, with another
                          world size or --workers, trains what the epoch had
                          left (each sample once, equal steps on every rank)
-  --index FILE           the shard set's JSON index (wds-shard index --json FILE,
+  --index FILE|URL       the shard set's JSON index (wds-shard index --json FILE,
                          or create --index): every shard's sample count from one
-                         file, read once (its URLs as --train expands them)
+                         file or remote URL (not cached), read once (its URLs as
+                         --train expands them)
   --split samples|shards
                          samples (default): every rank reads an equal run of the
                          epoch's samples, slices starting and ending inside
@@ -356,10 +357,14 @@ wds::ImageDecodeOptions DecodeOptions(const Options& o) {
 
 const char* ImageSpec(const Options& o) { return o.channels == 1 ? "l8" : "rgb8"; }
 
-// LoadIndex reads --index (null without one).
+// LoadIndex reads --index (null without one), a remote one with the
+// environment's remote options, uncached (an index may be replaced).
 std::shared_ptr<const wds::DatasetIndex> LoadIndex(const Options& o) {
   if (o.index.empty()) return nullptr;
-  absl::StatusOr<wds::DatasetIndex> index = wds::DatasetIndex::Load(o.index);
+  wds::RemoteOptions uncached = wds::RemoteOptions::FromEnvironment();
+  uncached.cache_dir.clear();
+  absl::StatusOr<wds::DatasetIndex> index =
+      wds::DatasetIndex::Load(std::string_view(o.index), wds::MakeOpener(std::move(uncached)));
   if (!index.ok()) Die("--index: " + Message(index.status()));
   return std::make_shared<const wds::DatasetIndex>(*std::move(index));
 }
@@ -730,9 +735,10 @@ class Run {
                          : wds::PlanRankEpoch(shards_, {.shuffle = o_.shardshuffle, .split = o_.split},
                                               ctx, batching, counts_);
       if (!plan.ok()) Die(Message(plan.status()));
-      const wds::EqualizedSteps steps = wds::AgreeOnSteps(dist_, *plan, o_.equalize);
-      LogPlan(epoch, *plan, steps);
-      recipe = recipe.WithLength(steps.steps);
+      absl::StatusOr<wds::EqualizedSteps> steps = wds::AgreeOnSteps(dist_, *plan, o_.equalize);
+      if (!steps.ok()) Die(Message(steps.status()));
+      LogPlan(epoch, *plan, *steps);
+      recipe = recipe.WithLength(steps->steps);
     }
     auto loader = std::make_unique<wds::Loader>(
         recipe, wds::LoaderOptions{.workers = o_.workers,

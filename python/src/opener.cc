@@ -359,6 +359,13 @@ void RemoteAccess::Check(py::handle given) {
   ApplyAll(options, given);
 }
 
+std::shared_ptr<const RemoteAccess> RemoteAccess::Uncached() const {
+  wds::RemoteOptions options = options_;
+  options.cache_dir.clear();
+  options.cache_size = 0;
+  return SharedAccess(std::move(options), environment_error_);
+}
+
 wds::RemoteOpener RemoteAccess::Session() const {
   std::lock_guard<std::mutex> lock(Fds().mu);
   // Empty in the process that has not opened a remote URL yet, including a

@@ -122,6 +122,10 @@ class RemoteAccess {
   absl::StatusOr<std::unique_ptr<wds::ByteStream>> Open(std::string_view url) const;
 
   const wds::RemoteOptions& options() const { return options_; }
+  // Uncached is the process's RemoteAccess of these options without a cache
+  // (for what may change under a URL, a dataset index). Not with the
+  // descriptor registry's lock held.
+  std::shared_ptr<const RemoteAccess> Uncached() const;
 
  private:
   wds::RemoteOpener Session() const;

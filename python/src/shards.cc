@@ -134,6 +134,12 @@ void RegisterPlan(py::module_& m) {
       .def_readonly("workers", &wds::RankEpochPlan::workers)
       .def_property_readonly("samples", &wds::RankEpochPlan::samples)
       .def_property_readonly("batches", &wds::RankEpochPlan::batches)
+      .def_readonly("list_digest", &wds::RankEpochPlan::list_digest,
+                    "What every rank must see alike: the URLs in order and, for a "
+                    "sample-granular split, their counts (0 for a resumed epoch).")
+      .def_readonly("dataset_shards", &wds::RankEpochPlan::dataset_shards)
+      .def_readonly("dataset_samples", &wds::RankEpochPlan::dataset_samples,
+                    "A sample-granular split's total (0 for whole shards).")
       .def("batches_without_repeats", &wds::RankEpochPlan::BatchesWithoutRepeats)
       .def("batches_covering_pass", &wds::RankEpochPlan::BatchesCoveringPass)
       .def("local_steps",
@@ -151,12 +157,15 @@ void RegisterPlan(py::module_& m) {
       [](const std::vector<std::string>& urls, bool shuffle, bool split_nodes, bool split_workers,
          int rank, int world_size, int num_workers, int64_t epoch, uint64_t seed,
          int64_t batch_size, bool partial, bool split_samples, const std::string& dataset_index,
-         py::handle remote) {
+         py::handle remote, py::handle index_remote) {
         wds::WorkerContext ctx =
             CheckedWorkerContext(rank, world_size, 0, num_workers, epoch, 0, seed);
         wds::EpochBatching batching{batch_size, partial};
-        std::shared_ptr<wds::ListCounts> cached = CountsFor(urls, dataset_index);
-        const wds::Opener opener = PythonOpener(RemoteAccess::FromPython(remote));
+        std::shared_ptr<const RemoteAccess> access = RemoteAccess::FromPython(remote);
+        std::shared_ptr<wds::ListCounts> cached =
+            CountsFor(urls, dataset_index,
+                      index_remote.is_none() ? access : RemoteAccess::FromPython(index_remote));
+        const wds::Opener opener = PythonOpener(access);
         absl::StatusOr<wds::RankEpochPlan> plan;
         SignalCheck signals;  // counts may read stalled shards
         {
@@ -173,17 +182,24 @@ void RegisterPlan(py::module_& m) {
       py::arg("split_workers"), py::arg("rank"), py::arg("world_size"), py::arg("num_workers"),
       py::arg("epoch"), py::arg("seed"), py::arg("batch_size"), py::arg("partial"),
       py::arg("split_samples") = false, py::arg("dataset_index") = "",
-      py::arg("remote") = py::none(),
+      py::arg("remote") = py::none(), py::arg("index_remote") = py::none(),
       "This rank's epoch planned exactly; shards not counted yet in this process are counted "
-      "through the reader of `remote` (RemoteOptions._native()).");
+      "through the reader of `remote` (RemoteOptions._native()), a remote dataset index read "
+      "with `index_remote`'s options when given, else `remote`'s.");
   m.def(
       "counts_known",
-      [](const std::vector<std::string>& urls, const std::string& dataset_index) {
-        return CountsFor(urls, dataset_index)->known();
+      [](const std::vector<std::string>& urls, const std::string& dataset_index,
+         py::handle remote) {
+        std::shared_ptr<wds::ListCounts> counts =
+            CountsFor(urls, dataset_index, RemoteAccess::FromPython(remote));
+        wds::UnlistedShards unlisted;
+        if (counts->index() != nullptr) unlisted = wds::FindUnlisted(urls, *counts->index());
+        return py::make_tuple(counts->known(), unlisted.count, unlisted.first);
       },
-      py::arg("urls"), py::arg("dataset_index") = "",
-      "Whether every shard's count is known without reading the shard (listed in the dataset "
-      "index, or a local file with an .idx sidecar), as this process first saw it.");
+      py::arg("urls"), py::arg("dataset_index") = "", py::arg("remote") = py::none(),
+      "(known, unlisted, first unlisted): whether every shard's count is known without reading "
+      "the shard (listed in the dataset index, or a local file with an .idx sidecar), as this "
+      "process first saw it; how many of the URLs the index does not list, and the first.");
 }
 
 void RegisterShardLists(py::module_& m) {

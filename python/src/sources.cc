@@ -257,7 +257,7 @@ wds::StreamFactory ShardSource(std::vector<std::string> urls, const ShardSourceO
                                StageHandler handler, std::shared_ptr<const RemoteAccess> remote,
                                std::string* recipe) {
   if (urls.empty()) throw py::value_error("the shard list is empty");
-  wds::Opener opener = PythonOpener(std::move(remote));
+  wds::Opener opener = PythonOpener(remote);
   if (!handler.is_native()) {
     if (options.split_samples) {
       throw py::value_error(
@@ -298,7 +298,8 @@ wds::StreamFactory ShardSource(std::vector<std::string> urls, const ShardSourceO
     // count that cannot be read is left to the catalog, which reports it
     // when the stream starts, as without the cache; Ctrl-C during the reads
     // (a stalled pipe: or server) raises here.
-    std::shared_ptr<wds::ListCounts> counts = CountsFor(urls, options.dataset_index);
+    std::shared_ptr<wds::ListCounts> counts = CountsFor(
+        urls, options.dataset_index, options.index_remote ? options.index_remote : remote);
     if (options.split_samples) {
       SignalCheck signals;
       {
@@ -333,17 +334,27 @@ wds::ShardCounts& ProcessCounts() {
   return *counts;
 }
 
-std::shared_ptr<wds::ListCounts> CountsFor(const std::vector<std::string>& urls,
-                                           const std::string& index_path) {
+std::shared_ptr<wds::ListCounts> CountsFor(
+    const std::vector<std::string>& urls, const std::string& index_url,
+    const std::shared_ptr<const RemoteAccess>& index_remote) {
+  const wds::Opener opener = PythonOpener(
+      (index_remote ? index_remote : RemoteAccess::FromPython(py::none()))->Uncached());
   absl::StatusOr<std::shared_ptr<wds::ListCounts>> list;
+  SignalCheck signals;  // a remote index may stall
   {
-    py::gil_scoped_release release;  // the index file is read at first use
-    list = ProcessCounts().For(urls, index_path);
+    py::gil_scoped_release release;  // the index is read at first use
+    wds::ScopedInterruptCheck check(signals.check());
+    list = ProcessCounts().For(urls, index_url, opener);
   }
+  signals.RethrowIfRaised();
   if (!list.ok()) {
     const absl::Status& error = list.status();
-    RaiseStatus(absl::Status(error.code(), wds::Cat("dataset_index ", wds::ToStd(error.message()))),
-                Phase::kSetup);
+    absl::Status named(error.code(), wds::Cat("dataset_index ", wds::ToStd(error.message())));
+    // A remote index's error keeps what marks it as remote (its exception type).
+    error.ForEachPayload([&named](absl::string_view type, const absl::Cord& payload) {
+      named.SetPayload(type, payload);
+    });
+    RaiseStatus(named, Phase::kSetup);
   }
   return *std::move(list);
 }

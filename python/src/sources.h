@@ -35,9 +35,12 @@ struct ShardSourceOptions {
   // split_samples splits by samples instead of whole shards
   // (wds::SplitGranularity::kSamples); it needs a native handler.
   bool split_samples = false;
-  // dataset_index is the path of a dataset index (wds-shard index) giving
-  // shard counts; empty: none. Counts are cached per process (CountsFor).
+  // dataset_index is the path or URL of a dataset index (wds-shard index)
+  // giving shard counts; empty: none. Counts are cached per process
+  // (CountsFor). A remote index is read with index_remote's options (null:
+  // the shards').
   std::string dataset_index;
+  std::shared_ptr<const RemoteAccess> index_remote;
 };
 
 // ShardSource reads `urls` as the core's WebDataset() does (per-epoch
@@ -58,11 +61,15 @@ wds::StreamFactory ShardSource(std::vector<std::string> urls, const ShardSourceO
 // fork() (a DataLoader worker keeps the counts).
 wds::ShardCounts& ProcessCounts();
 
-// CountsFor is ProcessCounts().For(urls, index_path), the GIL released while
-// the index file is read; its errors raise ValueError naming the file.
-// REQUIRES: the GIL is held.
+// CountsFor is ProcessCounts().For(urls, index_url), the GIL released (and
+// Ctrl-C heard) while the index is read: a remote one through
+// `index_remote` without its cache (a dataset index may be replaced under
+// its URL), so each process fetches it once. Its errors raise ValueError
+// naming it, those of a remote index as remote shards' do (FileNotFoundError,
+// ConnectionError, ...). REQUIRES: the GIL is held.
 std::shared_ptr<wds::ListCounts> CountsFor(const std::vector<std::string>& urls,
-                                           const std::string& index_path);
+                                           const std::string& index_url,
+                                           const std::shared_ptr<const RemoteAccess>& index_remote);
 
 // UrlSource reads the shards a Python iterator yields (str URLs or dicts with
 // a "url"), one at a time, with `handler` deciding after a failing shard.

@@ -323,6 +323,60 @@ def test_ranks_that_split_differently_fail_agreed_steps_on_every_rank(uneven, tm
         for r in range(3)}
 
 
+def _stale_index_rank(rank, world_size, store_path, pattern, indexes, out):
+    """One rank of a Gloo group reading its own copy of the dataset index."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.FileStore(store_path, world_size), rank=rank,
+                            world_size=world_size)
+    try:
+        urls = wds.shardlists.expand_urls(pattern)
+        results = []
+        for listed, index in ((urls, indexes[0]), (urls, indexes[rank]),
+                              (urls[:-1] if rank == 2 else urls, None)):
+            dataset = wds.WebDataset(listed, shardshuffle=100, nodesplitter=wds.split_by_node,
+                                     seed=11, dataset_index=index,
+                                     split=None if index else "shards").batched(2)
+            try:
+                results.append(wds.agreed_steps(dataset, num_workers=2))
+            except ValueError as e:
+                results.append(str(e))
+        out.put((rank, results))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ranks_that_see_other_counts_or_lists_fail_agreed_steps_on_every_rank(uneven, tmp_path):
+    """Rank 1 reads a stale copy of the dataset index (one count differs),
+    then rank 2 lists one shard fewer."""
+    urls = wds.shardlists.expand_urls(uneven)
+    indexes = []
+    for copy, counts in enumerate((COUNTS, COUNTS[:3] + [COUNTS[3] + 1] + COUNTS[4:])):
+        path = tmp_path / f"index-{copy}.json"
+        path.write_text(json.dumps({"__kind__": "wids-shard-index-v1", "wids_version": 1,
+                                    "shardlist": [{"url": u, "nsamples": n}
+                                                  for u, n in zip(urls, counts)]}))
+        indexes.append(str(path))
+    indexes.append(indexes[0])
+    results = dict(enumerate(run_ranks(_stale_index_rank, 3, tmp_path, uneven, indexes)))
+    total = sum(COUNTS)
+    advice = ("so their shares would overlap or leave samples out: give every rank the same list "
+              "and the same dataset index (a stale copy of the index, or a directory listed while "
+              "shards are written, differ)")
+    alike = wds.WebDataset(uneven, shardshuffle=100, nodesplitter=wds.split_by_node, seed=11,
+                           dataset_index=indexes[0]).batched(2)
+    agreed = min(wds.plan_epoch(alike, num_workers=2, rank=r, world_size=3).local_steps("drop")
+                 for r in range(3))
+    assert results == {r: [
+        agreed,
+        f"agreed_steps: the ranks do not see the same shard list and counts (ranks [0, 2] "
+        f"{len(COUNTS)} shards, {total} samples; ranks [1] {len(COUNTS)} shards, {total + 1} "
+        f"samples), " + advice,
+        f"agreed_steps: the ranks do not see the same shard list and counts (ranks [0, 1] "
+        f"{len(COUNTS)} shards; ranks [2] {len(COUNTS) - 1} shards), " + advice]
+        for r in range(3)}
+
+
 def test_slurm_variables_count_when_torchrun_sets_none(monkeypatch):
     for name in ("RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
@@ -355,14 +409,15 @@ def test_the_all_reduce_runs_where_the_backend_reduces(monkeypatch):
         monkeypatch.setattr(dist, "get_backend", lambda group=None, b=backend: b)
         assert distributed.reduce_device() == device
     # agreed_steps reduces a tensor made on that device (here: a stand-in).
-    # agreed_steps gathers (steps, split) of every rank on that device (here:
-    # a stand-in for a group of 3) and takes the MIN or MAX.
+    # agreed_steps gathers (steps, split, list digest, shards, samples) of
+    # every rank on that device (here: a stand-in for a group of 3) and takes
+    # the MIN or MAX. A digest of 2^63 or more travels as its two's complement.
     calls = []
 
     def all_gather(tensors, tensor, group):
         calls.append((tensor.device, tensor.tolist(), group))
         for steps, t in zip([5, 9, 7], tensors):
-            t.copy_(torch.tensor([steps, 0]))
+            t.copy_(torch.tensor([steps, 0, -2, 1, 0]))
 
     monkeypatch.setattr(dist, "is_initialized", lambda: True)
     monkeypatch.setattr(dist, "get_world_size", lambda group=None: 3)
@@ -372,7 +427,8 @@ def test_the_all_reduce_runs_where_the_backend_reduces(monkeypatch):
                         torch.device("cpu"))
     ds = wds.WebDataset(os.devnull, shardshuffle=False).batched(2)
     monkeypatch.setattr(distributed, "plan_epoch", lambda *a, **kw: type(
-        "Plan", (), {"local_steps": lambda self, policy: 7})())
+        "Plan", (), {"local_steps": lambda self, policy: 7, "list_digest": (1 << 64) - 2,
+                     "dataset_shards": 1, "dataset_samples": 0})())
     assert wds.agreed_steps(ds, policy="wrap", group="g") == 9
     assert wds.agreed_steps(ds, policy="drop", group="g") == 5
-    assert calls == [("device for", "g"), (torch.device("cpu"), [7, 0], "g")] * 2
+    assert calls == [("device for", "g"), (torch.device("cpu"), [7, 0, -2, 1, 0], "g")] * 2

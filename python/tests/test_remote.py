@@ -515,6 +515,94 @@ def test_counting_for_a_sample_split_goes_through_the_cache(server, local_sample
         sorted("/" + n for n in NAMES)
 
 
+# --- a remote dataset index
+
+
+def write_index(path, names, counts):
+    """A dataset index (the wids JSON) listing `names` relative to its directory."""
+    with open(path, "w") as f:
+        json.dump({"__kind__": "wids-shard-index-v1", "wids_version": 1,
+                   "shardlist": [{"url": n, "nsamples": c} for n, c in zip(names, counts)]}, f)
+
+
+@pytest.fixture(scope="module")
+def bucket_index(www):
+    write_index(os.path.join(www[0], "bucket", "index.json"), NAMES, [PER_SHARD] * SHARDS)
+    return "bucket/index.json"
+
+
+def test_a_remote_dataset_index_gives_every_count_without_reading_a_shard(
+        server, local_samples, bucket_index, tmp_path):
+    from torch.utils.data import DataLoader
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    urls = [server.url("bucket/" + n) for n in NAMES]
+    index = server.url(bucket_index)
+    dataset = wds.WebDataset(urls, shardshuffle=False, nodesplitter=wds.split_by_node,
+                             dataset_index=index, cache_dir=str(cache))
+    # Fetched once, when the dataset is made; every count known: samples are shared out.
+    assert server.gets() == ["/" + bucket_index]
+    assert dataset.pipeline[0].counts_known is True
+    for rank in range(2):
+        plan = wds.plan_epoch(dataset.batched(5), num_workers=2, rank=rank, world_size=2)
+        assert [w.samples for w in plan.workers] == [SHARDS * PER_SHARD // 4] * 2
+    assert server.gets() == ["/" + bucket_index]  # no sidecar asked for, no shard read
+    assert samples_of(dataset) == local_samples
+    assert server.gets() == ["/" + bucket_index] + ["/bucket/" + n for n in NAMES]
+    # The shards went into the cache; the index, which may be replaced, did not.
+    assert len(cache_listing(cache)) == 2 * SHARDS
+    assert sha256(index) not in cache_listing(cache)
+    # Another dataset over the list, and forked DataLoader workers, fetch it no more.
+    again = wds.WebDataset(urls, shardshuffle=False, nodesplitter=wds.split_by_node,
+                           dataset_index=index)
+    loader = DataLoader(again, batch_size=None, num_workers=2, multiprocessing_context="fork",
+                        timeout=50)
+    assert sorted(s["__key__"] for s in loader) == sorted(s["__key__"] for s in local_samples)
+    assert server.gets().count("/" + bucket_index) == 1
+
+
+def test_an_s3_dataset_index_lists_its_shards_relative_to_its_key(server, local_samples,
+                                                                  bucket_index, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", server.base)
+    monkeypatch.setenv("AWS_REGION", "eu-west-3")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDWDSTEST")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    dataset = wds.WebDataset(f"s3://bucket/{PATTERN}", shardshuffle=False,
+                             dataset_index="s3://bucket/index.json")
+    assert dataset.pipeline[0].counts_known is True
+    assert wds.plan_epoch(dataset.batched(8), num_workers=1).batches == 5
+    assert samples_of(dataset) == local_samples
+    log = server.log()
+    assert [e["path"] for e in log] == ["/" + bucket_index] + [f"/bucket/{n}" for n in NAMES]
+    assert all(SIGV4.fullmatch(e["headers"]["authorization"]) for e in log)
+
+
+def test_a_remote_dataset_index_that_cannot_be_read_is_an_error_naming_it(server, www,
+                                                                         bucket_index):
+    urls = [server.url("bucket/" + n) for n in NAMES]
+    missing = server.url("bucket/none.json")
+    with pytest.raises(FileNotFoundError) as caught:
+        wds.WebDataset(urls, shardshuffle=False, dataset_index=missing)
+    assert caught.value.filename == missing
+    assert str(caught.value.strerror).startswith(f"dataset_index {missing}: HTTP 404")
+    not_json = server.url("bucket/" + NAMES[0])
+    with pytest.raises(ValueError, match=f"^dataset_index {re.escape(not_json)}: not valid JSON$"):
+        wds.WebDataset(urls, shardshuffle=False, dataset_index=not_json)
+    # One that lists other URLs (another host name for the server) is used for none.
+    other = [u.replace("127.0.0.1", "localhost") for u in urls]
+    with pytest.warns(UserWarning, match=re.escape(
+            f"dataset_index {server.url(bucket_index)} does not list 4 of the 4 shards (the "
+            f"first: {other[0]})")):
+        dataset = wds.WebDataset(other, shardshuffle=False, dataset_index=server.url(bucket_index))
+    assert dataset.pipeline[0].counts_known is False
+    index = server.url(bucket_index)
+    server.stop()
+    with pytest.raises(ConnectionError, match=re.escape(index)):
+        wds.WebDataset(urls[:1], shardshuffle=False, dataset_index=index,
+                       remote=wds.RemoteOptions(max_attempts=1))
+
+
 # --- TLS
 
 
@@ -565,6 +653,19 @@ def test_a_sample_split_counts_with_the_datasets_tls_options(tls_server, local_s
     # Without them the environment's settings count (and fail), as before.
     with pytest.raises(ConnectionError, match=re.escape(urls[0]) + ".*certif"):
         wds.count_samples(urls[0])
+
+
+def test_a_remote_dataset_index_is_read_with_the_datasets_tls_options(tls_server, local_samples,
+                                                                      bucket_index, certificate):
+    urls = [tls_server.url("bucket/" + n) for n in NAMES]
+    index = tls_server.url(bucket_index)
+    with pytest.raises(ConnectionError, match=re.escape(index) + ".*certif"):
+        wds.WebDataset(urls, shardshuffle=False, dataset_index=index,
+                       remote=wds.RemoteOptions(max_attempts=1))
+    options = wds.RemoteOptions(ca_file=certificate[0], max_attempts=1)
+    dataset = wds.WebDataset(urls, shardshuffle=False, dataset_index=index, remote=options)
+    assert dataset.pipeline[0].counts_known is True
+    assert samples_of(dataset) == local_samples
 
 
 # --- s3:// and gs://

@@ -177,17 +177,18 @@ class WebDataset(DataPipeline, FluidInterface):
         shard_urls = _urls_of(urls)
         if not shard_urls:
             raise ValueError("WebDataset: the shard list is empty")
+        remote = cache_options(cache_dir, cache_size, remote)
         if resampled:
             self.append(ResampledShards(shard_urls, seed=self.seed))
         else:
-            self.append(SimpleShardList(shard_urls, split=split, dataset_index=dataset_index))
+            self.append(SimpleShardList(shard_urls, split=split, dataset_index=dataset_index,
+                                        remote=remote))
             if shardshuffle:
                 self.append(epoch_shuffle())
         if nodesplitter is not None:
             self.append(nodesplitter)
         if workersplitter:
             self.append(workersplitter)
-        remote = cache_options(cache_dir, cache_size, remote)
         warn_uncached_pipes(shard_urls, remote)
         self.append(tarfile_to_samples(handler=handler, select_files=select_files,
                                        rename_files=rename_files, remote=remote))

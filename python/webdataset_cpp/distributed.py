@@ -88,6 +88,7 @@ def plan_epoch(dataset, num_workers=1, epoch=None, rank=None, world_size=None, g
                                  seed=source.seed(ctx), batch_size=batch_size, partial=partial,
                                  split_samples=source.split_samples,
                                  dataset_index=source.dataset_index,
+                                 index_remote=source.index_remote(),
                                  remote=(native_options(remote) if remote is not None
                                          else source.tar.core_remote()))
 
@@ -109,23 +110,36 @@ def agreed_steps(dataset, num_workers=1, policy="drop", epoch=None, group=None, 
     dist = getattr(torch, "distributed", None) if torch is not None else None
     if dist is None or not dist.is_available() or not dist.is_initialized():
         return steps
-    # Every rank's steps and split: ranks that split differently (split=None
-    # seeing different sidecars) would read overlapping or missing samples.
-    mine = torch.tensor([steps, int(_split_samples(dataset))], dtype=torch.int64,
-                        device=reduce_device(group))
+    # Every rank's steps, split and list: ranks that split differently
+    # (split=None seeing different sidecars), or over other lists or counts
+    # (a stale copy of the index), would read overlapping or missing samples.
+    digest = local.list_digest - (1 << 64) if local.list_digest >= (1 << 63) else local.list_digest
+    mine = torch.tensor([steps, int(_split_samples(dataset)), digest, local.dataset_shards,
+                         local.dataset_samples], dtype=torch.int64, device=reduce_device(group))
     gathered = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
     dist.all_gather(gathered, mine, group=group)
     rows = [row.tolist() for row in gathered]
-    if len({samples for _, samples in rows}) > 1:
-        by_samples = [_global_rank(dist, group, i) for i, (_, s) in enumerate(rows) if s]
-        by_shards = [_global_rank(dist, group, i) for i, (_, s) in enumerate(rows) if not s]
+    if len({row[1] for row in rows}) > 1:
+        by_samples = [_global_rank(dist, group, i) for i, row in enumerate(rows) if row[1]]
+        by_shards = [_global_rank(dist, group, i) for i, row in enumerate(rows) if not row[1]]
         raise ValueError(
             f"agreed_steps: the ranks do not split the data alike: ranks {by_samples} share out "
             f"samples, ranks {by_shards} whole shards, so their shares would overlap or leave "
             "samples out (a dataset made with split=None chooses by the .idx sidecars and "
             "dataset_index its rank sees: make them visible to every rank, or pass "
             "split='samples' or split='shards')")
-    counts = [n for n, _ in rows]
+    if len({row[2] for row in rows}) > 1:
+        lists = {}  # digest -> (its ranks, shards, samples), in the order of their first rank
+        for i, (_, _, d, shards, samples) in enumerate(rows):
+            lists.setdefault(d, ([], shards, samples))[0].append(_global_rank(dist, group, i))
+        seen = "; ".join(f"ranks {ranks} {shards} shards" + (f", {n} samples" if n else "")
+                         for ranks, shards, n in lists.values())
+        raise ValueError(
+            f"agreed_steps: the ranks do not see the same shard list and counts ({seen}), so "
+            "their shares would overlap or leave samples out: give every rank the same list and "
+            "the same dataset index (a stale copy of the index, or a directory listed while "
+            "shards are written, differ)")
+    counts = [row[0] for row in rows]
     return min(counts) if policy == "drop" else max(counts)
 
 

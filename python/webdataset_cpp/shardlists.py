@@ -24,12 +24,14 @@ import random
 import re
 import sys
 import time
+import warnings
 from typing import List
 
 from . import _core
 from ._plan import RESAMPLED_SHARDS, SEED_MASK, SHARD_LIST, SHARD_SHUFFLE, Stage, kind_of
 from .filters import PythonFilter, _seed_given, pipelinefilter  # noqa: F401 (as the reference)
 from .pipeline import IterableDataset
+from .remote import native_options
 from .utils import (PipelineStage, is_iterable, node_info, obsolete, pytorch_worker_seed,
                     worker_info)
 
@@ -125,20 +127,24 @@ class SimpleShardList(PipelineStage):
     workers, so that a worker that sees sidecars appear or vanish later
     still splits as the process that made the list.
 
-    dataset_index: the path of a dataset index (``wds-shard index --json``,
-    the reference's wids shard index) giving every shard's count from one
-    file, read once per process. Its URLs must match the list's (relative
-    ones are relative to the index's directory).
+    dataset_index: the path or URL (http(s)://, s3://, gs://) of a dataset
+    index (``wds-shard index --json``, the reference's wids shard index)
+    giving every shard's count from one file, read once per process (a
+    remote one with `remote`'s options, never from the cache). Its URLs must
+    match the list's (relative ones are relative to the index's directory,
+    or its URL's); a UserWarning says how many it does not list.
     """
 
     _wds_kind = SHARD_LIST
 
-    def __init__(self, urls, seed=None, split=None, dataset_index=None):
+    def __init__(self, urls, seed=None, split=None, dataset_index=None, remote=None):
         if split not in (None, "shards", "samples"):
             raise ValueError(f"SimpleShardList: split must be None, 'shards' or 'samples', not "
                              f"{split!r}")
         self.split = split
         self.dataset_index = None if dataset_index is None else os.fspath(dataset_index)
+        self.remote = remote
+        native_options(remote)  # a TypeError for anything but a RemoteOptions
         self.urls = expand_urls(urls)
         if not self.urls:
             raise ValueError("SimpleShardList: the shard list is empty")
@@ -147,9 +153,19 @@ class SimpleShardList(PipelineStage):
                 raise TypeError(f"SimpleShardList: shard URLs must be str, got {url!r}")
         self.seed = time_seed() if seed is True else seed
         # The counts and whether they are known are cached per process; an
-        # index file that cannot be read is a ValueError now.
-        self.counts_known = (_core.counts_known(self.urls, self.dataset_index or "")
-                             if split is None else None)
+        # index that cannot be read raises now.
+        self.counts_known = None
+        if split is None or self.dataset_index is not None:
+            known, unlisted, first = _core.counts_known(self.urls, self.dataset_index or "",
+                                                        native_options(remote))
+            if split is None:
+                self.counts_known = known
+            if unlisted:
+                warnings.warn(
+                    f"dataset_index {self.dataset_index} does not list {unlisted} of the "
+                    f"{len(self.urls)} shards (the first: {first}): their counts come from "
+                    "sidecars or reading them, and split=None shares out whole shards unless "
+                    "every count is known without reading", stacklevel=2)
 
     def __len__(self):
         return len(self.urls)
@@ -518,9 +534,10 @@ class ShardSource:
 
     def __init__(self, urls, resampled, nshards, shuffle, shuffle_seed, nodesplitter,
                  split_workers, tar, empty_check, split=None, dataset_index=None,
-                 counts_known=None):
+                 counts_known=None, index_remote=None):
         self.split = split
         self.dataset_index = dataset_index or ""
+        self._index_remote = index_remote  # the shard list's RemoteOptions, if it has them
         self.counts_known = counts_known
         self._split_samples = None
         self.urls = urls
@@ -557,6 +574,13 @@ class ShardSource:
         return dict(shuffle=self.shuffle, split_nodes=self.nodesplitter is split_by_node,
                     split_workers=self.split_workers)
 
+    def index_remote(self):
+        """The native remote options a remote dataset index is read with:
+        the shard list's, else the reader's."""
+        if self._index_remote is not None:
+            return native_options(self._index_remote)
+        return self.tar.core_remote()
+
     def core_source(self, ctx):
         check_secure(self.urls)
         if self.nodesplitter is single_node_only and ctx.world_size > 1:
@@ -567,7 +591,8 @@ class ShardSource:
             self.urls, **self.list_args(ctx), resampled=self.resampled, nshards=self.nshards,
             allow_empty=not self.empty_check, seed=self.seed(ctx),
             handler=self.tar.core_handler(), split_samples=self.split_samples,
-            dataset_index=self.dataset_index, remote=self.tar.core_remote())
+            dataset_index=self.dataset_index, remote=self.tar.core_remote(),
+            index_remote=self.index_remote())
 
     def checks_shards(self):
         """Whether a worker without shards is an error to raise before
@@ -631,6 +656,6 @@ def fuse_source(stages, ctx):
     source = ShardSource(urls, resampled, nshards, shuffle, shuffle_seed, node, split_workers,
                          tar, empty_check, getattr(first, "split", "shards"),
                          getattr(first, "dataset_index", None),
-                         getattr(first, "counts_known", None))
+                         getattr(first, "counts_known", None), getattr(first, "remote", None))
     source.resampler = first if resampled else None
     return source, i

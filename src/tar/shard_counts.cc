@@ -4,30 +4,55 @@
 #include <unordered_set>
 #include <utility>
 
+#include "wds/io/remote.h"
+
 namespace wds {
 namespace {
 
-std::string Key(const std::vector<std::string>& urls, const std::string& index_path) {
-  size_t size = index_path.size() + 1;
+std::string Key(const std::vector<std::string>& urls, const std::string& index_url) {
+  size_t size = index_url.size() + 1;
   for (const std::string& url : urls) size += url.size() + 1;
   std::string key;
   key.reserve(size);
-  key.append(index_path).push_back('\0');
+  key.append(index_url).push_back('\0');
   for (const std::string& url : urls) key.append(url).push_back('\0');
   return key;
+}
+
+std::unordered_set<std::string_view> ListedUrls(const DatasetIndex* index) {
+  std::unordered_set<std::string_view> listed;
+  if (index == nullptr) return listed;
+  listed.reserve(index->shards.size());
+  for (const DatasetShard& shard : index->shards) listed.insert(shard.url);
+  return listed;
+}
+
+// UncachedOpener opens as OpenUrl does, remote URLs without the cache the
+// environment may name (a dataset index may be replaced under its URL).
+Opener UncachedOpener() {
+  RemoteOptions options = RemoteOptions::FromEnvironment();
+  options.cache_dir.clear();
+  return MakeOpener(std::move(options));
 }
 
 }  // namespace
 
 bool CountsKnownWithoutReading(const std::vector<std::string>& urls, const DatasetIndex* index) {
-  std::unordered_set<std::string_view> listed;
-  if (index != nullptr) {
-    for (const DatasetShard& shard : index->shards) listed.insert(shard.url);
-  }
+  const std::unordered_set<std::string_view> listed = ListedUrls(index);
   for (const std::string& url : urls) {
     if (listed.count(url) == 0 && !HasSidecar(url)) return false;
   }
   return true;
+}
+
+UnlistedShards FindUnlisted(const std::vector<std::string>& urls, const DatasetIndex& index) {
+  const std::unordered_set<std::string_view> listed = ListedUrls(&index);
+  UnlistedShards unlisted;
+  for (const std::string& url : urls) {
+    if (listed.count(url) != 0) continue;
+    if (unlisted.count++ == 0) unlisted.first = url;
+  }
+  return unlisted;
 }
 
 absl::StatusOr<int64_t> ReadShardCount(const std::string& url, const Opener& opener) {
@@ -83,8 +108,14 @@ std::shared_ptr<const DatasetIndex> ListCounts::Known() {
 ShardCounts::ShardCounts() : mu_(std::make_shared<std::mutex>()) {}
 
 absl::StatusOr<std::shared_ptr<ListCounts>> ShardCounts::For(const std::vector<std::string>& urls,
-                                                             const std::string& index_path) {
-  const std::string key = Key(urls, index_path);
+                                                             const std::string& index_url) {
+  return For(urls, index_url, nullptr);
+}
+
+absl::StatusOr<std::shared_ptr<ListCounts>> ShardCounts::For(const std::vector<std::string>& urls,
+                                                             const std::string& index_url,
+                                                             const Opener& index_opener) {
+  const std::string key = Key(urls, index_url);
   {
     std::lock_guard<std::mutex> lock(*mu_);
     if (auto it = lists_.find(key); it != lists_.end()) return it->second;
@@ -92,8 +123,9 @@ absl::StatusOr<std::shared_ptr<ListCounts>> ShardCounts::For(const std::vector<s
   // Made outside the lock, which no file read may hold; another thread may
   // make the same entry meanwhile (the first one stays).
   std::shared_ptr<const DatasetIndex> index;
-  if (!index_path.empty()) {
-    absl::StatusOr<DatasetIndex> loaded = DatasetIndex::Load(index_path);
+  if (!index_url.empty()) {
+    absl::StatusOr<DatasetIndex> loaded =
+        DatasetIndex::Load(index_url, index_opener ? index_opener : UncachedOpener());
     if (!loaded.ok()) return loaded.status();
     index = std::make_shared<const DatasetIndex>(*std::move(loaded));
   }

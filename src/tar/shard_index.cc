@@ -27,6 +27,9 @@ constexpr std::string_view kWidsKind = "wids-shard-index-v1";
 // kMaxSidecarBytes bounds a remote sidecar read into memory (a DALI index of
 // a million samples with names is ~60 MB).
 constexpr size_t kMaxSidecarBytes = size_t{256} << 20;
+// kMaxDatasetIndexBytes bounds a dataset index read from a stream (one of a
+// million shards is ~90 MB).
+constexpr size_t kMaxDatasetIndexBytes = size_t{1} << 30;
 
 // LocalPath returns the file a URL names, or nullopt for standard input,
 // commands and remote URLs, which have no sidecar to look for.
@@ -143,13 +146,32 @@ absl::StatusOr<DatasetShard> ParseShard(const nlohmann::json& item, std::string_
   return shard;
 }
 
+// ReadText reads all of `stream` (at most `max_bytes`, else ResourceExhausted
+// naming it as `what`) and finishes it.
+absl::StatusOr<std::string> ReadText(ByteStream& stream, size_t max_bytes, std::string_view what) {
+  std::string text;
+  char buffer[64 << 10];
+  while (true) {
+    WDS_ASSIGN_OR_RETURN(size_t n, stream.Read(buffer, sizeof(buffer)));
+    if (n == 0) break;
+    if (text.size() + n > max_bytes) {
+      return absl::ResourceExhaustedError(
+          Cat(stream.url(), ": ", what, " larger than ", max_bytes, " bytes"));
+    }
+    text.append(buffer, n);
+  }
+  WDS_RETURN_IF_ERROR(stream.Finish());
+  return text;
+}
+
 // RemoteSidecar fetches and parses "<url>.idx" through `opener`: nullopt when
 // the server has none; other failures and a malformed sidecar are errors
 // naming it.
 absl::StatusOr<std::optional<ShardIndex>> RemoteSidecar(std::string_view url,
                                                         const Opener& opener) {
   const std::string sidecar = IndexPath(url);
-  // S3 answers a missing key with 403 to a reader without list rights.
+  // S3 answers a missing key with 403 to a reader without list rights; a
+  // remote stream's first Read is where its answer's status arrives.
   auto absent = [](const absl::Status& status) {
     return absl::IsNotFound(status) || absl::IsPermissionDenied(status);
   };
@@ -158,24 +180,28 @@ absl::StatusOr<std::optional<ShardIndex>> RemoteSidecar(std::string_view url,
     if (absent(stream.status())) return std::nullopt;
     return stream.status();
   }
-  std::string text;
-  char buffer[64 << 10];
-  while (true) {
-    absl::StatusOr<size_t> n = (*stream)->Read(buffer, sizeof(buffer));
-    if (!n.ok()) {
-      if (text.empty() && absent(n.status())) return std::nullopt;
-      return n.status();
-    }
-    if (*n == 0) break;
-    if (text.size() + *n > kMaxSidecarBytes) {
-      return absl::ResourceExhaustedError(
-          Cat(sidecar, ": an index sidecar larger than ", kMaxSidecarBytes, " bytes"));
-    }
-    text.append(buffer, *n);
+  absl::StatusOr<std::string> text = ReadText(**stream, kMaxSidecarBytes, "an index sidecar");
+  if (!text.ok()) {
+    if (absent(text.status())) return std::nullopt;
+    return text.status();
   }
-  WDS_RETURN_IF_ERROR((*stream)->Finish());
-  WDS_ASSIGN_OR_RETURN(ShardIndex index, ShardIndex::Parse(text, sidecar));
+  WDS_ASSIGN_OR_RETURN(ShardIndex index, ShardIndex::Parse(*text, sidecar));
   return index;
+}
+
+// UrlDirectory is what relative shard URLs of a dataset index at `url` are
+// joined to: a local file's directory; for a remote URL, the URL up to the
+// last '/' of its path (query and fragment dropped), "scheme://host" at
+// least; "" (nothing joined) for standard input and pipe: commands.
+std::string UrlDirectory(std::string_view url) {
+  if (std::optional<std::string> path = LocalPath(url); path.has_value()) {
+    return std::string(ParentDirectory(*path));
+  }
+  if (!IsRemoteUrl(url)) return "";
+  url = url.substr(0, url.find_first_of("?#"));
+  const size_t authority = url.find("://") + 3;
+  if (url.find('/', authority) == std::string_view::npos) return std::string(url);
+  return std::string(url.substr(0, url.rfind('/')));
 }
 
 }  // namespace
@@ -354,6 +380,14 @@ absl::StatusOr<DatasetIndex> DatasetIndex::Parse(std::string_view text, std::str
 absl::StatusOr<DatasetIndex> DatasetIndex::Load(const std::string& path) {
   WDS_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
   return Parse(text, path, std::string(ParentDirectory(path)));
+}
+
+absl::StatusOr<DatasetIndex> DatasetIndex::Load(std::string_view url, const Opener& opener) {
+  if (std::optional<std::string> path = LocalPath(url); path.has_value()) return Load(*path);
+  WDS_ASSIGN_OR_RETURN(std::unique_ptr<ByteStream> stream, opener(url));
+  WDS_ASSIGN_OR_RETURN(std::string text,
+                       ReadText(*stream, kMaxDatasetIndexBytes, "a dataset index"));
+  return Parse(text, url, UrlDirectory(url));
 }
 
 absl::Status DatasetIndex::Save(const std::string& path) const {

@@ -1,6 +1,7 @@
 #include "wds/loader/equalize.h"
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -55,6 +56,43 @@ TEST(PlanRankEpochTest, PartialBatchCountsForWrapOnly) {
   EXPECT_EQ(drop.LocalSteps(EqualizePolicy::kDrop), 62);
   EXPECT_EQ(wrap.LocalSteps(EqualizePolicy::kWrap), 63);
   EXPECT_EQ(wrap.SamplesInFirst(63), 1000);
+}
+
+// The digest that AgreeOnSteps compares is the same on every rank of one
+// list, and changes with a URL, the list's order and, only for a
+// sample-granular split, a count.
+TEST(PlanRankEpochTest, TheListDigestIsTheSameOnEveryRankAndNamesWhatTheSplitDependsOn) {
+  auto digest = [](const std::vector<std::string>& shards, ShardSampleCounts counts, int rank,
+                   SplitGranularity split) {
+    WorkerContext ctx{.rank = rank, .world_size = 2, .num_workers = 2, .epoch = 3};
+    RankEpochPlan plan =
+        PlanRankEpoch(shards, {.shuffle = true, .split = split}, ctx, {.batch_size = 4}, counts)
+            .value();
+    return std::make_tuple(plan.list_digest, plan.dataset_shards, plan.dataset_samples);
+  };
+  ShardSampleCounts other = UnevenCounts();
+  other.Set("c.tar", 51);
+  const std::vector<std::string> reordered = {"b.tar", "a.tar", "c.tar", "d.tar", "e.tar"};
+  const std::vector<std::string> joined = {"a.tarb.tar", "", "c.tar", "d.tar", "e.tar"};
+  for (SplitGranularity split : {SplitGranularity::kSamples, SplitGranularity::kShards}) {
+    const auto base = digest(kShards, UnevenCounts(), 0, split);
+    EXPECT_NE(std::get<0>(base), 0u);
+    EXPECT_EQ(std::get<1>(base), 5);
+    EXPECT_EQ(std::get<2>(base), split == SplitGranularity::kSamples ? 1170 : 0);
+    EXPECT_EQ(digest(kShards, UnevenCounts(), 1, split), base);
+    EXPECT_NE(std::get<0>(digest(reordered, UnevenCounts(), 0, split)), std::get<0>(base));
+    ShardSampleCounts joined_counts = UnevenCounts();
+    joined_counts.Set("a.tarb.tar", 100);
+    joined_counts.Set("", 300);
+    EXPECT_NE(std::get<0>(digest(joined, joined_counts, 0, split)), std::get<0>(base));
+    const auto counted = digest(kShards, other, 0, split);
+    if (split == SplitGranularity::kSamples) {
+      EXPECT_NE(std::get<0>(counted), std::get<0>(base));
+      EXPECT_EQ(std::get<2>(counted), 1171);
+    } else {
+      EXPECT_EQ(counted, base);
+    }
+  }
 }
 
 // Workers hold 120 and 50 samples: 12 and 5 batches of 10. Round-robin, the

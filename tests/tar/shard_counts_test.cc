@@ -87,6 +87,44 @@ TEST(ShardCountsTest, TheDatasetIndexGivesCountsWithoutReading) {
   EXPECT_FALSE((*cache.For({"mem://a.tar", "mem://b.tar"}, path))->known());
 }
 
+TEST(ShardCountsTest, ARemoteIndexIsReadThroughTheIndexOpenerOnce) {
+  DatasetIndex index;
+  index.shards.push_back({"a.tar", 7, 0});
+  index.shards.push_back({"https://elsewhere/b.tar", 5, 0});
+  const std::string json = index.ToJson();
+  auto fetches = std::make_shared<std::atomic<int>>(0);
+  const Opener serving =
+      [json, fetches](std::string_view url) -> absl::StatusOr<std::unique_ptr<ByteStream>> {
+    ++*fetches;
+    return MemoryStream(std::string(url), json);
+  };
+  const std::vector<std::string> urls = {"https://host/ds/a.tar", "https://elsewhere/b.tar"};
+  ShardCounts cache;
+  std::shared_ptr<ListCounts> list = *cache.For(urls, "https://host/ds/index.json", serving);
+  EXPECT_TRUE(list->known());
+  EXPECT_EQ(*cache.For(urls, "https://host/ds/index.json", serving), list);
+  EXPECT_EQ(*fetches, 1);
+  CountingOpener counting;
+  EXPECT_THAT(*list->Counts(urls, counting.opener(1)), ElementsAre(7, 5));
+  EXPECT_EQ(*counting.opens, 0);
+  // The same index under another URL lists other shards.
+  EXPECT_FALSE((*cache.For(urls, "https://host/other/index.json", serving))->known());
+  EXPECT_EQ(*fetches, 2);
+}
+
+TEST(ShardCountsTest, FindUnlistedCountsTheShardsAnIndexDoesNotList) {
+  DatasetIndex index;
+  index.shards.push_back({"s3://b/a.tar", 7, 0});
+  index.shards.push_back({"s3://b/c.tar", 1, 0});
+  UnlistedShards none = FindUnlisted({"s3://b/c.tar", "s3://b/a.tar"}, index);
+  EXPECT_EQ(none.count, 0u);
+  EXPECT_EQ(none.first, "");
+  UnlistedShards some =
+      FindUnlisted({"s3://b/a.tar", "https://b.s3.amazonaws.com/c.tar", "s3://b/d.tar"}, index);
+  EXPECT_EQ(some.count, 2u);
+  EXPECT_EQ(some.first, "https://b.s3.amazonaws.com/c.tar");
+}
+
 TEST(ShardCountsTest, AnUnreadableIndexOrShardIsAnErrorNamingIt) {
   TempDir dir;
   ShardCounts cache;

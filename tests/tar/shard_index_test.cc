@@ -331,6 +331,94 @@ TEST(DatasetIndexTest, LoadResolvesRelativeUrlsAgainstItsDirectory) {
                                           DatasetShard{"pipe:cat y.tar", 2, 0}));
 }
 
+// ServingOpener serves `text` at every URL it is asked for, and records the
+// URLs; a URL in `missing` is NotFound.
+struct ServingOpener {
+  std::string text;
+  std::vector<std::string> missing;
+  std::shared_ptr<std::vector<std::string>> asked = std::make_shared<std::vector<std::string>>();
+
+  Opener opener() const {
+    return [*this](std::string_view url) -> absl::StatusOr<std::unique_ptr<ByteStream>> {
+      asked->emplace_back(url);
+      for (const std::string& m : missing) {
+        if (m == url) return absl::NotFoundError(std::string(url) + ": HTTP 404 Not Found");
+      }
+      return MemoryStream(std::string(url), text);
+    };
+  }
+};
+
+TEST(DatasetIndexTest, ARemoteIndexResolvesRelativeUrlsAgainstItsUrlsDirectory) {
+  DatasetIndex index = TwoShards();
+  index.shards.push_back({"s3://other/x.tar", 1, 512});
+  index.shards.push_back({"/abs/y.tar", 2, 0});
+  index.shards.push_back({"sub/z.tar", 3, 0});
+  const ServingOpener serving{index.ToJson()};
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"s3://bucket/train/index.json", "s3://bucket/train/"},
+      {"https://host:8080/data/v2/ds.json?X-Amz-Signature=ab/cd#frag",
+       "https://host:8080/data/v2/"},
+      {"https://host/ds.json", "https://host/"},
+      {"http://host", "http://host/"},
+      {"gs://bucket/ds.json", "gs://bucket/"},
+  };
+  for (const auto& [url, base] : cases) {
+    absl::StatusOr<DatasetIndex> loaded = DatasetIndex::Load(url, serving.opener());
+    ASSERT_TRUE(loaded.ok()) << url << ": " << loaded.status();
+    EXPECT_THAT(loaded->shards, ElementsAre(DatasetShard{base + "train-000000.tar", 10, 20480},
+                                            DatasetShard{base + "train-000001.tar", 3, 6144},
+                                            DatasetShard{"s3://other/x.tar", 1, 512},
+                                            DatasetShard{"/abs/y.tar", 2, 0},
+                                            DatasetShard{base + "sub/z.tar", 3, 0}))
+        << url;
+  }
+  EXPECT_EQ(serving.asked->size(), cases.size());
+  EXPECT_EQ(serving.asked->front(), "s3://bucket/train/index.json");
+  // A pipe: command's index has no directory: its URLs are kept as written.
+  absl::StatusOr<DatasetIndex> piped = DatasetIndex::Load("pipe:cat ds.json", serving.opener());
+  ASSERT_TRUE(piped.ok()) << piped.status();
+  EXPECT_EQ(piped->shards[0].url, "train-000000.tar");
+}
+
+TEST(DatasetIndexTest, ALocalIndexIsReadAsAFileWhateverTheOpener) {
+  TempDir dir;
+  ASSERT_TRUE(TwoShards().Save(dir.path() + "/ds.json").ok());
+  const ServingOpener serving{"not what the file holds"};
+  for (const std::string& url : {dir.path() + "/ds.json", "file:" + dir.path() + "/ds.json"}) {
+    absl::StatusOr<DatasetIndex> loaded = DatasetIndex::Load(url, serving.opener());
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(loaded->shards[1].url, dir.path() + "/train-000001.tar");
+  }
+  EXPECT_TRUE(serving.asked->empty());
+  absl::StatusOr<DatasetIndex> missing =
+      DatasetIndex::Load(std::string_view(dir.path() + "/none.json"), serving.opener());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(missing.status().message(), dir.path() + "/none.json: cannot open");
+}
+
+TEST(DatasetIndexTest, ARemoteIndexsErrorsNameItsUrl) {
+  ServingOpener serving{"{\"shardlist\": [{\"url\": \"a.tar\"}]}"};
+  serving.missing = {"https://host/gone.json"};
+  absl::StatusOr<DatasetIndex> gone =
+      DatasetIndex::Load("https://host/gone.json", serving.opener());
+  EXPECT_EQ(gone.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(gone.status().message(), "https://host/gone.json: HTTP 404 Not Found");
+  absl::StatusOr<DatasetIndex> bad = DatasetIndex::Load("https://host/bad.json", serving.opener());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message(),
+            "https://host/bad.json: shardlist[0] needs a string \"url\" and an integer "
+            "\"nsamples\"");
+  // A read that fails half-way is the stream's error, not a parse of half a document.
+  const Opener failing = [](std::string_view url) -> absl::StatusOr<std::unique_ptr<ByteStream>> {
+    return MemoryStream(std::string(url), TwoShards().ToJson(),
+                        absl::UnavailableError("https://host/cut.json: connection reset"));
+  };
+  absl::StatusOr<DatasetIndex> cut = DatasetIndex::Load("https://host/cut.json", failing);
+  EXPECT_EQ(cut.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(cut.status().message(), "https://host/cut.json: connection reset");
+}
+
 TEST(DatasetIndexTest, ParseWithoutBaseKeepsUrls) {
   absl::StatusOr<DatasetIndex> index = DatasetIndex::Parse(TwoShards().ToJson(), "x.json", "");
   ASSERT_TRUE(index.ok());

@@ -8,19 +8,21 @@
 #include <torch/cuda.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <numeric>
 #include <regex>
-#include <tuple>
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gpu/jpeg_variants.h"
 #include "gtest/gtest.h"
+#include "util/remote_test_util.h"
 #include "util/test_util.h"
 #include "wds/base/array.h"
 #include "wds/decode/npy.h"
@@ -573,6 +575,31 @@ TEST_F(DdpTest, IndexFileGivesTheCounts) {
   EXPECT_THAT(
       results[0].stderr,
       HasSubstr(shards_[0] + ": the shard holds more than the 90 samples its index counts"));
+}
+
+// --index URL: the same index fetched from a server by every rank (shards
+// listed by their absolute paths); a URL the server does not have fails
+// every rank naming it.
+TEST_F(DdpTest, ARemoteIndexGivesTheCountsToo) {
+  DatasetIndex index;
+  for (int s = 0; s < 5; ++s) index.shards.push_back({shards_[s], kShardSizes[s], 0});
+  const std::string served = dir_.path() + "/www";
+  std::filesystem::create_directories(served);
+  ASSERT_TRUE(index.Save(served + "/index.json").ok());
+  absl::StatusOr<std::unique_ptr<testing::NginxServer>> nginx = testing::NginxServer::Start(served);
+  ASSERT_TRUE(nginx.ok()) << nginx.status();
+  const std::string args = "--epochs 1 --batch-size 10 --no-shardshuffle --index ";
+  std::vector<RankResult> results = Train(3, args + (*nginx)->HttpUrl("/index.json"));
+  for (const RankResult& r : results) {
+    ASSERT_EQ(r.exit_code, 0) << r.stderr;
+    EXPECT_THAT(r.batches, ElementsAre(39)) << r.json;
+  }
+  const std::string missing = (*nginx)->HttpUrl("/none.json");
+  results = Train(3, args + missing + " --timeout-s 10");
+  for (const RankResult& r : results) {
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_THAT(r.stderr, HasSubstr("--index: " + missing + ": HTTP 404"));
+  }
 }
 
 }  // namespace

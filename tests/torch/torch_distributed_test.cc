@@ -27,6 +27,7 @@
 #include "loader/launcher_env.h"
 #include "util/test_util.h"
 #include "wds/torch/distributed.h"
+#include "wds/torch/equalize.h"
 
 namespace wds {
 namespace {
@@ -394,6 +395,58 @@ TEST(DistributedContextTest, CheckStepCountsNamesEveryRankAndItsCount) {
                                  std::to_string(rank) + " of 2"),
                       HasSubstr("rank 0: 5 steps, rank 1: 7 steps")));
   }
+}
+
+// PlanOf is rank `rank`'s plan (of 3, 1 worker, batches of 2) of `urls`
+// with `counts` samples each.
+RankEpochPlan PlanOf(int rank, const std::vector<std::string>& urls,
+                     const std::vector<int64_t>& counts, SplitGranularity split) {
+  ShardSampleCounts known;
+  for (size_t i = 0; i < urls.size(); ++i) known.Set(urls[i], counts[i]);
+  WorkerContext ctx{.rank = rank, .world_size = 3, .num_workers = 1, .epoch = 0, .seed = 5};
+  absl::StatusOr<RankEpochPlan> plan =
+      PlanRankEpoch(urls, {.split = split}, ctx, {.batch_size = 2, .partial = false}, known);
+  if (!plan.ok()) throw std::runtime_error(std::string(plan.status().message()));
+  return *std::move(plan);
+}
+
+TEST(DistributedContextTest, AgreeOnStepsRefusesRanksThatSeeOtherListsOrCounts) {
+  const int port = FreePort();
+  std::vector<std::string> out = RunRanks(3, [port](int rank) {
+    SetTorchrunEnv(rank, 3, port);
+    DistributedContext dist = DistributedContext::FromEnvironment(OnCpu(std::chrono::seconds(10)));
+    const std::vector<std::string> urls = {"a.tar", "b.tar", "c.tar", "d.tar"};
+    std::ostringstream s;
+    // Alike: the steps are agreed.
+    absl::StatusOr<EqualizedSteps> alike = AgreeOnSteps(
+        dist, PlanOf(rank, urls, {6, 5, 7, 6}, SplitGranularity::kSamples), EqualizePolicy::kDrop);
+    s << (alike.ok() ? "steps " + std::to_string(alike->steps) : alike.status().ToString());
+    // Rank 2 reads a stale index: one count differs.
+    const std::vector<int64_t> stale =
+        rank == 2 ? std::vector<int64_t>{6, 5, 9, 6} : std::vector<int64_t>{6, 5, 7, 6};
+    absl::StatusOr<EqualizedSteps> counts = AgreeOnSteps(
+        dist, PlanOf(rank, urls, stale, SplitGranularity::kSamples), EqualizePolicy::kDrop);
+    s << " | " << counts.status().ToString();
+    // Rank 0 lists one shard fewer (whole shards: only the URLs count).
+    std::vector<std::string> listed = urls;
+    if (rank == 0) listed.pop_back();
+    absl::StatusOr<EqualizedSteps> list = AgreeOnSteps(
+        dist, PlanOf(rank, listed, {6, 5, 7, 6}, SplitGranularity::kShards), EqualizePolicy::kWrap);
+    s << " | " << list.status().ToString();
+    return s.str();
+  });
+  const std::string advice =
+      "), so their shares would overlap or leave samples out: give every rank the same list and "
+      "the same dataset index (a stale copy of the index, or a directory listed while shards are "
+      "written, differ)";
+  const std::string expected =
+      "steps 4 | FAILED_PRECONDITION: the ranks do not see the same shard list and counts (ranks "
+      "[0, 1] 4 shards, 24 samples; ranks [2] 4 shards, 26 samples" +
+      advice +
+      " | FAILED_PRECONDITION: the ranks do not see the same shard list and counts (ranks [0] 3 "
+      "shards; ranks [1, 2] 4 shards" +
+      advice;
+  EXPECT_THAT(out, ElementsAre(expected, expected, expected));
 }
 
 TEST(DistributedContextTest, SilentPeerTimesOutNamingTheOperation) {

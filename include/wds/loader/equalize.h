@@ -92,6 +92,17 @@ struct WorkerPlan {
 struct RankEpochPlan {
   EpochBatching batching;
   std::vector<WorkerPlan> workers;  // indexed by worker
+  // list_digest fingerprints what every rank must see alike for the split
+  // to share the data out without overlap: the shard list as given (its
+  // URLs in order) and, for a sample-granular split, every shard's count;
+  // dataset_shards is the list's length and dataset_samples a sample-granular
+  // split's total (0 for whole shards). Ranks that glob a directory, or read
+  // a stale copy of the dataset index, can differ here; AgreeOnSteps
+  // (wds/torch/equalize.h) checks it. All 0 for a plan from samples (a
+  // resumed epoch, whose shares come from one job state).
+  uint64_t list_digest = 0;
+  int64_t dataset_shards = 0;
+  int64_t dataset_samples = 0;
 
   int64_t samples() const;
   int64_t batches() const;

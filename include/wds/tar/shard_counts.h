@@ -46,6 +46,16 @@ namespace wds {
 [[nodiscard]] bool CountsKnownWithoutReading(const std::vector<std::string>& urls,
                                              const DatasetIndex* index);
 
+// UnlistedShards is how many of `urls` `index` does not list, and the first
+// of them: an index of other URLs (another scheme or host, a stale copy) is
+// otherwise only noticed by shards being read to count them.
+struct UnlistedShards {
+  size_t count = 0;
+  std::string first;
+};
+[[nodiscard]] UnlistedShards FindUnlisted(const std::vector<std::string>& urls,
+                                          const DatasetIndex& index);
+
 // ListCounts is the counts of one (shard list, dataset index): a shard's
 // count comes from the dataset index, else from ReadShardCount, once.
 class ListCounts {
@@ -81,7 +91,7 @@ class ListCounts {
   std::shared_ptr<const DatasetIndex> known_index_;
 };
 
-// ShardCounts keeps one ListCounts per (shard list, dataset index path),
+// ShardCounts keeps one ListCounts per (shard list, dataset index URL),
 // made at its first use. Entries live as long as the cache: a program
 // iterates few shard lists, and each entry holds only counts.
 class ShardCounts {
@@ -90,11 +100,17 @@ class ShardCounts {
   ShardCounts(const ShardCounts&) = delete;
   ShardCounts& operator=(const ShardCounts&) = delete;
 
-  // For returns the counts of `urls` with the dataset index at `index_path`
-  // (empty: none), which is read when the entry is made (its error is
-  // returned as DatasetIndex::Load gives it).
+  // For returns the counts of `urls` with the dataset index at `index_url`
+  // (empty: none), which is read when the entry is made, through
+  // `index_opener` when it is not a local file (DatasetIndex::Load(url,
+  // opener); its error is returned as Load gives it). The two-argument form
+  // (or a null opener) opens a remote index with the environment's
+  // RemoteOptions without their cache.
   [[nodiscard]] absl::StatusOr<std::shared_ptr<ListCounts>> For(
-      const std::vector<std::string>& urls, const std::string& index_path);
+      const std::vector<std::string>& urls, const std::string& index_url,
+      const Opener& index_opener);
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<ListCounts>> For(
+      const std::vector<std::string>& urls, const std::string& index_url);
 
   // LockForFork takes the cache's lock (in a pthread_atfork prepare
   // handler); UnlockAfterFork releases it, in the parent and the child.

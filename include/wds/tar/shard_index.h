@@ -123,6 +123,14 @@ struct DatasetIndex {
                                                           std::string_view base_dir);
   // Load reads `path`, resolving relative URLs against its directory.
   [[nodiscard]] static absl::StatusOr<DatasetIndex> Load(const std::string& path);
+  // Load reads the index at `url` through `opener`: a local path or file:
+  // URL as Load(path) does, anything else (a remote URL, pipe:) from the
+  // stream `opener` opens, at most 1 GiB. Relative URLs are joined to a
+  // remote URL's directory: the URL up to the last '/' of its path, query
+  // dropped ("s3://bucket/train/index.json" -> "s3://bucket/train/"). Errors
+  // are the opener's, and Parse's naming `url`.
+  [[nodiscard]] static absl::StatusOr<DatasetIndex> Load(std::string_view url,
+                                                         const Opener& opener);
   // Save writes `path` through a temporary file renamed into place.
   [[nodiscard]] absl::Status Save(const std::string& path) const;
 };

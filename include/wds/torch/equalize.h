@@ -3,8 +3,9 @@
 // epoch has a partner on every rank.
 //
 //   wds::RankEpochPlan plan = *wds::PlanRankEpoch(shards, list_options, ctx, batching, counts);
-//   wds::EqualizedSteps steps = wds::AgreeOnSteps(dist, plan, wds::EqualizePolicy::kDrop);
-//   wds::Loader loader(pipeline.WithLength(steps.steps), loader_options);
+//   absl::StatusOr<wds::EqualizedSteps> steps =
+//       wds::AgreeOnSteps(dist, plan, wds::EqualizePolicy::kDrop);
+//   wds::Loader loader(pipeline.WithLength(steps->steps), loader_options);
 //
 // Thread safety: as DistributedContext (one thread issues its collectives).
 #pragma once
@@ -12,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "wds/loader/equalize.h"
 #include "wds/torch/distributed.h"
 
@@ -23,11 +25,16 @@ struct EqualizedSteps {
   std::vector<int64_t> proposals;
 };
 
-// AgreeOnSteps gathers every rank's plan.LocalSteps(policy) (one all-gather)
-// and returns their minimum for kDrop, their maximum for kWrap, and for kOff
-// the rank's own batch count (the ranks may then differ). Every rank must call
+// AgreeOnSteps gathers every rank's plan.LocalSteps(policy) and
+// plan.list_digest (two all-gathers) and returns the steps' minimum for
+// kDrop, their maximum for kWrap, and for kOff the rank's own batch count
+// (the ranks may then differ). Ranks whose plans split different shard
+// lists or counts (list_digest) would read overlapping shares or leave
+// samples out: that is FailedPrecondition on every rank, naming which ranks
+// see which (two more all-gathers, of the plans' shards and samples). Every rank must call
 // it, with the same policy, at the same point of its collective sequence.
-EqualizedSteps AgreeOnSteps(const DistributedContext& context, const RankEpochPlan& plan,
-                            EqualizePolicy policy);
+[[nodiscard]] absl::StatusOr<EqualizedSteps> AgreeOnSteps(const DistributedContext& context,
+                                                          const RankEpochPlan& plan,
+                                                          EqualizePolicy policy);
 
 }  // namespace wds
