@@ -66,6 +66,19 @@ bool IsHexName(std::string_view name) {
          });
 }
 
+// IsMetaTemp is true for "<hex>.meta.<pid>.tmp", a .meta being written
+// (WriteFileAtomically's temporary file).
+bool IsMetaTemp(std::string_view name) {
+  constexpr std::string_view kTmp = ".tmp";
+  if (name.size() < 64 || !IsHexName(name.substr(0, 64)) || !EndsWith(name, kTmp)) return false;
+  name.remove_prefix(64);
+  if (!StartsWith(name, Cat(kMetaSuffix, "."))) return false;
+  const std::string_view pid =
+      name.substr(kMetaSuffix.size() + 1, name.size() - kMetaSuffix.size() - 1 - kTmp.size());
+  return !pid.empty() &&
+         std::all_of(pid.begin(), pid.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
 // ReadMetaEtag returns the "etag" line of a .meta file ("" if absent).
 std::string ReadMetaEtag(const std::string& path) {
   std::ifstream in(path);
@@ -489,6 +502,14 @@ void ShardCache::Scan(int ledger, const std::string& keep) {
       TryRemoveUnused(Cat(dir_, "/", name), "");  // a download no live process is writing
     } else if (EndsWith(name, kMetaSuffix)) {
       metas.emplace_back(name.substr(0, name.size() - kMetaSuffix.size()));
+    } else if (IsMetaTemp(name)) {
+      // Written in microseconds: one this old is a killed process's. (Its
+      // pid cannot tell: the writer may live in another pid namespace.)
+      struct stat st;
+      if (fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+          time(nullptr) - st.st_mtim.tv_sec >= kCleanupInterval) {
+        unlinkat(dfd, e->d_name, 0);
+      }
     } else if (IsHexName(name)) {
       struct stat st;
       if (fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {

@@ -34,6 +34,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::StartsWith;
@@ -268,12 +269,25 @@ TEST_F(ShardCacheTest, ACacheDirectoryThatCannotBeMadeIsAnError) {
 
 TEST_F(ShardCacheTest, StaleFilesAreCleanedUp) {
   fs::create_directories(options_.cache_dir);
-  // A .part no process holds (its writer died) and a .meta without data.
+  // A .part no process holds (its writer died), a .meta without data, and a
+  // .meta's temporary file an hour old (its writer was killed mid-write).
   const std::string stale = Cat(options_.cache_dir, "/", Hash("http://gone/x.tar"));
   std::ofstream(stale + ".part") << "half a shard";
   std::ofstream(stale + ".meta") << "url http://gone/x.tar\n";
+  std::ofstream(stale + ".meta.4242.tmp") << "url http://go";
+  const auto hour_ago = fs::file_time_type::clock::now() - std::chrono::seconds(3601);
+  fs::last_write_time(stale + ".meta.4242.tmp", hour_ago);
+  // Kept: a temporary file being written now, and names that are not the cache's.
+  const std::string fresh = Cat(Hash("http://busy/y.tar"), ".meta.4243.tmp");
+  const std::string other = Cat(Hash("http://gone/x.tar"), ".meta.12ab.tmp");
+  for (const std::string& name : {fresh, other}) {
+    std::ofstream(Cat(options_.cache_dir, "/", name)) << "url";
+  }
+  fs::last_write_time(Cat(options_.cache_dir, "/", other), hour_ago);
   ExpectFetch(0, MakeOpener(options_));
-  EXPECT_THAT(Names(options_.cache_dir), ElementsAre(Hash(url(0)), Cat(Hash(url(0)), ".meta")));
+  std::vector<std::string> expected = {Hash(url(0)), Cat(Hash(url(0)), ".meta"), fresh, other};
+  std::sort(expected.begin(), expected.end());
+  EXPECT_THAT(Names(options_.cache_dir), ElementsAreArray(expected));
 }
 
 TEST_F(ShardCacheTest, AKilledDownloadLeavesAPartThatIsTakenOverAndCleaned) {
