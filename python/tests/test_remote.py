@@ -428,6 +428,16 @@ def test_ctrl_c_ends_a_remote_wait_promptly(server, fault):
     assert time.monotonic() - sent[0] < 10.0
 
 
+def test_ctrl_c_ends_the_wait_for_a_remote_dataset_index_promptly(server, bucket_index):
+    server.fault(bucket_index, stall=30, stall_after=10)
+    timer, sent = sigint_after(0.5)
+    with pytest.raises(KeyboardInterrupt):
+        wds.WebDataset(server.url("bucket/" + NAMES[0]), shardshuffle=False,
+                       dataset_index=server.url(bucket_index))
+    timer.join()
+    assert time.monotonic() - sent[0] < 10.0
+
+
 # --- cache
 
 
