@@ -157,14 +157,14 @@ void RegisterPlan(py::module_& m) {
       [](const std::vector<std::string>& urls, bool shuffle, bool split_nodes, bool split_workers,
          int rank, int world_size, int num_workers, int64_t epoch, uint64_t seed,
          int64_t batch_size, bool partial, bool split_samples, const std::string& dataset_index,
-         py::handle remote, py::handle index_remote) {
+         py::handle remote, py::handle index_remote, uint64_t index_digest) {
         wds::WorkerContext ctx =
             CheckedWorkerContext(rank, world_size, 0, num_workers, epoch, 0, seed);
         wds::EpochBatching batching{batch_size, partial};
         std::shared_ptr<const RemoteAccess> access = RemoteAccess::FromPython(remote);
         std::shared_ptr<wds::ListCounts> cached =
-            CountsFor(urls, dataset_index,
-                      index_remote.is_none() ? access : RemoteAccess::FromPython(index_remote));
+            CountsFor(urls, dataset_index, RemoteAccess::FromPython(index_remote));
+        CheckIndexUnchanged(*cached, dataset_index, index_digest);
         const wds::Opener opener = PythonOpener(access);
         absl::StatusOr<wds::RankEpochPlan> plan;
         SignalCheck signals;  // counts may read stalled shards
@@ -183,9 +183,10 @@ void RegisterPlan(py::module_& m) {
       py::arg("epoch"), py::arg("seed"), py::arg("batch_size"), py::arg("partial"),
       py::arg("split_samples") = false, py::arg("dataset_index") = "",
       py::arg("remote") = py::none(), py::arg("index_remote") = py::none(),
+      py::arg("index_digest") = 0,
       "This rank's epoch planned exactly; shards not counted yet in this process are counted "
       "through the reader of `remote` (RemoteOptions._native()), a remote dataset index read "
-      "with `index_remote`'s options when given, else `remote`'s.");
+      "with `index_remote`'s options (None: the environment's).");
   m.def(
       "counts_known",
       [](const std::vector<std::string>& urls, const std::string& dataset_index,
@@ -194,12 +195,14 @@ void RegisterPlan(py::module_& m) {
             CountsFor(urls, dataset_index, RemoteAccess::FromPython(remote));
         wds::UnlistedShards unlisted;
         if (counts->index() != nullptr) unlisted = wds::FindUnlisted(urls, *counts->index());
-        return py::make_tuple(counts->known(), unlisted.count, unlisted.first);
+        return py::make_tuple(counts->known(), unlisted.count, unlisted.first,
+                              counts->index_digest());
       },
       py::arg("urls"), py::arg("dataset_index") = "", py::arg("remote") = py::none(),
-      "(known, unlisted, first unlisted): whether every shard's count is known without reading "
-      "the shard (listed in the dataset index, or a local file with an .idx sidecar), as this "
-      "process first saw it; how many of the URLs the index does not list, and the first.");
+      "(known, unlisted, first unlisted, index digest): whether every shard's count is known "
+      "without reading the shard (listed in the dataset index, or a local file with an .idx "
+      "sidecar), as this process first saw it; how many of the URLs the index does not list, "
+      "and the first; the index's digest (0 without one).");
 }
 
 void RegisterShardLists(py::module_& m) {

@@ -300,6 +300,7 @@ wds::StreamFactory ShardSource(std::vector<std::string> urls, const ShardSourceO
     // (a stalled pipe: or server) raises here.
     std::shared_ptr<wds::ListCounts> counts = CountsFor(
         urls, options.dataset_index, options.index_remote ? options.index_remote : remote);
+    CheckIndexUnchanged(*counts, options.dataset_index, options.index_digest);
     if (options.split_samples) {
       SignalCheck signals;
       {
@@ -357,6 +358,16 @@ std::shared_ptr<wds::ListCounts> CountsFor(
     RaiseStatus(named, Phase::kSetup);
   }
   return *std::move(list);
+}
+
+void CheckIndexUnchanged(const wds::ListCounts& counts, const std::string& index_url,
+                         uint64_t expected) {
+  if (expected == 0 || counts.index_digest() == expected) return;
+  throw py::value_error(wds::Cat(
+      "dataset_index ", index_url,
+      " changed since the dataset was made: this process read other shards or counts than the "
+      "process that made it, and would split the samples otherwise than the rest of the job "
+      "(replace an index only between jobs, or make the dataset again)"));
 }
 
 wds::MemberNameHook PythonMemberNames(py::handle select_files, py::handle rename_files) {

@@ -141,6 +141,9 @@ def test_a_dataset_index_gives_every_count_from_one_file(tmp_path, monkeypatch):
     assert [s["url"] for s in listed] == [os.path.basename(p) for p in paths]  # relative
     keys = shares(pattern, monkeypatch, dataset_index=index)
     assert keys == shares(pattern, monkeypatch, split="samples")
+    for url in ("file:" + index, "file://" + index):  # the same file
+        assert wds.WebDataset(pattern, shardshuffle=False,
+                              dataset_index=url).pipeline[0].counts_known is True
     ds = wds.WebDataset(pattern, shardshuffle=100, nodesplitter=wds.split_by_node, seed=3,
                         dataset_index=index).batched(2, partial=False)
     for rank in range(2):
@@ -159,10 +162,51 @@ def test_a_dataset_index_that_cannot_be_read_is_a_clear_error(tmp_path, monkeypa
         list(wds.WebDataset(pattern, shardshuffle=False, dataset_index=missing))
     with pytest.raises(ValueError, match=f"^dataset_index {missing}: cannot open$"):
         wds.plan_epoch(wds.WebDataset(pattern, shardshuffle=False, dataset_index=missing))
+    with pytest.raises(ValueError, match=f"^dataset_index {missing}: cannot open$"):
+        wds.WebDataset(pattern, shardshuffle=False, dataset_index="file://" + missing)
     bad = tmp_path / "bad.json"
     bad.write_text('{"__kind__": "something else"}')
     with pytest.raises(ValueError, match=f"^dataset_index .*{bad}"):
         list(wds.WebDataset(pattern, shardshuffle=False, dataset_index=bad))
+
+
+def test_a_process_that_reads_a_replaced_index_refuses_to_split_by_it(tmp_path, monkeypatch):
+    """A spawned worker reads the index again: one replaced since the dataset
+    was made (another count) would split otherwise than the rest of the job."""
+    paths, pattern = shard_set(tmp_path, sidecars=False)
+    index = index_with_the_tool(paths, tmp_path)
+    dataset = wds.WebDataset(pattern, shardshuffle=100, seed=3, nodesplitter=wds.split_by_node,
+                             dataset_index=index)
+    pickled = tmp_path / "dataset.pickle"
+    with open(pickled, "wb") as f:
+        pickle.dump(dataset, f)
+    env = dict(os.environ, RANK="1", WORLD_SIZE="2", WORKER="0", NUM_WORKERS="2")
+    expected = shares(pattern, monkeypatch, dataset_index=index)[1, 0]
+
+    def worker():
+        return subprocess.run([sys.executable, "-c", _WORKER_KEYS, str(pickled)], env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    run = worker()  # the same index: the same share
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == expected
+    listed = json.load(open(index))
+    listed["shardlist"][2]["nsamples"] += 1
+    with open(index, "w") as f:
+        json.dump(listed, f)
+    run = worker()
+    assert run.returncode != 0
+    assert run.stderr.strip().splitlines()[-1] == (
+        f"ValueError: dataset_index {index} changed since the dataset was made: this process "
+        "read other shards or counts than the process that made it, and would split the "
+        "samples otherwise than the rest of the job (replace an index only between jobs, or "
+        "make the dataset again)")
+    # plan_epoch in such a process says so too.
+    plan = ("import pickle, sys, webdataset_cpp as wds\n"
+            "wds.plan_epoch(pickle.load(open(sys.argv[1], 'rb')).batched(2), num_workers=2)")
+    run = subprocess.run([sys.executable, "-c", plan, str(pickled)], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0 and "changed since the dataset was made" in run.stderr
 
 
 def test_an_index_of_other_shards_leaves_the_split_to_the_shards(tmp_path, monkeypatch):
@@ -172,8 +216,8 @@ def test_an_index_of_other_shards_leaves_the_split_to_the_shards(tmp_path, monke
     first = os.path.join(tmp_path, "data", "shard-000000.tar")
     with pytest.warns(UserWarning, match=re.escape(
             f"dataset_index {index} does not list 5 of the 5 shards (the first: {first}): their "
-            "counts come from sidecars or reading them, and split=None shares out whole shards "
-            "unless every count is known without reading")):
+            "counts come from sidecars or reading them, and split=None then shares out whole "
+            "shards unless each of them has a sidecar")):
         split = shares(pattern, monkeypatch, dataset_index=index)
     assert split == shares(pattern, monkeypatch, split="shards")
 

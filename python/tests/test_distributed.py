@@ -332,9 +332,11 @@ def _stale_index_rank(rank, world_size, store_path, pattern, indexes, out):
     try:
         urls = wds.shardlists.expand_urls(pattern)
         results = []
-        for listed, index in ((urls, indexes[0]), (urls, indexes[rank]),
-                              (urls[:-1] if rank == 2 else urls, None)):
-            dataset = wds.WebDataset(listed, shardshuffle=100, nodesplitter=wds.split_by_node,
+        cases = ((urls, indexes[0], wds.split_by_node), (urls, indexes[rank], wds.split_by_node),
+                 (urls[:-1] if rank == 2 else urls, None, wds.split_by_node),
+                 (urls[rank::world_size], None, None))  # a list of its own: may differ
+        for listed, index, nodesplitter in cases:
+            dataset = wds.WebDataset(listed, shardshuffle=100, nodesplitter=nodesplitter,
                                      seed=11, dataset_index=index,
                                      split=None if index else "shards").batched(2)
             try:
@@ -348,7 +350,8 @@ def _stale_index_rank(rank, world_size, store_path, pattern, indexes, out):
 
 def test_ranks_that_see_other_counts_or_lists_fail_agreed_steps_on_every_rank(uneven, tmp_path):
     """Rank 1 reads a stale copy of the dataset index (one count differs),
-    then rank 2 lists one shard fewer."""
+    then rank 2 lists one shard fewer; ranks that each read a list of their
+    own (no node split) agree on steps whatever their lists."""
     urls = wds.shardlists.expand_urls(uneven)
     indexes = []
     for copy, counts in enumerate((COUNTS, COUNTS[:3] + [COUNTS[3] + 1] + COUNTS[4:])):
@@ -367,13 +370,18 @@ def test_ranks_that_see_other_counts_or_lists_fail_agreed_steps_on_every_rank(un
                            dataset_index=indexes[0]).batched(2)
     agreed = min(wds.plan_epoch(alike, num_workers=2, rank=r, world_size=3).local_steps("drop")
                  for r in range(3))
+    own = min(wds.plan_epoch(wds.WebDataset(urls[r::3], shardshuffle=100, nodesplitter=None,
+                                            seed=11, split="shards").batched(2),
+                             num_workers=2, rank=r, world_size=3).local_steps("drop")
+              for r in range(3))
     assert results == {r: [
         agreed,
         f"agreed_steps: the ranks do not see the same shard list and counts (ranks [0, 2] "
         f"{len(COUNTS)} shards, {total} samples; ranks [1] {len(COUNTS)} shards, {total + 1} "
         f"samples), " + advice,
         f"agreed_steps: the ranks do not see the same shard list and counts (ranks [0, 1] "
-        f"{len(COUNTS)} shards; ranks [2] {len(COUNTS) - 1} shards), " + advice]
+        f"{len(COUNTS)} shards; ranks [2] {len(COUNTS) - 1} shards), " + advice,
+        own]
         for r in range(3)}
 
 

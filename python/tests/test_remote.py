@@ -673,9 +673,23 @@ def test_a_remote_dataset_index_is_read_with_the_datasets_tls_options(tls_server
         wds.WebDataset(urls, shardshuffle=False, dataset_index=index,
                        remote=wds.RemoteOptions(max_attempts=1))
     options = wds.RemoteOptions(ca_file=certificate[0], max_attempts=1)
+    # In a DataPipeline the shard list reads the index, with its own options
+    # (in every process alike), not the reader's.
+    with pytest.raises(ConnectionError, match=re.escape(index) + ".*certif"):
+        wds.DataPipeline(wds.SimpleShardList(urls, dataset_index=index),
+                         wds.tarfile_to_samples(remote=options))
     dataset = wds.WebDataset(urls, shardshuffle=False, dataset_index=index, remote=options)
     assert dataset.pipeline[0].counts_known is True
     assert samples_of(dataset) == local_samples
+    pipeline = wds.DataPipeline(wds.SimpleShardList(urls, dataset_index=index, remote=options),
+                                wds.tarfile_to_samples(remote=options))
+    assert samples_of(pipeline) == local_samples
+    batched = wds.DataPipeline(wds.SimpleShardList(urls, dataset_index=index, remote=options),
+                               wds.tarfile_to_samples(remote=options), wds.batched(8))
+    assert wds.plan_epoch(batched, num_workers=1).batches == 5
+    # Another SimpleShardList(remote=...) than a RemoteOptions is a TypeError.
+    with pytest.raises(TypeError, match="RemoteOptions"):
+        wds.SimpleShardList(urls, dataset_index=index, remote={"ca_file": certificate[0]})
 
 
 # --- s3:// and gs://

@@ -145,9 +145,11 @@ class WebDataset(DataPipeline, FluidInterface):
       reading it (dataset_index lists it, or it is a local file with a
       SHARD.idx sidecar from write_index) and the handler is native, else
       "shards" (so shards without counts read as in the reference).
-    * dataset_index (not in the reference): the path of a dataset index
-      (``wds-shard index --json``) giving every shard's count from one file,
-      read once per process (counts are cached per process either way).
+    * dataset_index (not in the reference): the path or URL (s3://, gs://,
+      http(s)://) of a dataset index (``wds-shard index --json``) giving
+      every shard's count from one file, read once per process (counts are
+      cached per process either way); a remote one with `remote`'s options,
+      never from the cache.
     * Remote shards (http(s)://, s3://, gs://) are read in-process, resumed
       byte-exactly after faults; remote=RemoteOptions(...) (not in the
       reference) sets their TLS, timeouts and retries.

@@ -89,6 +89,7 @@ def plan_epoch(dataset, num_workers=1, epoch=None, rank=None, world_size=None, g
                                  split_samples=source.split_samples,
                                  dataset_index=source.dataset_index,
                                  index_remote=source.index_remote(),
+                                 index_digest=source.index_digest,
                                  remote=(native_options(remote) if remote is not None
                                          else source.tar.core_remote()))
 

@@ -130,9 +130,10 @@ class SimpleShardList(PipelineStage):
     dataset_index: the path or URL (http(s)://, s3://, gs://) of a dataset
     index (``wds-shard index --json``, the reference's wids shard index)
     giving every shard's count from one file, read once per process (a
-    remote one with `remote`'s options, never from the cache). Its URLs must
-    match the list's (relative ones are relative to the index's directory,
-    or its URL's); a UserWarning says how many it does not list.
+    remote one with `remote`'s options, a RemoteOptions, else the
+    environment's; never from the cache). Its URLs must match the list's
+    (relative ones are relative to the index's directory, or its URL's); a
+    UserWarning says how many it does not list.
     """
 
     _wds_kind = SHARD_LIST
@@ -155,17 +156,19 @@ class SimpleShardList(PipelineStage):
         # The counts and whether they are known are cached per process; an
         # index that cannot be read raises now.
         self.counts_known = None
+        self.index_digest = 0  # what every process of this dataset must read as the index
         if split is None or self.dataset_index is not None:
-            known, unlisted, first = _core.counts_known(self.urls, self.dataset_index or "",
-                                                        native_options(remote))
+            known, unlisted, first, self.index_digest = _core.counts_known(
+                self.urls, self.dataset_index or "", native_options(remote))
             if split is None:
                 self.counts_known = known
             if unlisted:
+                consequence = (", and split=None then shares out whole shards unless each of "
+                               "them has a sidecar" if split is None else "")
                 warnings.warn(
                     f"dataset_index {self.dataset_index} does not list {unlisted} of the "
                     f"{len(self.urls)} shards (the first: {first}): their counts come from "
-                    "sidecars or reading them, and split=None shares out whole shards unless "
-                    "every count is known without reading", stacklevel=2)
+                    f"sidecars or reading them{consequence}", stacklevel=2)
 
     def __len__(self):
         return len(self.urls)
@@ -534,10 +537,11 @@ class ShardSource:
 
     def __init__(self, urls, resampled, nshards, shuffle, shuffle_seed, nodesplitter,
                  split_workers, tar, empty_check, split=None, dataset_index=None,
-                 counts_known=None, index_remote=None):
+                 counts_known=None, index_remote=None, index_digest=0):
         self.split = split
         self.dataset_index = dataset_index or ""
         self._index_remote = index_remote  # the shard list's RemoteOptions, if it has them
+        self.index_digest = index_digest
         self.counts_known = counts_known
         self._split_samples = None
         self.urls = urls
@@ -576,10 +580,9 @@ class ShardSource:
 
     def index_remote(self):
         """The native remote options a remote dataset index is read with:
-        the shard list's, else the reader's."""
-        if self._index_remote is not None:
-            return native_options(self._index_remote)
-        return self.tar.core_remote()
+        the shard list's (None: the environment's), as when the list was
+        made, so that every process reads the same index the same way."""
+        return native_options(self._index_remote)
 
     def core_source(self, ctx):
         check_secure(self.urls)
@@ -592,7 +595,7 @@ class ShardSource:
             allow_empty=not self.empty_check, seed=self.seed(ctx),
             handler=self.tar.core_handler(), split_samples=self.split_samples,
             dataset_index=self.dataset_index, remote=self.tar.core_remote(),
-            index_remote=self.index_remote())
+            index_remote=self.index_remote(), index_digest=self.index_digest)
 
     def checks_shards(self):
         """Whether a worker without shards is an error to raise before
@@ -656,6 +659,7 @@ def fuse_source(stages, ctx):
     source = ShardSource(urls, resampled, nshards, shuffle, shuffle_seed, node, split_workers,
                          tar, empty_check, getattr(first, "split", "shards"),
                          getattr(first, "dataset_index", None),
-                         getattr(first, "counts_known", None), getattr(first, "remote", None))
+                         getattr(first, "counts_known", None), getattr(first, "remote", None),
+                         getattr(first, "index_digest", 0))
     source.resampler = first if resampled else None
     return source, i

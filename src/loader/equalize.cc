@@ -131,18 +131,17 @@ absl::StatusOr<RankEpochPlan> PlanRankEpoch(const std::vector<std::string>& shar
   WorkerContext worker_ctx = ctx;
   worker_ctx.pass = 0;
   std::vector<int64_t> all_counts;
-  uint64_t digest = kFnv1aOffset;
-  for (const std::string& url : shards) {
-    // Each URL with its length, so that no two lists fold alike by where
-    // one URL ends and the next begins.
-    digest = Fnv1a(Cat(url.size(), ":", url), digest);
-    if (options.split != SplitGranularity::kSamples) continue;
-    WDS_ASSIGN_OR_RETURN(int64_t count, counts.Count(url));
-    all_counts.push_back(count);
-    plan.dataset_samples += count;
-    digest = Fnv1a(Cat("=", count, ";"), digest);
+  uint64_t digest = Fnv1a(Cat("shards ", shards.size()));
+  if (options.split == SplitGranularity::kSamples) {
+    for (const std::string& url : shards) {
+      WDS_ASSIGN_OR_RETURN(int64_t count, counts.Count(url));
+      all_counts.push_back(count);
+      plan.dataset_samples += count;
+      digest = Fnv1a(Cat(" ", count), digest);
+    }
   }
-  plan.list_digest = digest;
+  // Without a node split each rank reads a list of its own: nothing to agree on.
+  plan.list_digest = options.nodesplitter ? digest : 0;
   plan.dataset_shards = static_cast<int64_t>(shards.size());
   for (int w = 0; w < ctx.num_workers; ++w) {
     worker_ctx.worker = w;

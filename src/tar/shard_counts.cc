@@ -4,6 +4,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "wds/internal/base/strings.h"
 #include "wds/io/remote.h"
 
 namespace wds {
@@ -66,7 +67,14 @@ ListCounts::ListCounts(std::shared_ptr<std::mutex> mu, std::shared_ptr<const Dat
                        bool known)
     : mu_(std::move(mu)), index_(std::move(index)), known_(known) {
   if (index_ == nullptr) return;
-  for (const DatasetShard& shard : index_->shards) counted_[shard.url] = shard.nsamples;
+  index_digest_ = kFnv1aOffset;
+  for (const DatasetShard& shard : index_->shards) {
+    counted_[shard.url] = shard.nsamples;
+    // Each URL with its length: no two lists fold alike by where one ends.
+    index_digest_ =
+        Fnv1a(Cat(shard.url.size(), ":", shard.url, "=", shard.nsamples, ";"), index_digest_);
+  }
+  if (index_digest_ == 0) index_digest_ = 1;  // 0 stands for "no index"
   known_index_ = index_;
 }
 

@@ -34,6 +34,7 @@ constexpr size_t kMaxDatasetIndexBytes = size_t{1} << 30;
 // LocalPath returns the file a URL names, or nullopt for standard input,
 // commands and remote URLs, which have no sidecar to look for.
 std::optional<std::string> LocalPath(std::string_view url) {
+  if (StartsWith(url, "file://")) return std::string(url.substr(7));  // as OpenUrl reads it
   if (url == "-" || StartsWith(url, "pipe:") || url.find("://") != std::string_view::npos) {
     return std::nullopt;
   }
@@ -147,13 +148,16 @@ absl::StatusOr<DatasetShard> ParseShard(const nlohmann::json& item, std::string_
 }
 
 // ReadText reads all of `stream` (at most `max_bytes`, else ResourceExhausted
-// naming it as `what`) and finishes it.
-absl::StatusOr<std::string> ReadText(ByteStream& stream, size_t max_bytes, std::string_view what) {
+// naming it as `what`) and finishes it. `started`, when not null, says
+// whether any byte arrived (also when it fails).
+absl::StatusOr<std::string> ReadText(ByteStream& stream, size_t max_bytes, std::string_view what,
+                                     bool* started = nullptr) {
   std::string text;
   char buffer[64 << 10];
   while (true) {
     WDS_ASSIGN_OR_RETURN(size_t n, stream.Read(buffer, sizeof(buffer)));
     if (n == 0) break;
+    if (started != nullptr) *started = true;
     if (text.size() + n > max_bytes) {
       return absl::ResourceExhaustedError(
           Cat(stream.url(), ": ", what, " larger than ", max_bytes, " bytes"));
@@ -180,9 +184,11 @@ absl::StatusOr<std::optional<ShardIndex>> RemoteSidecar(std::string_view url,
     if (absent(stream.status())) return std::nullopt;
     return stream.status();
   }
-  absl::StatusOr<std::string> text = ReadText(**stream, kMaxSidecarBytes, "an index sidecar");
+  bool started = false;
+  absl::StatusOr<std::string> text =
+      ReadText(**stream, kMaxSidecarBytes, "an index sidecar", &started);
   if (!text.ok()) {
-    if (absent(text.status())) return std::nullopt;
+    if (!started && absent(text.status())) return std::nullopt;
     return text.status();
   }
   WDS_ASSIGN_OR_RETURN(ShardIndex index, ShardIndex::Parse(*text, sidecar));

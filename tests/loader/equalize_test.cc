@@ -59,39 +59,40 @@ TEST(PlanRankEpochTest, PartialBatchCountsForWrapOnly) {
 }
 
 // The digest that AgreeOnSteps compares is the same on every rank of one
-// list, and changes with a URL, the list's order and, only for a
-// sample-granular split, a count.
+// list, and changes with the list's length and, only for a sample-granular
+// split, a count or the counts' order; not with the URLs (a node's own
+// mirror), and it is 0 when each rank reads its own list.
 TEST(PlanRankEpochTest, TheListDigestIsTheSameOnEveryRankAndNamesWhatTheSplitDependsOn) {
   auto digest = [](const std::vector<std::string>& shards, ShardSampleCounts counts, int rank,
-                   SplitGranularity split) {
-    WorkerContext ctx{.rank = rank, .world_size = 2, .num_workers = 2, .epoch = 3};
-    RankEpochPlan plan =
-        PlanRankEpoch(shards, {.shuffle = true, .split = split}, ctx, {.batch_size = 4}, counts)
-            .value();
+                   SplitGranularity split, ShardSplitter nodes = SplitByNode) {
+    WorkerContext ctx{.rank = rank, .world_size = 2, .num_workers = 2, .epoch = 3 * rank};
+    ShardListOptions list{.shuffle = true, .nodesplitter = nodes, .split = split};
+    RankEpochPlan plan = PlanRankEpoch(shards, list, ctx, {.batch_size = 4}, counts).value();
     return std::make_tuple(plan.list_digest, plan.dataset_shards, plan.dataset_samples);
   };
-  ShardSampleCounts other = UnevenCounts();
-  other.Set("c.tar", 51);
+  ShardSampleCounts recounted = UnevenCounts();
+  recounted.Set("c.tar", 51);
   const std::vector<std::string> reordered = {"b.tar", "a.tar", "c.tar", "d.tar", "e.tar"};
-  const std::vector<std::string> joined = {"a.tarb.tar", "", "c.tar", "d.tar", "e.tar"};
+  const std::vector<std::string> mirrored = {"m/a.tar", "m/b.tar", "m/c.tar", "m/d.tar", "m/e.tar"};
+  ShardSampleCounts mirror_counts;
+  const int sizes[] = {100, 300, 50, 700, 20};
+  for (int s = 0; s < 5; ++s) mirror_counts.Set(mirrored[s], sizes[s]);
+  const std::vector<std::string> fewer(kShards.begin(), kShards.end() - 1);
   for (SplitGranularity split : {SplitGranularity::kSamples, SplitGranularity::kShards}) {
+    const bool samples = split == SplitGranularity::kSamples;
     const auto base = digest(kShards, UnevenCounts(), 0, split);
     EXPECT_NE(std::get<0>(base), 0u);
     EXPECT_EQ(std::get<1>(base), 5);
-    EXPECT_EQ(std::get<2>(base), split == SplitGranularity::kSamples ? 1170 : 0);
-    EXPECT_EQ(digest(kShards, UnevenCounts(), 1, split), base);
-    EXPECT_NE(std::get<0>(digest(reordered, UnevenCounts(), 0, split)), std::get<0>(base));
-    ShardSampleCounts joined_counts = UnevenCounts();
-    joined_counts.Set("a.tarb.tar", 100);
-    joined_counts.Set("", 300);
-    EXPECT_NE(std::get<0>(digest(joined, joined_counts, 0, split)), std::get<0>(base));
-    const auto counted = digest(kShards, other, 0, split);
-    if (split == SplitGranularity::kSamples) {
-      EXPECT_NE(std::get<0>(counted), std::get<0>(base));
-      EXPECT_EQ(std::get<2>(counted), 1171);
-    } else {
-      EXPECT_EQ(counted, base);
-    }
+    EXPECT_EQ(std::get<2>(base), samples ? 1170 : 0);
+    EXPECT_EQ(digest(kShards, UnevenCounts(), 1, split), base);  // another rank and epoch
+    EXPECT_EQ(digest(mirrored, mirror_counts, 1, split), base);
+    EXPECT_NE(std::get<0>(digest(fewer, UnevenCounts(), 0, split)), std::get<0>(base));
+    EXPECT_EQ(std::get<0>(digest(reordered, UnevenCounts(), 0, split)) != std::get<0>(base),
+              samples);
+    const auto counted = digest(kShards, recounted, 0, split);
+    EXPECT_EQ(std::get<0>(counted) != std::get<0>(base), samples);
+    EXPECT_EQ(std::get<2>(counted), samples ? 1171 : 0);
+    EXPECT_EQ(std::get<0>(digest(kShards, UnevenCounts(), 0, split, nullptr)), 0u);
   }
 }
 

@@ -268,6 +268,11 @@ TEST(CountSamplesTest, UsesTheSidecarWhenPresent) {
   dir.Write("s.tar.idx", "v1.2 42\n");
   EXPECT_EQ(*CountSamples(path), 42);
   EXPECT_EQ(IndexPath(path), path + ".idx");
+  // A file: or file:// URL's sidecar is the file's.
+  for (const std::string& url : {"file:" + path, "file://" + path}) {
+    EXPECT_TRUE(HasSidecar(url)) << url;
+    EXPECT_EQ(*CountSamples(url), 42) << url;
+  }
 }
 
 TEST(CountSamplesTest, MalformedSidecarIsAnErrorNamingIt) {
@@ -385,7 +390,8 @@ TEST(DatasetIndexTest, ALocalIndexIsReadAsAFileWhateverTheOpener) {
   TempDir dir;
   ASSERT_TRUE(TwoShards().Save(dir.path() + "/ds.json").ok());
   const ServingOpener serving{"not what the file holds"};
-  for (const std::string& url : {dir.path() + "/ds.json", "file:" + dir.path() + "/ds.json"}) {
+  for (const std::string& url : {dir.path() + "/ds.json", "file:" + dir.path() + "/ds.json",
+                                 "file://" + dir.path() + "/ds.json"}) {
     absl::StatusOr<DatasetIndex> loaded = DatasetIndex::Load(url, serving.opener());
     ASSERT_TRUE(loaded.ok()) << loaded.status();
     EXPECT_EQ(loaded->shards[1].url, dir.path() + "/train-000001.tar");
@@ -395,6 +401,9 @@ TEST(DatasetIndexTest, ALocalIndexIsReadAsAFileWhateverTheOpener) {
       DatasetIndex::Load(std::string_view(dir.path() + "/none.json"), serving.opener());
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(missing.status().message(), dir.path() + "/none.json: cannot open");
+  absl::StatusOr<DatasetIndex> missing_url =
+      DatasetIndex::Load(std::string_view("file://" + dir.path() + "/none.json"), serving.opener());
+  EXPECT_EQ(missing_url.status().message(), dir.path() + "/none.json: cannot open");
 }
 
 TEST(DatasetIndexTest, ARemoteIndexsErrorsNameItsUrl) {

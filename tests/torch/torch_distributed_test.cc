@@ -400,12 +400,14 @@ TEST(DistributedContextTest, CheckStepCountsNamesEveryRankAndItsCount) {
 // PlanOf is rank `rank`'s plan (of 3, 1 worker, batches of 2) of `urls`
 // with `counts` samples each.
 RankEpochPlan PlanOf(int rank, const std::vector<std::string>& urls,
-                     const std::vector<int64_t>& counts, SplitGranularity split) {
+                     const std::vector<int64_t>& counts, SplitGranularity split,
+                     ShardSplitter nodes = SplitByNode) {
   ShardSampleCounts known;
   for (size_t i = 0; i < urls.size(); ++i) known.Set(urls[i], counts[i]);
   WorkerContext ctx{.rank = rank, .world_size = 3, .num_workers = 1, .epoch = 0, .seed = 5};
   absl::StatusOr<RankEpochPlan> plan =
-      PlanRankEpoch(urls, {.split = split}, ctx, {.batch_size = 2, .partial = false}, known);
+      PlanRankEpoch(urls, {.nodesplitter = nodes, .split = split}, ctx,
+                    {.batch_size = 2, .partial = false}, known);
   if (!plan.ok()) throw std::runtime_error(std::string(plan.status().message()));
   return *std::move(plan);
 }
@@ -433,6 +435,12 @@ TEST(DistributedContextTest, AgreeOnStepsRefusesRanksThatSeeOtherListsOrCounts) 
     absl::StatusOr<EqualizedSteps> list = AgreeOnSteps(
         dist, PlanOf(rank, listed, {6, 5, 7, 6}, SplitGranularity::kShards), EqualizePolicy::kWrap);
     s << " | " << list.status().ToString();
+    // Without a node split each rank reads its own list: they may differ.
+    std::vector<std::string> own = {urls[rank]};
+    absl::StatusOr<EqualizedSteps> mine =
+        AgreeOnSteps(dist, PlanOf(rank, own, {4 + 2 * rank}, SplitGranularity::kShards, nullptr),
+                     EqualizePolicy::kDrop);
+    s << " | " << (mine.ok() ? "steps " + std::to_string(mine->steps) : mine.status().ToString());
     return s.str();
   });
   const std::string advice =
@@ -445,7 +453,7 @@ TEST(DistributedContextTest, AgreeOnStepsRefusesRanksThatSeeOtherListsOrCounts) 
       advice +
       " | FAILED_PRECONDITION: the ranks do not see the same shard list and counts (ranks [0] 3 "
       "shards; ranks [1, 2] 4 shards" +
-      advice;
+      advice + " | steps 2";
   EXPECT_THAT(out, ElementsAre(expected, expected, expected));
 }
 

@@ -92,14 +92,16 @@ struct WorkerPlan {
 struct RankEpochPlan {
   EpochBatching batching;
   std::vector<WorkerPlan> workers;  // indexed by worker
-  // list_digest fingerprints what every rank must see alike for the split
-  // to share the data out without overlap: the shard list as given (its
-  // URLs in order) and, for a sample-granular split, every shard's count;
-  // dataset_shards is the list's length and dataset_samples a sample-granular
-  // split's total (0 for whole shards). Ranks that glob a directory, or read
-  // a stale copy of the dataset index, can differ here; AgreeOnSteps
-  // (wds/torch/equalize.h) checks it. All 0 for a plan from samples (a
-  // resumed epoch, whose shares come from one job state).
+  // list_digest fingerprints what every rank must see alike for a split by
+  // node to share the data out without overlap: the list's length and, for
+  // a sample-granular split, every shard's count in the list's order (not
+  // the URLs, which may name a node's own mirror or mount). Ranks that glob
+  // a directory while shards are written, or read a stale copy of the
+  // dataset index, differ here; AgreeOnSteps (wds/torch/equalize.h) checks
+  // it. 0 without a nodesplitter (each rank reads its own list) and for a
+  // plan from samples (a resumed epoch, whose shares come from one job
+  // state). dataset_shards is the list's length and dataset_samples a
+  // sample-granular split's total (0 for whole shards).
   uint64_t list_digest = 0;
   int64_t dataset_shards = 0;
   int64_t dataset_samples = 0;

@@ -8,7 +8,7 @@
 // dataset index, the .idx sidecars or the shards themselves are read once:
 //
 //   wds::ShardCounts cache;  // its owner sets its lifetime (the bindings: the process)
-//   absl::StatusOr<std::shared_ptr<wds::ListCounts>> list = cache.For(urls, index_path);
+//   absl::StatusOr<std::shared_ptr<wds::ListCounts>> list = cache.For(urls, index_url);
 //   absl::StatusOr<std::vector<int64_t>> n = (*list)->Counts(urls, opener);
 //   options.dataset_index = (*list)->Known();  // a pipeline that reads no count it lists
 //
@@ -67,6 +67,11 @@ class ListCounts {
   bool known() const { return known_; }
   // index is the loaded dataset index (null without one).
   const std::shared_ptr<const DatasetIndex>& index() const { return index_; }
+  // index_digest fingerprints the index's URLs and counts in its order (0
+  // without one): a process that reads an index again (a spawned worker)
+  // compares it with the one its dataset was planned by, since an index at a
+  // URL may have been replaced meanwhile.
+  uint64_t index_digest() const { return index_digest_; }
 
   // Count returns the samples of `url`, reading a shard not counted yet
   // through `opener` (the pipeline's, so that remote options and caches
@@ -86,6 +91,7 @@ class ListCounts {
   const std::shared_ptr<std::mutex> mu_;
   const std::shared_ptr<const DatasetIndex> index_;
   const bool known_;
+  uint64_t index_digest_ = 0;
   std::unordered_map<std::string, int64_t> counted_;
   // known_index_ is Known()'s answer, null when a count was added since.
   std::shared_ptr<const DatasetIndex> known_index_;

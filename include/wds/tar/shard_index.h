@@ -124,7 +124,7 @@ struct DatasetIndex {
   // Load reads `path`, resolving relative URLs against its directory.
   [[nodiscard]] static absl::StatusOr<DatasetIndex> Load(const std::string& path);
   // Load reads the index at `url` through `opener`: a local path or file:
-  // URL as Load(path) does, anything else (a remote URL, pipe:) from the
+  // (file://) URL as Load(path) does, anything else (a remote URL, pipe:) from the
   // stream `opener` opens, at most 1 GiB. Relative URLs are joined to a
   // remote URL's directory: the URL up to the last '/' of its path, query
   // dropped ("s3://bucket/train/index.json" -> "s3://bucket/train/"). Errors
