@@ -164,7 +164,7 @@ void RegisterPlan(py::module_& m) {
         std::shared_ptr<const RemoteAccess> access = RemoteAccess::FromPython(remote);
         std::shared_ptr<wds::ListCounts> cached =
             CountsFor(urls, dataset_index, RemoteAccess::FromPython(index_remote));
-        CheckIndexUnchanged(*cached, dataset_index, index_digest);
+        if (split_samples) CheckIndexUnchanged(*cached, urls, dataset_index, index_digest);
         const wds::Opener opener = PythonOpener(access);
         absl::StatusOr<wds::RankEpochPlan> plan;
         SignalCheck signals;  // counts may read stalled shards
@@ -196,7 +196,7 @@ void RegisterPlan(py::module_& m) {
         wds::UnlistedShards unlisted;
         if (counts->index() != nullptr) unlisted = wds::FindUnlisted(urls, *counts->index());
         return py::make_tuple(counts->known(), unlisted.count, unlisted.first,
-                              counts->index_digest());
+                              counts->IndexDigest(urls));
       },
       py::arg("urls"), py::arg("dataset_index") = "", py::arg("remote") = py::none(),
       "(known, unlisted, first unlisted, index digest): whether every shard's count is known "

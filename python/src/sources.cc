@@ -300,8 +300,8 @@ wds::StreamFactory ShardSource(std::vector<std::string> urls, const ShardSourceO
     // (a stalled pipe: or server) raises here.
     std::shared_ptr<wds::ListCounts> counts = CountsFor(
         urls, options.dataset_index, options.index_remote ? options.index_remote : remote);
-    CheckIndexUnchanged(*counts, options.dataset_index, options.index_digest);
     if (options.split_samples) {
+      CheckIndexUnchanged(*counts, urls, options.dataset_index, options.index_digest);
       SignalCheck signals;
       {
         py::gil_scoped_release release;
@@ -360,14 +360,14 @@ std::shared_ptr<wds::ListCounts> CountsFor(
   return *std::move(list);
 }
 
-void CheckIndexUnchanged(const wds::ListCounts& counts, const std::string& index_url,
-                         uint64_t expected) {
-  if (expected == 0 || counts.index_digest() == expected) return;
+void CheckIndexUnchanged(const wds::ListCounts& counts, const std::vector<std::string>& urls,
+                         const std::string& index_url, uint64_t expected) {
+  if (expected == 0 || counts.IndexDigest(urls) == expected) return;
   throw py::value_error(wds::Cat(
       "dataset_index ", index_url,
-      " changed since the dataset was made: this process read other shards or counts than the "
-      "process that made it, and would split the samples otherwise than the rest of the job "
-      "(replace an index only between jobs, or make the dataset again)"));
+      " changed since the dataset was made: this process read other counts of its shards than "
+      "the process that made it, and would share out the samples otherwise than the rest of the "
+      "job (replace an index only between jobs)"));
 }
 
 wds::MemberNameHook PythonMemberNames(py::handle select_files, py::handle rename_files) {

@@ -41,8 +41,8 @@ struct ShardSourceOptions {
   // the shards'; the bindings pass the shard list's).
   std::string dataset_index;
   std::shared_ptr<const RemoteAccess> index_remote;
-  // index_digest is the index's ListCounts::index_digest() when the dataset
-  // was made (0: unchecked); CheckIndexUnchanged compares it.
+  // index_digest is the index's ListCounts::IndexDigest(urls) when the
+  // dataset was made (0: unchecked); CheckIndexUnchanged compares it.
   uint64_t index_digest = 0;
 };
 
@@ -74,12 +74,13 @@ std::shared_ptr<wds::ListCounts> CountsFor(const std::vector<std::string>& urls,
                                            const std::string& index_url,
                                            const std::shared_ptr<const RemoteAccess>& index_remote);
 
-// CheckIndexUnchanged raises ValueError when `expected` (the index digest
-// the dataset was made with; 0: none to check) is not `counts`' own: the
-// index at `index_url` was replaced since, and this process (a spawned
-// worker) would split by other counts than the rest of the job.
-void CheckIndexUnchanged(const wds::ListCounts& counts, const std::string& index_url,
-                         uint64_t expected);
+// CheckIndexUnchanged raises ValueError when `expected` (the index's digest
+// of `urls` when the dataset was made; 0: none to check) is not `counts`'
+// own: the index at `index_url` was replaced since, and this process (a
+// spawned worker) would share out samples by other counts than the rest of
+// the job. Only a sample-granular split depends on the counts.
+void CheckIndexUnchanged(const wds::ListCounts& counts, const std::vector<std::string>& urls,
+                         const std::string& index_url, uint64_t expected);
 
 // UrlSource reads the shards a Python iterator yields (str URLs or dicts with
 // a "url"), one at a time, with `handler` deciding after a failing shard.

@@ -172,39 +172,54 @@ def test_a_dataset_index_that_cannot_be_read_is_a_clear_error(tmp_path, monkeypa
 
 def test_a_process_that_reads_a_replaced_index_refuses_to_split_by_it(tmp_path, monkeypatch):
     """A spawned worker reads the index again: one replaced since the dataset
-    was made (another count) would split otherwise than the rest of the job."""
+    was made (another count of one of its shards) would share out the samples
+    otherwise than the rest of the job. Other shards' entries, their order,
+    and a split by whole shards do not matter."""
     paths, pattern = shard_set(tmp_path, sidecars=False)
     index = index_with_the_tool(paths, tmp_path)
-    dataset = wds.WebDataset(pattern, shardshuffle=100, seed=3, nodesplitter=wds.split_by_node,
-                             dataset_index=index)
-    pickled = tmp_path / "dataset.pickle"
-    with open(pickled, "wb") as f:
-        pickle.dump(dataset, f)
+    listed = json.load(open(index))
+    listed["shardlist"].append({"url": "other.tar", "nsamples": 5})
+    with open(index, "w") as f:
+        json.dump(listed, f)
     env = dict(os.environ, RANK="1", WORLD_SIZE="2", WORKER="0", NUM_WORKERS="2")
     expected = shares(pattern, monkeypatch, dataset_index=index)[1, 0]
+    datasets = {}
+    for split in (None, "shards"):
+        datasets[split] = tmp_path / f"dataset-{split}.pickle"
+        with open(datasets[split], "wb") as f:
+            pickle.dump(wds.WebDataset(pattern, shardshuffle=100, seed=3, split=split,
+                                       nodesplitter=wds.split_by_node, dataset_index=index), f)
 
-    def worker():
-        return subprocess.run([sys.executable, "-c", _WORKER_KEYS, str(pickled)], env=env,
-                              capture_output=True, text=True, timeout=120)
+    def worker(split=None):
+        return subprocess.run([sys.executable, "-c", _WORKER_KEYS, str(datasets[split])],
+                              env=env, capture_output=True, text=True, timeout=120)
 
     run = worker()  # the same index: the same share
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == expected
-    listed = json.load(open(index))
-    listed["shardlist"][2]["nsamples"] += 1
-    with open(index, "w") as f:
-        json.dump(listed, f)
+
+    def rewrite(change):
+        change(listed["shardlist"])
+        with open(index, "w") as f:
+            json.dump(listed, f)
+
+    rewrite(lambda shards: (shards.reverse(), shards[0].update(nsamples=6)))  # other.tar's
+    run = worker()
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == expected
+    rewrite(lambda shards: shards[3].update(nsamples=shards[3]["nsamples"] + 1))
+    run = worker("shards")  # whole shards: the counts do not place them
+    assert run.returncode == 0, run.stderr
     run = worker()
     assert run.returncode != 0
     assert run.stderr.strip().splitlines()[-1] == (
         f"ValueError: dataset_index {index} changed since the dataset was made: this process "
-        "read other shards or counts than the process that made it, and would split the "
-        "samples otherwise than the rest of the job (replace an index only between jobs, or "
-        "make the dataset again)")
+        "read other counts of its shards than the process that made it, and would share out "
+        "the samples otherwise than the rest of the job (replace an index only between jobs)")
     # plan_epoch in such a process says so too.
     plan = ("import pickle, sys, webdataset_cpp as wds\n"
             "wds.plan_epoch(pickle.load(open(sys.argv[1], 'rb')).batched(2), num_workers=2)")
-    run = subprocess.run([sys.executable, "-c", plan, str(pickled)], env=env,
+    run = subprocess.run([sys.executable, "-c", plan, str(datasets[None])], env=env,
                          capture_output=True, text=True, timeout=120)
     assert run.returncode != 0 and "changed since the dataset was made" in run.stderr
 

@@ -120,7 +120,11 @@ def agreed_steps(dataset, num_workers=1, policy="drop", epoch=None, group=None, 
     gathered = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
     dist.all_gather(gathered, mine, group=group)
     rows = [row.tolist() for row in gathered]
-    if len({row[1] for row in rows}) > 1:
+    counts = [row[0] for row in rows]
+    agreed = min(counts) if policy == "drop" else max(counts)
+    if all(row[2] == 0 for row in rows):  # no rank splits its list by node: nothing to compare
+        return agreed
+    if all(row[2] != 0 for row in rows) and len({row[1] for row in rows}) > 1:
         by_samples = [_global_rank(dist, group, i) for i, row in enumerate(rows) if row[1]]
         by_shards = [_global_rank(dist, group, i) for i, row in enumerate(rows) if not row[1]]
         raise ValueError(
@@ -132,16 +136,17 @@ def agreed_steps(dataset, num_workers=1, policy="drop", epoch=None, group=None, 
     if len({row[2] for row in rows}) > 1:
         lists = {}  # digest -> (its ranks, shards, samples), in the order of their first rank
         for i, (_, _, d, shards, samples) in enumerate(rows):
-            lists.setdefault(d, ([], shards, samples))[0].append(_global_rank(dist, group, i))
-        seen = "; ".join(f"ranks {ranks} {shards} shards" + (f", {n} samples" if n else "")
-                         for ranks, shards, n in lists.values())
+            lists.setdefault(d, ([], shards, samples, d == 0))[0].append(
+                _global_rank(dist, group, i))
+        seen = "; ".join(f"ranks {ranks} {shards} shards" + (f", {n} samples" if n else "") +
+                         (" of their own (not split by node)" if own else "")
+                         for ranks, shards, n, own in lists.values())
         raise ValueError(
             f"agreed_steps: the ranks do not see the same shard list and counts ({seen}), so "
             "their shares would overlap or leave samples out: give every rank the same list and "
             "the same dataset index (a stale copy of the index, or a directory listed while "
             "shards are written, differ)")
-    counts = [row[0] for row in rows]
-    return min(counts) if policy == "drop" else max(counts)
+    return agreed
 
 
 def gather_state_dict(source, group=None, worker_states=None):

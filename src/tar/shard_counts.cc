@@ -1,5 +1,6 @@
 #include "wds/tar/shard_counts.h"
 
+#include <algorithm>
 #include <string_view>
 #include <unordered_set>
 #include <utility>
@@ -11,12 +12,14 @@ namespace wds {
 namespace {
 
 std::string Key(const std::vector<std::string>& urls, const std::string& index_url) {
+  std::vector<std::string_view> sorted(urls.begin(), urls.end());
+  std::sort(sorted.begin(), sorted.end());
   size_t size = index_url.size() + 1;
   for (const std::string& url : urls) size += url.size() + 1;
   std::string key;
   key.reserve(size);
   key.append(index_url).push_back('\0');
-  for (const std::string& url : urls) key.append(url).push_back('\0');
+  for (std::string_view url : sorted) key.append(url).push_back('\0');
   return key;
 }
 
@@ -67,15 +70,24 @@ ListCounts::ListCounts(std::shared_ptr<std::mutex> mu, std::shared_ptr<const Dat
                        bool known)
     : mu_(std::move(mu)), index_(std::move(index)), known_(known) {
   if (index_ == nullptr) return;
-  index_digest_ = kFnv1aOffset;
+  listed_.reserve(index_->shards.size());
   for (const DatasetShard& shard : index_->shards) {
     counted_[shard.url] = shard.nsamples;
-    // Each URL with its length: no two lists fold alike by where one ends.
-    index_digest_ =
-        Fnv1a(Cat(shard.url.size(), ":", shard.url, "=", shard.nsamples, ";"), index_digest_);
+    listed_[shard.url] = shard.nsamples;
   }
-  if (index_digest_ == 0) index_digest_ = 1;  // 0 stands for "no index"
   known_index_ = index_;
+}
+
+uint64_t ListCounts::IndexDigest(const std::vector<std::string>& urls) const {
+  if (index_ == nullptr) return 0;
+  // A sum of each listed URL's own hash (with its length, so that no two
+  // entries fold alike by where a URL ends): the same for any order.
+  uint64_t digest = 1;  // 0 stands for "no index"
+  for (const std::string& url : urls) {
+    auto it = listed_.find(url);
+    if (it != listed_.end()) digest += Fnv1a(Cat(url.size(), ":", url, "=", it->second));
+  }
+  return digest == 0 ? 1 : digest;
 }
 
 absl::StatusOr<int64_t> ListCounts::Count(const std::string& url, const Opener& opener) {

@@ -26,7 +26,8 @@ absl::Status ListsDiffer(const std::vector<int64_t>& digests, const std::vector<
     for (int r : group) names += Cat(names.empty() ? "" : ", ", r);
     const int64_t n = samples[group.front()];
     lists += Cat(lists.empty() ? "" : "; ", "ranks [", names, "] ", shards[group.front()],
-                 " shards", n > 0 ? Cat(", ", n, " samples") : std::string());
+                 " shards", n > 0 ? Cat(", ", n, " samples") : std::string(),
+                 digest == 0 ? " of their own (not split by node)" : "");
   }
   return absl::FailedPreconditionError(
       Cat("the ranks do not see the same shard list and counts (", lists,

@@ -59,9 +59,9 @@ TEST(PlanRankEpochTest, PartialBatchCountsForWrapOnly) {
 }
 
 // The digest that AgreeOnSteps compares is the same on every rank of one
-// list, and changes with the list's length and, only for a sample-granular
-// split, a count or the counts' order; not with the URLs (a node's own
-// mirror), and it is 0 when each rank reads its own list.
+// list, and changes with the list's order or members (by their last
+// component, not a node's own mirror before it) and, only for a
+// sample-granular split, a count; it is 0 when each rank reads its own list.
 TEST(PlanRankEpochTest, TheListDigestIsTheSameOnEveryRankAndNamesWhatTheSplitDependsOn) {
   auto digest = [](const std::vector<std::string>& shards, ShardSampleCounts counts, int rank,
                    SplitGranularity split, ShardSplitter nodes = SplitByNode) {
@@ -78,6 +78,9 @@ TEST(PlanRankEpochTest, TheListDigestIsTheSameOnEveryRankAndNamesWhatTheSplitDep
   const int sizes[] = {100, 300, 50, 700, 20};
   for (int s = 0; s < 5; ++s) mirror_counts.Set(mirrored[s], sizes[s]);
   const std::vector<std::string> fewer(kShards.begin(), kShards.end() - 1);
+  const std::vector<std::string> other = {"a.tar", "b.tar", "c.tar", "d.tar", "f.tar"};
+  ShardSampleCounts other_counts = UnevenCounts();
+  other_counts.Set("f.tar", 20);
   for (SplitGranularity split : {SplitGranularity::kSamples, SplitGranularity::kShards}) {
     const bool samples = split == SplitGranularity::kSamples;
     const auto base = digest(kShards, UnevenCounts(), 0, split);
@@ -87,8 +90,8 @@ TEST(PlanRankEpochTest, TheListDigestIsTheSameOnEveryRankAndNamesWhatTheSplitDep
     EXPECT_EQ(digest(kShards, UnevenCounts(), 1, split), base);  // another rank and epoch
     EXPECT_EQ(digest(mirrored, mirror_counts, 1, split), base);
     EXPECT_NE(std::get<0>(digest(fewer, UnevenCounts(), 0, split)), std::get<0>(base));
-    EXPECT_EQ(std::get<0>(digest(reordered, UnevenCounts(), 0, split)) != std::get<0>(base),
-              samples);
+    EXPECT_NE(std::get<0>(digest(reordered, UnevenCounts(), 0, split)), std::get<0>(base));
+    EXPECT_NE(std::get<0>(digest(other, other_counts, 0, split)), std::get<0>(base));
     const auto counted = digest(kShards, recounted, 0, split);
     EXPECT_EQ(std::get<0>(counted) != std::get<0>(base), samples);
     EXPECT_EQ(std::get<2>(counted), samples ? 1171 : 0);

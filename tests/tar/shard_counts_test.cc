@@ -62,6 +62,9 @@ TEST(ShardCountsTest, OneEntryPerListAndIndexForTheCachesLife) {
   std::shared_ptr<ListCounts> first = *cache.For({"mem://a.tar"}, "");
   EXPECT_EQ(*cache.For({"mem://a.tar"}, ""), first);
   EXPECT_NE(*cache.For({"mem://a.tar", "mem://b.tar"}, ""), first);
+  // A list's counts do not depend on its order (a list shuffled per epoch).
+  EXPECT_EQ(*cache.For({"mem://b.tar", "mem://a.tar"}, ""),
+            *cache.For({"mem://a.tar", "mem://b.tar"}, ""));
   CountingOpener counting;
   ASSERT_TRUE(first->Count("mem://a.tar", counting.opener(2)).ok());
   EXPECT_EQ(*(*cache.For({"mem://a.tar"}, ""))->Count("mem://a.tar", counting.opener(2)), 2);
@@ -107,6 +110,12 @@ TEST(ShardCountsTest, ARemoteIndexIsReadThroughTheIndexOpenerOnce) {
   CountingOpener counting;
   EXPECT_THAT(*list->Counts(urls, counting.opener(1)), ElementsAre(7, 5));
   EXPECT_EQ(*counting.opens, 0);
+  // The index's digest of a list: its listed URLs and counts, in any order.
+  const uint64_t digest = list->IndexDigest(urls);
+  EXPECT_NE(digest, 0u);
+  EXPECT_EQ(list->IndexDigest({urls[1], urls[0], "https://host/ds/unlisted.tar"}), digest);
+  EXPECT_NE(list->IndexDigest({urls[0]}), digest);
+  EXPECT_EQ((*cache.For(urls, ""))->IndexDigest(urls), 0u);  // no index
   // The same index under another URL lists other shards.
   EXPECT_FALSE((*cache.For(urls, "https://host/other/index.json", serving))->known());
   EXPECT_EQ(*fetches, 2);

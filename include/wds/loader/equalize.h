@@ -93,12 +93,12 @@ struct RankEpochPlan {
   EpochBatching batching;
   std::vector<WorkerPlan> workers;  // indexed by worker
   // list_digest fingerprints what every rank must see alike for a split by
-  // node to share the data out without overlap: the list's length and, for
-  // a sample-granular split, every shard's count in the list's order (not
-  // the URLs, which may name a node's own mirror or mount). Ranks that glob
-  // a directory while shards are written, or read a stale copy of the
-  // dataset index, differ here; AgreeOnSteps (wds/torch/equalize.h) checks
-  // it. 0 without a nodesplitter (each rank reads its own list) and for a
+  // node to share the data out without overlap: the list in its order, by
+  // each URL's last component (a node's own mirror or mount may differ
+  // before it), and for a sample-granular split every shard's count. Ranks
+  // that glob a directory while shards are written, or read a stale copy of
+  // the dataset index, differ here; AgreeOnSteps (wds/torch/equalize.h)
+  // checks it. 0 without a nodesplitter (each rank reads its own list) and for a
   // plan from samples (a resumed epoch, whose shares come from one job
   // state). dataset_shards is the list's length and dataset_samples a
   // sample-granular split's total (0 for whole shards).

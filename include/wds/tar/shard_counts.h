@@ -25,6 +25,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -67,11 +68,12 @@ class ListCounts {
   bool known() const { return known_; }
   // index is the loaded dataset index (null without one).
   const std::shared_ptr<const DatasetIndex>& index() const { return index_; }
-  // index_digest fingerprints the index's URLs and counts in its order (0
-  // without one): a process that reads an index again (a spawned worker)
-  // compares it with the one its dataset was planned by, since an index at a
-  // URL may have been replaced meanwhile.
-  uint64_t index_digest() const { return index_digest_; }
+  // IndexDigest fingerprints what the index says of `urls`: each listed
+  // URL with its count, in any order (0 without an index). A process that
+  // reads an index again (a spawned worker) compares it with the one its
+  // dataset was planned by, since an index at a URL may have been replaced
+  // meanwhile; entries of other shards do not matter.
+  uint64_t IndexDigest(const std::vector<std::string>& urls) const;
 
   // Count returns the samples of `url`, reading a shard not counted yet
   // through `opener` (the pipeline's, so that remote options and caches
@@ -91,7 +93,8 @@ class ListCounts {
   const std::shared_ptr<std::mutex> mu_;
   const std::shared_ptr<const DatasetIndex> index_;
   const bool known_;
-  uint64_t index_digest_ = 0;
+  // listed_ is the index's counts by URL (views into index_), for IndexDigest.
+  std::unordered_map<std::string_view, int64_t> listed_;
   std::unordered_map<std::string, int64_t> counted_;
   // known_index_ is Known()'s answer, null when a count was added since.
   std::shared_ptr<const DatasetIndex> known_index_;
@@ -125,7 +128,8 @@ class ShardCounts {
 
  private:
   const std::shared_ptr<std::mutex> mu_;
-  // lists_ is keyed by the index path and the URLs, each ended by a NUL.
+  // lists_ is keyed by the index URL and the URLs in sorted order (the
+  // counts of a list do not depend on its order), each ended by a NUL.
   std::unordered_map<std::string, std::shared_ptr<ListCounts>> lists_;
 };
 
