@@ -136,12 +136,12 @@ absl::StatusOr<RankEpochPlan> PlanRankEpoch(const std::vector<std::string>& shar
     // The URL's last component with its length (a node's own mirror or
     // mount differs before it), and a sample-granular split's count.
     const std::string_view name = std::string_view(url).substr(url.rfind('/') + 1);
-    digest = Fnv1a(Cat(" ", name.size(), ":", name), digest);
+    digest = Fnv1a(name, Fnv1aValue(name.size(), digest));
     if (options.split != SplitGranularity::kSamples) continue;
     WDS_ASSIGN_OR_RETURN(int64_t count, counts.Count(url));
     all_counts.push_back(count);
     plan.dataset_samples += count;
-    digest = Fnv1a(Cat("=", count), digest);
+    digest = Fnv1aValue(static_cast<uint64_t>(count), digest);
   }
   // Without a node split each rank reads a list of its own: nothing to agree on.
   plan.list_digest = options.nodesplitter ? digest : 0;

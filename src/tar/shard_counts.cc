@@ -1,6 +1,5 @@
 #include "wds/tar/shard_counts.h"
 
-#include <algorithm>
 #include <string_view>
 #include <unordered_set>
 #include <utility>
@@ -11,16 +10,19 @@
 namespace wds {
 namespace {
 
+// Key names a list in any order by two independent sums of its URLs'
+// hashes (128 bits: two lists collide with odds of about 2^-128) and its
+// length, after the index URL. What a ListCounts holds is per URL but for
+// known(), which depends on the set of URLs alone.
 std::string Key(const std::vector<std::string>& urls, const std::string& index_url) {
-  std::vector<std::string_view> sorted(urls.begin(), urls.end());
-  std::sort(sorted.begin(), sorted.end());
-  size_t size = index_url.size() + 1;
-  for (const std::string& url : urls) size += url.size() + 1;
-  std::string key;
-  key.reserve(size);
-  key.append(index_url).push_back('\0');
-  for (std::string_view url : sorted) key.append(url).push_back('\0');
-  return key;
+  uint64_t sum = 0;
+  uint64_t salted = 0;
+  for (const std::string& url : urls) {
+    const uint64_t h = Fnv1a(url);
+    sum += h;
+    salted += Fnv1a(url, h ^ 0x9e3779b97f4a7c15ull);
+  }
+  return Cat(index_url, std::string_view("\0", 1), urls.size(), ":", sum, ":", salted);
 }
 
 std::unordered_set<std::string_view> ListedUrls(const DatasetIndex* index) {
@@ -85,7 +87,10 @@ uint64_t ListCounts::IndexDigest(const std::vector<std::string>& urls) const {
   uint64_t digest = 1;  // 0 stands for "no index"
   for (const std::string& url : urls) {
     auto it = listed_.find(url);
-    if (it != listed_.end()) digest += Fnv1a(Cat(url.size(), ":", url, "=", it->second));
+    if (it != listed_.end()) {
+      digest += Fnv1aValue(static_cast<uint64_t>(it->second),
+                           Fnv1a(url, Fnv1aValue(url.size(), kFnv1aOffset)));
+    }
   }
   return digest == 0 ? 1 : digest;
 }

@@ -128,8 +128,8 @@ class ShardCounts {
 
  private:
   const std::shared_ptr<std::mutex> mu_;
-  // lists_ is keyed by the index URL and the URLs in sorted order (the
-  // counts of a list do not depend on its order), each ended by a NUL.
+  // lists_ is keyed by the index URL and a 128-bit digest of the URLs in
+  // any order (the counts of a list do not depend on its order).
   std::unordered_map<std::string, std::shared_ptr<ListCounts>> lists_;
 };
 

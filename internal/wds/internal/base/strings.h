@@ -99,5 +99,11 @@ inline uint64_t Fnv1a(std::string_view bytes, uint64_t h = kFnv1aOffset) {
   for (char c : bytes) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
   return h;
 }
+// Fnv1aValue folds the 8 bytes of `value` (little end first) into `h`: a
+// length or a count between strings, without formatting it.
+inline uint64_t Fnv1aValue(uint64_t value, uint64_t h) {
+  for (int i = 0; i < 8; ++i) h = (h ^ ((value >> (8 * i)) & 0xff)) * 1099511628211ull;
+  return h;
+}
 
 }  // namespace wds
