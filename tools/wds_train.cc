@@ -361,10 +361,7 @@ const char* ImageSpec(const Options& o) { return o.channels == 1 ? "l8" : "rgb8"
 // environment's remote options, uncached (an index may be replaced).
 std::shared_ptr<const wds::DatasetIndex> LoadIndex(const Options& o) {
   if (o.index.empty()) return nullptr;
-  wds::RemoteOptions uncached = wds::RemoteOptions::FromEnvironment();
-  uncached.cache_dir.clear();
-  absl::StatusOr<wds::DatasetIndex> index =
-      wds::DatasetIndex::Load(std::string_view(o.index), wds::MakeOpener(std::move(uncached)));
+  absl::StatusOr<wds::DatasetIndex> index = wds::DatasetIndex::Load(std::string_view(o.index), {});
   if (!index.ok()) Die("--index: " + Message(index.status()));
   return std::make_shared<const wds::DatasetIndex>(*std::move(index));
 }

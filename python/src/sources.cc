@@ -298,8 +298,8 @@ wds::StreamFactory ShardSource(std::vector<std::string> urls, const ShardSourceO
     // count that cannot be read is left to the catalog, which reports it
     // when the stream starts, as without the cache; Ctrl-C during the reads
     // (a stalled pipe: or server) raises here.
-    std::shared_ptr<wds::ListCounts> counts = CountsFor(
-        urls, options.dataset_index, options.index_remote ? options.index_remote : remote);
+    std::shared_ptr<wds::ListCounts> counts =
+        CountsFor(urls, options.dataset_index, options.index_remote);
     if (options.split_samples) {
       CheckIndexUnchanged(*counts, urls, options.dataset_index, options.index_digest);
       SignalCheck signals;

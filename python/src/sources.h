@@ -37,8 +37,8 @@ struct ShardSourceOptions {
   bool split_samples = false;
   // dataset_index is the path or URL of a dataset index (wds-shard index)
   // giving shard counts; empty: none. Counts are cached per process
-  // (CountsFor). A remote index is read with index_remote's options (null:
-  // the shards'; the bindings pass the shard list's).
+  // (CountsFor). A remote index is read with index_remote's options (the
+  // shard list's; null: the environment's).
   std::string dataset_index;
   std::shared_ptr<const RemoteAccess> index_remote;
   // index_digest is the index's ListCounts::IndexDigest(urls) when the

@@ -5,7 +5,6 @@
 #include <utility>
 
 #include "wds/internal/base/strings.h"
-#include "wds/io/remote.h"
 
 namespace wds {
 namespace {
@@ -31,14 +30,6 @@ std::unordered_set<std::string_view> ListedUrls(const DatasetIndex* index) {
   listed.reserve(index->shards.size());
   for (const DatasetShard& shard : index->shards) listed.insert(shard.url);
   return listed;
-}
-
-// UncachedOpener opens as OpenUrl does, remote URLs without the cache the
-// environment may name (a dataset index may be replaced under its URL).
-Opener UncachedOpener() {
-  RemoteOptions options = RemoteOptions::FromEnvironment();
-  options.cache_dir.clear();
-  return MakeOpener(std::move(options));
 }
 
 }  // namespace
@@ -149,8 +140,7 @@ absl::StatusOr<std::shared_ptr<ListCounts>> ShardCounts::For(const std::vector<s
   // make the same entry meanwhile (the first one stays).
   std::shared_ptr<const DatasetIndex> index;
   if (!index_url.empty()) {
-    absl::StatusOr<DatasetIndex> loaded =
-        DatasetIndex::Load(index_url, index_opener ? index_opener : UncachedOpener());
+    absl::StatusOr<DatasetIndex> loaded = DatasetIndex::Load(index_url, index_opener);
     if (!loaded.ok()) return loaded.status();
     index = std::make_shared<const DatasetIndex>(*std::move(loaded));
   }

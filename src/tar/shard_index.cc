@@ -390,7 +390,15 @@ absl::StatusOr<DatasetIndex> DatasetIndex::Load(const std::string& path) {
 
 absl::StatusOr<DatasetIndex> DatasetIndex::Load(std::string_view url, const Opener& opener) {
   if (std::optional<std::string> path = LocalPath(url); path.has_value()) return Load(*path);
-  WDS_ASSIGN_OR_RETURN(std::unique_ptr<ByteStream> stream, opener(url));
+  absl::StatusOr<std::unique_ptr<ByteStream>> opened;
+  if (opener) {
+    opened = opener(url);
+  } else {
+    RemoteOptions uncached = RemoteOptions::FromEnvironment();
+    uncached.cache_dir.clear();
+    opened = RemoteOpener(std::move(uncached)).Open(url);
+  }
+  WDS_ASSIGN_OR_RETURN(std::unique_ptr<ByteStream> stream, std::move(opened));
   WDS_ASSIGN_OR_RETURN(std::string text,
                        ReadText(*stream, kMaxDatasetIndexBytes, "a dataset index"));
   return Parse(text, url, UrlDirectory(url));

@@ -113,8 +113,7 @@ class ShardCounts {
   // (empty: none), which is read when the entry is made, through
   // `index_opener` when it is not a local file (DatasetIndex::Load(url,
   // opener); its error is returned as Load gives it). The two-argument form
-  // (or a null opener) opens a remote index with the environment's
-  // RemoteOptions without their cache.
+  // passes a null opener, which Load reads with the environment's options.
   [[nodiscard]] absl::StatusOr<std::shared_ptr<ListCounts>> For(
       const std::vector<std::string>& urls, const std::string& index_url,
       const Opener& index_opener);

@@ -127,8 +127,10 @@ struct DatasetIndex {
   // (file://) URL as Load(path) does, anything else (a remote URL, pipe:) from the
   // stream `opener` opens, at most 1 GiB. Relative URLs are joined to a
   // remote URL's directory: the URL up to the last '/' of its path, query
-  // dropped ("s3://bucket/train/index.json" -> "s3://bucket/train/"). Errors
-  // are the opener's, and Parse's naming `url`.
+  // dropped ("s3://bucket/train/index.json" -> "s3://bucket/train/"). A null
+  // `opener` reads with RemoteOptions::FromEnvironment() without its cache
+  // (an index may be replaced under its URL; give an opener without one
+  // too). Errors are the opener's, and Parse's naming `url`.
   [[nodiscard]] static absl::StatusOr<DatasetIndex> Load(std::string_view url,
                                                          const Opener& opener);
   // Save writes `path` through a temporary file renamed into place.
