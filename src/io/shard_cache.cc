@@ -70,7 +70,7 @@ bool IsHexName(std::string_view name) {
 // (WriteFileAtomically's temporary file).
 bool IsMetaTemp(std::string_view name) {
   constexpr std::string_view kTmp = ".tmp";
-  if (name.size() < 64 || !IsHexName(name.substr(0, 64)) || !EndsWith(name, kTmp)) return false;
+  if (!EndsWith(name, kTmp) || name.size() < 64 || !IsHexName(name.substr(0, 64))) return false;
   name.remove_prefix(64);
   if (!StartsWith(name, Cat(kMetaSuffix, "."))) return false;
   const std::string_view pid =
