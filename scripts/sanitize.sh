@@ -9,8 +9,9 @@
 #        limits_test, whose bounds are on peak RSS and address space, which ASan's shadow memory
 #        and quarantine make meaningless (it runs in the Release build of scripts/test.sh).
 #  tsan: the tests that run threads (the Loader with its stress test, resume, sample split,
-#        memory and queue tests, shard index scans, parallel image decoding, remote shards
-#        against in-process servers, GPU jobs decoded on the host by the Loader's workers) under ThreadSanitizer, in ${WDS_TSAN_BUILD_DIR:-build-tsan}.
+#        memory and queue tests, shard index scans, threads reading one indexed shard, parallel
+#        image decoding, remote shards against in-process servers, GPU jobs decoded on the host
+#        by the Loader's workers) under ThreadSanitizer, in ${WDS_TSAN_BUILD_DIR:-build-tsan}.
 #
 # Each test binary runs as one process (much faster than ctest's process per test case), two at
 # a time (the longest as two gtest shards), for at most ${WDS_SANITIZE_TIMEOUT:-900} seconds (a
@@ -37,7 +38,7 @@ done
 # corruption_sweep_test runs under ASan only: its Loaders have one worker, and
 # under TSan it would add 3.5 minutes to CI for races the stress test covers.
 tsan_tests=(loader_test resume_test elastic_test sample_split_test memory_test bounded_queue_test
-            shard_index_test image_formats_test remote_test gpu_jobs_test)
+            shard_index_test indexed_shard_test image_formats_test remote_test gpu_jobs_test)
 # The sweep is by far the longest binary (~3.5 min under ASan): it runs as two
 # gtest shards, so that both cores work until the end.
 declare -A shards=([corruption_sweep_test]=2)

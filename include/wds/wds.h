@@ -24,6 +24,7 @@
 #include "wds/pipeline/web_dataset.h"
 #include "wds/shards/shard_list.h"
 #include "wds/stages/stages.h"
+#include "wds/tar/indexed_shard.h"
 #include "wds/tar/shard_index.h"
 #include "wds/tar/shard_writer.h"
 #include "wds/tar/tar_reader.h"

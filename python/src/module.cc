@@ -16,6 +16,7 @@ void RegisterFields(py::module_& m);
 void RegisterSharedBatches(py::module_& m);
 void RegisterRemote(py::module_& m);
 void RegisterGpu(py::module_& m);
+void RegisterIndexed(py::module_& m);
 }  // namespace wdspy
 
 PYBIND11_MODULE(_core, m) {
@@ -30,4 +31,5 @@ PYBIND11_MODULE(_core, m) {
   wdspy::RegisterSharedBatches(m);
   wdspy::RegisterRemote(m);
   wdspy::RegisterGpu(m);
+  wdspy::RegisterIndexed(m);
 }

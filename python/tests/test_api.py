@@ -79,7 +79,8 @@ MODULES = ["webdataset_cpp", "webdataset_cpp._plan", "webdataset_cpp.autodecode"
            "webdataset_cpp.extradatasets", "webdataset_cpp.filters", "webdataset_cpp.gopen",
            "webdataset_cpp.handlers", "webdataset_cpp.loader", "webdataset_cpp.mix",
            "webdataset_cpp.pipeline", "webdataset_cpp.remote", "webdataset_cpp.shardlists",
-           "webdataset_cpp.tariterators", "webdataset_cpp.utils", "webdataset_cpp.writer"]
+           "webdataset_cpp.tariterators", "webdataset_cpp.utils", "webdataset_cpp.wids",
+           "webdataset_cpp.writer"]
 
 
 @pytest.mark.parametrize("name", MODULES)

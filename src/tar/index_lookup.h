@@ -1,10 +1,14 @@
 // Index lookup for sample-granular reading: at which tar offset each sample
-// of an index (IndexOf, wds/tar/shard_index.h) starts. The pipeline's
-// ShardCatalog (tar/shard_catalog.h) is built on it; it lives beside the index
-// format in shard_index.cc.
+// of an index (IndexOf, wds/tar/shard_index.h) starts, and which file a URL
+// names. The pipeline's ShardCatalog (tar/shard_catalog.h) and IndexedShard
+// (wds/tar/indexed_shard.h) are built on it; it lives beside the index format
+// in shard_index.cc.
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "wds/tar/shard_index.h"
@@ -16,5 +20,9 @@ namespace wds {
 // first, else the end of the previous sample's last member data, padded to
 // 512 bytes, where the next header starts.
 std::vector<int64_t> SampleStartOffsets(const ShardIndex& index);
+
+// LocalPath returns the file a URL names, or nullopt for standard input,
+// commands and remote URLs, which have no sidecar to look for.
+std::optional<std::string> LocalPath(std::string_view url);
 
 }  // namespace wds

@@ -31,17 +31,6 @@ constexpr size_t kMaxSidecarBytes = size_t{256} << 20;
 // million shards is ~90 MB).
 constexpr size_t kMaxDatasetIndexBytes = size_t{1} << 30;
 
-// LocalPath returns the file a URL names, or nullopt for standard input,
-// commands and remote URLs, which have no sidecar to look for.
-std::optional<std::string> LocalPath(std::string_view url) {
-  if (StartsWith(url, "file://")) return std::string(url.substr(7));  // as OpenUrl reads it
-  if (url == "-" || StartsWith(url, "pipe:") || url.find("://") != std::string_view::npos) {
-    return std::nullopt;
-  }
-  if (StartsWith(url, "file:")) url.remove_prefix(5);
-  return std::string(url);
-}
-
 // CountingStream adds up the bytes its stream delivers or skips.
 class CountingStream : public ByteStream {
  public:
@@ -306,6 +295,15 @@ absl::StatusOr<ShardIndex> IndexOf(std::string_view url, const Opener& opener) {
   }
   WDS_ASSIGN_OR_RETURN(std::unique_ptr<ByteStream> stream, opener(url));
   return ScanStream(std::move(stream));
+}
+
+std::optional<std::string> LocalPath(std::string_view url) {
+  if (StartsWith(url, "file://")) return std::string(url.substr(7));  // as OpenUrl reads it
+  if (url == "-" || StartsWith(url, "pipe:") || url.find("://") != std::string_view::npos) {
+    return std::nullopt;
+  }
+  if (StartsWith(url, "file:")) url.remove_prefix(5);
+  return std::string(url);
 }
 
 std::vector<int64_t> SampleStartOffsets(const ShardIndex& index) {

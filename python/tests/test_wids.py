@@ -1,0 +1,460 @@
+"""webdataset_cpp.wids: indexed datasets over shards (the reference's wids API)
+on the native random-access reader; its descriptors, fetching of remote
+shards, decoding, and the samplers' orders and equal per-rank lengths."""
+
+import io
+import json
+import os
+import pickle
+import shutil
+import tarfile
+import warnings
+
+import numpy as np
+import PIL.Image
+import pytest
+
+import webdataset_cpp as wds
+from conftest import write_shards, write_tar
+from webdataset_cpp import wids
+
+FIELDS = [".jpg", ".cls", ".txt", ".json"]
+META = ["__key__", "__dataset__", "__index__", "__shard__", "__shardindex__"]
+
+
+def members(path):
+    with tarfile.open(path) as tar:
+        return [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
+
+
+def descriptors(paths, n=10):
+    return [{"url": p, "nsamples": n} for p in paths]
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    return write_shards(str(tmp_path_factory.mktemp("wids")), 4, 10)
+
+
+@pytest.fixture(scope="module")
+def raw(shards):
+    return wids.ShardListDataset(descriptors(shards), transformations=[])
+
+
+def test_every_sample_by_index_is_its_members_bytes(shards, raw):
+    assert len(raw) == 40
+    for s, path in enumerate(shards):
+        content = members(path)
+        for i in range(10):
+            sample = raw[s * 10 + i]
+            assert list(sample) == FIELDS + META
+            key = f"s{s}_{i:03d}"
+            assert sample["__key__"] == key
+            for field in FIELDS:
+                assert sample[field].read() == dict(content)[key + field]
+            assert sample["__index__"] == s * 10 + i
+            assert sample["__shard__"] == path
+            assert sample["__shardindex__"] == i
+            assert sample["__dataset__"] is None
+    assert raw[-1]["__key__"] == "s3_009"
+    assert raw[-40]["__key__"] == "s0_000"
+    assert raw[np.int64(12)]["__key__"] == "s1_002"
+
+
+def test_indexes_outside_the_dataset(raw):
+    for index in (40, -41, 10**12):
+        with pytest.raises(IndexError, match=f"index {index} of 40 samples"):
+            raw[index]
+    with pytest.raises(TypeError):
+        raw["3"]
+
+
+def test_default_transformations_decode_as_the_reference(shards):
+    sample = wids.ShardListDataset(descriptors(shards))[13]
+    assert isinstance(sample[".jpg"], PIL.Image.Image)
+    assert sample[".jpg"].size == (16, 12)
+    assert sample[".cls"] == 3
+    assert sample[".txt"] == "text 13"
+    assert sample[".json"] == {"i": 13, "name": "s1_003"}
+    array = wids.ShardListDataset(descriptors(shards), transformations="numpy")[13][".jpg"]
+    assert isinstance(array, np.ndarray) and array.shape == (12, 16, 3)
+    assert array.dtype == np.uint8
+    np.testing.assert_array_equal(array, np.asarray(sample[".jpg"]))
+
+
+def test_transformations_run_in_order(shards):
+    calls = []
+
+    def first(sample):
+        calls.append("first")
+        return {**sample, "n": 1}
+
+    def second(sample):
+        calls.append("second")
+        return {**sample, "n": sample["n"] + 1}
+
+    dataset = wids.ShardListDataset(descriptors(shards), transformations=[first])
+    assert dataset.add_transform(second) is dataset
+    assert dataset[0]["n"] == 2
+    assert calls == ["first", "second"]
+    with pytest.raises(ValueError, match="a transformation is 'PIL', 'numpy' or a callable"):
+        wids.ShardListDataset(descriptors(shards), transformations=["tensor"])
+
+
+def test_gz_fields_and_basic_extensions(tmp_path):
+    import gzip
+
+    path = write_tar(tmp_path / "g.tar", [
+        ("a.txt.gz", gzip.compress(b"hello")),
+        ("a.cls2", b"7"),
+        ("a.npy", _npy(np.arange(3))),
+        ("a.gz", b"left"),
+        ("a.bin", b"\x00\x01"),
+    ])
+    with pytest.warns(UserWarning, match="a plain .gz field is not decompressed"):
+        sample = wids.ShardListDataset([{"url": path, "nsamples": 1}])[0]
+    assert sample[".txt.gz"] == "hello"
+    assert sample[".cls2"] == 7
+    np.testing.assert_array_equal(sample[".npy"], np.arange(3))
+    assert sample[".gz"].read() == b"left"
+    assert sample[".bin"].read() == b"\x00\x01"
+
+
+def _npy(array):
+    stream = io.BytesIO()
+    np.save(stream, array)
+    return stream.getvalue()
+
+
+def test_a_descriptor_written_by_wds_shard(shards, tmp_path):
+    directory = tmp_path / "data"
+    shutil.copytree(os.path.dirname(shards[0]), directory)
+    index = str(directory / "index.json")
+    names = [os.path.basename(p) for p in shards]
+    from conftest import tool
+    import subprocess
+
+    subprocess.run([tool("wds-shard"), "index", "--json", index, *names], cwd=directory,
+                   check=True, capture_output=True)
+    dataset = wids.ShardListDataset(index, transformations=[])
+    assert len(dataset) == 40
+    assert dataset[25]["__shard__"] == str(directory / names[2])
+    assert dataset[25]["__key__"] == "s2_005"
+    # The same from an open file, whose URLs are then relative to the working directory.
+    os.chdir(directory)
+    try:
+        with open(index) as f:
+            assert wids.ShardListDataset(f, transformations=[])[25]["__shard__"] == names[2]
+    finally:
+        os.chdir("/")
+
+
+def test_descriptors_with_components(shards, tmp_path):
+    part = tmp_path / "part"
+    part.mkdir()
+    for p in shards[2:]:
+        shutil.copy(p, part)
+    with open(part / "more.json", "w") as f:
+        json.dump({"wids_version": 1, "name": "more", "shardlist": [
+            {"url": os.path.basename(p), "nsamples": 10} for p in shards[2:]]}, f)
+    top = tmp_path / "top.json"
+    with open(top, "w") as f:
+        json.dump({"wids_version": 1, "name": "all",
+                   "shardlist": descriptors(shards[:1]),
+                   "datasets": [{"source_url": str(part / "more.json"), "weight": 2},
+                                {"name": "inline", "shardlist": descriptors(shards[1:2])}]}, f)
+    dataset = wids.ShardListDataset(str(top), transformations=[])
+    assert dataset.dataset_name == "all"
+    assert len(dataset) == 40
+    assert [s["url"] for s in dataset.shards] == [shards[0], str(part / os.path.basename(
+        shards[2])), str(part / os.path.basename(shards[3])), shards[1]]
+    assert dataset.shards[1]["weight"] == 2
+    assert dataset.shards[1]["source_url"] == str(part / "more.json")
+    assert dataset[0]["__dataset__"] is None
+    assert dataset[10]["__dataset__"] == "more"
+    assert dataset[35]["__dataset__"] == "inline"
+    assert dataset[35]["__key__"] == "s1_005"
+
+
+@pytest.mark.parametrize("content,message", [
+    ({"shardlist": []}, "'wids_version' must be 1, found None"),
+    ({"wids_version": 2, "shardlist": []}, "'wids_version' must be 1, found 2"),
+    ({"wids_version": 1, "shardlist": [{"url": "a.tar"}]}, "shard 0 needs a 'url' and 'nsamples'"),
+    ({"wids_version": 1, "shardlist": [{"url": "a.tar", "nsamples": "3"}]},
+     "shard a.tar: 'nsamples' must be a count, not '3'"),
+    ({"wids_version": 1, "shardlist": []}, "the description lists no shards"),
+    ({"wids_version": 1, "datasets": [{"name": "x"}]}, "a component of .* has no 'shardlist'"),
+    ([1, 2], "a dataset description is a JSON object"),
+])
+def test_bad_descriptors_are_named(tmp_path, content, message):
+    path = str(tmp_path / "d.json")
+    with open(path, "w") as f:
+        json.dump(content, f)
+    with pytest.raises(ValueError, match=f"^{path}: {message}"):
+        wids.ShardListDataset(path)
+
+
+def test_a_descriptor_that_is_not_json(tmp_path):
+    path = tmp_path / "d.json"
+    path.write_text("{oops")
+    with pytest.raises(ValueError, match=f"{path}: not a JSON dataset description"):
+        wids.ShardListDataset(str(path))
+    with pytest.raises(FileNotFoundError):
+        wids.ShardListDataset(str(tmp_path / "missing.json"))
+    with pytest.raises(ValueError, match="the list of shards is empty"):
+        wids.ShardListDataset([])
+
+
+def test_a_shard_whose_count_differs_from_its_description(shards):
+    dataset = wids.ShardListDataset(descriptors(shards[:1], n=11), transformations=[])
+    with pytest.raises(wds.DataError, match=f"{shards[0]}: 10 samples, but the description "
+                                            "says 11"):
+        dataset[0]
+
+
+def test_compressed_and_missing_shards(shards, tmp_path):
+    gz = str(tmp_path / "s.tar.gz")
+    with tarfile.open(gz, "w:gz") as tar:
+        tar.add(shards[0], arcname="x.bin")
+    dataset = wids.ShardListDataset([{"url": gz, "nsamples": 1}], transformations=[])
+    with pytest.raises(wds.DataError, match=f"{gz}: a gzip-compressed tar; random access needs "
+                                            "an uncompressed one"):
+        dataset[0]
+    missing = str(tmp_path / "missing.tar")
+    with pytest.raises(FileNotFoundError) as e:
+        wids.ShardListDataset([{"url": missing, "nsamples": 1}])[0]
+    assert e.value.filename == missing
+
+
+def test_a_stale_sidecar_fails_loudly(tmp_path):
+    path = write_tar(tmp_path / "s.tar", [("a.txt", b"one"), ("b.txt", b"two")])
+    assert wds.write_index(path) == 2
+    write_tar(path, [("a.txt", b"ONE!"), ("b.txt", b"two")])
+    dataset = wids.ShardListDataset([{"url": path, "nsamples": 2}], transformations=[])
+    assert dataset[1][".txt"].read() == b"two"
+    with pytest.raises(wds.DataError, match="the tar header before member a.txt at offset 512 "
+                                            "does not announce its 3 bytes"):
+        dataset[0]
+
+
+def test_a_repeated_field_is_an_error(tmp_path):
+    path = write_tar(tmp_path / "s.tar", [("a.TXT", b"1"), ("a.txt", b"2")])
+    dataset = wids.ShardListDataset([{"url": path, "nsamples": 1}], transformations=[])
+    assert list(dataset[0]) == [".TXT", ".txt"] + META
+    path = write_tar(tmp_path / "t.tar", [("a.txt", b"1"), ("a.txt", b"2")])
+    dataset = wids.ShardListDataset([{"url": path, "nsamples": 1}], transformations=[])
+    with pytest.raises(wds.DataError, match="sample a has two .txt members"):
+        dataset[0]
+
+
+def test_open_shards_are_bounded_and_counted(shards):
+    dataset = wids.ShardListDataset(descriptors(shards), transformations=[], lru_size=2)
+    for i in (0, 1, 10, 11, 0, 20, 10):
+        dataset[i]
+    assert list(dataset._open) == [shards[0], shards[2], shards[1]][1:]
+    assert dataset.get_stats() == (7, 4)
+    with pytest.warns(UserWarning, match="lru_size above 200"):
+        wids.ShardListDataset(descriptors(shards), lru_size=201)
+
+
+def test_cache_misses_warn_once(shards):
+    dataset = wids.ShardListDataset(descriptors(shards), transformations=[], lru_size=1)
+    with pytest.warns(UserWarning, match="accesses opened a shard") as caught:
+        for i in range(120):
+            dataset[(i * 10) % 40]
+    assert len([w for w in caught if "opened a shard" in str(w.message)]) == 1
+
+
+def test_pickles_for_spawned_workers(shards):
+    dataset = wids.ShardListDataset(descriptors(shards))
+    dataset[0]
+    copy = pickle.loads(pickle.dumps(dataset))
+    assert len(copy._open) == 0
+    assert copy[5][".txt"] == "text 5"
+
+
+def test_a_dataloader_reads_every_index_once(shards):
+    torch = pytest.importorskip("torch")
+    dataset = wids.ShardListDataset(descriptors(shards), transformations=[])
+    dataset[0]  # the parent has a shard open when the workers fork
+    sampler = wids.ChunkedSampler(dataset, chunksize=7, seed=3)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=5, sampler=sampler, num_workers=2,
+                                         collate_fn=list)
+    seen = [(s["__index__"], s["__key__"], s[".txt"]) for batch in loader for s in batch]
+    assert sorted(i for i, _, _ in seen) == list(range(40))
+    for i, key, text in seen:
+        assert key == f"s{i // 10}_{i % 10:03d}"
+        assert text.read() == f"text {i}".encode()
+
+
+# --- remote shards
+
+
+@pytest.fixture
+def served(shards, tmp_path):
+    from test_remote import Server
+
+    root = tmp_path / "www"
+    root.mkdir()
+    for p in shards:
+        shutil.copy(p, root)
+    with open(root / "index.json", "w") as f:
+        json.dump({"wids_version": 1, "shardlist": [
+            {"url": os.path.basename(p), "nsamples": 10} for p in shards]}, f)
+    server = Server(str(root), str(tmp_path))
+    yield server
+    server.stop()
+
+
+def test_remote_shards_are_fetched_once_into_the_cache(served, tmp_path, monkeypatch):
+    monkeypatch.delenv("WDS_CACHE", raising=False)
+    cache = str(tmp_path / "cache")
+    dataset = wids.ShardListDataset(served.url("index.json"), cache_dir=cache,
+                                    transformations=[])
+    assert dataset.shards[1]["url"] == served.url("shard-000001.tar")
+    assert dataset[15]["__key__"] == "s1_005"
+    assert dataset[15]["__shard__"] == served.url("shard-000001.tar")
+    again = wids.ShardListDataset(served.url("index.json"), cache_dir=cache, transformations=[])
+    assert again[19][".txt"].read() == b"text 19"
+    assert served.gets().count("/shard-000001.tar") == 1
+    assert sorted(os.listdir(cache)) == ["shard-000001.tar"]
+
+
+def test_default_cache_names_are_quoted_urls(served, tmp_path, monkeypatch):
+    monkeypatch.setenv("WIDS_CACHE", str(tmp_path / "wc"))
+    dataset = wids.ShardListDataset(served.url("index.json"), transformations=[])
+    dataset[0]
+    assert os.listdir(tmp_path / "wc") == [
+        served.url("shard-000000.tar").replace(":", "%3A").replace("/", "%2F")]
+
+
+def test_a_failed_fetch_leaves_no_file(served, tmp_path):
+    cache = str(tmp_path / "cache")
+    dataset = wids.ShardListDataset(
+        [{"url": served.url("missing.tar"), "nsamples": 1}], cache_dir=cache)
+    with pytest.raises(FileNotFoundError):
+        dataset[0]
+    served.fault("shard-000000.tar", cut_after=1000, times=50)
+    dataset = wids.ShardListDataset(
+        [{"url": served.url("shard-000000.tar"), "nsamples": 10}], cache_dir=cache,
+        remote=wds.RemoteOptions(max_attempts=2))
+    with pytest.raises(ConnectionError):
+        dataset[0]
+    assert os.listdir(cache) == []
+
+
+def test_pipe_shards(shards, tmp_path):
+    cache = str(tmp_path / "cache")
+    for url in (f"pipe:cat {shards[2]}", f"pipe:cp {shards[2]} {{local}}"):
+        dataset = wids.ShardListDataset([{"url": url, "nsamples": 10}],
+                                        localname=lambda u: os.path.join(cache, str(len(u))),
+                                        transformations=[])
+        assert dataset[4]["__key__"] == "s2_004"
+    with pytest.raises(wds.CommandError, match="the command exited with status 1"):
+        wids.ShardListDataset([{"url": "pipe:false {local}", "nsamples": 1}],
+                              cache_dir=cache)[0]
+    assert sorted(os.listdir(cache)) == sorted([str(len(f"pipe:cat {shards[2]}")),
+                                                str(len(f"pipe:cp {shards[2]} {{local}}"))])
+
+
+def test_cache_size_removes_the_least_recently_used(served, tmp_path):
+    cache = str(tmp_path / "cache")
+    dataset = wids.ShardListDataset(served.url("index.json"), cache_dir=cache,
+                                    transformations=[], lru_size=1)
+    dataset[0]
+    shard_size = os.path.getsize(os.path.join(cache, "shard-000000.tar"))
+    dataset.cache_size = 2 * shard_size
+    os.utime(os.path.join(cache, "shard-000000.tar"), (1, 1))
+    dataset[10]
+    dataset[20]
+    assert sorted(os.listdir(cache)) == ["shard-000001.tar", "shard-000002.tar"]
+
+
+# --- samplers
+
+
+def test_shard_list_sampler_keeps_shards_together():
+    sampler = wids.ShardListSampler(None, lengths=[3, 5, 2], seed=1)
+    first = list(sampler)
+    assert sorted(first) == list(range(10))
+    assert sorted(first[:3]) == [0, 1, 2] and sorted(first[3:8]) == [3, 4, 5, 6, 7]
+    second = list(sampler)
+    assert sorted(second) == list(range(10)) and second != first
+    for block in ([0, 1, 2], [3, 4, 5, 6, 7], [8, 9]):  # each shard's samples stay together
+        start = min(second.index(i) for i in block)
+        assert sorted(second[start:start + len(block)]) == block
+    assert sampler.epoch == 2
+    sampler.set_epoch(1)
+    assert list(sampler) == second
+    assert len(sampler) == 10
+
+
+def test_chunked_sampler_orders():
+    sampler = wids.ChunkedSampler(None, num_samples=(10, 33), chunksize=5, seed=7)
+    assert len(sampler) == 23
+    first = list(sampler)
+    chunks = [range(10, 15), range(15, 20), range(20, 25), range(25, 30), range(30, 33)]
+    position = 0
+    for chunk in chunks:  # the first epoch keeps the chunks in order
+        assert sorted(first[position:position + len(chunk)]) == list(chunk)
+        position += len(chunk)
+    second = list(sampler)
+    assert sorted(second) == list(range(10, 33)) and second != first
+    sampler.set_epoch(1)
+    assert list(sampler) == second
+    plain = wids.ChunkedSampler(None, num_samples=9, chunksize=4, shuffle=False)
+    assert list(plain) == list(range(9)) and list(plain) == list(range(9))
+    with pytest.raises(ValueError, match="chunksize must be at least 1"):
+        wids.ChunkedSampler(None, num_samples=9, chunksize=0)
+
+
+@pytest.mark.parametrize("total", [40, 37, 3, 1])
+@pytest.mark.parametrize("world", [1, 3, 4, 8])
+def test_every_rank_yields_the_same_count(total, world):
+    per_rank = -(-total // world)
+    seen = []
+    for rank in range(world):
+        sampler = wids.DistributedChunkedSampler(None, num_samples=total, num_replicas=world,
+                                                 rank=rank, chunksize=4, seed=5)
+        indexes = list(sampler)
+        assert len(indexes) == len(sampler) == per_rank
+        seen += indexes
+    assert set(seen) == set(range(total))
+    assert len(seen) - total == per_rank * world - total  # the top-up, from the start
+    kept = []
+    for rank in range(world):
+        sampler = wids.DistributedChunkedSampler(None, num_samples=total, num_replicas=world,
+                                                 rank=rank, drop_last=True)
+        indexes = list(sampler)
+        assert len(indexes) == len(sampler) == total // world
+        kept += indexes
+    assert sorted(kept) == list(range(total // world * world))
+
+
+def test_distributed_sampler_placement(monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    explicit = wids.DistributedChunkedSampler(None, num_samples=10, num_replicas=2, rank=0,
+                                              shuffle=False)
+    assert list(explicit) == [0, 1, 2, 3, 4]
+    from_env = wids.DistributedChunkedSampler(None, num_samples=10, shuffle=False)
+    assert list(from_env) == [5, 6, 7, 8, 9]
+    with pytest.raises(ValueError, match="rank 2 of 2 replicas"):
+        wids.DistributedChunkedSampler(None, num_samples=10, rank=2)
+    monkeypatch.delenv("RANK")
+    monkeypatch.delenv("WORLD_SIZE")
+    for name in ("SLURM_PROCID", "SLURM_NTASKS"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.warns(UserWarning, match="assuming a single process"):
+        single = wids.DistributedChunkedSampler(None, num_samples=10, shuffle=False)
+    assert list(single) == list(range(10))
+
+
+def test_sampler_with_a_dataset(raw):
+    sampler = wids.DistributedChunkedSampler(raw, num_replicas=3, rank=2, chunksize=8)
+    indexes = list(sampler)
+    assert len(indexes) == 14
+    assert set(indexes) == set(range(28, 40)) | {0, 1}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(wids.ShardedSampler(raw)) == 40

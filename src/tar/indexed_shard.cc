@@ -1,0 +1,241 @@
+// IndexedShard: positioned reads of a local tar's members, checked against
+// their headers.
+#include "wds/tar/indexed_shard.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <optional>
+#include <utility>
+
+#include "tar/index_lookup.h"
+#include "wds/internal/base/status_macros.h"
+#include "wds/internal/base/strings.h"
+
+namespace wds {
+namespace {
+
+constexpr int64_t kBlock = 512;
+
+// Compression names the compression whose magic number starts `head`, or
+// returns nullopt (a tar's first bytes are a member name).
+std::optional<std::string_view> Compression(std::string_view head) {
+  struct Magic {
+    std::string_view bytes;
+    std::string_view name;
+  };
+  static constexpr Magic kMagics[] = {
+      {"\x1f\x8b", "gzip"},
+      {"BZh", "bzip2"},
+      {"\xfd"
+       "7zXZ\x00",
+       "xz"},
+      {"\x28\xb5\x2f\xfd", "zstd"},
+      {"\x04\x22\x4d\x18", "lz4"},
+      {"\x5d\x00\x00", "lzma"},
+  };
+  for (const Magic& m : kMagics) {
+    if (StartsWith(head, m.bytes)) return m.name;
+  }
+  return std::nullopt;
+}
+
+// Octal parses a tar header's numeric field: octal digits (spaces and NULs
+// around them), or base-256 when its first byte has the high bit set (GNU).
+std::optional<int64_t> HeaderNumber(const unsigned char* field, size_t width) {
+  if (field[0] & 0x80) {
+    int64_t value = field[0] & 0x7f;
+    for (size_t i = 1; i < width; ++i) {
+      if (value > (INT64_MAX >> 8)) return std::nullopt;
+      value = (value << 8) | field[i];
+    }
+    return value;
+  }
+  size_t i = 0;
+  while (i < width && field[i] == ' ') ++i;
+  int64_t value = 0;
+  bool digits = false;
+  for (; i < width && field[i] >= '0' && field[i] <= '7'; ++i) {
+    if (value > (INT64_MAX >> 3)) return std::nullopt;
+    value = value * 8 + (field[i] - '0');
+    digits = true;
+  }
+  for (; i < width; ++i) {
+    if (field[i] != ' ' && field[i] != '\0') return std::nullopt;
+  }
+  if (!digits) return std::nullopt;
+  return value;
+}
+
+// HeaderMatches says whether `header` is a valid tar header (its checksum)
+// announcing `size` bytes of data.
+bool HeaderMatches(const unsigned char* header, int64_t size) {
+  constexpr size_t kSizeField = 124, kSizeWidth = 12, kSumField = 148, kSumWidth = 8;
+  int64_t sum = 0;
+  for (size_t i = 0; i < kBlock; ++i) {
+    const bool in_sum = i >= kSumField && i < kSumField + kSumWidth;
+    sum += in_sum ? ' ' : header[i];
+  }
+  std::optional<int64_t> recorded = HeaderNumber(header + kSumField, kSumWidth);
+  std::optional<int64_t> announced = HeaderNumber(header + kSizeField, kSizeWidth);
+  return recorded == sum && announced == size;
+}
+
+// PreadFully reads iov's bytes at `offset`; false at end of file.
+absl::StatusOr<bool> PreadFully(int fd, iovec* iov, int count, int64_t offset) {
+  while (count > 0) {
+    const ssize_t n = preadv(fd, iov, count, static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return absl::ErrnoToStatus(errno, "read failed");
+    }
+    if (n == 0) return false;
+    offset += n;
+    size_t rest = static_cast<size_t>(n);
+    while (count > 0 && rest >= iov->iov_len) {
+      rest -= iov->iov_len;
+      ++iov;
+      --count;
+    }
+    if (count > 0) {
+      iov->iov_base = static_cast<char*>(iov->iov_base) + rest;
+      iov->iov_len -= rest;
+    }
+  }
+  return true;
+}
+
+bool NamesEveryMember(const ShardIndex& index) {
+  for (const IndexSample& s : index.samples) {
+    for (const IndexMember& m : s.members) {
+      if (m.name.empty()) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<IndexedShard>> IndexedShard::Open(std::string_view url) {
+  std::optional<std::string> path = LocalPath(url);
+  if (!path.has_value()) {
+    return absl::InvalidArgumentError(
+        Cat(url, ": random access reads local files; fetch a remote shard first"));
+  }
+  const int fd = open(path->c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::ErrnoToStatus(errno, Cat(url, ": cannot open"));
+  return Open(url, fd);
+}
+
+absl::StatusOr<std::unique_ptr<IndexedShard>> IndexedShard::Open(std::string_view url, int fd) {
+  std::unique_ptr<IndexedShard> shard(new IndexedShard(std::string(url), fd, 0, {}));
+  std::optional<std::string> path = LocalPath(url);
+  if (!path.has_value()) {
+    return absl::InvalidArgumentError(
+        Cat(url, ": random access reads local files; fetch a remote shard first"));
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) return absl::ErrnoToStatus(errno, Cat(url, ": cannot stat"));
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(Cat(url, ": random access needs a regular file"));
+  }
+  shard->file_size_ = st.st_size;
+
+  char head[8] = {};
+  iovec iov{head, sizeof head};
+  absl::StatusOr<bool> read = PreadFully(fd, &iov, 1, 0);
+  if (!read.ok())
+    return absl::Status(read.status().code(), Cat(url, ": ", read.status().message()));
+  if (std::optional<std::string_view> c = Compression({head, sizeof head}); c.has_value()) {
+    return absl::InvalidArgumentError(
+        Cat(url, ": a ", *c, "-compressed tar; random access needs an uncompressed one"));
+  }
+
+  const std::string sidecar = IndexPath(*path);
+  absl::StatusOr<ShardIndex> index = absl::NotFoundError("");
+  if (access(sidecar.c_str(), F_OK) == 0) {
+    index = ShardIndex::Load(sidecar);
+    if (index.ok() && !NamesEveryMember(*index)) index = absl::NotFoundError("");  // DALI v1.1
+  }
+  if (absl::IsNotFound(index.status())) index = ScanShard(url);
+  WDS_RETURN_IF_ERROR(index.status());
+  for (const IndexSample& s : index->samples) {
+    for (const IndexMember& m : s.members) {
+      if (m.offset < kBlock || m.offset + m.size > st.st_size) {
+        return absl::DataLossError(Cat(sidecar, ": member ", m.name, " at offset ", m.offset, " (",
+                                       m.size, " bytes) lies outside ", url, " (", st.st_size,
+                                       " bytes); is the sidecar from another version?"));
+      }
+    }
+  }
+  shard->index_ = *std::move(index);
+  return shard;
+}
+
+IndexedShard::IndexedShard(std::string url, int fd, int64_t file_size, ShardIndex index)
+    : url_(std::move(url)), fd_(fd), file_size_(file_size), index_(std::move(index)) {}
+
+IndexedShard::~IndexedShard() { close(fd_); }
+
+std::string_view IndexedShard::Key(int64_t i) const {
+  const IndexMember& m = index_.samples[static_cast<size_t>(i)].members.front();
+  return std::string_view(m.name).substr(0, m.name.size() - m.field.size() - 1);
+}
+
+absl::Status IndexedShard::ReadMember(int64_t i, size_t j, char* dest) const {
+  if (i < 0 || i >= size()) {
+    return absl::OutOfRangeError(Cat(url_, ": sample ", i, " of ", size()));
+  }
+  const IndexSample& sample = index_.samples[static_cast<size_t>(i)];
+  if (j >= sample.members.size()) {
+    return absl::OutOfRangeError(
+        Cat(url_, ": member ", j, " of sample ", i, ", which has ", sample.members.size()));
+  }
+  const IndexMember& m = sample.members[j];
+  unsigned char header[kBlock];
+  iovec iov[2] = {{header, sizeof header}, {dest, static_cast<size_t>(m.size)}};
+  absl::StatusOr<bool> read = PreadFully(fd_, iov, 2, m.offset - kBlock);
+  if (!read.ok()) {
+    return absl::Status(read.status().code(), Cat(url_, ": member ", m.name, " at offset ",
+                                                  m.offset, ": ", read.status().message()));
+  }
+  if (!*read) {
+    return absl::DataLossError(
+        Cat(url_, ": member ", m.name, " at offset ", m.offset, " is truncated"));
+  }
+  if (!HeaderMatches(header, m.size)) {
+    return absl::DataLossError(Cat(url_, ": the tar header before member ", m.name, " at offset ",
+                                   m.offset, " does not announce its ", m.size,
+                                   " bytes; is the index from another version of the shard?"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Sample> IndexedShard::Read(int64_t i) const {
+  if (i < 0 || i >= size()) {
+    return absl::OutOfRangeError(Cat(url_, ": sample ", i, " of ", size()));
+  }
+  const IndexSample& s = index_.samples[static_cast<size_t>(i)];
+  Sample sample;
+  sample.Reserve(2 + s.members.size());
+  sample.Append(std::string(kKeyField), std::string(Key(i)));
+  sample.Append(std::string(kUrlField), url_);
+  std::string field;
+  for (size_t j = 0; j < s.members.size(); ++j) {
+    const IndexMember& m = s.members[j];
+    AsciiLowerInto(m.field, field);
+    if (sample.Has(field)) {
+      return absl::InvalidArgumentError(Cat(url_, ": duplicate field '", field, "' in sample ",
+                                            Key(i), " (member ", m.name, ")"));
+    }
+    Buffer data = Buffer::Allocate(static_cast<size_t>(m.size));
+    WDS_RETURN_IF_ERROR(ReadMember(i, j, reinterpret_cast<char*>(data.mutable_data())));
+    sample.Append(field, std::move(data));
+  }
+  return sample;
+}
+
+}  // namespace wds

@@ -1,0 +1,234 @@
+// Tests for IndexedShard: random access to a local shard's samples, from its
+// sidecar or a header scan, and every refusal.
+#include "wds/tar/indexed_shard.h"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "util/test_util.h"
+#include "wds/wds.h"
+
+namespace wds {
+namespace {
+
+using testing::Compression;
+using ::testing::HasSubstr;
+using testing::MakeTar;
+using testing::TarEntry;
+using testing::TarFormat;
+using testing::TempDir;
+
+std::vector<TarEntry> Entries() {
+  return {
+      {"__meta__", "m"},    {"a.jpg", "jpeg"}, {"a.seg.PNG", std::string(700, 'p')},
+      {"noext", "skipped"}, {"dir", "", 'd'},  {std::string(130, 'd') + "/b.txt", "long name"},
+      {"c.cls", "1"},       {"c.txt", ""},     {"x.y/d.json", std::string(5000, 'j')},
+  };
+}
+
+// PipelineSamples is what a WebDataset pipeline yields for `url`.
+std::vector<Sample> PipelineSamples(const std::string& url) {
+  Pipeline pipeline = WebDataset(std::vector<std::string>{url}).value();
+  Loader loader(pipeline, {.workers = 1});
+  std::vector<Sample> samples;
+  for (const Sample& s : loader) samples.push_back(s);
+  return samples;
+}
+
+void ExpectSameSample(const Sample& got, const Sample& want) {
+  ASSERT_EQ(got.size(), want.size()) << want.key();
+  for (size_t f = 0; f < want.size(); ++f) {
+    EXPECT_EQ(got[f].first, want[f].first);
+    EXPECT_EQ(testing::FieldText(got, got[f].first), testing::FieldText(want, want[f].first));
+  }
+}
+
+TEST(IndexedShardTest, ReadsEverySampleAsThePipelineYieldsIt) {
+  TempDir dir;
+  for (TarFormat format : {TarFormat::kUstar, TarFormat::kPax, TarFormat::kGnu}) {
+    std::vector<TarEntry> entries = Entries();
+    if (format == TarFormat::kUstar) entries[5].name = "d/b.txt";
+    const std::string path = dir.Write("s.tar", MakeTar(entries, format));
+    std::vector<Sample> want = PipelineSamples(path);
+    ASSERT_EQ(want.size(), 4u);
+    absl::StatusOr<std::unique_ptr<IndexedShard>> shard = IndexedShard::Open(path);
+    ASSERT_TRUE(shard.ok()) << shard.status();
+    ASSERT_EQ((*shard)->size(), 4);
+    // Backwards, so that no read depends on the one before.
+    for (int64_t i = 3; i >= 0; --i) {
+      absl::StatusOr<Sample> got = (*shard)->Read(i);
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_EQ((*shard)->Key(i), want[static_cast<size_t>(i)].key());
+      ExpectSameSample(*got, want[static_cast<size_t>(i)]);
+    }
+    EXPECT_EQ((*shard)->Key(2), "c");
+    EXPECT_EQ((*shard)->Key(3), "x.y/d");
+  }
+}
+
+TEST(IndexedShardTest, ReadMemberFillsTheCallersMemory) {
+  TempDir dir;
+  const std::string path = dir.Write("s.tar", MakeTar(Entries()));
+  std::unique_ptr<IndexedShard> shard = IndexedShard::Open("file:" + path).value();
+  EXPECT_EQ(shard->url(), "file:" + path);
+  const IndexMember& m = shard->index().samples[0].members[1];
+  EXPECT_EQ(m.field, "seg.PNG");
+  std::string dest(static_cast<size_t>(m.size), '\0');
+  ASSERT_TRUE(shard->ReadMember(0, 1, dest.data()).ok());
+  EXPECT_EQ(dest, std::string(700, 'p'));
+}
+
+TEST(IndexedShardTest, TakesTheSidecarWithoutScanning) {
+  TempDir dir;
+  const std::string path = dir.Write("s.tar", MakeTar(Entries()));
+  ShardIndex index = ScanShard(path).value();
+  index.samples.resize(2);  // a scan would find 4
+  ASSERT_TRUE(index.Save(IndexPath(path)).ok());
+  std::unique_ptr<IndexedShard> shard = IndexedShard::Open(path).value();
+  EXPECT_EQ(shard->size(), 2);
+  EXPECT_EQ(testing::FieldText(shard->Read(1).value(), "txt"), "long name");
+}
+
+TEST(IndexedShardTest, ASidecarWithoutNamesIsReplacedByAScan) {
+  TempDir dir;
+  const std::string path = dir.Write("s.tar", MakeTar(Entries()));
+  ShardIndex index = ScanShard(path).value();
+  std::ofstream(IndexPath(path)) << "v1.1 1\njpg " << index.samples[0].members[0].offset << " 4\n";
+  std::unique_ptr<IndexedShard> shard = IndexedShard::Open(path).value();
+  ASSERT_EQ(shard->size(), 4);
+  EXPECT_EQ(shard->Key(0), "a");
+}
+
+TEST(IndexedShardTest, ASidecarPastTheEndOfTheShardIsRefused) {
+  TempDir dir;
+  const std::string tar = MakeTar(Entries());
+  const std::string path = dir.Write("s.tar", tar);
+  ASSERT_TRUE(ScanShard(path).value().Save(IndexPath(path)).ok());
+  dir.Write("s.tar", tar.substr(0, 2048));
+  absl::StatusOr<std::unique_ptr<IndexedShard>> shard = IndexedShard::Open(path);
+  ASSERT_FALSE(shard.ok());
+  EXPECT_EQ(shard.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(shard.status().message(), HasSubstr(IndexPath(path) + ": member "));
+  EXPECT_THAT(shard.status().message(), HasSubstr("lies outside " + path));
+}
+
+TEST(IndexedShardTest, ASidecarOfAnotherVersionFailsTheReadNamingTheMember) {
+  TempDir dir;
+  std::vector<TarEntry> entries = Entries();
+  const std::string path = dir.Write("s.tar", MakeTar(entries));
+  ASSERT_TRUE(ScanShard(path).value().Save(IndexPath(path)).ok());
+  entries[1].data = "jpeg, rewritten";  // same places, another size
+  dir.Write("s.tar", MakeTar(entries));
+  std::unique_ptr<IndexedShard> shard = IndexedShard::Open(path).value();
+  absl::StatusOr<Sample> s = shard->Read(0);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(s.status().message(),
+              HasSubstr(path + ": the tar header before member a.jpg at offset "));
+  EXPECT_THAT(s.status().message(), HasSubstr("does not announce its 4 bytes"));
+  // Another member's bytes in the place of a header fail its checksum.
+  ShardIndex moved = ScanShard(path).value();
+  moved.samples[1].members[0].offset += 512;
+  ASSERT_TRUE(moved.Save(IndexPath(path)).ok());
+  shard = IndexedShard::Open(path).value();
+  s = shard->Read(1);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.status().message(),
+              HasSubstr("the tar header before member " + std::string(130, 'd') + "/b.txt"));
+}
+
+TEST(IndexedShardTest, CompressedShardsAreRefusedNamingTheCompression) {
+  TempDir dir;
+  const std::pair<Compression, std::string> cases[] = {{Compression::kGzip, "gzip"},
+                                                       {Compression::kBzip2, "bzip2"},
+                                                       {Compression::kXz, "xz"},
+                                                       {Compression::kZstd, "zstd"}};
+  for (const auto& [compression, name] : cases) {
+    const std::string path =
+        dir.Write("s.tar." + name, MakeTar(Entries(), TarFormat::kPax, compression));
+    absl::StatusOr<std::unique_ptr<IndexedShard>> shard = IndexedShard::Open(path);
+    ASSERT_FALSE(shard.ok()) << name;
+    EXPECT_EQ(shard.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(shard.status().message(), path + ": a " + name +
+                                            "-compressed tar; random access needs an "
+                                            "uncompressed one");
+  }
+}
+
+TEST(IndexedShardTest, WhatCannotBeOpenedIsNamed) {
+  TempDir dir;
+  absl::StatusOr<std::unique_ptr<IndexedShard>> shard =
+      IndexedShard::Open(dir.path() + "/missing.tar");
+  ASSERT_FALSE(shard.ok());
+  EXPECT_EQ(shard.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(shard.status().message(), HasSubstr(dir.path() + "/missing.tar: cannot open"));
+
+  shard = IndexedShard::Open(dir.path());
+  ASSERT_FALSE(shard.ok());
+  EXPECT_EQ(shard.status().message(), dir.path() + ": random access needs a regular file");
+
+  shard = IndexedShard::Open("https://example.com/s.tar");
+  ASSERT_FALSE(shard.ok());
+  EXPECT_EQ(shard.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(shard.status().message(), HasSubstr("https://example.com/s.tar: random access"));
+
+  const std::string text = dir.Write("notes.tar", std::string(1024, 'x'));
+  shard = IndexedShard::Open(text);
+  ASSERT_FALSE(shard.ok());
+  EXPECT_THAT(shard.status().message(), HasSubstr(text));
+
+  const std::string tar = MakeTar(Entries());
+  const std::string cut = dir.Write("cut.tar", tar.substr(0, 1536));
+  shard = IndexedShard::Open(cut);
+  ASSERT_FALSE(shard.ok());
+  EXPECT_EQ(shard.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(shard.status().message(), HasSubstr(cut));
+}
+
+TEST(IndexedShardTest, IndexesOutsideTheShardAreOutOfRange) {
+  TempDir dir;
+  std::unique_ptr<IndexedShard> shard =
+      IndexedShard::Open(dir.Write("s.tar", MakeTar(Entries()))).value();
+  for (int64_t i : {int64_t{-1}, int64_t{4}}) {
+    absl::StatusOr<Sample> s = shard->Read(i);
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kOutOfRange);
+    EXPECT_EQ(s.status().message(), shard->url() + ": sample " + std::to_string(i) + " of 4");
+  }
+  char byte;
+  absl::Status s = shard->ReadMember(2, 2, &byte);
+  EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(s.message(), shard->url() + ": member 2 of sample 2, which has 2");
+}
+
+TEST(IndexedShardTest, ThreadsReadOneShardTogether) {
+  TempDir dir;
+  std::vector<TarEntry> entries;
+  for (int i = 0; i < 200; ++i) {
+    entries.push_back({"k" + std::to_string(i) + ".bin", std::string(100 + i * 37, 'a' + i % 26)});
+  }
+  std::unique_ptr<IndexedShard> shard =
+      IndexedShard::Open(dir.Write("s.tar", MakeTar(entries))).value();
+  ASSERT_EQ(shard->size(), 200);
+  std::vector<std::thread> threads;
+  std::vector<int> wrong(4, 0);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = t; i < 200; i += 2) {  // pairs of threads read the same samples
+        absl::StatusOr<Sample> s = shard->Read(i);
+        if (!s.ok() || testing::FieldText(*s, "bin") != entries[static_cast<size_t>(i)].data) {
+          ++wrong[static_cast<size_t>(t)];
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(wrong, std::vector<int>(4, 0));
+}
+
+}  // namespace
+}  // namespace wds
