@@ -4,11 +4,15 @@ shards, decoding, and the samplers' orders and equal per-rank lengths."""
 
 import io
 import json
+import multiprocessing
 import os
 import pickle
+import random
 import shutil
 import tarfile
+import time
 import warnings
+from collections import Counter
 
 import numpy as np
 import PIL.Image
@@ -233,7 +237,7 @@ def test_a_stale_sidecar_fails_loudly(tmp_path):
     dataset = wids.ShardListDataset([{"url": path, "nsamples": 2}], transformations=[])
     assert dataset[1][".txt"].read() == b"two"
     with pytest.raises(wds.DataError, match="the tar header before member a.txt at offset 512 "
-                                            "does not announce its 3 bytes"):
+                                            "is not that member's \\(3 bytes\\)"):
         dataset[0]
 
 
@@ -370,6 +374,84 @@ def test_cache_size_removes_the_least_recently_used(served, tmp_path):
     assert sorted(os.listdir(cache)) == ["shard-000001.tar", "shard-000002.tar"]
 
 
+def test_eviction_touches_only_this_datasets_shards_not_in_use(served, tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for name in ("notes.txt", "index.json", "other.tar", "other.tar.idx"):
+        (cache / name).write_bytes(b"x" * 200000)
+    for name, age in (("shard-000003.tar.77.tmp", 7200), ("shard-000002.tar.lock", 7200),
+                      ("shard-000001.tar.78.tmp", 0)):
+        (cache / name).write_bytes(b"")
+        os.utime(cache / name, (time.time() - age,) * 2)
+    dataset = wids.ShardListDataset(served.url("index.json"), cache_dir=str(cache),
+                                    transformations=[], lru_size=3, cache_size=1 << 20)
+    for i in (0, 10, 20):  # three shards open: held, so none is removed
+        dataset[i]
+    names = sorted(os.listdir(cache))
+    assert names == sorted(["notes.txt", "index.json", "other.tar", "other.tar.idx",
+                            "shard-000001.tar.78.tmp", "shard-000000.tar", "shard-000001.tar",
+                            "shard-000002.tar"])
+    dataset.cache_size = 1  # in bytes: everything but the shard being read
+    dataset.lru_size = 1
+    with pytest.warns(UserWarning, match="cache_size is in bytes"):
+        wids.ShardListDataset(served.url("index.json"), cache_dir=str(cache), cache_size=4)
+    dataset[30]
+    assert "shard-000003.tar" in os.listdir(cache)
+    left = {n for n in os.listdir(cache) if n.startswith("shard-") and n.endswith(".tar")}
+    assert left == {"shard-000003.tar"}
+
+
+def _reader(cache, urls, seed, out):
+    try:
+        dataset = wids.ShardListDataset([{"url": u, "nsamples": 10} for u in urls],
+                                        cache_dir=cache, cache_size=250000, lru_size=1,
+                                        transformations=[])
+        rng = random.Random(seed)
+        wrong = 0
+        for _ in range(40):
+            i = rng.randrange(len(dataset))
+            sample = dataset[i]
+            wrong += sample["__key__"] != f"s{i // 10}_{i % 10:03d}"
+            wrong += sample[".txt"].read() != f"text {i}".encode()
+        out.put((seed, wrong, None))
+    except Exception as e:  # reported, not lost in the child
+        out.put((seed, None, repr(e)))
+
+
+def test_processes_sharing_a_small_cache(tmp_path):
+    paths = write_shards(str(tmp_path / "src"), 8, 10)
+    urls = [f"pipe:cat {p}" for p in paths]
+    cache = str(tmp_path / "cache")
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_reader, args=(cache, urls, seed, out)) for seed in range(4)]
+    for p in procs:
+        p.start()
+    results = sorted(out.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(30)
+    assert results == [(seed, 0, None) for seed in range(4)]
+
+
+def test_cache_files_that_would_collide_are_refused(tmp_path):
+    urls = ["http://a.example/train/s.tar", "http://a.example/val/s.tar"]
+    with pytest.raises(ValueError, match=f"{urls[0]} and {urls[1]} would share the cache file"):
+        wids.ShardListDataset([{"url": u, "nsamples": 1} for u in urls],
+                              cache_dir=str(tmp_path))
+    dataset = wids.ShardListDataset([{"url": u, "nsamples": 1} for u in urls])
+    assert len(dataset) == 2  # the default names are whole URLs
+
+
+def test_pipe_urls_in_a_descriptor_are_not_resolved(shards, tmp_path):
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps({"wids_version": 1, "shardlist": [
+        {"url": f"pipe:cat {shards[1]}", "nsamples": 10}, {"url": "x.tar", "nsamples": 1}]}))
+    dataset = wids.ShardListDataset(str(path), cache_dir=str(tmp_path / "c"),
+                                    transformations=[])
+    assert [s["url"] for s in dataset.shards] == [f"pipe:cat {shards[1]}", str(tmp_path / "x.tar")]
+    assert dataset[3]["__key__"] == "s1_003"
+
+
 # --- samplers
 
 
@@ -408,19 +490,34 @@ def test_chunked_sampler_orders():
         wids.ChunkedSampler(None, num_samples=9, chunksize=0)
 
 
+def test_the_reference_orders():
+    """Sequences the reference's wids gives for these arguments (taken from it)."""
+    sampler = wids.ChunkedSampler(None, num_samples=20, chunksize=6, seed=3)
+    assert list(sampler) == [0, 2, 3, 5, 4, 1, 7, 9, 8, 6, 10, 11, 16, 17, 12, 13, 14, 15, 18, 19]
+    assert list(sampler) == [13, 14, 12, 15, 16, 17, 0, 4, 1, 5, 3, 2, 18, 19, 8, 10, 9, 11, 6, 7]
+    sampler = wids.ShardedSampler(None, lengths=[3, 4, 5], seed=2)
+    assert list(sampler) == [1, 2, 0, 5, 6, 4, 3, 8, 7, 10, 11, 9]
+    assert list(sampler) == [3, 5, 4, 6, 9, 11, 8, 10, 7, 2, 1, 0]
+    sampler = wids.ChunkedSampler(None, num_samples=(7, 14), chunksize=3, seed=5,
+                                  shufflefirst=True)
+    assert list(sampler) == [7, 8, 9, 11, 10, 12, 13]
+
+
 @pytest.mark.parametrize("total", [40, 37, 3, 1])
 @pytest.mark.parametrize("world", [1, 3, 4, 8])
 def test_every_rank_yields_the_same_count(total, world):
     per_rank = -(-total // world)
-    seen = []
+    seen = Counter()
     for rank in range(world):
         sampler = wids.DistributedChunkedSampler(None, num_samples=total, num_replicas=world,
                                                  rank=rank, chunksize=4, seed=5)
         indexes = list(sampler)
         assert len(indexes) == len(sampler) == per_rank
-        seen += indexes
+        own = range(min(rank * per_rank, total), min((rank + 1) * per_rank, total))
+        top_up = range(per_rank - len(own))  # from the start of the dataset
+        assert Counter(indexes) == Counter(own) + Counter(top_up)
+        seen.update(indexes)
     assert set(seen) == set(range(total))
-    assert len(seen) - total == per_rank * world - total  # the top-up, from the start
     kept = []
     for rank in range(world):
         sampler = wids.DistributedChunkedSampler(None, num_samples=total, num_replicas=world,
@@ -458,3 +555,38 @@ def test_sampler_with_a_dataset(raw):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert len(wids.ShardedSampler(raw)) == 40
+
+
+def _ddp_rank(rank, world_size, store_path, shards, out):
+    """One rank of a Gloo group: a DataLoader over its DistributedChunkedSampler
+    (placement from torch.distributed), an all_reduce per step."""
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.FileStore(store_path, world_size), rank=rank,
+                            world_size=world_size)
+    try:
+        dataset = wids.ShardListDataset(descriptors(shards), transformations=[])
+        sampler = wids.DistributedChunkedSampler(dataset, chunksize=6, seed=1)
+        loader = torch.utils.data.DataLoader(dataset, batch_size=4, sampler=sampler,
+                                             num_workers=2, collate_fn=list)
+        indexes, steps = [], 0
+        for batch in loader:
+            dist.all_reduce(torch.ones(1))  # a rank that ran out early would hang the others
+            indexes += [s["__index__"] for s in batch]
+            steps += 1
+        out.put((rank, (len(sampler), steps, indexes)))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ddp_ranks_run_the_same_steps_over_an_uneven_split(shards, tmp_path):
+    pytest.importorskip("torch")
+    from test_distributed import run_ranks
+
+    results = run_ranks(_ddp_rank, 3, tmp_path, shards)
+    assert [r[:2] for r in results] == [(14, 4)] * 3  # 40 samples: 14 a rank, 4 batches
+    assert [len(r[2]) for r in results] == [14] * 3
+    assert set(results[0][2]) == set(range(14))
+    assert set(results[1][2]) == set(range(14, 28))
+    assert set(results[2][2]) == set(range(28, 40)) | {0, 1}  # topped up from the start

@@ -40,6 +40,7 @@ import os
 import random
 import shutil
 import subprocess
+import time
 import warnings
 from collections import OrderedDict
 from urllib.parse import quote, urlparse, urlunparse
@@ -60,6 +61,8 @@ __all__ = ["ChunkedSampler", "DistributedChunkedSampler", "IndexedTarSamples",
            "load_dsdesc_and_resolve"]
 
 _REMOTE_SCHEMES = ("http", "https", "s3", "gs")
+# cache_size at or above this (the default, 1e12) bounds nothing.
+_NO_LIMIT = int(1e12)
 
 # --- descriptors
 
@@ -109,9 +112,11 @@ def _check_shards(shards, source):
 
 
 def _rebase(shards, base):
+    # A pipe: command is no URL to resolve (the reference's merge mangles it).
     if base is not None:
         for shard in shards:
-            shard["url"] = urlmerge(base, shard["url"])
+            if not shard["url"].startswith("pipe:"):
+                shard["url"] = urlmerge(base, shard["url"])
     return shards
 
 
@@ -239,26 +244,71 @@ def _fetch_to(url, temp, remote):
             shutil.copyfileobj(source, target, 1 << 20)
 
 
-def _evict(directory, limit, keep):
-    """Removes the least recently used complete files of `directory` (by
-    modification time, which each use renews) until they hold at most
-    `limit` bytes; never `keep`. A reader holding a removed file open reads
-    on (POSIX unlink)."""
-    files = []
+# A temporary or lock file this old belongs to a process that died.
+_STALE_SECONDS = 3600
+
+
+def _remove_unless_in_use(path):
+    """Removes `path` unless a reader holds it (a shared flock, see
+    _hold); True when it is gone."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return False
+    try:
+        if os.fstat(fd).st_nlink > 0:
+            os.unlink(path)
+        return True
+    except FileNotFoundError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def _evict(directory, names, limit, keep):
+    """Keeps the complete files of `directory` named in `names` (this
+    dataset's remote shards: nothing else there is touched) within `limit`
+    bytes: the least recently used first (by modification time, which each
+    use renews), never `keep` or a file a reader holds. Removes their
+    temporary and lock files left by processes that died."""
+    files, now = [], time.time()
     for entry in os.scandir(directory):
-        if entry.is_file() and not entry.name.endswith((".lock", ".tmp")):
+        try:
             st = entry.stat()
+        except FileNotFoundError:
+            continue
+        if entry.name in names:
             files.append((st.st_mtime, st.st_size, entry.path))
+            continue
+        stem = entry.name[:-len(".lock")] if entry.name.endswith(".lock") else (
+            entry.name.rsplit(".", 2)[0] if entry.name.endswith(".tmp") else None)
+        if stem in names and now - st.st_mtime > _STALE_SECONDS:
+            try:
+                os.unlink(entry.path)
+            except FileNotFoundError:
+                pass
     total = sum(size for _, size, _ in files)
     for _, size, path in sorted(files):
         if total <= limit:
             break
-        if path != keep:
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
+        if path != keep and _remove_unless_in_use(path):
             total -= size
+
+
+def _hold(path):
+    """A descriptor of `path` holding a shared flock, so that no eviction
+    removes it while it is read; None when it was removed meanwhile."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    if os.fstat(fd).st_nlink == 0:
+        os.close(fd)
+        return None
+    return fd
 
 
 # --- one shard
@@ -281,8 +331,9 @@ class IndexedTarSamples:
     given, must be the shard's count (a DataError otherwise); `md5sum`, when
     given, is checked first."""
 
-    def __init__(self, *, path, md5sum=None, expected_size=None):
+    def __init__(self, *, path, md5sum=None, expected_size=None, _held=None):
         self.path = path
+        self._held = _held  # a descriptor holding a cached copy (_hold), closed with it
         if md5sum is not None:
             got = compute_file_md5sum(path)
             if got != md5sum:
@@ -311,6 +362,12 @@ class IndexedTarSamples:
 
     def close(self):
         self._shard = None
+        if self._held is not None:
+            os.close(self._held)
+            self._held = None
+
+    def __del__(self):
+        self.close()
 
     def __repr__(self):
         return f"<IndexedTarSamples {self.path}>"
@@ -525,6 +582,21 @@ class ShardListDataset(Dataset):
         else:
             self.cache_dir = os.environ.get("WIDS_CACHE", "/tmp/_wids_cache")
             self.localname = DefaultLocalname(self.cache_dir)
+        # The cache files of the remote shards: eviction touches nothing else.
+        self._cache_names = set()
+        owners = {}
+        for shard in self.shards:
+            url = shard["url"]
+            if local_path(url) is None:
+                local = self.localname(url)
+                if owners.setdefault(local, url) != url:
+                    raise ValueError(f"ShardListDataset: {owners[local]} and {url} would share "
+                                     f"the cache file {local}; give a localname= that tells "
+                                     "them apart")
+                self._cache_names.add(os.path.basename(local))
+        if cache_size is not None and 0 < cache_size < (1 << 20):
+            warnings.warn(f"ShardListDataset: cache_size is in bytes: {cache_size} keeps no "
+                          "more than the shard being read")
         self.cache_size = cache_size
         self.keep = keep
         if lru_size > 200:
@@ -557,17 +629,31 @@ class ShardListDataset(Dataset):
             warnings.warn(f"ShardListDataset: {self.misses} of {self.accesses} accesses opened a "
                           "shard; use a ChunkedSampler or a larger lru_size")
 
-    def _local(self, url):
+    def _open_shard(self, url):
         path = local_path(url)
         if path is not None:
-            return path
+            return IndexedTarSamples(path=path)
         local = self.localname(url)
-        if _fetch(url, local, self._remote):
-            if self.cache_size is not None and self.cache_size < int(1e12):
-                _evict(os.path.dirname(local) or ".", self.cache_size, local)
-        else:
-            os.utime(local)
-        return local
+        for _ in range(3):  # another process may evict it between the fetch and the hold
+            fetched = _fetch(url, local, self._remote)
+            try:
+                held = _hold(local)
+            except FileNotFoundError:
+                continue
+            if held is None:
+                continue
+            try:
+                if not fetched:
+                    os.utime(held)  # used: the last to go
+                shard = IndexedTarSamples(path=local, _held=held)
+            except BaseException:
+                os.close(held)
+                raise
+            if fetched and self.cache_size is not None and 0 < self.cache_size < _NO_LIMIT:
+                _evict(os.path.dirname(local) or ".", self._cache_names, self.cache_size, local)
+            return shard
+        raise DataError(f"{url}: its cached copy {local} was removed three times before it "
+                        "could be read; raise cache_size")
 
     def _shard(self, shard_index):
         desc = self.shards[shard_index]
@@ -578,14 +664,15 @@ class ShardListDataset(Dataset):
             self._open.move_to_end(url)
             return shard
         self.misses += 1
-        path = self._local(url)
-        shard = IndexedTarSamples(path=path)
+        while len(self._open) >= self.lru_size:  # first: an eviction may then remove it
+            self._open.popitem(last=False)[1].close()
+        shard = self._open_shard(url)
         if len(shard) != desc["nsamples"]:
-            raise DataError(f"{url}: {len(shard)} samples, but the description says "
+            count = len(shard)
+            shard.close()
+            raise DataError(f"{url}: {count} samples, but the description says "
                             f"{desc['nsamples']}")
         self._open[url] = shard
-        while len(self._open) > self.lru_size:
-            self._open.popitem(last=False)
         return shard
 
     def get_shard(self, index):

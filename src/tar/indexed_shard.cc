@@ -8,12 +8,15 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <optional>
 #include <utility>
 
+#include "io/file_stream.h"
 #include "tar/index_lookup.h"
 #include "wds/internal/base/status_macros.h"
 #include "wds/internal/base/strings.h"
+#include "wds/internal/tar/shard_scan.h"
 
 namespace wds {
 namespace {
@@ -43,7 +46,7 @@ std::optional<std::string_view> Compression(std::string_view head) {
   return std::nullopt;
 }
 
-// Octal parses a tar header's numeric field: octal digits (spaces and NULs
+// HeaderNumber parses a tar header's numeric field: octal digits (spaces and NULs
 // around them), or base-256 when its first byte has the high bit set (GNU).
 std::optional<int64_t> HeaderNumber(const unsigned char* field, size_t width) {
   if (field[0] & 0x80) {
@@ -70,18 +73,50 @@ std::optional<int64_t> HeaderNumber(const unsigned char* field, size_t width) {
   return value;
 }
 
-// HeaderMatches says whether `header` is a valid tar header (its checksum)
-// announcing `size` bytes of data.
-bool HeaderMatches(const unsigned char* header, int64_t size) {
-  constexpr size_t kSizeField = 124, kSizeWidth = 12, kSumField = 148, kSumWidth = 8;
-  int64_t sum = 0;
+// ValidHeader says whether `header`'s checksum is right (the sum of its
+// bytes as unsigned or, as some old writers made it, signed chars).
+bool ValidHeader(const unsigned char* header) {
+  constexpr size_t kSumField = 148, kSumWidth = 8;
+  int64_t sum = 0, signed_sum = 0;
   for (size_t i = 0; i < kBlock; ++i) {
     const bool in_sum = i >= kSumField && i < kSumField + kSumWidth;
     sum += in_sum ? ' ' : header[i];
+    signed_sum += in_sum ? ' ' : static_cast<signed char>(header[i]);
   }
   std::optional<int64_t> recorded = HeaderNumber(header + kSumField, kSumWidth);
+  return recorded == sum || recorded == signed_sum;
+}
+
+// FieldText is a NUL-terminated header field.
+std::string_view FieldText(const unsigned char* field, size_t width) {
+  const char* text = reinterpret_cast<const char*>(field);
+  return std::string_view(text, strnlen(text, width));
+}
+
+bool Ascii(std::string_view s) {
+  for (char c : s) {
+    if (static_cast<unsigned char>(c) >= 0x80) return false;
+  }
+  return true;
+}
+
+// HeaderFits says whether `header` can be the header of `member`: a valid
+// header announcing its size (or 0, which a pax size record overrides) and,
+// for a short ASCII name, which every writer puts in the header as it is
+// (ustar's prefix and name), that name. Longer or other names live in a pax
+// or GNU record before the header, which holds a shortened form.
+bool HeaderFits(const unsigned char* header, const IndexMember& member) {
+  constexpr size_t kSizeField = 124, kSizeWidth = 12, kNameWidth = 100, kPrefixField = 345,
+                   kPrefixWidth = 155;
+  if (!ValidHeader(header)) return false;
   std::optional<int64_t> announced = HeaderNumber(header + kSizeField, kSizeWidth);
-  return recorded == sum && announced == size;
+  if (announced != member.size && announced != 0) return false;
+  if (member.name.size() > kNameWidth || !Ascii(member.name)) return true;
+  std::string name(FieldText(header, kNameWidth));
+  const bool ustar = std::memcmp(header + 257, "ustar", 5) == 0;
+  std::string_view prefix = ustar ? FieldText(header + kPrefixField, kPrefixWidth) : "";
+  if (!prefix.empty()) name = Cat(prefix, "/", name);
+  return name == member.name;
 }
 
 // PreadFully reads iov's bytes at `offset`; false at end of file.
@@ -144,14 +179,21 @@ absl::StatusOr<std::unique_ptr<IndexedShard>> IndexedShard::Open(std::string_vie
   }
   shard->file_size_ = st.st_size;
 
-  char head[8] = {};
+  // A tar starts with a valid header (whose first bytes are a name, which
+  // may look like a magic number); anything else is sniffed for one.
+  unsigned char head[kBlock] = {};
   iovec iov{head, sizeof head};
   absl::StatusOr<bool> read = PreadFully(fd, &iov, 1, 0);
-  if (!read.ok())
+  if (!read.ok()) {
     return absl::Status(read.status().code(), Cat(url, ": ", read.status().message()));
-  if (std::optional<std::string_view> c = Compression({head, sizeof head}); c.has_value()) {
+  }
+  std::optional<std::string_view> compression;
+  if (!*read || !ValidHeader(head)) {
+    compression = Compression({reinterpret_cast<const char*>(head), sizeof head});
+  }
+  if (compression.has_value()) {
     return absl::InvalidArgumentError(
-        Cat(url, ": a ", *c, "-compressed tar; random access needs an uncompressed one"));
+        Cat(url, ": a ", *compression, "-compressed tar; random access needs an uncompressed one"));
   }
 
   const std::string sidecar = IndexPath(*path);
@@ -160,11 +202,16 @@ absl::StatusOr<std::unique_ptr<IndexedShard>> IndexedShard::Open(std::string_vie
     index = ShardIndex::Load(sidecar);
     if (index.ok() && !NamesEveryMember(*index)) index = absl::NotFoundError("");  // DALI v1.1
   }
-  if (absl::IsNotFound(index.status())) index = ScanShard(url);
+  if (absl::IsNotFound(index.status())) {
+    // The scan reads this very file, through a descriptor of its own.
+    UniqueFd scan_fd(fcntl(fd, F_DUPFD_CLOEXEC, 0));
+    if (!scan_fd.valid()) return absl::ErrnoToStatus(errno, Cat(url, ": cannot duplicate"));
+    index = ScanStream(MakeFileStream(std::string(url), std::move(scan_fd), st.st_size));
+  }
   WDS_RETURN_IF_ERROR(index.status());
   for (const IndexSample& s : index->samples) {
     for (const IndexMember& m : s.members) {
-      if (m.offset < kBlock || m.offset + m.size > st.st_size) {
+      if (m.offset < kBlock || m.offset > st.st_size || m.size > st.st_size - m.offset) {
         return absl::DataLossError(Cat(sidecar, ": member ", m.name, " at offset ", m.offset, " (",
                                        m.size, " bytes) lies outside ", url, " (", st.st_size,
                                        " bytes); is the sidecar from another version?"));
@@ -206,10 +253,10 @@ absl::Status IndexedShard::ReadMember(int64_t i, size_t j, char* dest) const {
     return absl::DataLossError(
         Cat(url_, ": member ", m.name, " at offset ", m.offset, " is truncated"));
   }
-  if (!HeaderMatches(header, m.size)) {
+  if (!HeaderFits(header, m)) {
     return absl::DataLossError(Cat(url_, ": the tar header before member ", m.name, " at offset ",
-                                   m.offset, " does not announce its ", m.size,
-                                   " bytes; is the index from another version of the shard?"));
+                                   m.offset, " is not that member's (", m.size,
+                                   " bytes); is the index from another version of the shard?"));
   }
   return absl::OkStatus();
 }

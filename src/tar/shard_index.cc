@@ -96,6 +96,9 @@ absl::StatusOr<bool> ParseHeader(const std::string& line, std::string_view sourc
   std::istringstream in(line);
   std::string version;
   if (!(in >> version) || (version != "v1.1" && version != kDaliVersion)) {
+    // Quoted in part: a file that is no index may have no line breaks.
+    constexpr size_t kQuoted = 32;
+    if (version.size() > kQuoted) version = Cat(version.substr(0, kQuoted), "...");
     return ParseError(
         source, 1,
         Cat("not a DALI webdataset index (version '", version, "', expected v1.1 or v1.2)"));

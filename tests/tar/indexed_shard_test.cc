@@ -129,7 +129,7 @@ TEST(IndexedShardTest, ASidecarOfAnotherVersionFailsTheReadNamingTheMember) {
   EXPECT_EQ(s.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(s.status().message(),
               HasSubstr(path + ": the tar header before member a.jpg at offset "));
-  EXPECT_THAT(s.status().message(), HasSubstr("does not announce its 4 bytes"));
+  EXPECT_THAT(s.status().message(), HasSubstr("is not that member's (4 bytes)"));
   // Another member's bytes in the place of a header fail its checksum.
   ShardIndex moved = ScanShard(path).value();
   moved.samples[1].members[0].offset += 512;
@@ -139,6 +139,86 @@ TEST(IndexedShardTest, ASidecarOfAnotherVersionFailsTheReadNamingTheMember) {
   ASSERT_FALSE(s.ok());
   EXPECT_THAT(s.status().message(),
               HasSubstr("the tar header before member " + std::string(130, 'd') + "/b.txt"));
+}
+
+TEST(IndexedShardTest, ASidecarOfSamplesReorderedFailsTheRead) {
+  TempDir dir;
+  const std::string path = dir.Write(
+      "s.tar", MakeTar({{"a.cls", "1"}, {"a.txt", "alpha"}, {"b.cls", "2"}, {"b.txt", "bravo"}}));
+  ASSERT_TRUE(ScanShard(path).value().Save(IndexPath(path)).ok());
+  dir.Write("s.tar",
+            MakeTar({{"b.cls", "2"}, {"b.txt", "bravo"}, {"a.cls", "1"}, {"a.txt", "alpha"}}));
+  std::unique_ptr<IndexedShard> shard = IndexedShard::Open(path).value();
+  for (int64_t i : {0, 1}) {
+    absl::StatusOr<Sample> s = shard->Read(i);
+    ASSERT_FALSE(s.ok());
+    EXPECT_THAT(s.status().message(), HasSubstr(std::string("the tar header before member ") +
+                                                (i == 0 ? "a" : "b") + ".cls at offset"));
+  }
+}
+
+TEST(IndexedShardTest, ASidecarWhoseMembersOverflowIsRefused) {
+  TempDir dir;
+  const std::string path = dir.Write("s.tar", MakeTar(Entries()));
+  for (int64_t offset : {int64_t{512}, INT64_MAX - 511}) {
+    std::ofstream(IndexPath(path))
+        << "v1.2 1\njpg " << offset << " " << (offset == 512 ? INT64_MAX - 100 : 4) << " a.jpg\n";
+    absl::StatusOr<std::unique_ptr<IndexedShard>> shard = IndexedShard::Open(path);
+    ASSERT_FALSE(shard.ok());
+    EXPECT_EQ(shard.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(shard.status().message(), HasSubstr("lies outside " + path));
+  }
+}
+
+// UstarHeader is a ustar header block for `name` announcing `size` bytes.
+std::string UstarHeader(const std::string& name, int64_t size, char type = '0') {
+  std::string h(512, '\0');
+  auto put = [&h](size_t at, const std::string& text) { h.replace(at, text.size(), text); };
+  char octal[16];
+  std::snprintf(octal, sizeof octal, "%011llo", static_cast<unsigned long long>(size));
+  put(0, name);
+  put(100, "0000644");
+  put(108, "0000000");
+  put(116, "0000000");
+  put(124, octal);
+  put(136, "00000000000");
+  h[156] = type;
+  put(257, "ustar");
+  put(263, "00");
+  put(148, "        ");
+  unsigned sum = 0;
+  for (unsigned char c : h) sum += c;
+  std::snprintf(octal, sizeof octal, "%06o", sum);
+  put(148, octal);
+  h[154] = '\0';
+  return h;
+}
+
+std::string Padded(std::string data) {
+  return data + std::string((512 - data.size() % 512) % 512, '\0');
+}
+
+TEST(IndexedShardTest, APaxSizeRecordOverridesTheHeadersSize) {
+  TempDir dir;
+  const std::string record = "13 size=5000\n";
+  const std::string data(5000, 'x');
+  const std::string path =
+      dir.Write("p.tar", UstarHeader("PaxHeader/a.bin", static_cast<int64_t>(record.size()), 'x') +
+                             Padded(record) + UstarHeader("a.bin", 0) + Padded(data) +
+                             std::string(1024, '\0'));
+  std::unique_ptr<IndexedShard> shard = IndexedShard::Open(path).value();
+  ASSERT_EQ(shard->size(), 1);
+  EXPECT_EQ(testing::FieldText(shard->Read(0).value(), "bin"), data);
+}
+
+TEST(IndexedShardTest, AFirstMemberNamedLikeAMagicNumberIsATar) {
+  TempDir dir;
+  for (const std::string& name : {std::string("BZh_0001.jpg"), std::string("]x.jpg")}) {
+    const std::string path = dir.Write("m.tar", MakeTar({{name, "bytes"}}, TarFormat::kUstar));
+    absl::StatusOr<std::unique_ptr<IndexedShard>> shard = IndexedShard::Open(path);
+    ASSERT_TRUE(shard.ok()) << shard.status();
+    EXPECT_EQ(testing::FieldText((*shard)->Read(0).value(), "jpg"), "bytes");
+  }
 }
 
 TEST(IndexedShardTest, CompressedShardsAreRefusedNamingTheCompression) {

@@ -220,6 +220,10 @@ TEST(ShardIndexTextTest, UnknownVersionIsInvalidArgumentNamingTheSource) {
   absl::StatusOr<ShardIndex> index = ShardIndex::Parse("v9 1\n", "x.idx");
   EXPECT_EQ(index.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(index.status().message()), HasSubstr("x.idx: line 1"));
+  // A file that is no index is quoted in part.
+  index = ShardIndex::Parse(std::string(100000, 'x'), "y.idx");
+  EXPECT_EQ(index.status().message(), "y.idx: line 1: not a DALI webdataset index (version '" +
+                                          std::string(32, 'x') + "...', expected v1.1 or v1.2)");
 }
 
 TEST(ShardIndexTextTest, FewerSamplesThanAnnouncedIsInvalidArgument) {

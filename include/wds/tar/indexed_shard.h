@@ -8,9 +8,12 @@
 // else from a scan of its headers (ShardIndex, shard_index.h), so samples are
 // grouped, counted and keyed as a WebDataset pipeline groups them. Reading a
 // member is one preadv(2) of its tar header and its data, straight into the
-// caller's memory; the header is checked (its checksum, and the size the
-// index records), so a sidecar left from another version of the shard is an
-// error naming the member, never wrong bytes.
+// caller's memory; the header is checked (its checksum, the size the index
+// records, and a short name), so a sidecar left from another version of the
+// shard is an error naming the member rather than other bytes. (A version
+// whose members have the same sizes and long or non-ASCII names in the same
+// places passes the check: rewrite the sidecar with the shard, as
+// `wds-shard index` does, and `wds-shard verify` compares them.)
 //
 // Only uncompressed tars can be read this way: the offsets count bytes of the
 // uncompressed tar. A compressed shard is refused when it is opened, naming
@@ -62,12 +65,12 @@ class IndexedShard {
   // ReadMember copies member j of sample i (index().samples[i].members[j])
   // into `dest`, which holds its size in bytes. Errors name the URL and the
   // member: OutOfRange for i or j outside the index; DataLoss when the
-  // member's tar header does not match the index (its checksum or size) or
-  // the file ends early; the errno of a failed read.
+  // member's tar header does not match the index (its checksum, size or
+  // name) or the file ends early; the errno of a failed read.
   [[nodiscard]] absl::Status ReadMember(int64_t i, size_t j, char* dest) const;
 
-  // Read returns sample i: its fields (named by IndexMember::field, in tar
-  // order), then __key__ and __url__, as a WebDataset pipeline yields it.
+  // Read returns sample i as a WebDataset pipeline yields it: __key__ and
+  // __url__, then its fields (IndexMember::field in lower case, tar order).
   // Errors as ReadMember's.
   [[nodiscard]] absl::StatusOr<Sample> Read(int64_t i) const;
 
