@@ -379,8 +379,10 @@ def test_eviction_touches_only_this_datasets_shards_not_in_use(served, tmp_path)
     cache.mkdir()
     for name in ("notes.txt", "index.json", "other.tar", "other.tar.idx"):
         (cache / name).write_bytes(b"x" * 200000)
-    for name, age in (("shard-000003.tar.77.tmp", 7200), ("shard-000002.tar.lock", 7200),
-                      ("shard-000001.tar.78.tmp", 0)):
+    live = os.getppid()  # a running process, not this one (whose fetches use its pid)
+    for name, age in (("shard-000003.tar.99999999.tmp", 7200), ("shard-000002.tar.lock", 7200),
+                      ("shard-000001.tar.99999998.tmp", 0), (f"shard-000000.tar.{live}.tmp", 7200),
+                      ("other.tar.lock", 7200)):
         (cache / name).write_bytes(b"")
         os.utime(cache / name, (time.time() - age,) * 2)
     dataset = wids.ShardListDataset(served.url("index.json"), cache_dir=str(cache),
@@ -389,8 +391,9 @@ def test_eviction_touches_only_this_datasets_shards_not_in_use(served, tmp_path)
         dataset[i]
     names = sorted(os.listdir(cache))
     assert names == sorted(["notes.txt", "index.json", "other.tar", "other.tar.idx",
-                            "shard-000001.tar.78.tmp", "shard-000000.tar", "shard-000001.tar",
-                            "shard-000002.tar"])
+                            "other.tar.lock", "shard-000001.tar.99999998.tmp",
+                            f"shard-000000.tar.{live}.tmp", "shard-000000.tar",
+                            "shard-000001.tar", "shard-000002.tar"])
     dataset.cache_size = 1  # in bytes: everything but the shard being read
     dataset.lru_size = 1
     with pytest.warns(UserWarning, match="cache_size is in bytes"):
@@ -431,6 +434,37 @@ def test_processes_sharing_a_small_cache(tmp_path):
     for p in procs:
         p.join(30)
     assert results == [(seed, 0, None) for seed in range(4)]
+
+
+def test_a_held_lock_is_no_leftover(served, tmp_path):
+    import fcntl
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    lock = cache / "shard-000002.tar.lock"
+    lock.write_bytes(b"")
+    os.utime(lock, (time.time() - 7200,) * 2)
+    with open(lock) as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # a fetch that has run for two hours
+        dataset = wids.ShardListDataset(served.url("index.json"), cache_dir=str(cache),
+                                        transformations=[], cache_size=1 << 30)
+        dataset[0]
+        assert lock.exists()
+
+
+def test_a_cached_shard_that_fails_to_open_closes_its_descriptor_once(shards, tmp_path):
+    import gc
+
+    gz = str(tmp_path / "s.tar.gz")
+    with tarfile.open(gz, "w:gz") as tar:
+        tar.add(shards[0], arcname="x.bin")
+    dataset = wids.ShardListDataset([{"url": f"pipe:cat {gz}", "nsamples": 1}],
+                                    cache_dir=str(tmp_path / "c"))
+    with pytest.raises(wds.DataError, match="gzip-compressed"):
+        dataset[0]
+    with open(shards[1], "rb") as victim:  # may get the number of the descriptor closed above
+        gc.collect()
+        assert victim.read(5) == members(shards[1])[0][0][:5].encode()
 
 
 def test_cache_files_that_would_collide_are_refused(tmp_path):

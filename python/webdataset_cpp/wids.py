@@ -285,9 +285,8 @@ def _evict(directory, names, limit, keep):
         if entry.name in names:
             files.append((st.st_mtime, st.st_size, entry.path))
             continue
-        stem = entry.name[:-len(".lock")] if entry.name.endswith(".lock") else (
-            entry.name.rsplit(".", 2)[0] if entry.name.endswith(".tmp") else None)
-        if stem in names and now - st.st_mtime > _STALE_SECONDS:
+        if now - st.st_mtime > _STALE_SECONDS and _left_by_the_dead(entry.name, names,
+                                                                      directory):
             try:
                 os.unlink(entry.path)
             except FileNotFoundError:
@@ -298,6 +297,33 @@ def _evict(directory, names, limit, keep):
             break
         if path != keep and _remove_unless_in_use(path):
             total -= size
+
+
+def _left_by_the_dead(name, names, directory):
+    """Whether `name` is the lock or temporary file of a fetch of one of
+    `names` whose process is gone: a lock nobody holds, a temporary file of
+    a process that no longer runs."""
+    if name.endswith(".lock") and name[:-len(".lock")] in names:
+        try:
+            fd = os.open(os.path.join(directory, name), os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+        finally:
+            os.close(fd)
+    parts = name.rsplit(".", 2)
+    if name.endswith(".tmp") and len(parts) == 3 and parts[0] in names and parts[1].isdigit():
+        try:
+            os.kill(int(parts[1]), 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+    return False
 
 
 def _hold(path):
@@ -331,17 +357,20 @@ class IndexedTarSamples:
     given, must be the shard's count (a DataError otherwise); `md5sum`, when
     given, is checked first."""
 
+    _shard = None
+    _held = None  # a descriptor holding a cached copy (_hold), owned once opened
+
     def __init__(self, *, path, md5sum=None, expected_size=None, _held=None):
         self.path = path
-        self._held = _held  # a descriptor holding a cached copy (_hold), closed with it
         if md5sum is not None:
             got = compute_file_md5sum(path)
             if got != md5sum:
                 raise DataError(f"{path}: MD5 sum {got}, expected {md5sum}")
-        self._shard = _core.IndexedShard(path)
-        if expected_size is not None and len(self._shard) != expected_size:
-            raise DataError(f"{path}: {len(self._shard)} samples, but its description says "
+        shard = _core.IndexedShard(path)
+        if expected_size is not None and len(shard) != expected_size:
+            raise DataError(f"{path}: {len(shard)} samples, but its description says "
                             f"{expected_size}")
+        self._shard, self._held = shard, _held
 
     def __len__(self):
         return len(self._shard)
@@ -739,17 +768,16 @@ def _epoch_rng(seed, epoch):
     return random.Random(seed + 1289738273 * epoch)
 
 
-class ShardListSampler(Sampler):
-    """Every index of a ShardListDataset, shard by shard: the shards in a
-    random order (from the second epoch, or from the first with
-    shufflefirst), the samples of each shuffled. Each complete iteration
-    moves to the next epoch; set_epoch(e) sets it."""
+class _RangeSampler(Sampler):
+    """The indexes of `ranges`, an epoch at a time: with shuffle, the ranges
+    in a random order (from the second epoch, or from the first with
+    shufflefirst) and the indexes of each range shuffled. Each complete
+    iteration moves to the next epoch; set_epoch(e) sets it."""
 
-    def __init__(self, dataset, *, lengths=None, seed=0, shufflefirst=False):
-        if lengths is None:
-            lengths = list(dataset.lengths)
-        self.ranges = lengths_to_ranges(lengths)
+    def __init__(self, ranges, *, seed, shuffle, shufflefirst):
+        self.ranges = ranges
         self.seed = seed
+        self.shuffle = shuffle
         self.shufflefirst = shufflefirst
         self.epoch = 0
 
@@ -758,24 +786,35 @@ class ShardListSampler(Sampler):
 
     def __iter__(self):
         rng = _epoch_rng(self.seed, self.epoch)
-        yield from iterate_ranges(self.ranges, rng,
-                                  shardshuffle=self.shufflefirst or self.epoch > 0)
+        yield from iterate_ranges(
+            self.ranges, rng, indexshuffle=self.shuffle,
+            shardshuffle=self.shuffle and (self.shufflefirst or self.epoch > 0))
         self.epoch += 1
 
     def __len__(self):
         return sum(hi - lo for lo, hi in self.ranges)
 
 
+class ShardListSampler(_RangeSampler):
+    """Every index of a ShardListDataset, shard by shard (`lengths`: the
+    shards' counts, by default the dataset's), in the order _RangeSampler
+    describes, always shuffled."""
+
+    def __init__(self, dataset, *, lengths=None, seed=0, shufflefirst=False):
+        if lengths is None:
+            lengths = list(dataset.lengths)
+        super().__init__(lengths_to_ranges(lengths), seed=seed, shuffle=True,
+                         shufflefirst=shufflefirst)
+
+
 ShardedSampler = ShardListSampler
 
 
-class ChunkedSampler(Sampler):
+class ChunkedSampler(_RangeSampler):
     """The indexes of [lo, hi) (`num_samples`: a count, a (lo, hi) pair, or
-    None for the whole dataset) in chunks of `chunksize`: with shuffle, the
-    chunks in a random order (from the second epoch, or from the first with
-    shufflefirst) and the indexes of each chunk shuffled, so that reads stay
-    within a few shards at a time. Each complete iteration moves to the next
-    epoch; set_epoch(e) sets it."""
+    None for the whole dataset) in chunks of `chunksize`, in the order
+    _RangeSampler describes, so that reads stay within a few shards at a
+    time. ``len()`` is `dslength_per_replica` when positive, else the count."""
 
     def __init__(self, dataset, *, dslength_per_replica=-1, num_samples=None, chunksize=2000,
                  seed=0, shuffle=True, shufflefirst=False, _extra=()):
@@ -787,28 +826,14 @@ class ChunkedSampler(Sampler):
             lo, hi = num_samples
         if chunksize < 1:
             raise ValueError(f"ChunkedSampler: chunksize must be at least 1, not {chunksize}")
-        self.ranges = [(i, min(i + chunksize, hi)) for i in range(lo, hi, chunksize)]
-        for lo2, hi2 in _extra:  # DistributedChunkedSampler's padding
-            self.ranges += [(i, min(i + chunksize, hi2)) for i in range(lo2, hi2, chunksize)]
-        count = sum(h - l for l, h in self.ranges)
-        self.dslength_per_replica = dslength_per_replica if dslength_per_replica > 0 else count
-        self.seed = seed
-        self.shuffle = shuffle
-        self.shufflefirst = shufflefirst
-        self.epoch = 0
-
-    def set_epoch(self, epoch):
-        self.epoch = epoch
-
-    def __iter__(self):
-        rng = _epoch_rng(self.seed, self.epoch)
-        shardshuffle = self.shuffle and (self.shufflefirst or self.epoch > 0)
-        yield from iterate_ranges(self.ranges, rng, indexshuffle=self.shuffle,
-                                  shardshuffle=shardshuffle)
-        self.epoch += 1
+        ranges = []
+        for start, end in [(lo, hi), *_extra]:  # _extra: DistributedChunkedSampler's top-up
+            ranges += [(i, min(i + chunksize, end)) for i in range(start, end, chunksize)]
+        super().__init__(ranges, seed=seed, shuffle=shuffle, shufflefirst=shufflefirst)
+        self.dslength_per_replica = dslength_per_replica
 
     def __len__(self):
-        return self.dslength_per_replica
+        return self.dslength_per_replica if self.dslength_per_replica > 0 else super().__len__()
 
 
 def DistributedChunkedSampler(dataset, *, num_replicas=None, num_samples=None, rank=None,

@@ -101,21 +101,23 @@ bool Ascii(std::string_view s) {
 }
 
 // HeaderFits says whether `header` can be the header of `member`: a valid
-// header announcing its size (or 0, which a pax size record overrides) and,
-// for a short ASCII name, which every writer puts in the header as it is
-// (ustar's prefix and name), that name. Longer or other names live in a pax
-// or GNU record before the header, which holds a shortened form.
+// header announcing its size and, for a short ASCII name, which every writer
+// puts in the header as it is (POSIX ustar's prefix and name), that name.
+// Longer or other names live in a pax or GNU record before the header, which
+// holds a shortened form. (Writers put a size in a pax record, and 0 in the
+// header, only where it does not fit the header: from 8 GiB, beyond any
+// member this library reads.)
 bool HeaderFits(const unsigned char* header, const IndexMember& member) {
-  constexpr size_t kSizeField = 124, kSizeWidth = 12, kNameWidth = 100, kPrefixField = 345,
-                   kPrefixWidth = 155;
+  constexpr size_t kSizeField = 124, kSizeWidth = 12, kNameWidth = 100, kMagic = 257,
+                   kPrefixField = 345, kPrefixWidth = 155;
   if (!ValidHeader(header)) return false;
-  std::optional<int64_t> announced = HeaderNumber(header + kSizeField, kSizeWidth);
-  if (announced != member.size && announced != 0) return false;
+  if (HeaderNumber(header + kSizeField, kSizeWidth) != member.size) return false;
   if (member.name.size() > kNameWidth || !Ascii(member.name)) return true;
   std::string name(FieldText(header, kNameWidth));
-  const bool ustar = std::memcmp(header + 257, "ustar", 5) == 0;
-  std::string_view prefix = ustar ? FieldText(header + kPrefixField, kPrefixWidth) : "";
-  if (!prefix.empty()) name = Cat(prefix, "/", name);
+  // GNU headers ("ustar  ") keep times where POSIX ones keep the prefix.
+  const bool posix = std::memcmp(header + kMagic, "ustar\0", 6) == 0;
+  std::string_view prefix = posix ? FieldText(header + kPrefixField, kPrefixWidth) : "";
+  if (!prefix.empty()) name = Cat(prefix, EndsWith(prefix, "/") ? "" : "/", name);
   return name == member.name;
 }
 
@@ -205,7 +207,9 @@ absl::StatusOr<std::unique_ptr<IndexedShard>> IndexedShard::Open(std::string_vie
   if (absl::IsNotFound(index.status())) {
     // The scan reads this very file, through a descriptor of its own.
     UniqueFd scan_fd(fcntl(fd, F_DUPFD_CLOEXEC, 0));
-    if (!scan_fd.valid()) return absl::ErrnoToStatus(errno, Cat(url, ": cannot duplicate"));
+    if (!scan_fd.valid() || lseek(scan_fd.get(), 0, SEEK_SET) != 0) {
+      return absl::ErrnoToStatus(errno, Cat(url, ": cannot read it from its start"));
+    }
     index = ScanStream(MakeFileStream(std::string(url), std::move(scan_fd), st.st_size));
   }
   WDS_RETURN_IF_ERROR(index.status());

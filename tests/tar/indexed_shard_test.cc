@@ -198,17 +198,43 @@ std::string Padded(std::string data) {
   return data + std::string((512 - data.size() % 512) % 512, '\0');
 }
 
-TEST(IndexedShardTest, APaxSizeRecordOverridesTheHeadersSize) {
+TEST(IndexedShardTest, AMemberEmptiedSinceTheSidecarFailsTheRead) {
   TempDir dir;
-  const std::string record = "13 size=5000\n";
-  const std::string data(5000, 'x');
+  const std::string path = dir.Write(
+      "s.tar", MakeTar({{"a.txt", std::string(600, 'A')}, {"b.txt", std::string(600, 'B')}}));
+  ASSERT_TRUE(ScanShard(path).value().Save(IndexPath(path)).ok());
+  dir.Write("s.tar", MakeTar({{"a.txt", ""}, {"b.txt", std::string(600, 'B')}}));
+  absl::StatusOr<Sample> s = IndexedShard::Open(path).value()->Read(0);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.status().message(), HasSubstr("the tar header before member a.txt"));
+}
+
+TEST(IndexedShardTest, NamesOfEveryHeaderLayout) {
+  TempDir dir;
+  // POSIX ustar: a name split into prefix and name.
+  const std::string long_dir(90, 'd');
+  const std::string split = long_dir + "/" + std::string(40, 'n') + ".txt";
+  std::string ustar = UstarHeader(std::string(40, 'n') + ".txt", 4);
+  ustar.replace(345, long_dir.size(), long_dir);
+  // GNU: bytes 345.. are times, not a prefix.
+  std::string gnu = UstarHeader("g.txt", 4);
+  gnu.replace(257, 8, std::string("ustar  \0", 8));
+  gnu.replace(345, 11, "14567123456");
+  for (std::string* h : {&ustar, &gnu}) {  // checksums again
+    h->replace(148, 8, "        ");
+    unsigned sum = 0;
+    for (unsigned char c : *h) sum += c;
+    char octal[8];
+    std::snprintf(octal, sizeof octal, "%06o", sum);
+    h->replace(148, 7, std::string(octal, 6) + '\0');
+  }
   const std::string path =
-      dir.Write("p.tar", UstarHeader("PaxHeader/a.bin", static_cast<int64_t>(record.size()), 'x') +
-                             Padded(record) + UstarHeader("a.bin", 0) + Padded(data) +
-                             std::string(1024, '\0'));
+      dir.Write("h.tar", ustar + Padded("data") + gnu + Padded("gnu!") + std::string(1024, '\0'));
   std::unique_ptr<IndexedShard> shard = IndexedShard::Open(path).value();
-  ASSERT_EQ(shard->size(), 1);
-  EXPECT_EQ(testing::FieldText(shard->Read(0).value(), "bin"), data);
+  ASSERT_EQ(shard->size(), 2);
+  EXPECT_EQ(shard->Key(0), split.substr(0, split.size() - 4));
+  EXPECT_EQ(testing::FieldText(shard->Read(0).value(), "txt"), "data");
+  EXPECT_EQ(testing::FieldText(shard->Read(1).value(), "txt"), "gnu!");
 }
 
 TEST(IndexedShardTest, AFirstMemberNamedLikeAMagicNumberIsATar) {
