@@ -5,12 +5,19 @@ against other implementations."""
 import io
 import json
 import os
+import signal
 import tarfile
 import time
 
 import numpy as np
 import PIL.Image
 import pytest
+
+# A shell starts a background job (`pytest ... &`) with SIGINT ignored, and a Python started
+# so installs no KeyboardInterrupt handler, nor do the scripts the tests start (they inherit the
+# disposition). The tests of Ctrl-C need Python's usual handler, in this process and in them.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 BUILD_DIR = os.environ.get("WDS_BUILD_DIR",
                            os.path.join(os.path.dirname(__file__), "..", "..", "build"))
