@@ -28,8 +28,9 @@ packages=(
   libjpeg-turbo-progs webp python3-numpy python3-pil gnuplot-nox
   # the Python package (python/): headers, pybind11, DLPack, its tests and pip
   python3-dev pybind11-dev libdlpack-dev python3-pytest python3-pip python3-setuptools
-  # .mp/.msg fields (the writer's and the decoder's msgpack), checked by the tests
-  python3-msgpack
+  # .mp/.msg fields (the writer's and the decoder's msgpack), checked by the tests;
+  # LMDBCached's database
+  python3-msgpack python3-lmdb
 )
 
 missing=()
