@@ -128,11 +128,13 @@ def _set_missing(shards, key, value):
 
 def load_dsdesc_and_resolve(source, *, options=None, base=None, remote=None):
     """The description at `source` (a path, URL or open file) with every shard
-    URL resolved: relative URLs against `base` (by default the directory of
-    `source`), components of ``"datasets"`` loaded from their
-    ``"source_url"``, and their ``weight``, ``source_url`` and ``name`` (as
-    ``"dataset"``) set on their shards, as the reference's wids resolves
-    them. Errors are ValueErrors naming the description."""
+    URL resolved: the top level's relative URLs against `base` when it is
+    given (ShardListDataset gives the directory of `source`), a component's
+    against its ``"base"`` or its ``"source_url"``'s directory; components of
+    ``"datasets"`` loaded from their ``"source_url"``, and their ``weight``,
+    ``source_url`` and ``name`` (as ``"dataset"``) set on their shards, as the
+    reference's wids resolves them. ``pipe:`` URLs stay as written. Errors are
+    ValueErrors naming the description."""
     description = _read_json(source, remote)
     name = source if isinstance(source, str) else getattr(source, "name", "a stream")
     if not isinstance(description, dict):
