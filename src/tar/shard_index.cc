@@ -1,6 +1,7 @@
 // Shard indexes: header-only tar scans, DALI's text index, wids' JSON index.
 #include "wds/tar/shard_index.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <fstream>
@@ -8,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
+#include <vector>
 
 #include "tar/index_lookup.h"
 #include "wds/internal/base/status_macros.h"
@@ -122,6 +124,46 @@ bool IsRelativeUrl(std::string_view url) {
   return !url.empty() && url[0] != '/' && url.find(':') == std::string_view::npos;
 }
 
+// JoinRelative joins the relative URL `relative` to the directory `base` (a
+// local directory, or a remote URL's, as UrlDirectory gives it), resolving
+// its "." and ".." segments as the reference's wids merges URLs (lexically,
+// as os.path.normpath): "s3://b/train" and "../other/s.tar" give
+// "s3://b/other/s.tar". A ".." never climbs above a remote URL's host or a
+// local absolute path's root.
+std::string JoinRelative(std::string_view base, std::string_view relative) {
+  std::string_view root;  // "scheme://host" of a remote base
+  const size_t scheme = base.find("://");
+  if (scheme != std::string_view::npos) {
+    root = base.substr(0, std::min(base.find('/', scheme + 3), base.size()));
+    base.remove_prefix(root.size());
+  }
+  const bool absolute = !root.empty() || StartsWith(base, "/");
+  std::vector<std::string_view> segments;
+  auto add = [&](std::string_view path) {
+    while (!path.empty()) {
+      const size_t slash = std::min(path.find('/'), path.size());
+      const std::string_view s = path.substr(0, slash);
+      path.remove_prefix(std::min(slash + 1, path.size()));
+      if (s.empty() || s == ".") continue;
+      if (s != "..") {
+        segments.push_back(s);
+      } else if (!segments.empty() && segments.back() != "..") {
+        segments.pop_back();
+      } else if (!absolute) {
+        segments.push_back(s);
+      }
+    }
+  };
+  add(base);
+  add(relative);
+  std::string joined(root);
+  for (size_t i = 0; i < segments.size(); ++i) {
+    if (i > 0 || absolute) joined += '/';
+    joined += segments[i];
+  }
+  return joined;
+}
+
 absl::StatusOr<DatasetShard> ParseShard(const nlohmann::json& item, std::string_view source,
                                         std::string_view base_dir, size_t i) {
   if (!item.is_object() || !item.contains("url") || !item["url"].is_string() ||
@@ -131,7 +173,7 @@ absl::StatusOr<DatasetShard> ParseShard(const nlohmann::json& item, std::string_
   }
   DatasetShard shard;
   shard.url = item["url"].get<std::string>();
-  if (!base_dir.empty() && IsRelativeUrl(shard.url)) shard.url = Cat(base_dir, "/", shard.url);
+  if (!base_dir.empty() && IsRelativeUrl(shard.url)) shard.url = JoinRelative(base_dir, shard.url);
   shard.nsamples = item["nsamples"].get<int64_t>();
   if (item.contains("filesize") && item["filesize"].is_number_integer()) {
     shard.filesize = item["filesize"].get<int64_t>();

@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "util/test_util.h"
 #include "wds/internal/io/atomic_file.h"
+#include "wds/internal/io/directories.h"
 #include "wds/wds.h"
 
 namespace wds {
@@ -338,6 +339,16 @@ TEST(DatasetIndexTest, LoadResolvesRelativeUrlsAgainstItsDirectory) {
                                           DatasetShard{dir.path() + "/train-000001.tar", 3, 6144},
                                           DatasetShard{"/abs/x.tar", 1, 512},
                                           DatasetShard{"pipe:cat y.tar", 2, 0}));
+  // ".." is resolved lexically, as the reference's wids does (and never above the root).
+  DatasetIndex up;
+  up.shards.push_back({"../up.tar", 1, 0});
+  up.shards.push_back({"../../../../../../../../../../../../top.tar", 1, 0});
+  ASSERT_TRUE(MakeDirectories(dir.path() + "/sub").ok());
+  ASSERT_TRUE(up.Save(dir.path() + "/sub/ds.json").ok());
+  loaded = DatasetIndex::Load(dir.path() + "/sub/ds.json");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->shards[0].url, dir.path() + "/up.tar");
+  EXPECT_EQ(loaded->shards[1].url, "/top.tar");
 }
 
 // ServingOpener serves `text` at every URL it is asked for, and records the
@@ -384,6 +395,19 @@ TEST(DatasetIndexTest, ARemoteIndexResolvesRelativeUrlsAgainstItsUrlsDirectory) 
   }
   EXPECT_EQ(serving.asked->size(), cases.size());
   EXPECT_EQ(serving.asked->front(), "s3://bucket/train/index.json");
+  // "." and ".." segments are resolved, never above the host.
+  DatasetIndex dotted;
+  for (const char* url : {"../other/a.tar", "./b.tar", "x/../../../c.tar", "d/./e/../f.tar"}) {
+    dotted.shards.push_back({url, 1, 0});
+  }
+  const ServingOpener dots{dotted.ToJson()};
+  absl::StatusOr<DatasetIndex> resolved =
+      DatasetIndex::Load("s3://b/train/v1/ds.json", dots.opener());
+  ASSERT_TRUE(resolved.ok()) << resolved.status();
+  std::vector<std::string> urls;
+  for (const DatasetShard& s : resolved->shards) urls.push_back(s.url);
+  EXPECT_THAT(urls, ElementsAre("s3://b/train/other/a.tar", "s3://b/train/v1/b.tar", "s3://b/c.tar",
+                                "s3://b/train/v1/d/f.tar"));
   // A pipe: command's index has no directory: its URLs are kept as written.
   absl::StatusOr<DatasetIndex> piped = DatasetIndex::Load("pipe:cat ds.json", serving.opener());
   ASSERT_TRUE(piped.ok()) << piped.status();

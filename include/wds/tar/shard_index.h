@@ -26,7 +26,8 @@
 //   }
 //
 // Relative URLs are relative to the JSON file's directory, as wids resolves
-// them. Loaders use the counts to give every rank the same number of steps:
+// them ("." and ".." segments resolved lexically, never above a remote URL's
+// host or the root). Loaders use the counts to give every rank the same number of steps:
 //
 //   absl::StatusOr<int64_t> n = wds::CountSamples("data/train-000003.tar");
 //
