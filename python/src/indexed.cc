@@ -40,21 +40,18 @@ class IndexedShard {
     }
     const wds::IndexSample& sample = shard_->index().samples[static_cast<size_t>(i)];
     std::vector<py::bytes> data;
-    std::vector<char*> dest;
     data.reserve(sample.members.size());
-    dest.reserve(sample.members.size());
     for (const wds::IndexMember& m : sample.members) {
       PyObject* bytes = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(m.size));
       if (bytes == nullptr) throw py::error_already_set();
       data.push_back(py::reinterpret_steal<py::bytes>(bytes));
-      dest.push_back(PyBytes_AS_STRING(bytes));
     }
     absl::Status status;
     {
       // The bytes objects are this call's alone until it returns.
       py::gil_scoped_release release;
-      for (size_t j = 0; j < dest.size() && status.ok(); ++j) {
-        status = shard_->ReadMember(i, j, dest[j]);
+      for (size_t j = 0; j < data.size() && status.ok(); ++j) {
+        status = shard_->ReadMember(i, j, PyBytes_AS_STRING(data[j].ptr()));
       }
     }
     if (!status.ok()) RaiseStatus(status, Phase::kData);

@@ -90,7 +90,7 @@ def _read_json(source, remote):
         name = getattr(source, "name", "a stream")
     else:
         name = source
-        with _open(source, remote) as stream:
+        with _open_url(source, remote) as stream:
             text = stream.read()
     try:
         return json.loads(text)
@@ -172,7 +172,7 @@ def load_dsdesc_and_resolve(source, *, options=None, base=None, remote=None):
 # --- fetching remote shards
 
 
-def _open(url, remote):
+def _open_url(url, remote):
     scheme = urlparse(url).scheme
     if scheme in _REMOTE_SCHEMES:
         return gopen(url, "rb", remote=remote)
@@ -242,7 +242,7 @@ def _fetch_to(url, temp, remote):
         if not os.path.isfile(temp):
             raise FileNotFoundError(2, "the command wrote no file at {local}", url)
     else:
-        with _open(url, remote) as source, open(temp, "wb") as target:
+        with _open_url(url, remote) as source, open(temp, "wb") as target:
             shutil.copyfileobj(source, target, 1 << 20)
 
 
@@ -340,15 +340,6 @@ def _hold(path):
 
 
 # --- one shard
-
-
-def _splitname(name):
-    """(key, ".ext") of a member name, split at the first dot of its basename."""
-    slash = name.rfind("/") + 1
-    dot = name.find(".", slash)
-    if dot < 0:
-        raise ValueError(f"{name}: a member name needs an extension")
-    return name[:dot], name[dot:]
 
 
 class IndexedTarSamples:

@@ -14,6 +14,7 @@
 
 #include "io/file_stream.h"
 #include "tar/index_lookup.h"
+#include "tar/tar_samples.h"
 #include "wds/internal/base/status_macros.h"
 #include "wds/internal/base/strings.h"
 #include "wds/internal/tar/shard_scan.h"
@@ -145,6 +146,11 @@ absl::StatusOr<bool> PreadFully(int fd, iovec* iov, int count, int64_t offset) {
   return true;
 }
 
+absl::Status NotLocal(std::string_view url) {
+  return absl::InvalidArgumentError(
+      Cat(url, ": random access reads local files; fetch a remote shard first"));
+}
+
 bool NamesEveryMember(const ShardIndex& index) {
   for (const IndexSample& s : index.samples) {
     for (const IndexMember& m : s.members) {
@@ -158,28 +164,21 @@ bool NamesEveryMember(const ShardIndex& index) {
 
 absl::StatusOr<std::unique_ptr<IndexedShard>> IndexedShard::Open(std::string_view url) {
   std::optional<std::string> path = LocalPath(url);
-  if (!path.has_value()) {
-    return absl::InvalidArgumentError(
-        Cat(url, ": random access reads local files; fetch a remote shard first"));
-  }
+  if (!path.has_value()) return NotLocal(url);
   const int fd = open(path->c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return absl::ErrnoToStatus(errno, Cat(url, ": cannot open"));
   return Open(url, fd);
 }
 
 absl::StatusOr<std::unique_ptr<IndexedShard>> IndexedShard::Open(std::string_view url, int fd) {
-  std::unique_ptr<IndexedShard> shard(new IndexedShard(std::string(url), fd, 0, {}));
+  std::unique_ptr<IndexedShard> shard(new IndexedShard(std::string(url), fd));
   std::optional<std::string> path = LocalPath(url);
-  if (!path.has_value()) {
-    return absl::InvalidArgumentError(
-        Cat(url, ": random access reads local files; fetch a remote shard first"));
-  }
+  if (!path.has_value()) return NotLocal(url);
   struct stat st;
   if (fstat(fd, &st) != 0) return absl::ErrnoToStatus(errno, Cat(url, ": cannot stat"));
   if (!S_ISREG(st.st_mode)) {
     return absl::InvalidArgumentError(Cat(url, ": random access needs a regular file"));
   }
-  shard->file_size_ = st.st_size;
 
   // A tar starts with a valid header (whose first bytes are a name, which
   // may look like a magic number); anything else is sniffed for one.
@@ -226,8 +225,7 @@ absl::StatusOr<std::unique_ptr<IndexedShard>> IndexedShard::Open(std::string_vie
   return shard;
 }
 
-IndexedShard::IndexedShard(std::string url, int fd, int64_t file_size, ShardIndex index)
-    : url_(std::move(url)), fd_(fd), file_size_(file_size), index_(std::move(index)) {}
+IndexedShard::IndexedShard(std::string url, int fd) : url_(std::move(url)), fd_(fd) {}
 
 IndexedShard::~IndexedShard() { close(fd_); }
 
@@ -277,14 +275,11 @@ absl::StatusOr<Sample> IndexedShard::Read(int64_t i) const {
   std::string field;
   for (size_t j = 0; j < s.members.size(); ++j) {
     const IndexMember& m = s.members[j];
-    AsciiLowerInto(m.field, field);
-    if (sample.Has(field)) {
-      return absl::InvalidArgumentError(Cat(url_, ": duplicate field '", field, "' in sample ",
-                                            Key(i), " (member ", m.name, ")"));
-    }
     Buffer data = Buffer::Allocate(static_cast<size_t>(m.size));
     WDS_RETURN_IF_ERROR(ReadMember(i, j, reinterpret_cast<char*>(data.mutable_data())));
-    sample.Append(field, std::move(data));
+    // The offset of its header, as the streaming reader names members.
+    WDS_RETURN_IF_ERROR(AppendMemberField(sample, m.field, std::move(data), url_, m.name,
+                                          m.offset - kBlock, field));
   }
   return sample;
 }

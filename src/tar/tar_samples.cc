@@ -358,18 +358,26 @@ absl::StatusOr<Sample> TarSampleStream::ToSample(GroupedSample grouped) {
   sample.Append(std::string(kKeyField), std::move(grouped.key));
   sample.Append(std::string(kUrlField), url_);
   for (SampleMember& m : grouped.members) {
-    AsciiLowerInto(m.field, field_);
-    if (sample.Has(field_)) {
-      return absl::InvalidArgumentError(Cat(url_, ": duplicate field '", field_, "' in sample ",
-                                            sample.key(), " (member ", m.member.name, " at offset ",
-                                            m.member.offset, ")"));
-    }
-    sample.Append(field_, std::move(m.member.data));
+    WDS_RETURN_IF_ERROR(AppendMemberField(sample, m.field, std::move(m.member.data), url_,
+                                          m.member.name, m.member.offset, field_));
   }
   return sample;
 }
 
 }  // namespace
+
+absl::Status AppendMemberField(Sample& sample, std::string_view field, Buffer data,
+                               std::string_view url, std::string_view member, int64_t offset,
+                               std::string& scratch) {
+  AsciiLowerInto(field, scratch);
+  if (sample.Has(scratch)) {
+    return absl::InvalidArgumentError(Cat(url, ": duplicate field '", scratch, "' in sample ",
+                                          sample.key(), " (member ", member, " at offset ", offset,
+                                          ")"));
+  }
+  sample.Append(scratch, std::move(data));
+  return absl::OkStatus();
+}
 
 std::unique_ptr<SampleStream> TarSamples(std::unique_ptr<UrlStream> urls, Opener opener,
                                          Handler handler, const WorkerContext& ctx,

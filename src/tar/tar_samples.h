@@ -1,11 +1,16 @@
 // The pipeline's tar source: shard URLs in, WebDataset samples out.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <string>
+#include <string_view>
 
+#include "absl/status/status.h"
 #include "shards/shard_streams.h"
 #include "tar/shard_catalog.h"
 #include "wds/base/error.h"
+#include "wds/base/sample.h"
 #include "wds/base/stage.h"
 #include "wds/io/byte_stream.h"
 #include "wds/tar/tar_reader.h"
@@ -33,6 +38,14 @@ namespace wds {
 // "continue" skips that member only; "stop" ends that shard after the sample
 // in progress and goes on with the next shard; "raise" returns the error as
 // it is, without that sample.
+// AppendMemberField appends a member's `data` to `sample` under its field as
+// every tar reader names it, lower-cased (in `scratch`, reused); a field the
+// sample holds already is InvalidArgument naming `url`, the sample, and the
+// member at `offset`.
+[[nodiscard]] absl::Status AppendMemberField(Sample& sample, std::string_view field, Buffer data,
+                                             std::string_view url, std::string_view member,
+                                             int64_t offset, std::string& scratch);
+
 std::unique_ptr<SampleStream> TarSamples(std::unique_ptr<UrlStream> urls, Opener opener,
                                          Handler handler, const WorkerContext& ctx,
                                          int64_t max_member_size = kDefaultMaxMemberSize,

@@ -70,6 +70,17 @@ TEST(IndexedShardTest, ReadsEverySampleAsThePipelineYieldsIt) {
   }
 }
 
+TEST(IndexedShardTest, AFieldRepeatedInASampleIsNamedAsThePipelineNamesIt) {
+  TempDir dir;
+  const std::string path =
+      dir.Write("s.tar", MakeTar({{"a.TXT", "1"}, {"a.txt", "2"}}, TarFormat::kUstar));
+  absl::StatusOr<Sample> s = IndexedShard::Open(path).value()->Read(0);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.status().message(),
+            path + ": duplicate field 'txt' in sample a (member a.txt at offset 1024)");
+}
+
 TEST(IndexedShardTest, ReadMemberFillsTheCallersMemory) {
   TempDir dir;
   const std::string path = dir.Write("s.tar", MakeTar(Entries()));

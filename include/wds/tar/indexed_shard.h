@@ -75,11 +75,10 @@ class IndexedShard {
   [[nodiscard]] absl::StatusOr<Sample> Read(int64_t i) const;
 
  private:
-  IndexedShard(std::string url, int fd, int64_t file_size, ShardIndex index);
+  IndexedShard(std::string url, int fd);
 
   std::string url_;
   int fd_;
-  int64_t file_size_;
   ShardIndex index_;
 };
 
