@@ -10,6 +10,7 @@
 #include "io/remote_stream.h"
 #include "io/remote_target.h"
 #include "io/shard_cache.h"
+#include "wds/internal/base/status_macros.h"
 #include "wds/internal/base/strings.h"
 #include "wds/io/remote.h"
 
@@ -81,6 +82,33 @@ class RemoteSession {
     return cache_->Open(url, offset, open, revalidate);
   }
 
+  // OpenRange opens bytes [offset, end) of a remote `url`: a complete cached
+  // copy from `offset` on (its stream runs past `end`), else a request for
+  // the range alone, which `*remote` then points to.
+  absl::StatusOr<std::unique_ptr<ByteStream>> OpenRange(const std::string& url, int64_t offset,
+                                                        int64_t end, std::string_view if_match,
+                                                        RemoteStream** remote) {
+    *remote = nullptr;
+    absl::StatusOr<RemoteTarget> target = RemoteTarget::Resolve(url, options_, credentials_);
+    if (!target.ok()) return target.status();
+    auto open = [&](int64_t at) -> absl::StatusOr<std::unique_ptr<RemoteStream>> {
+      absl::StatusOr<std::unique_ptr<RemoteStream>> stream =
+          RemoteStream::Open(url, *target, options_, pool_, at, end, std::string(if_match));
+      if (stream.ok()) *remote = stream->get();
+      return stream;
+    };
+    if (cache_ == nullptr) {
+      absl::StatusOr<std::unique_ptr<RemoteStream>> stream = open(offset);
+      if (!stream.ok()) return stream.status();
+      return std::unique_ptr<ByteStream>(*std::move(stream));
+    }
+    ShardCache::Revalidate revalidate;
+    if (options_.cache_revalidate) {
+      revalidate = [&]() { return RemoteStream::Head(url, *target, options_, *pool_); };
+    }
+    return cache_->Open(url, offset, open, revalidate, /*fill=*/false);
+  }
+
  private:
   const RemoteOptions options_;
   std::shared_ptr<TransferPool> pool_;
@@ -109,6 +137,26 @@ absl::Status SkipTo(ByteStream& stream, int64_t offset) {
       skipped = static_cast<int64_t>(*n);
     }
     done += *skipped;
+  }
+  return absl::OkStatus();
+}
+
+// ReadParts fills `parts` from `stream`, which holds [offset, offset + their
+// size) of its object at least.
+absl::Status ReadParts(ByteStream& stream, int64_t offset,
+                       absl::Span<const absl::Span<char>> parts) {
+  int64_t at = offset;
+  for (absl::Span<char> part : parts) {
+    for (size_t filled = 0; filled < part.size();) {
+      absl::StatusOr<size_t> n = stream.Read(part.data() + filled, part.size() - filled);
+      if (!n.ok()) return n.status();
+      if (*n == 0) {
+        return absl::DataLossError(Cat(stream.url(), ": the data ends at offset ", at,
+                                       ", inside the range read from offset ", offset));
+      }
+      filled += *n;
+      at += static_cast<int64_t>(*n);
+    }
   }
   return absl::OkStatus();
 }
@@ -205,6 +253,34 @@ absl::StatusOr<std::unique_ptr<ByteStream>> RemoteOpener::OpenAt(std::string_vie
   if (!stream.ok() || offset == 0) return stream;
   if (absl::Status s = SkipTo(**stream, offset); !s.ok()) return s;
   return stream;
+}
+
+absl::StatusOr<std::string> RemoteOpener::ReadRange(std::string_view url, int64_t offset,
+                                                    absl::Span<const absl::Span<char>> parts,
+                                                    std::string_view if_match) const {
+  int64_t size = 0;
+  for (absl::Span<char> part : parts) size += static_cast<int64_t>(part.size());
+  if (offset < 0 || size == 0) {
+    return absl::InvalidArgumentError(
+        Cat(url, ": a range of ", size, " bytes from offset ", offset, " cannot be read"));
+  }
+  if (!IsRemoteUrl(url)) {
+    absl::StatusOr<std::unique_ptr<ByteStream>> stream = OpenAt(url, offset);
+    if (!stream.ok()) return stream.status();
+    WDS_RETURN_IF_ERROR(ReadParts(**stream, offset, parts));
+    return std::string();
+  }
+  RemoteStream* remote = nullptr;
+  absl::StatusOr<std::unique_ptr<ByteStream>> stream =
+      session_->OpenRange(std::string(url), offset, offset + size, if_match, &remote);
+  if (!stream.ok()) return stream.status();
+  WDS_RETURN_IF_ERROR(ReadParts(**stream, offset, parts));
+  if (remote == nullptr) return std::string();  // a cached copy
+  // The end of the body, read, lets the connection go back to the pool.
+  char extra;
+  absl::StatusOr<size_t> n = remote->Read(&extra, 1);
+  if (!n.ok()) return n.status();
+  return remote->etag();
 }
 
 Opener RemoteOpener::AsOpener() const {

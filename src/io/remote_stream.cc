@@ -159,14 +159,18 @@ RemoteStream::~RemoteStream() {
   }
 }
 
-absl::StatusOr<std::unique_ptr<RemoteStream>> RemoteStream::Open(std::string url,
-                                                                 RemoteTarget target,
-                                                                 const RemoteOptions& options,
-                                                                 std::shared_ptr<TransferPool> pool,
-                                                                 int64_t offset) {
+absl::StatusOr<std::unique_ptr<RemoteStream>> RemoteStream::Open(
+    std::string url, RemoteTarget target, const RemoteOptions& options,
+    std::shared_ptr<TransferPool> pool, int64_t offset, int64_t end, std::string if_match) {
   std::unique_ptr<RemoteStream> stream(
       new RemoteStream(std::move(url), std::move(target), options, std::move(pool)));
   stream->position_ = std::max<int64_t>(offset, 0);
+  if (end >= 0 && end <= stream->position_) {
+    return absl::InvalidArgumentError(
+        Cat(stream->url_, ": an empty range, bytes ", stream->position_, " to ", end));
+  }
+  stream->end_ = end;
+  stream->if_match_ = std::move(if_match);
   while (true) {
     absl::Status s = stream->Connect();
     if (s.ok()) return stream;
@@ -199,11 +203,18 @@ absl::Status RemoteStream::Annotate(const absl::Status& error) const {
 
 bool RemoteStream::CanResume() const { return IsStrongEtag(etag_) || !last_modified_.empty(); }
 
+std::string RemoteStream::RangeText() const {
+  if (end_ >= 0) return Cat("bytes ", position_, "-", end_ - 1);
+  return Cat("bytes from offset ", position_, " on");
+}
+
 absl::Status RemoteStream::Connect() {
   retry_after_.clear();
   attempt_bytes_ = 0;
   std::vector<std::pair<std::string, std::string>> headers;
-  if (!fresh_) {
+  if (fresh_ && !if_match_.empty()) {
+    headers.emplace_back("If-Match", if_match_);
+  } else if (!fresh_) {
     if (IsStrongEtag(etag_)) {
       headers.emplace_back("If-Match", etag_);
     } else if (!last_modified_.empty()) {
@@ -213,11 +224,20 @@ absl::Status RemoteStream::Connect() {
       return absl::InternalError(Cat(url_, ": resuming without a validator"));
     }
   }
-  if (position_ > 0) headers.emplace_back("Range", Cat("bytes=", position_, "-"));
+  if (end_ >= 0) {
+    headers.emplace_back("Range", Cat("bytes=", position_, "-", end_ - 1));
+  } else if (position_ > 0) {
+    headers.emplace_back("Range", Cat("bytes=", position_, "-"));
+  }
   connected_ = true;
   absl::Status begun = transfer_->Begin(target_.Request(false, std::move(headers)), options_);
   if (!begun.ok()) return Annotate(begun);
   const HttpResponse& r = transfer_->response();
+  if (r.status == 412 && fresh_ && !if_match_.empty()) {
+    return absl::AbortedError(Cat(url_, ": the object changed since it was first read (HTTP ",
+                                  "412 to a request for ", RangeText(),
+                                  " with If-Match: ", if_match_, ")"));
+  }
   if (r.status == 412 && !fresh_) {
     return absl::AbortedError(Cat(url_, ": the object changed while it was read (HTTP 412 to ",
                                   "a request for offset ", position_, " with ",
@@ -234,7 +254,18 @@ absl::Status RemoteStream::Connect() {
 }
 
 absl::Status RemoteStream::CheckFirstResponse(const HttpResponse& r) {
-  if (position_ == 0) {
+  if (end_ >= 0) {
+    if (r.status != 206) {
+      return absl::DataLossError(Cat(url_, ": HTTP ", r.status, " to a request for ", RangeText(),
+                                     " (expected 206 Partial Content): the server ignores Range "
+                                     "requests"));
+    }
+    if (r.range_first != position_ || r.range_last != end_ - 1) {
+      return absl::DataLossError(Cat(url_, ": wrong Content-Range '", r.content_range,
+                                     "' to a request for ", RangeText()));
+    }
+    size_ = r.range_total;
+  } else if (position_ == 0) {
     if (r.status != 200) {
       return absl::DataLossError(
           Cat(url_, ": HTTP ", r.status, " to a request for the whole object (expected 200)"));
@@ -266,10 +297,10 @@ absl::Status RemoteStream::CheckResumed(const HttpResponse& r) {
             "does not resume, and the object cannot be read past the fault"));
   }
   if (r.range_first != position_ || (size_ >= 0 && r.range_total >= 0 && r.range_total != size_) ||
-      (size_ >= 0 && r.range_last != size_ - 1)) {
-    return absl::DataLossError(Cat(url_, ": wrong Content-Range '", r.content_range,
-                                   "' to a request for bytes ", position_, "-",
-                                   size_ >= 0 ? Cat(size_ - 1, "/", size_) : std::string("")));
+      (stop() >= 0 && r.range_last != stop() - 1)) {
+    return absl::DataLossError(Cat(
+        url_, ": wrong Content-Range '", r.content_range, "' to a request for bytes ", position_,
+        "-", stop() >= 0 ? Cat(stop() - 1, size_ >= 0 ? Cat("/", size_) : "") : std::string("")));
   }
   if (IsStrongEtag(etag_) && !r.etag.empty() && r.etag != etag_) {
     return absl::AbortedError(Cat(url_, ": the object changed while it was read (ETag ", etag_,
@@ -333,9 +364,10 @@ absl::StatusOr<size_t> RemoteStream::Read(void* buffer, size_t size) {
     }
     absl::StatusOr<size_t> n = transfer_->Read(buffer, size);
     if (n.ok() && *n > 0) {
-      if (size_ >= 0 && position_ + static_cast<int64_t>(*n) > size_) {
-        return absl::DataLossError(
-            Cat(url_, ": the server sent more than the ", size_, " bytes it announced"));
+      if (stop() >= 0 && position_ + static_cast<int64_t>(*n) > stop()) {
+        return absl::DataLossError(Cat(url_, ": the server sent more than the ",
+                                       end_ >= 0 ? RangeText() : Cat(size_, " bytes"),
+                                       " it announced"));
       }
       position_ += static_cast<int64_t>(*n);
       attempt_bytes_ += static_cast<int64_t>(*n);
@@ -344,12 +376,12 @@ absl::StatusOr<size_t> RemoteStream::Read(void* buffer, size_t size) {
     }
     absl::Status error;
     if (n.ok()) {
-      if (size_ < 0 || position_ == size_) {
+      if (stop() < 0 || position_ == stop()) {
         at_end_ = true;
         return 0;
       }
-      error =
-          absl::UnavailableError(Cat("the response ended at offset ", position_, " of ", size_));
+      error = absl::UnavailableError(Cat("the response ended at offset ", position_, " of ",
+                                         end_ >= 0 ? Cat("the range's ", end_) : Cat(size_)));
     } else {
       error = n.status();
     }
@@ -370,13 +402,13 @@ absl::StatusOr<int64_t> RemoteStream::Skip(int64_t size) {
   // A request costs a round trip (and, over HTTP/1.1, a new connection): a
   // short distance is cheaper read. Without the end known a request could
   // pass it, and without a validator it could land in another version.
-  if (rest > 0 && rest >= options_.skip_by_request && size_ >= 0 && CanResume()) {
-    const int64_t jump = std::min(rest, size_ - position_);
+  if (rest > 0 && rest >= options_.skip_by_request && stop() >= 0 && CanResume()) {
+    const int64_t jump = std::min(rest, stop() - position_);
     if (connected_) transfer_->Abandon();
     connected_ = false;
     position_ += jump;
     skipped += jump;
-    at_end_ = position_ == size_;
+    at_end_ = position_ == stop();
   }
   if (skipped > 0) fresh_ = false;
   return skipped;

@@ -51,10 +51,15 @@ class RemoteStream : public ByteStream {
   // `offset` asks for `Range: bytes=<offset>-` and accepts only a 206 whose
   // Content-Range starts there and runs to the end (an offset at or past the
   // end is the server's 416, OutOfRange); the stream then delivers the
-  // object's bytes from `offset` on.
+  // object's bytes from `offset` on. An `end` of 0 or more (above `offset`)
+  // asks for `Range: bytes=<offset>-<end - 1>` instead, and accepts only a
+  // 206 of exactly that range: the stream ends at `end`. A non-empty
+  // `if_match` is sent as If-Match with every request, so that only that
+  // version is read (its 412 is Aborted).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<RemoteStream>> Open(
       std::string url, RemoteTarget target, const RemoteOptions& options,
-      std::shared_ptr<TransferPool> pool, int64_t offset = 0);
+      std::shared_ptr<TransferPool> pool, int64_t offset = 0, int64_t end = -1,
+      std::string if_match = {});
   // Head asks for the object's size and ETag, with the same retries.
   [[nodiscard]] static absl::StatusOr<ObjectInfo> Head(const std::string& url,
                                                        const RemoteTarget& target,
@@ -94,6 +99,11 @@ class RemoteStream : public ByteStream {
   // CanResume is true when a later request can be checked to be of the same
   // version: a strong ETag or a Last-Modified.
   bool CanResume() const;
+  // stop is the offset the stream ends at: the range's end, else the
+  // object's size (-1 when unknown).
+  int64_t stop() const { return end_ >= 0 ? end_ : size_; }
+  // RangeText is the range requested, for messages: "bytes 5-9" or "bytes from offset 5 on".
+  std::string RangeText() const;
   // Failed decides whether to retry after `error`: it sleeps the backoff and
   // returns ok, or returns the final error.
   absl::Status Failed(const absl::Status& error, const std::string& retry_after);
@@ -110,6 +120,10 @@ class RemoteStream : public ByteStream {
   // is a new first request, which may find a new version.
   bool fresh_ = true;
   int64_t position_ = 0;
+  // end_ is the requested range's end (exclusive), -1 for the object's end.
+  int64_t end_ = -1;
+  // if_match_ pins the version every request asks for (empty: any).
+  std::string if_match_;
   // attempt_bytes_ is what the current request has delivered.
   int64_t attempt_bytes_ = 0;
   int64_t size_ = -1;

@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "wds/io/byte_stream.h"
 #include "wds/tar/shard_index.h"
 
 namespace wds {
@@ -20,6 +22,12 @@ namespace wds {
 // first, else the end of the previous sample's last member data, padded to
 // 512 bytes, where the next header starts.
 std::vector<int64_t> SampleStartOffsets(const ShardIndex& index);
+
+// RemoteSidecar fetches and parses "<url>.idx" through `opener`: nullopt when
+// the server has none (404, or S3's 403 to a reader without list rights);
+// other failures and a malformed sidecar are errors naming it.
+[[nodiscard]] absl::StatusOr<std::optional<ShardIndex>> RemoteSidecar(std::string_view url,
+                                                                      const Opener& opener);
 
 // LocalPath returns the file a URL names, or nullopt for standard input,
 // commands and remote URLs, which have no sidecar to look for.

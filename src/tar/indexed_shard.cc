@@ -7,10 +7,12 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "io/file_stream.h"
 #include "tar/index_lookup.h"
@@ -160,6 +162,33 @@ bool NamesEveryMember(const ShardIndex& index) {
   return true;
 }
 
+absl::Status CompressionError(std::string_view url, const unsigned char* head, bool complete) {
+  std::optional<std::string_view> compression;
+  if (!complete || !ValidHeader(head)) {
+    compression = Compression({reinterpret_cast<const char*>(head), kBlock});
+  }
+  if (!compression.has_value()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      Cat(url, ": a ", *compression, "-compressed tar; random access needs an uncompressed one"));
+}
+
+// WithoutUrl is `message` without a leading "<url>: ".
+std::string_view WithoutUrl(std::string_view message, std::string_view url) {
+  if (StartsWith(message, url) && StartsWith(message.substr(url.size()), ": ")) {
+    message.remove_prefix(url.size() + 2);
+  }
+  return message;
+}
+
+// RemoteIndex is the index of a remote shard: its sidecar when the server
+// has one naming every member, else a scan of the whole object.
+absl::StatusOr<ShardIndex> RemoteIndex(std::string_view url, const Opener& opener) {
+  WDS_ASSIGN_OR_RETURN(std::optional<ShardIndex> sidecar, RemoteSidecar(url, opener));
+  if (sidecar.has_value() && NamesEveryMember(*sidecar)) return *std::move(sidecar);
+  WDS_ASSIGN_OR_RETURN(std::unique_ptr<ByteStream> stream, opener(url));
+  return ScanStream(std::move(stream));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<IndexedShard>> IndexedShard::Open(std::string_view url) {
@@ -188,14 +217,7 @@ absl::StatusOr<std::unique_ptr<IndexedShard>> IndexedShard::Open(std::string_vie
   if (!read.ok()) {
     return absl::Status(read.status().code(), Cat(url, ": ", read.status().message()));
   }
-  std::optional<std::string_view> compression;
-  if (!*read || !ValidHeader(head)) {
-    compression = Compression({reinterpret_cast<const char*>(head), sizeof head});
-  }
-  if (compression.has_value()) {
-    return absl::InvalidArgumentError(
-        Cat(url, ": a ", *compression, "-compressed tar; random access needs an uncompressed one"));
-  }
+  WDS_RETURN_IF_ERROR(CompressionError(url, head, *read));
 
   const std::string sidecar = IndexPath(*path);
   absl::StatusOr<ShardIndex> index = absl::NotFoundError("");
@@ -225,16 +247,49 @@ absl::StatusOr<std::unique_ptr<IndexedShard>> IndexedShard::Open(std::string_vie
   return shard;
 }
 
+absl::StatusOr<std::unique_ptr<IndexedShard>> IndexedShard::Open(std::string_view url,
+                                                                 const RemoteOpener& remote) {
+  if (!IsRemoteUrl(url)) return Open(url);
+  std::unique_ptr<IndexedShard> shard(new IndexedShard(std::string(url), -1));
+  shard->remote_ = remote;
+  unsigned char head[kBlock] = {};
+  const absl::Span<char> first(reinterpret_cast<char*>(head), kBlock);
+  absl::StatusOr<std::string> etag = remote.ReadRange(url, 0, {first});
+  // A shard of less than a block is read whole, for what it is.
+  if (absl::IsDataLoss(etag.status()) || absl::IsOutOfRange(etag.status())) {
+    absl::StatusOr<std::unique_ptr<ByteStream>> whole = remote.Open(url);
+    if (!whole.ok()) return whole.status();
+    absl::StatusOr<size_t> n = (*whole)->Read(head, kBlock);
+    if (!n.ok()) return n.status();
+    etag = std::string();
+  }
+  WDS_RETURN_IF_ERROR(etag.status());
+  WDS_RETURN_IF_ERROR(CompressionError(url, head, true));
+  shard->etag_ = *std::move(etag);
+  WDS_ASSIGN_OR_RETURN(shard->index_, RemoteIndex(url, remote.AsOpener()));
+  for (const IndexSample& s : shard->index_.samples) {
+    for (const IndexMember& m : s.members) {
+      if (m.offset < kBlock) {
+        return absl::DataLossError(Cat(IndexPath(url), ": member ", m.name, " at offset ", m.offset,
+                                       " has no room for its tar header"));
+      }
+    }
+  }
+  return shard;
+}
+
 IndexedShard::IndexedShard(std::string url, int fd) : url_(std::move(url)), fd_(fd) {}
 
-IndexedShard::~IndexedShard() { close(fd_); }
+IndexedShard::~IndexedShard() {
+  if (fd_ >= 0) close(fd_);
+}
 
 std::string_view IndexedShard::Key(int64_t i) const {
   const IndexMember& m = index_.samples[static_cast<size_t>(i)].members.front();
   return std::string_view(m.name).substr(0, m.name.size() - m.field.size() - 1);
 }
 
-absl::Status IndexedShard::ReadMember(int64_t i, size_t j, char* dest) const {
+absl::Status IndexedShard::CheckIndices(int64_t i, size_t j) const {
   if (i < 0 || i >= size()) {
     return absl::OutOfRangeError(Cat(url_, ": sample ", i, " of ", size()));
   }
@@ -243,7 +298,88 @@ absl::Status IndexedShard::ReadMember(int64_t i, size_t j, char* dest) const {
     return absl::OutOfRangeError(
         Cat(url_, ": member ", j, " of sample ", i, ", which has ", sample.members.size()));
   }
-  const IndexMember& m = sample.members[j];
+  return absl::OkStatus();
+}
+
+absl::Status IndexedShard::CheckHeader(const unsigned char* header, const IndexMember& m) const {
+  if (HeaderFits(header, m)) return absl::OkStatus();
+  return absl::DataLossError(Cat(url_, ": the tar header before member ", m.name, " at offset ",
+                                 m.offset, " is not that member's (", m.size,
+                                 " bytes); is the index from another version of the shard?"));
+}
+
+absl::Status IndexedShard::ReadRemote(int64_t i, size_t first, size_t last,
+                                      char* const* dests) const {
+  const IndexSample& s = index_.samples[static_cast<size_t>(i)];
+  const int64_t start = s.members[first].offset - kBlock;
+  std::vector<std::array<unsigned char, kBlock>> headers(last - first + 1);
+  int64_t gap = 0;
+  for (size_t j = first + 1; j <= last; ++j) {
+    const IndexMember& previous = s.members[j - 1];
+    gap = std::max(gap, s.members[j].offset - kBlock - previous.offset - previous.size);
+  }
+  std::vector<char> dropped(static_cast<size_t>(gap));
+  std::vector<absl::Span<char>> parts;
+  parts.reserve(3 * headers.size());
+  int64_t position = start;
+  for (size_t j = first; j <= last; ++j) {
+    const IndexMember& m = s.members[j];
+    const int64_t skip = m.offset - kBlock - position;
+    if (skip > 0) parts.emplace_back(dropped.data(), static_cast<size_t>(skip));
+    parts.emplace_back(reinterpret_cast<char*>(headers[j - first].data()), kBlock);
+    parts.emplace_back(dests[j - first], static_cast<size_t>(m.size));
+    position = m.offset + m.size;
+  }
+  std::string pinned;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pinned = etag_;
+  }
+  absl::StatusOr<std::string> etag = remote_->ReadRange(url_, start, parts, pinned);
+  if (!etag.ok()) {
+    const IndexMember& m = s.members[first];
+    return absl::Status(etag.status().code(),
+                        Cat(url_, ": member ", m.name, " at offset ", m.offset, ": ",
+                            WithoutUrl(ToStd(etag.status().message()), url_)));
+  }
+  if (pinned.empty() && !etag->empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (etag_.empty()) etag_ = *etag;
+  }
+  for (size_t j = first; j <= last; ++j) {
+    WDS_RETURN_IF_ERROR(CheckHeader(headers[j - first].data(), s.members[j]));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status IndexedShard::ReadMembers(int64_t i, absl::Span<char* const> dests) const {
+  WDS_RETURN_IF_ERROR(CheckIndices(i, 0));
+  const IndexSample& s = index_.samples[static_cast<size_t>(i)];
+  if (dests.size() != s.members.size()) {
+    return absl::InvalidArgumentError(
+        Cat(url_, ": sample ", i, " has ", s.members.size(), " members, not ", dests.size()));
+  }
+  if (!remote()) {
+    for (size_t j = 0; j < dests.size(); ++j) WDS_RETURN_IF_ERROR(ReadMember(i, j, dests[j]));
+    return absl::OkStatus();
+  }
+  size_t first = 0;
+  for (size_t j = 1; j <= dests.size(); ++j) {
+    if (j < dests.size()) {
+      const IndexMember& previous = s.members[j - 1];
+      const int64_t gap = s.members[j].offset - kBlock - previous.offset - previous.size;
+      if (gap >= 0 && gap <= kMaxGap) continue;
+    }
+    WDS_RETURN_IF_ERROR(ReadRemote(i, first, j - 1, dests.data() + first));
+    first = j;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status IndexedShard::ReadMember(int64_t i, size_t j, char* dest) const {
+  WDS_RETURN_IF_ERROR(CheckIndices(i, j));
+  if (remote()) return ReadRemote(i, j, j, &dest);
+  const IndexMember& m = index_.samples[static_cast<size_t>(i)].members[j];
   unsigned char header[kBlock];
   iovec iov[2] = {{header, sizeof header}, {dest, static_cast<size_t>(m.size)}};
   absl::StatusOr<bool> read = PreadFully(fd_, iov, 2, m.offset - kBlock);
@@ -255,12 +391,7 @@ absl::Status IndexedShard::ReadMember(int64_t i, size_t j, char* dest) const {
     return absl::DataLossError(
         Cat(url_, ": member ", m.name, " at offset ", m.offset, " is truncated"));
   }
-  if (!HeaderFits(header, m)) {
-    return absl::DataLossError(Cat(url_, ": the tar header before member ", m.name, " at offset ",
-                                   m.offset, " is not that member's (", m.size,
-                                   " bytes); is the index from another version of the shard?"));
-  }
-  return absl::OkStatus();
+  return CheckHeader(header, m);
 }
 
 absl::StatusOr<Sample> IndexedShard::Read(int64_t i) const {
@@ -272,13 +403,20 @@ absl::StatusOr<Sample> IndexedShard::Read(int64_t i) const {
   sample.Reserve(2 + s.members.size());
   sample.Append(std::string(kKeyField), std::string(Key(i)));
   sample.Append(std::string(kUrlField), url_);
+  std::vector<Buffer> data;
+  std::vector<char*> dests;
+  data.reserve(s.members.size());
+  dests.reserve(s.members.size());
+  for (const IndexMember& m : s.members) {
+    data.push_back(Buffer::Allocate(static_cast<size_t>(m.size)));
+    dests.push_back(reinterpret_cast<char*>(data.back().mutable_data()));
+  }
+  WDS_RETURN_IF_ERROR(ReadMembers(i, dests));
   std::string field;
   for (size_t j = 0; j < s.members.size(); ++j) {
     const IndexMember& m = s.members[j];
-    Buffer data = Buffer::Allocate(static_cast<size_t>(m.size));
-    WDS_RETURN_IF_ERROR(ReadMember(i, j, reinterpret_cast<char*>(data.mutable_data())));
     // The offset of its header, as the streaming reader names members.
-    WDS_RETURN_IF_ERROR(AppendMemberField(sample, m.field, std::move(data), url_, m.name,
+    WDS_RETURN_IF_ERROR(AppendMemberField(sample, m.field, std::move(data[j]), url_, m.name,
                                           m.offset - kBlock, field));
   }
   return sample;

@@ -202,9 +202,23 @@ absl::StatusOr<std::string> ReadText(ByteStream& stream, size_t max_bytes, std::
   return text;
 }
 
-// RemoteSidecar fetches and parses "<url>.idx" through `opener`: nullopt when
-// the server has none; other failures and a malformed sidecar are errors
-// naming it.
+// UrlDirectory is what relative shard URLs of a dataset index at `url` are
+// joined to: a local file's directory; for a remote URL, the URL up to the
+// last '/' of its path (query and fragment dropped), "scheme://host" at
+// least; "" (nothing joined) for standard input and pipe: commands.
+std::string UrlDirectory(std::string_view url) {
+  if (std::optional<std::string> path = LocalPath(url); path.has_value()) {
+    return std::string(ParentDirectory(*path));
+  }
+  if (!IsRemoteUrl(url)) return "";
+  url = url.substr(0, url.find_first_of("?#"));
+  const size_t authority = url.find("://") + 3;
+  if (url.find('/', authority) == std::string_view::npos) return std::string(url);
+  return std::string(url.substr(0, url.rfind('/')));
+}
+
+}  // namespace
+
 absl::StatusOr<std::optional<ShardIndex>> RemoteSidecar(std::string_view url,
                                                         const Opener& opener) {
   const std::string sidecar = IndexPath(url);
@@ -228,23 +242,6 @@ absl::StatusOr<std::optional<ShardIndex>> RemoteSidecar(std::string_view url,
   WDS_ASSIGN_OR_RETURN(ShardIndex index, ShardIndex::Parse(*text, sidecar));
   return index;
 }
-
-// UrlDirectory is what relative shard URLs of a dataset index at `url` are
-// joined to: a local file's directory; for a remote URL, the URL up to the
-// last '/' of its path (query and fragment dropped), "scheme://host" at
-// least; "" (nothing joined) for standard input and pipe: commands.
-std::string UrlDirectory(std::string_view url) {
-  if (std::optional<std::string> path = LocalPath(url); path.has_value()) {
-    return std::string(ParentDirectory(*path));
-  }
-  if (!IsRemoteUrl(url)) return "";
-  url = url.substr(0, url.find_first_of("?#"));
-  const size_t authority = url.find("://") + 3;
-  if (url.find('/', authority) == std::string_view::npos) return std::string(url);
-  return std::string(url.substr(0, url.rfind('/')));
-}
-
-}  // namespace
 
 absl::StatusOr<std::string> ShardIndex::ToText() const {
   std::string out = Cat(kDaliVersion, " ", static_cast<int64_t>(samples.size()), "\n");

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <optional>
 #include <random>
 #include <string>
@@ -734,6 +735,120 @@ TEST(RemoteOpenerTest, OpenAtReadsLocalFilesAndPipesFromTheOffset) {
   absl::Status past = opener.OpenAt(path, 100'001).status();
   EXPECT_TRUE(absl::IsOutOfRange(past)) << past;
   EXPECT_EQ(Message(past), Cat(path, ": the data ends at offset 100000, before offset 100001"));
+}
+
+// --- ReadRange: one request for a range, its connection kept
+
+TEST_F(RemoteStreamTest, ReadRangeIsOneRequestForExactlyThatRange) {
+  const RemoteOpener opener(Fast());
+  std::string head(100, '\0'), rest(900, '\0');
+  absl::StatusOr<std::string> etag =
+      opener.ReadRange(url(), 250'000, {absl::MakeSpan(head), absl::MakeSpan(rest)});
+  ASSERT_TRUE(etag.ok()) << etag.status();
+  EXPECT_EQ(*etag, "\"v1\"");
+  EXPECT_EQ(head + rest, body_.substr(250'000, 1000));
+  std::string next(10, '\0');
+  ASSERT_TRUE(opener.ReadRange(url(), 999'990, {absl::MakeSpan(next)}, *etag).ok());
+  EXPECT_EQ(next, body_.substr(999'990));
+  std::vector<FaultRequest> log = server_.log();
+  ASSERT_EQ(log.size(), 2u);
+  EXPECT_EQ(log[0].headers["range"], "bytes=250000-250999");
+  EXPECT_EQ(log[0].headers.count("if-match"), 0u);
+  EXPECT_EQ(log[1].headers["range"], "bytes=999990-999999");
+  EXPECT_EQ(log[1].headers["if-match"], "\"v1\"");
+  EXPECT_EQ(server_.body_bytes(), 1010);
+  EXPECT_EQ(server_.connections(), 1);  // the first request's connection was reused
+}
+
+TEST_F(RemoteStreamTest, ReadRangeResumesInsideTheRange) {
+  FirstThen({.close_after = 70'000});
+  std::string data(200'000, '\0');
+  absl::StatusOr<std::string> etag =
+      RemoteOpener(Fast()).ReadRange(url(), 10'000, {absl::MakeSpan(data)});
+  ASSERT_TRUE(etag.ok()) << etag.status();
+  EXPECT_EQ(Sha256(data), Sha256(body_.substr(10'000, 200'000)));
+  std::vector<FaultRequest> log = server_.log();
+  ASSERT_EQ(log.size(), 2u);
+  EXPECT_EQ(log[1].headers["range"], "bytes=80000-209999");
+  EXPECT_EQ(log[1].headers["if-match"], "\"v1\"");
+}
+
+TEST_F(RemoteStreamTest, ReadRangeOfAnotherVersionIsAborted) {
+  const std::string u = url();
+  std::string data(10, '\0');
+  absl::StatusOr<std::string> etag =
+      RemoteOpener(Fast()).ReadRange(u, 5, {absl::MakeSpan(data)}, "\"v0\"");
+  EXPECT_TRUE(absl::IsAborted(etag.status())) << etag.status();
+  EXPECT_EQ(Message(etag.status()), Cat(u, ": the object changed since it was first read (HTTP ",
+                                        "412 to a request for bytes 5-14 with If-Match: \"v0\")"));
+  EXPECT_EQ(server_.requests(), 1);
+}
+
+TEST_F(RemoteStreamTest, ReadRangeRefusesWhatIsNotThatRange) {
+  const std::string u = url();
+  const RemoteOpener opener(Fast());
+  std::string data(1000, '\0');
+  server_.SetPlanner([](const FaultRequest&) { return FaultPlan{.ignore_range = true}; });
+  absl::Status s = opener.ReadRange(u, 1000, {absl::MakeSpan(data)}).status();
+  EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+  EXPECT_EQ(Message(s), Cat(u, ": HTTP 200 to a request for bytes 1000-1999 (expected 206 ",
+                            "Partial Content): the server ignores Range requests"));
+  server_.SetPlanner([](const FaultRequest&) { return FaultPlan{.content_range_skew = 5}; });
+  s = opener.ReadRange(u, 1000, {absl::MakeSpan(data)}).status();
+  EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+  EXPECT_EQ(Message(s), Cat(u, ": wrong Content-Range 'bytes 1005-2004/1000000' to a request ",
+                            "for bytes 1000-1999"));
+  server_.SetPlanner(nullptr);
+  // A range running past the end is answered with what there is.
+  s = opener.ReadRange(u, 999'500, {absl::MakeSpan(data)}).status();
+  EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+  EXPECT_EQ(Message(s), Cat(u, ": wrong Content-Range 'bytes 999500-999999/1000000' to a request ",
+                            "for bytes 999500-1000499"));
+  s = opener.ReadRange(u, 1'000'000, {absl::MakeSpan(data)}).status();
+  EXPECT_TRUE(absl::IsOutOfRange(s)) << s;
+  EXPECT_EQ(Message(s), Cat(u, ": HTTP 416 Range Not Satisfiable"));
+  s = opener.ReadRange(u, 0, {}).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_EQ(Message(s), Cat(u, ": a range of 0 bytes from offset 0 cannot be read"));
+}
+
+TEST_F(RemoteStreamTest, ReadRangeReadsACachedCopyAndNeverFillsTheCache) {
+  testing::TempDir dir;
+  RemoteOptions o = Fast();
+  o.cache_dir = dir.path();
+  const RemoteOpener opener(o);
+  std::string data(100, '\0');
+  ASSERT_TRUE(opener.ReadRange(url(), 0, {absl::MakeSpan(data)}).ok());
+  EXPECT_EQ(data, body_.substr(0, 100));
+  size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    files += e.path().filename().string()[0] != '.';
+  }
+  EXPECT_EQ(files, 0u);                                 // a range is never a cache file
+  absl::StatusOr<std::string> whole = Fetch(url(), o);  // fills the cache
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  const int requests = server_.requests();
+  absl::StatusOr<std::string> etag = opener.ReadRange(url(), 500'000, {absl::MakeSpan(data)});
+  ASSERT_TRUE(etag.ok()) << etag.status();
+  EXPECT_EQ(*etag, "");
+  EXPECT_EQ(data, body_.substr(500'000, 100));
+  EXPECT_EQ(server_.requests(), requests);
+}
+
+TEST(RemoteOpenerTest, ReadRangeReadsLocalFiles) {
+  testing::TempDir dir;
+  const std::string path = dir.Write("x.bin", RandomBytes(100'000));
+  std::string a(10, '\0'), b(5, '\0');
+  absl::StatusOr<std::string> etag =
+      RemoteOpener().ReadRange(path, 99'985, {absl::MakeSpan(a), absl::MakeSpan(b)});
+  ASSERT_TRUE(etag.ok()) << etag.status();
+  EXPECT_EQ(*etag, "");
+  EXPECT_EQ(a + b, RandomBytes(100'000).substr(99'985));
+  std::string c(20, '\0');
+  absl::Status s = RemoteOpener().ReadRange(path, 99'990, {absl::MakeSpan(c)}).status();
+  EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+  EXPECT_EQ(Message(s), Cat(path, ": the data ends at offset 100000, inside the range read from ",
+                            "offset 99990"));
 }
 
 TEST(RemoteTarTest, AStartOffsetInAPlainTarCostsOneRangedRequest) {

@@ -1,5 +1,5 @@
-// Tests for IndexedShard: random access to a local shard's samples, from its
-// sidecar or a header scan, and every refusal.
+// Tests for IndexedShard: random access to a shard's samples, local (from its
+// sidecar or a header scan) or remote (ranged requests), and every refusal.
 #include "wds/tar/indexed_shard.h"
 
 #include <unistd.h>
@@ -9,7 +9,9 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "util/remote_test_util.h"
 #include "util/test_util.h"
+#include "wds/internal/base/strings.h"
 #include "wds/wds.h"
 
 namespace wds {
@@ -21,6 +23,8 @@ using testing::MakeTar;
 using testing::TarEntry;
 using testing::TarFormat;
 using testing::TempDir;
+using ::wds::testing::FaultRequest;
+using ::wds::testing::FaultServer;
 
 std::vector<TarEntry> Entries() {
   return {
@@ -39,10 +43,15 @@ std::vector<Sample> PipelineSamples(const std::string& url) {
   return samples;
 }
 
-void ExpectSameSample(const Sample& got, const Sample& want) {
+// ExpectSameSample compares every field; __url__ with `url` when given.
+void ExpectSameSample(const Sample& got, const Sample& want, std::string_view url = {}) {
   ASSERT_EQ(got.size(), want.size()) << want.key();
   for (size_t f = 0; f < want.size(); ++f) {
     EXPECT_EQ(got[f].first, want[f].first);
+    if (!url.empty() && got[f].first == kUrlField) {
+      EXPECT_EQ(testing::FieldText(got, got[f].first), url);
+      continue;
+    }
     EXPECT_EQ(testing::FieldText(got, got[f].first), testing::FieldText(want, want[f].first));
   }
 }
@@ -336,6 +345,196 @@ TEST(IndexedShardTest, ThreadsReadOneShardTogether) {
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
       for (int i = t; i < 200; i += 2) {  // pairs of threads read the same samples
+        absl::StatusOr<Sample> s = shard->Read(i);
+        if (!s.ok() || testing::FieldText(*s, "bin") != entries[static_cast<size_t>(i)].data) {
+          ++wrong[static_cast<size_t>(t)];
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(wrong, std::vector<int>(4, 0));
+}
+
+// --- Remote shards: ranged requests
+
+class RemoteIndexedShardTest : public ::testing::Test {
+ protected:
+  // Put serves `tar` as /s.tar, with its sidecar when `sidecar`; returns the URL.
+  std::string Put(const std::string& tar, bool sidecar, const std::string& etag = "\"v1\"") {
+    const std::string local = dir_.Write("local.tar", tar);
+    server_.Put("/s.tar", tar, etag);
+    if (sidecar) server_.Put("/s.tar.idx", ScanShard(local).value().ToText().value());
+    return server_.Url("/s.tar");
+  }
+  absl::StatusOr<std::unique_ptr<IndexedShard>> Open(const std::string& url) {
+    return IndexedShard::Open(url, opener_);
+  }
+  // Ranges lists the Range headers of requests [from, to) for /s.tar.
+  std::vector<std::string> Ranges(size_t from) const {
+    std::vector<std::string> ranges;
+    std::vector<FaultRequest> log = server_.log();
+    for (size_t r = from; r < log.size(); ++r) {
+      if (log[r].target == "/s.tar") ranges.push_back(log[r].headers["range"]);
+    }
+    return ranges;
+  }
+
+  TempDir dir_;
+  FaultServer server_;
+  RemoteOpener opener_{testing::FastRemoteOptions()};
+};
+
+TEST_F(RemoteIndexedShardTest, ReadsEverySampleAsThePipelineYieldsItOneRequestEach) {
+  for (TarFormat format : {TarFormat::kUstar, TarFormat::kPax, TarFormat::kGnu}) {
+    std::vector<TarEntry> entries = Entries();
+    if (format == TarFormat::kUstar) entries[5].name = "d/b.txt";
+    const std::string tar = MakeTar(entries, format);
+    const std::string url = Put(tar, true);
+    std::vector<Sample> want = PipelineSamples(dir_.path() + "/local.tar");
+    const size_t before = server_.log().size();
+    absl::StatusOr<std::unique_ptr<IndexedShard>> shard = Open(url);
+    ASSERT_TRUE(shard.ok()) << shard.status();
+    EXPECT_TRUE((*shard)->remote());
+    ASSERT_EQ((*shard)->size(), 4);
+    // The first block, then the sidecar.
+    ASSERT_EQ(server_.log().size(), before + 2);
+    EXPECT_EQ(server_.log()[before].headers["range"], "bytes=0-511");
+    EXPECT_EQ(server_.log()[before + 1].target, "/s.tar.idx");
+    for (int64_t i = 3; i >= 0; --i) {
+      absl::StatusOr<Sample> got = (*shard)->Read(i);
+      ASSERT_TRUE(got.ok()) << got.status();
+      ExpectSameSample(*got, want[static_cast<size_t>(i)], url);
+    }
+    const std::vector<std::string> ranges = Ranges(before + 2);
+    ASSERT_EQ(ranges.size(), 4u);
+    // Sample 0 runs from its first member's header to its last member's data.
+    const IndexSample& first = (*shard)->index().samples[0];
+    EXPECT_EQ(ranges[3], Cat("bytes=", first.members.front().offset - 512, "-",
+                             first.members.back().offset + first.members.back().size - 1));
+    for (size_t r = before + 3; r < server_.log().size(); ++r) {
+      EXPECT_EQ(server_.log()[r].headers["if-match"], "\"v1\"");
+    }
+  }
+  EXPECT_EQ(server_.connections(), 1);
+}
+
+TEST_F(RemoteIndexedShardTest, WithoutASidecarTheShardIsScannedOnce) {
+  const std::string url = Put(MakeTar(Entries()), false);
+  absl::StatusOr<std::unique_ptr<IndexedShard>> shard = Open(url);
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  std::vector<FaultRequest> log = server_.log();
+  ASSERT_EQ(log.size(), 3u);
+  EXPECT_EQ(log[1].target, "/s.tar.idx");  // 404
+  EXPECT_EQ(log[2].target, "/s.tar");
+  EXPECT_EQ(log[2].headers.count("range"), 0u);
+  ASSERT_EQ((*shard)->size(), 4);
+  EXPECT_EQ(testing::FieldText((*shard)->Read(3).value(), "json"), std::string(5000, 'j'));
+}
+
+TEST_F(RemoteIndexedShardTest, ReadMemberAsksForThatMemberAlone) {
+  const std::string url = Put(MakeTar(Entries()), true);
+  std::unique_ptr<IndexedShard> shard = Open(url).value();
+  const IndexMember& m = shard->index().samples[0].members[1];
+  std::string dest(700, '\0');
+  const size_t before = server_.log().size();
+  ASSERT_TRUE(shard->ReadMember(0, 1, dest.data()).ok());
+  EXPECT_EQ(dest, std::string(700, 'p'));
+  EXPECT_EQ(Ranges(before),
+            std::vector<std::string>{Cat("bytes=", m.offset - 512, "-", m.offset + m.size - 1)});
+}
+
+TEST_F(RemoteIndexedShardTest, MembersFarApartAreReadByRequestsOfTheirOwn) {
+  // A metadata member between a sample's members leaves a gap; the sample is
+  // still one, as the pipeline groups it.
+  const std::string big(static_cast<size_t>(IndexedShard::kMaxGap) + 1, 'm');
+  const std::string url =
+      Put(MakeTar({{"a.txt", "x"}, {"__big__", big}, {"a.cls", "1"}, {"b.txt", "y"}}), true);
+  std::unique_ptr<IndexedShard> shard = Open(url).value();
+  ASSERT_EQ(shard->size(), 2);
+  const size_t before = server_.log().size();
+  absl::StatusOr<Sample> a = shard->Read(0);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(testing::FieldText(*a, "txt"), "x");
+  EXPECT_EQ(testing::FieldText(*a, "cls"), "1");
+  EXPECT_EQ(Ranges(before).size(), 2u);
+  EXPECT_EQ(server_.body_bytes() < static_cast<int64_t>(big.size()) + 10'000, true);
+}
+
+TEST_F(RemoteIndexedShardTest, AShardReplacedAfterItWasOpenedIsAborted) {
+  const std::string tar = MakeTar(Entries());
+  const std::string url = Put(tar, true);
+  std::unique_ptr<IndexedShard> shard = Open(url).value();
+  ASSERT_TRUE(shard->Read(0).ok());
+  server_.Put("/s.tar", tar, "\"v2\"");  // the same bytes, another version
+  absl::StatusOr<Sample> s = shard->Read(1);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kAborted);
+  const IndexMember& m = shard->index().samples[1].members[0];
+  EXPECT_EQ(s.status().message(),
+            Cat(url, ": member ", m.name, " at offset ", m.offset,
+                ": the object changed since it was first read (HTTP 412 to a request for bytes ",
+                m.offset - 512, "-", m.offset + m.size - 1, " with If-Match: \"v1\")"));
+}
+
+TEST_F(RemoteIndexedShardTest, ASidecarOfAnotherVersionFailsTheReadNamingTheMember) {
+  const std::string url = Put(MakeTar(Entries()), true);
+  std::vector<TarEntry> other = Entries();
+  other[1].data = "JPEG";  // the same sizes
+  other[1].name = "z.jpg";
+  server_.Put("/s.tar", MakeTar(other));
+  std::unique_ptr<IndexedShard> shard = Open(url).value();
+  absl::StatusOr<Sample> s = shard->Read(0);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kDataLoss);
+  const IndexMember& m = shard->index().samples[0].members[0];
+  EXPECT_EQ(s.status().message(),
+            Cat(url, ": the tar header before member a.jpg at offset ", m.offset,
+                " is not that member's (4 bytes); is the index from another version of the "
+                "shard?"));
+}
+
+TEST_F(RemoteIndexedShardTest, CompressedShardsAreRefusedNamingTheCompression) {
+  server_.Put("/s.tar.gz", testing::Compress(MakeTar(Entries()), Compression::kGzip));
+  const std::string url = server_.Url("/s.tar.gz");
+  absl::StatusOr<std::unique_ptr<IndexedShard>> shard = Open(url);
+  ASSERT_FALSE(shard.ok());
+  EXPECT_EQ(shard.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(shard.status().message(),
+            url + ": a gzip-compressed tar; random access needs an uncompressed one");
+}
+
+TEST_F(RemoteIndexedShardTest, WhatCannotBeOpenedIsNamed) {
+  const std::string missing = server_.Url("/missing.tar");
+  absl::StatusOr<std::unique_ptr<IndexedShard>> shard = Open(missing);
+  ASSERT_FALSE(shard.ok());
+  EXPECT_EQ(shard.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(shard.status().message(), missing + ": HTTP 404 Not Found: 404 Not Found");
+  // Shorter than a block: read whole, then scanned.
+  server_.Put("/short.tar", std::string(100, '\0'));
+  shard = Open(server_.Url("/short.tar"));
+  ASSERT_FALSE(shard.ok());
+  EXPECT_EQ(shard.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(shard.status().message(),
+            server_.Url("/short.tar") + ": not a tar archive (Unrecognized archive format)");
+  // A local path goes to the local Open.
+  shard = IndexedShard::Open(dir_.path() + "/none.tar", opener_);
+  ASSERT_FALSE(shard.ok());
+  EXPECT_EQ(shard.status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(RemoteIndexedShardTest, ThreadsReadOneShardTogether) {
+  std::vector<TarEntry> entries;
+  for (int i = 0; i < 60; ++i) {
+    entries.push_back({"k" + std::to_string(i) + ".bin", std::string(100 + i * 37, 'a' + i % 26)});
+  }
+  std::unique_ptr<IndexedShard> shard = Open(Put(MakeTar(entries), true)).value();
+  ASSERT_EQ(shard->size(), 60);
+  std::vector<std::thread> threads;
+  std::vector<int> wrong(4, 0);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = t; i < 60; i += 2) {
         absl::StatusOr<Sample> s = shard->Read(i);
         if (!s.ok() || testing::FieldText(*s, "bin") != entries[static_cast<size_t>(i)].data) {
           ++wrong[static_cast<size_t>(t)];

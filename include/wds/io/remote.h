@@ -26,6 +26,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "wds/io/byte_stream.h"
 
 namespace wds {
@@ -176,6 +177,22 @@ class RemoteOpener {
   // remote reading, InvalidArgument for a negative offset.
   [[nodiscard]] absl::StatusOr<std::unique_ptr<ByteStream>> OpenAt(std::string_view url,
                                                                    int64_t offset) const;
+  // ReadRange fills `parts`, in order, with `url`'s bytes from `offset` on
+  // (as many as the parts hold together, at least one) and returns the ETag
+  // of the version it read ("" when the server sent none, and for a cached
+  // copy or a local file). A remote URL is one request for
+  // `Range: bytes=<offset>-<last>`, resumed as OpenAt's streams are; only a
+  // 206 of exactly that range is accepted, and the connection stays in the
+  // pool for the next request. A non-empty `if_match` pins the version: it
+  // is sent as If-Match, and the server's 412 (another version) is Aborted.
+  // Through the cache: a complete local copy is read; a miss is read from
+  // the server and never fills the cache. A local path or pipe: is read as
+  // OpenAt reads it. Errors: OpenAt's; DataLoss naming the offset when the
+  // object ends before the range does; InvalidArgument for a negative
+  // offset or no bytes to read.
+  [[nodiscard]] absl::StatusOr<std::string> ReadRange(std::string_view url, int64_t offset,
+                                                      absl::Span<const absl::Span<char>> parts,
+                                                      std::string_view if_match = {}) const;
   // AsOpener returns an Opener sharing this one's connections and cache.
   Opener AsOpener() const;
 

@@ -1,14 +1,17 @@
-// IndexedShard: random access to the samples of one local, uncompressed shard.
+// IndexedShard: random access to the samples of one uncompressed shard, a
+// local file or a remote object read by ranged requests.
 //
 //   absl::StatusOr<std::unique_ptr<wds::IndexedShard>> shard =
 //       wds::IndexedShard::Open("data/train-000003.tar");
 //   absl::StatusOr<wds::Sample> s = (*shard)->Read(17);  // its 18th sample
+//   auto remote = wds::IndexedShard::Open("s3://b/train-000003.tar", wds::RemoteOpener());
 //
 // Where each member lies comes from the shard's .idx sidecar when it has one,
 // else from a scan of its headers (ShardIndex, shard_index.h), so samples are
 // grouped, counted and keyed as a WebDataset pipeline groups them. Reading a
 // member is one preadv(2) of its tar header and its data, straight into the
-// caller's memory; the header is checked (its checksum, the size the index
+// caller's memory (remotely: one ranged request per sample, see Open); the
+// header is checked (its checksum, the size the index
 // records, and a short name), so a sidecar left from another version of the
 // shard is an error naming the member rather than other bytes. (A version
 // whose members have the same sizes and long or non-ASCII names in the same
@@ -25,12 +28,16 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "wds/base/sample.h"
+#include "wds/io/remote.h"
 #include "wds/tar/shard_index.h"
 
 namespace wds {
@@ -49,6 +56,17 @@ class IndexedShard {
   // reports a failed open its own way), and owns it, also on error.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<IndexedShard>> Open(std::string_view url,
                                                                           int fd);
+  // Open reads a remote `url` (http(s), s3, gs) through `remote`, by ranged
+  // requests; any other URL as Open(url). Opening costs a request for the
+  // object's first block (an uncompressed tar, as above) and one for its
+  // index: "<url>.idx" when the server has one that names the members, else
+  // a scan of the whole object (read once, nothing kept but the index). The
+  // first answer's ETag is the version every later read asks for (If-Match),
+  // so a shard replaced meanwhile is an Aborted error naming it, never
+  // another version's bytes. Errors: those of RemoteOpener::ReadRange and
+  // of the scan, InvalidArgument for a compressed shard.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<IndexedShard>> Open(
+      std::string_view url, const RemoteOpener& remote);
   ~IndexedShard();
 
   IndexedShard(const IndexedShard&) = delete;
@@ -69,6 +87,19 @@ class IndexedShard {
   // name) or the file ends early; the errno of a failed read.
   [[nodiscard]] absl::Status ReadMember(int64_t i, size_t j, char* dest) const;
 
+  // ReadMembers copies every member of sample i, in index order, into
+  // `dests` (one per member, each holding its size): a remote shard's
+  // sample in one request (members apart by more than kMaxGap in several).
+  // Errors as ReadMember's, and InvalidArgument for a count of `dests`
+  // other than the sample's members.
+  [[nodiscard]] absl::Status ReadMembers(int64_t i, absl::Span<char* const> dests) const;
+  // kMaxGap is the most bytes between two members of a sample (padding,
+  // metadata members) that one remote request reads and drops.
+  static constexpr int64_t kMaxGap = int64_t{1} << 20;
+
+  // remote is true for a shard read by ranged requests.
+  bool remote() const { return remote_.has_value(); }
+
   // Read returns sample i as a WebDataset pipeline yields it: __key__ and
   // __url__, then its fields (IndexMember::field in lower case, tar order).
   // Errors as ReadMember's.
@@ -77,9 +108,20 @@ class IndexedShard {
  private:
   IndexedShard(std::string url, int fd);
 
+  // ReadRemote reads members [first, last] of sample i (index order), into
+  // `dests`, with one request.
+  absl::Status ReadRemote(int64_t i, size_t first, size_t last, char* const* dests) const;
+  // CheckHeader says whether `header` is member j of sample i's.
+  absl::Status CheckHeader(const unsigned char* header, const IndexMember& m) const;
+  absl::Status CheckIndices(int64_t i, size_t j) const;
+
   std::string url_;
-  int fd_;
+  int fd_;  // -1 when remote
   ShardIndex index_;
+  std::optional<RemoteOpener> remote_;
+  // etag_ is the version read (empty until known, or when the server has no ETag).
+  mutable std::mutex mu_;
+  mutable std::string etag_;
 };
 
 }  // namespace wds
