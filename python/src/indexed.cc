@@ -1,81 +1,221 @@
-// Random access to a local shard's samples for webdataset_cpp.wids:
-// wds::IndexedShard, whose reads fill Python bytes objects with the GIL
-// released.
+// Random access to a shard's samples for webdataset_cpp.wids: wds::IndexedShard
+// (a local file, or a remote one by ranged requests), whose reads fill Python
+// bytes objects with the GIL released; a batch of samples is read by several
+// threads at once when it has remote ones, since each of those waits on a
+// round trip.
 #include <fcntl.h>
 #include <pybind11/stl.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "errors.h"
+#include "opener.h"
+#include "wds/base/interrupt.h"
 #include "wds/internal/base/strings.h"
+#include "wds/io/remote.h"
 #include "wds/tar/indexed_shard.h"
 
 namespace wdspy {
 namespace {
 
+absl::StatusOr<std::unique_ptr<wds::IndexedShard>> OpenShard(
+    const std::string& url, const std::shared_ptr<const RemoteAccess>& remote) {
+  if (remote == nullptr) {
+    const int fd = open(url.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ErrnoStatus(errno, url, wds::Cat(url, ": cannot open"));
+    return wds::IndexedShard::Open(url, fd);
+  }
+  absl::StatusOr<wds::RemoteOpener> reader = remote->Reader(url);
+  if (!reader.ok()) return reader.status();
+  absl::StatusOr<std::unique_ptr<wds::IndexedShard>> shard = wds::IndexedShard::Open(url, *reader);
+  if (!shard.ok()) return RemoteStatus(shard.status(), url);
+  return shard;
+}
+
 class IndexedShard {
  public:
-  explicit IndexedShard(const std::string& path) {
+  // A remote URL (http(s), s3, gs) is read by ranged requests with the
+  // options `remote` (RemoteOptions._native()); anything else is a local path.
+  IndexedShard(const std::string& url, py::handle remote) : url_(url) {
+    if (wds::IsRemoteUrl(url)) remote_ = RemoteAccess::FromPython(remote);
     absl::StatusOr<std::unique_ptr<wds::IndexedShard>> shard;
     {
       py::gil_scoped_release release;
-      const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-      shard = fd < 0 ? ErrnoStatus(errno, path, wds::Cat(path, ": cannot open"))
-                     : wds::IndexedShard::Open(path, fd);
+      shard = OpenShard(url_, remote_);
     }
     if (!shard.ok()) RaiseStatus(shard.status(), Phase::kData);
-    shard_ = *std::move(shard);
+    size_ = (*shard)->size();
+    if (remote_ == nullptr) {
+      local_ = *std::move(shard);
+    } else {
+      remote_shard_ = ProcessLocal<wds::IndexedShard>(*std::move(shard));
+    }
   }
 
-  int64_t size() const { return shard_->size(); }
+  int64_t size() const { return size_; }
+  bool remote() const { return remote_ != nullptr; }
 
-  // Read returns (key, [(field, bytes), ...]) of sample i, fields in tar
-  // order with their case.
-  py::tuple Read(int64_t i) const {
-    if (i < 0 || i >= shard_->size()) {
-      throw py::index_error(wds::Cat(shard_->url(), ": sample ", i, " of ", shard_->size()));
+  // Native is this process's shard. A remote shard opened before a fork is
+  // opened again in the child (its connections are the parent's), with the
+  // GIL released; a local one's descriptor serves both.
+  absl::StatusOr<const wds::IndexedShard*> Native() {
+    if (local_ != nullptr) return local_.get();
+    if (!remote_shard_.inherited()) return remote_shard_.get();
+    absl::StatusOr<std::unique_ptr<wds::IndexedShard>> shard = OpenShard(url_, remote_);
+    if (!shard.ok()) return shard.status();
+    if ((*shard)->size() != size_) {
+      return absl::DataLossError(
+          wds::Cat(url_, ": ", (*shard)->size(), " samples when opened again, ", size_, " before"));
     }
-    const wds::IndexSample& sample = shard_->index().samples[static_cast<size_t>(i)];
-    std::vector<py::bytes> data;
-    data.reserve(sample.members.size());
+    remote_shard_ = ProcessLocal<wds::IndexedShard>(*std::move(shard));
+    return remote_shard_.get();
+  }
+
+  const std::string& url() const { return url_; }
+
+ private:
+  std::string url_;
+  std::shared_ptr<const RemoteAccess> remote_;  // null for a local file
+  std::unique_ptr<wds::IndexedShard> local_;
+  ProcessLocal<wds::IndexedShard> remote_shard_;
+  int64_t size_ = 0;
+};
+
+// A Read is one sample of a batch: where it comes from, and the bytes
+// objects its members go into.
+struct Read {
+  IndexedShard* shard;
+  int64_t index;
+  const wds::IndexedShard* native = nullptr;
+  std::vector<py::bytes> data;
+  std::vector<char*> dests;
+  absl::Status status;
+};
+
+// ReadAll runs every read, on up to `threads` threads (the caller's among
+// them) when some are remote. The caller's thread watches Python's signals;
+// a Ctrl-C stops the others at their next wait. REQUIRES: the GIL is not held.
+void ReadAll(std::vector<Read>& reads, int threads, SignalCheck& signals) {
+  std::atomic<size_t> next{0};
+  std::atomic<bool> stop{false};
+  auto work = [&] {
+    for (size_t r; (r = next.fetch_add(1)) < reads.size() && !stop.load();) {
+      Read& read = reads[r];
+      read.status = read.native->ReadMembers(read.index, read.dests);
+    }
+  };
+  const bool remote = std::any_of(reads.begin(), reads.end(),
+                                  [](const Read& read) { return read.native->remote(); });
+  const size_t helpers =
+      remote ? std::min<size_t>(reads.size(), static_cast<size_t>(std::max(threads, 1))) - 1 : 0;
+  std::vector<std::thread> pool;
+  pool.reserve(helpers);
+  for (size_t t = 0; t < helpers; ++t) {
+    pool.emplace_back([&] {
+      wds::ScopedInterruptCheck check(
+          [&] { return stop.load() ? absl::CancelledError("interrupted") : absl::OkStatus(); });
+      work();
+    });
+  }
+  {
+    wds::InterruptCheck watch = signals.check();
+    wds::ScopedInterruptCheck check([&] {
+      absl::Status s = watch();
+      if (!s.ok()) stop.store(true);
+      return s;
+    });
+    work();
+  }
+  for (std::thread& t : pool) t.join();
+}
+
+// ReadSamples returns [(key, [(field, bytes), ...]), ...] of `items`, each
+// (shard, sample index), fields in tar order with their case; the first
+// failed read (in item order) raises.
+py::list ReadSamples(const std::vector<std::pair<IndexedShard*, int64_t>>& items, int threads) {
+  std::vector<Read> reads;
+  reads.reserve(items.size());
+  for (const auto& [shard, i] : items) {
+    if (i < 0 || i >= shard->size()) {
+      throw py::index_error(wds::Cat(shard->url(), ": sample ", i, " of ", shard->size()));
+    }
+    reads.push_back(Read{shard, i});
+  }
+  absl::Status opened;
+  {
+    py::gil_scoped_release release;
+    for (Read& read : reads) {
+      absl::StatusOr<const wds::IndexedShard*> native = read.shard->Native();
+      if (!native.ok()) {
+        opened = native.status();
+        break;
+      }
+      read.native = *native;
+    }
+  }
+  if (!opened.ok()) RaiseStatus(opened, Phase::kData);
+  for (Read& read : reads) {
+    const wds::IndexSample& sample = read.native->index().samples[static_cast<size_t>(read.index)];
     for (const wds::IndexMember& m : sample.members) {
       PyObject* bytes = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(m.size));
       if (bytes == nullptr) throw py::error_already_set();
-      data.push_back(py::reinterpret_steal<py::bytes>(bytes));
+      read.data.push_back(py::reinterpret_steal<py::bytes>(bytes));
+      read.dests.push_back(PyBytes_AS_STRING(bytes));
     }
-    absl::Status status;
-    {
-      // The bytes objects are this call's alone until it returns.
-      py::gil_scoped_release release;
-      for (size_t j = 0; j < data.size() && status.ok(); ++j) {
-        status = shard_->ReadMember(i, j, PyBytes_AS_STRING(data[j].ptr()));
-      }
-    }
-    if (!status.ok()) RaiseStatus(status, Phase::kData);
+  }
+  SignalCheck signals;
+  {
+    // The bytes objects are this call's alone until it returns.
+    py::gil_scoped_release release;
+    ReadAll(reads, threads, signals);
+  }
+  signals.RethrowIfRaised();
+  for (const Read& read : reads) {
+    if (read.status.ok()) continue;
+    RaiseStatus(read.native->remote() ? RemoteStatus(read.status, read.shard->url()) : read.status,
+                Phase::kData);
+  }
+  py::list out(reads.size());
+  for (size_t r = 0; r < reads.size(); ++r) {
+    Read& read = reads[r];
+    const wds::IndexSample& sample = read.native->index().samples[static_cast<size_t>(read.index)];
     py::list fields(sample.members.size());
     for (size_t j = 0; j < sample.members.size(); ++j) {
-      fields[j] = py::make_tuple(sample.members[j].field, std::move(data[j]));
+      fields[j] = py::make_tuple(sample.members[j].field, std::move(read.data[j]));
     }
-    return py::make_tuple(py::str(std::string(shard_->Key(i))), std::move(fields));
+    out[r] = py::make_tuple(py::str(std::string(read.native->Key(read.index))), std::move(fields));
   }
-
- private:
-  std::unique_ptr<wds::IndexedShard> shard_;
-};
+  return out;
+}
 
 }  // namespace
 
 void RegisterIndexed(py::module_& m) {
   py::class_<IndexedShard>(m, "IndexedShard",
-                           "Random access to the samples of a local, uncompressed shard, "
-                           "indexed by its .idx sidecar or a header scan.")
-      .def(py::init<const std::string&>(), py::arg("path"))
+                           "Random access to the samples of an uncompressed shard, indexed by "
+                           "its .idx sidecar or a header scan: a local file, or a remote URL "
+                           "read by ranged requests with the options `remote`.")
+      .def(py::init<const std::string&, py::handle>(), py::arg("url"),
+           py::arg("remote") = py::none())
       .def("__len__", &IndexedShard::size)
-      .def("read", &IndexedShard::Read, py::arg("i"),
-           "(key, [(field, bytes), ...]) of sample i; each member's tar header is checked.");
+      .def_property_readonly("remote", &IndexedShard::remote)
+      .def(
+          "read",
+          [](IndexedShard& self, int64_t i) {
+            return ReadSamples({{&self, i}}, 1)[0].cast<py::tuple>();
+          },
+          py::arg("i"),
+          "(key, [(field, bytes), ...]) of sample i; each member's tar header is checked.");
+  m.def("read_samples", &ReadSamples, py::arg("items"), py::arg("threads") = 16,
+        "[(key, [(field, bytes), ...]), ...] of `items`, (IndexedShard, sample index) pairs; "
+        "remote samples are read `threads` at a time.");
 }
 
 }  // namespace wdspy

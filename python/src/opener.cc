@@ -376,13 +376,19 @@ wds::RemoteOpener RemoteAccess::Session() const {
   return *session_.get();
 }
 
-absl::StatusOr<std::unique_ptr<wds::ByteStream>> RemoteAccess::Open(std::string_view url) const {
+absl::StatusOr<wds::RemoteOpener> RemoteAccess::Reader(std::string_view url) const {
   if (!environment_error_.ok()) {
     return RemoteStatus(
         absl::InvalidArgumentError(wds::Cat(url, ": ", wds::ToStd(environment_error_.message()))),
         url);
   }
-  absl::StatusOr<std::unique_ptr<wds::ByteStream>> stream = Session().Open(url);
+  return Session();
+}
+
+absl::StatusOr<std::unique_ptr<wds::ByteStream>> RemoteAccess::Open(std::string_view url) const {
+  absl::StatusOr<wds::RemoteOpener> reader = Reader(url);
+  if (!reader.ok()) return reader.status();
+  absl::StatusOr<std::unique_ptr<wds::ByteStream>> stream = reader->Open(url);
   if (!stream.ok()) return RemoteStatus(stream.status(), url);
   return std::make_unique<RemoteShard>(*std::move(stream));
 }

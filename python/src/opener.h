@@ -121,6 +121,10 @@ class RemoteAccess {
   // errors are RemoteStatus errors naming the URL.
   absl::StatusOr<std::unique_ptr<wds::ByteStream>> Open(std::string_view url) const;
 
+  // Reader is this process's session for reading `url` yourself (ranged
+  // reads); errors as Open's for a malformed environment.
+  absl::StatusOr<wds::RemoteOpener> Reader(std::string_view url) const;
+
   const wds::RemoteOptions& options() const { return options_; }
   // Uncached is the process's RemoteAccess of these options without a cache
   // (for what may change under a URL, a dataset index). Not with the

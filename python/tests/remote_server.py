@@ -5,7 +5,7 @@
 
 It serves the files under ROOT (GET and HEAD) with an ETag (from the SHA-256
 of the content), Last-Modified, Content-Length and keep-alive; answers
-``Range: bytes=N-`` with 206 and its Content-Range, an If-Match that differs
+``Range: bytes=N-`` and ``bytes=N-M`` with 206 and its Content-Range, an If-Match that differs
 from the ETag with 412, and a missing file with 404 and the body
 "no such object: PATH". Its port goes to PORT_FILE once it listens.
 
@@ -111,17 +111,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if_match = self.headers.get("If-Match")
         if if_match is not None and if_match != etag:
             return self.answer(412, b"precondition failed", head)
-        start = 0
+        start, end = 0, len(data)
         status = 200
         headers = list(validators)
         requested = self.headers.get("Range")
         if requested is not None:
-            start = int(requested.removeprefix("bytes=").split("-")[0])
+            first, last = requested.removeprefix("bytes=").split("-")
+            start = int(first)
+            if last:
+                end = min(end, int(last) + 1)
             if start >= len(data):
                 return self.answer(416, b"range not satisfiable", head)
             status = 206
-            headers.append(("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}"))
-        body = data[start:]
+            headers.append(("Content-Range", f"bytes {start}-{end - 1}/{len(data)}"))
+        body = data[start:end]
         self.send_response(status)
         for name, value in headers:
             self.send_header(name, value)

@@ -8,6 +8,7 @@ import multiprocessing
 import os
 import pickle
 import random
+import re
 import shutil
 import tarfile
 import time
@@ -345,6 +346,119 @@ def test_a_failed_fetch_leaves_no_file(served, tmp_path):
     with pytest.raises(ConnectionError):
         dataset[0]
     assert os.listdir(cache) == []
+
+
+# --- remote shards read by ranges
+
+
+def _ranged(served, **kwargs):
+    return wids.ShardListDataset(served.url("index.json"), transformations=[],
+                                 remote_reads="ranges", **kwargs)
+
+
+def test_ranges_read_each_sample_with_one_request(served, shards, tmp_path, monkeypatch):
+    monkeypatch.setenv("WIDS_CACHE", str(tmp_path / "wc"))
+    root = os.path.dirname(served.url("x"))
+    for p in shards:  # the server-side index of each shard
+        wds.write_index(os.path.join(tmp_path, "www", os.path.basename(p)))
+    dataset = _ranged(served)
+    local = wids.ShardListDataset(descriptors(shards), transformations=[])
+    for i in (15, 3, 39, 16):
+        got, want = dataset[i], local[i]
+        assert list(got) == FIELDS + META
+        for field in FIELDS:
+            assert got[field].read() == want[field].read()
+        assert got["__key__"] == want["__key__"]
+        assert got["__shard__"] == served.url(os.path.basename(want["__shard__"]))
+    gets = [(e["path"], e["headers"].get("range")) for e in served.log() if e["method"] == "GET"]
+    assert [path for path, _ in gets] == [
+        "/index.json", "/shard-000001.tar", "/shard-000001.tar.idx", "/shard-000001.tar",
+        "/shard-000000.tar", "/shard-000000.tar.idx", "/shard-000000.tar",
+        "/shard-000003.tar", "/shard-000003.tar.idx", "/shard-000003.tar", "/shard-000001.tar"]
+    assert gets[1][1] == "bytes=0-511"
+    assert all(r is not None and r.startswith("bytes=") and not r.endswith("-")
+               for path, r in gets if path.endswith(".tar"))
+    assert not os.path.exists(tmp_path / "wc")  # nothing fetched, nothing stored
+    assert root.startswith("http://127.0.0.1:")
+
+
+def test_ranges_without_a_server_side_index_scan_once(served):
+    dataset = _ranged(served)
+    assert dataset[12][".txt"].read() == b"text 12"
+    assert dataset[18][".txt"].read() == b"text 18"
+    gets = [(e["path"], e["headers"].get("range")) for e in served.log() if e["method"] == "GET"]
+    assert gets[1:] == [("/shard-000001.tar", "bytes=0-511"), ("/shard-000001.tar.idx", None),
+                        ("/shard-000001.tar", None)] + [("/shard-000001.tar", r) for _, r in
+                                                        gets[4:]]
+    assert len(gets) == 6
+
+
+def test_getitems_is_getitem_of_each_index(served, shards):
+    dataset = _ranged(served, lru_size=2, read_threads=4)
+    indices = [39, 0, 17, 0, 25, 8, -1]
+    batch = dataset.__getitems__(indices)
+    one_by_one = _ranged(served)
+    assert len(batch) == len(indices)
+    for got, i in zip(batch, indices):
+        want = one_by_one[i]
+        assert list(got) == list(want)
+        for key in FIELDS:
+            assert got[key].read() == want[key].read()
+        for key in META:
+            assert got[key] == want[key]
+    local = wids.ShardListDataset(descriptors(shards), transformations=[], lru_size=1)
+    batch = local.__getitems__([5, 35, 15])
+    assert [s["__key__"] for s in batch] == ["s0_005", "s3_005", "s1_005"]
+    assert [s[".txt"].read() for s in batch] == [b"text 5", b"text 35", b"text 15"]
+    with pytest.raises(IndexError, match="index 40 of 40"):
+        local.__getitems__([1, 40])
+
+
+def test_getitems_applies_the_transformations(served):
+    dataset = wids.ShardListDataset(served.url("index.json"), remote_reads="ranges")
+    sample = dataset.__getitems__([7])[0]
+    assert isinstance(sample[".jpg"], PIL.Image.Image)
+    assert sample[".cls"] == 7 % 10 and sample[".txt"] == "text 7"
+
+
+def test_ranges_pin_the_version_first_read(served):
+    dataset = _ranged(served)
+    assert dataset[0]["__key__"] == "s0_000"
+    served.fault("shard-000000.tar", etag='"replaced"')
+    url = served.url("shard-000000.tar")
+    with pytest.raises(wds.DataError, match=re.escape(
+            f"{url}: member s0_001.jpg at offset 5120: the object changed since it was first "
+            "read (HTTP 412 to a request for bytes 4608-")):
+        dataset[1]
+
+
+def test_ranges_refuse_a_server_that_ignores_them(served):
+    served.fault("shard-000000.tar", status=200, body="not a range")
+    dataset = _ranged(served, remote=wds.RemoteOptions(max_attempts=1))
+    url = served.url("shard-000000.tar")
+    with pytest.raises(wds.DataError, match=re.escape(
+            f"{url}: HTTP 200 to a request for bytes 0-511 (expected 206 Partial Content): the "
+            "server ignores Range requests")):
+        dataset[0]
+
+
+def test_a_bad_remote_reads_mode_is_named():
+    with pytest.raises(ValueError, match="remote_reads='range'"):
+        wids.ShardListDataset([{"url": "x.tar", "nsamples": 1}], remote_reads="range")
+
+
+def test_ranged_shards_opened_before_a_fork_are_reopened_in_the_child(served):
+    dataset = _ranged(served)
+    assert dataset[3][".txt"].read() == b"text 3"
+    context = multiprocessing.get_context("fork")
+    with context.Pool(2) as pool:
+        texts = pool.map(_text_of, [(dataset, i) for i in (4, 5, 14)])
+    assert texts == [b"text 4", b"text 5", b"text 14"]
+
+
+def _text_of(args):
+    dataset, i = args
+    return dataset.__getitems__([i])[0][".txt"].read()
 
 
 def test_pipe_shards(shards, tmp_path):

@@ -22,11 +22,15 @@ reference's decoding to PIL images, ints, text, JSON, ...).
 
 Local shards are read where they lie; remote ones (http(s)://, s3://, gs://
 with the native reader, ``pipe:`` commands, whatever ``gopen`` reads) are
-first fetched whole into a cache directory, once per machine. Each sample is
-read with positioned reads of the shard's members, found from its ``.idx``
-sidecar or a scan of its headers, and each member's tar header is checked.
-Shards must be uncompressed tars. docs/PYTHON.md ("Indexed datasets: wids")
-lists what differs from the reference.
+first fetched whole into a cache directory, once per machine, or, with
+``remote_reads="ranges"``, read sample by sample with ranged requests
+(http(s)://, s3://, gs://; nothing stored). Each sample is read with
+positioned reads of the shard's members, found from its ``.idx`` sidecar or
+a scan of its headers, and each member's tar header is checked. Shards must
+be uncompressed tars. A batch of indices (``dataset.__getitems__``, which
+PyTorch's DataLoader calls from 2.0 on) is read in one native call, remote
+samples several at a time. docs/PYTHON.md ("Indexed datasets: wids") lists
+what differs from the reference.
 """
 
 import bisect
@@ -49,6 +53,7 @@ from . import _core
 from .cache import cache_options
 from .errors import CommandError, DataError
 from .gopen import gopen, local_path
+from .remote import native_options
 from .utils import _torch_distributed, node_info
 
 try:
@@ -353,13 +358,16 @@ class IndexedTarSamples:
     _shard = None
     _held = None  # a descriptor holding a cached copy (_hold), owned once opened
 
-    def __init__(self, *, path, md5sum=None, expected_size=None, _held=None):
+    def __init__(self, *, path, md5sum=None, expected_size=None, remote=None, _held=None):
         self.path = path
         if md5sum is not None:
+            if _is_remote(path):
+                raise ValueError(f"{path}: md5sum= checks local files; a remote shard read by "
+                                 "ranges is checked member by member")
             got = compute_file_md5sum(path)
             if got != md5sum:
                 raise DataError(f"{path}: MD5 sum {got}, expected {md5sum}")
-        shard = _core.IndexedShard(path)
+        shard = _core.IndexedShard(path, native_options(remote) if _is_remote(path) else None)
         if expected_size is not None and len(shard) != expected_size:
             raise DataError(f"{path}: {len(shard)} samples, but its description says "
                             f"{expected_size}")
@@ -373,14 +381,7 @@ class IndexedTarSamples:
         if i < 0:
             i += len(self._shard)
         key, fields = self._shard.read(i)
-        sample = {}
-        for field, data in fields:
-            name = "." + field
-            if name in sample:
-                raise DataError(f"{self.path}: sample {key} has two {name} members")
-            sample[name] = io.BytesIO(data)  # shares `data`: no copy
-        sample["__key__"] = key
-        return sample
+        return _sample(self.path, key, fields)
 
     def close(self):
         self._shard = None
@@ -393,6 +394,22 @@ class IndexedTarSamples:
 
     def __repr__(self):
         return f"<IndexedTarSamples {self.path}>"
+
+
+def _sample(path, key, fields):
+    # The reference's sample of one read: a BytesIO per field, and the key.
+    sample = {}
+    for field, data in fields:
+        name = "." + field
+        if name in sample:
+            raise DataError(f"{path}: sample {key} has two {name} members")
+        sample[name] = io.BytesIO(data)  # shares `data`: no copy
+    sample["__key__"] = key
+    return sample
+
+
+def _is_remote(url):
+    return urlparse(url).scheme in _REMOTE_SCHEMES
 
 
 def compute_file_md5sum(path, chunksize=1 << 20):
@@ -558,8 +575,17 @@ class ShardListDataset(Dataset):
     `cache_dir` (file names: the URL's last component), else where
     `localname(url)` says, else into ``$WIDS_CACHE`` (default
     ``/tmp/_wids_cache``) under their quoted URL; `cache_size` bounds the
-    bytes kept there, least recently used removed first. `remote` are the
-    RemoteOptions for http(s), s3 and gs. Local shards are read in place.
+    bytes kept there, least recently used removed first. With
+    ``remote_reads="ranges"``, http(s), s3 and gs shards are not fetched:
+    each sample is one ranged request (its members, read where they lie),
+    each shard's index its server-side ``.idx`` (one request when the shard
+    is opened) or else one scan of the whole shard, and every read asks for
+    the version first read. `remote` are the RemoteOptions for http(s), s3
+    and gs. Local shards are read in place.
+
+    ``dataset.__getitems__(indices)`` (called by PyTorch's DataLoader from
+    2.0 on) reads a batch in one native call without the GIL, up to
+    `read_threads` ranged requests at a time.
 
     A shard whose sample count differs from its description's is a DataError
     naming both, when it is opened.
@@ -567,8 +593,16 @@ class ShardListDataset(Dataset):
 
     def __init__(self, shards, *, cache_size=int(1e12), cache_dir=None, lru_size=10,
                  dataset_name=None, localname=None, transformations="PIL", keep=False,
-                 base=None, options=None, remote=None):
+                 base=None, options=None, remote=None, remote_reads="download",
+                 read_threads=16):
         super().__init__()
+        if remote_reads not in ("download", "ranges"):
+            raise ValueError(f"ShardListDataset: remote_reads={remote_reads!r}; it is "
+                             "'download' (whole shards into the cache) or 'ranges'")
+        native_options(remote)  # a TypeError for anything but a RemoteOptions
+        self.remote_reads = remote_reads
+        self.read_threads = max(1, int(read_threads))
+        self._ranges_remote = remote
         # Fetched whole into the wids cache: not into the shard cache too.
         self._remote = cache_options(cache_size=0, remote=remote)
         if isinstance(shards, (str, os.PathLike, io.IOBase)):
@@ -609,6 +643,8 @@ class ShardListDataset(Dataset):
         owners = {}
         for shard in self.shards:
             url = shard["url"]
+            if self._ranged(url):
+                continue
             if local_path(url) is None:
                 local = self.localname(url)
                 if owners.setdefault(local, url) != url:
@@ -651,7 +687,12 @@ class ShardListDataset(Dataset):
             warnings.warn(f"ShardListDataset: {self.misses} of {self.accesses} accesses opened a "
                           "shard; use a ChunkedSampler or a larger lru_size")
 
+    def _ranged(self, url):
+        return self.remote_reads == "ranges" and _is_remote(url)
+
     def _open_shard(self, url):
+        if self._ranged(url):
+            return IndexedTarSamples(path=url, remote=self._ranges_remote)
         path = local_path(url)
         if path is not None:
             return IndexedTarSamples(path=path)
@@ -703,15 +744,15 @@ class ShardListDataset(Dataset):
         inner = index - (self.cum_lengths[shard_index - 1] if shard_index > 0 else 0)
         return self._shard(shard_index), inner, self.shards[shard_index]
 
-    def __getitem__(self, index):
+    def _index(self, index):
         given = index = operator.index(index)
         if index < 0:
             index += self.total_length
         if not 0 <= index < self.total_length:
             raise IndexError(f"ShardListDataset: index {given} of {self.total_length} samples")
-        shard, inner, desc = self.get_shard(index)
-        sample = shard[inner]
-        self.check_cache_misses()
+        return index
+
+    def _finish(self, sample, index, inner, desc):
         sample["__dataset__"] = desc.get("dataset")
         sample["__index__"] = index
         sample["__shard__"] = desc["url"]
@@ -719,6 +760,28 @@ class ShardListDataset(Dataset):
         for transform in self.transformations:
             sample = transform(sample)
         return sample
+
+    def __getitem__(self, index):
+        index = self._index(index)
+        shard, inner, desc = self.get_shard(index)
+        sample = shard[inner]
+        self.check_cache_misses()
+        return self._finish(sample, index, inner, desc)
+
+    def __getitems__(self, indices):
+        """[self[i] for i in indices], read in one native call without the
+        GIL (remote samples read by ranges `read_threads` at a time)."""
+        indices = [self._index(i) for i in indices]
+        places, items = [], []
+        for index in indices:
+            shard, inner, desc = self.get_shard(index)
+            # The native shard itself: a shard the LRU closes meanwhile stays readable.
+            places.append((shard.path, inner, desc))
+            items.append((shard._shard, inner))
+        self.check_cache_misses()
+        reads = _core.read_samples(items, self.read_threads)
+        return [self._finish(_sample(path, key, fields), index, inner, desc)
+                for (key, fields), index, (path, inner, desc) in zip(reads, indices, places)]
 
     def close(self):
         """Closes the open shards."""

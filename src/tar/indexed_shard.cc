@@ -254,15 +254,8 @@ absl::StatusOr<std::unique_ptr<IndexedShard>> IndexedShard::Open(std::string_vie
   shard->remote_ = remote;
   unsigned char head[kBlock] = {};
   const absl::Span<char> first(reinterpret_cast<char*>(head), kBlock);
+  // (Every tar holds a block at least: a shorter object fails here.)
   absl::StatusOr<std::string> etag = remote.ReadRange(url, 0, {first});
-  // A shard of less than a block is read whole, for what it is.
-  if (absl::IsDataLoss(etag.status()) || absl::IsOutOfRange(etag.status())) {
-    absl::StatusOr<std::unique_ptr<ByteStream>> whole = remote.Open(url);
-    if (!whole.ok()) return whole.status();
-    absl::StatusOr<size_t> n = (*whole)->Read(head, kBlock);
-    if (!n.ok()) return n.status();
-    etag = std::string();
-  }
   WDS_RETURN_IF_ERROR(etag.status());
   WDS_RETURN_IF_ERROR(CompressionError(url, head, true));
   shard->etag_ = *std::move(etag);

@@ -510,13 +510,14 @@ TEST_F(RemoteIndexedShardTest, WhatCannotBeOpenedIsNamed) {
   ASSERT_FALSE(shard.ok());
   EXPECT_EQ(shard.status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(shard.status().message(), missing + ": HTTP 404 Not Found: 404 Not Found");
-  // Shorter than a block: read whole, then scanned.
+  // Shorter than a block, which no tar is.
   server_.Put("/short.tar", std::string(100, '\0'));
   shard = Open(server_.Url("/short.tar"));
   ASSERT_FALSE(shard.ok());
-  EXPECT_EQ(shard.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(shard.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(shard.status().message(),
-            server_.Url("/short.tar") + ": not a tar archive (Unrecognized archive format)");
+            server_.Url("/short.tar") +
+                ": wrong Content-Range 'bytes 0-99/100' to a request for bytes 0-511");
   // A local path goes to the local Open.
   shard = IndexedShard::Open(dir_.path() + "/none.tar", opener_);
   ASSERT_FALSE(shard.ok());
