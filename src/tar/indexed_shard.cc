@@ -16,6 +16,7 @@
 
 #include "io/file_stream.h"
 #include "tar/index_lookup.h"
+#include "tar/tar_header.h"
 #include "tar/tar_samples.h"
 #include "wds/internal/base/status_macros.h"
 #include "wds/internal/base/strings.h"
@@ -49,47 +50,6 @@ std::optional<std::string_view> Compression(std::string_view head) {
   return std::nullopt;
 }
 
-// HeaderNumber parses a tar header's numeric field: octal digits (spaces and NULs
-// around them), or base-256 when its first byte has the high bit set (GNU).
-std::optional<int64_t> HeaderNumber(const unsigned char* field, size_t width) {
-  if (field[0] & 0x80) {
-    int64_t value = field[0] & 0x7f;
-    for (size_t i = 1; i < width; ++i) {
-      if (value > (INT64_MAX >> 8)) return std::nullopt;
-      value = (value << 8) | field[i];
-    }
-    return value;
-  }
-  size_t i = 0;
-  while (i < width && field[i] == ' ') ++i;
-  int64_t value = 0;
-  bool digits = false;
-  for (; i < width && field[i] >= '0' && field[i] <= '7'; ++i) {
-    if (value > (INT64_MAX >> 3)) return std::nullopt;
-    value = value * 8 + (field[i] - '0');
-    digits = true;
-  }
-  for (; i < width; ++i) {
-    if (field[i] != ' ' && field[i] != '\0') return std::nullopt;
-  }
-  if (!digits) return std::nullopt;
-  return value;
-}
-
-// ValidHeader says whether `header`'s checksum is right (the sum of its
-// bytes as unsigned or, as some old writers made it, signed chars).
-bool ValidHeader(const unsigned char* header) {
-  constexpr size_t kSumField = 148, kSumWidth = 8;
-  int64_t sum = 0, signed_sum = 0;
-  for (size_t i = 0; i < kBlock; ++i) {
-    const bool in_sum = i >= kSumField && i < kSumField + kSumWidth;
-    sum += in_sum ? ' ' : header[i];
-    signed_sum += in_sum ? ' ' : static_cast<signed char>(header[i]);
-  }
-  std::optional<int64_t> recorded = HeaderNumber(header + kSumField, kSumWidth);
-  return recorded == sum || recorded == signed_sum;
-}
-
 // FieldText is a NUL-terminated header field.
 std::string_view FieldText(const unsigned char* field, size_t width) {
   const char* text = reinterpret_cast<const char*>(field);
@@ -113,8 +73,8 @@ bool Ascii(std::string_view s) {
 bool HeaderFits(const unsigned char* header, const IndexMember& member) {
   constexpr size_t kSizeField = 124, kSizeWidth = 12, kNameWidth = 100, kMagic = 257,
                    kPrefixField = 345, kPrefixWidth = 155;
-  if (!ValidHeader(header)) return false;
-  if (HeaderNumber(header + kSizeField, kSizeWidth) != member.size) return false;
+  if (!ValidTarHeader(header)) return false;
+  if (TarHeaderNumber(header + kSizeField, kSizeWidth) != member.size) return false;
   if (member.name.size() > kNameWidth || !Ascii(member.name)) return true;
   std::string name(FieldText(header, kNameWidth));
   // GNU headers ("ustar  ") keep times where POSIX ones keep the prefix.
@@ -164,7 +124,7 @@ bool NamesEveryMember(const ShardIndex& index) {
 
 absl::Status CompressionError(std::string_view url, const unsigned char* head, bool complete) {
   std::optional<std::string_view> compression;
-  if (!complete || !ValidHeader(head)) {
+  if (!complete || !ValidTarHeader(head)) {
     compression = Compression({reinterpret_cast<const char*>(head), kBlock});
   }
   if (!compression.has_value()) return absl::OkStatus();

@@ -27,6 +27,7 @@
 #include <utility>
 
 #include "absl/strings/cord.h"
+#include "tar/tar_header.h"
 #include "wds/base/error_kind.h"
 #include "wds/internal/base/status_macros.h"
 #include "wds/internal/base/strings.h"
@@ -37,15 +38,11 @@ namespace {
 // kDataChunkSize bounds what one archive_read_data call fills of a member.
 constexpr size_t kDataChunkSize = size_t{1} << 20;
 constexpr int64_t kBlockSize = 512;
-// The read buffer holds at least a tar header (to recognise a plain tar
-// before seeking) and a gzip magic number; 4 KiB is a page.
+// The read buffer holds at least a tar header, to recognise a plain tar by
+// its first one; 4 KiB is a page.
 constexpr size_t kMinReadBufferSize = 4096;
 constexpr size_t kMaxReadBufferSize = size_t{1} << 30;
 constexpr unsigned char kGzipMagic[] = {0x1f, 0x8b};
-// A ustar, GNU or pax header holds "ustar" at offset 257 (v7 headers, which
-// predate it, are too rare in shards to seek for).
-constexpr size_t kUstarMagicOffset = 257;
-constexpr char kUstarMagic[] = {'u', 's', 't', 'a', 'r'};
 // kGzipChunkSize bounds what one read inflates: a damaged stream fails the
 // read that reaches the damage, so a small chunk keeps the members before it
 // and names the member that meets it.
@@ -187,6 +184,8 @@ struct TarReader::State {
   absl::StatusOr<std::optional<TarMember>> ReadNext();
   absl::Status OpenArchive();
   absl::Status StartSource();
+  absl::Status FillHead();
+  bool HeadIsTarHeader() const;
   absl::Status InflateTo(int64_t start);
   absl::Status SeekTo(int64_t start);
   absl::Status EndsBefore(int64_t end, int64_t start) const;
@@ -208,11 +207,14 @@ struct TarReader::State {
   std::unique_ptr<ByteStream> stream;
   TarReaderOptions options;
   std::unique_ptr<char[]> buffer;
-  // gzip inflates the stream when it starts like gzip data.
+  // gzip inflates the stream when it starts like gzip data, not with a tar
+  // header.
   std::unique_ptr<GzipDecoder> gzip;
-  // head is how many bytes at the start of `buffer` were read before
-  // libarchive asked for data.
+  // head is how many bytes at the start of `buffer` were read (inflated,
+  // for gzip) before libarchive asked for data.
   size_t head = 0;
+  // tar_first is set when libarchive's input starts with a valid tar header.
+  bool tar_first = false;
   // base is the tar offset at which libarchive's input starts (the start
   // offset where the source was seeked or inflated to, else 0).
   int64_t base = 0;
@@ -279,32 +281,50 @@ la_int64_t TarReader::State::SkipCallback(archive* ar, void* client, la_int64_t 
   return *n;
 }
 
+// StartSource decides what the stream is from its first bytes. One that
+// starts with a valid tar header is a plain tar, whatever its first bytes (a
+// member's name) look like; only another is sniffed for compression: here
+// for gzip, then by libarchive's filters for the others. An inflated gzip
+// stream is judged by the same rule.
 absl::Status TarReader::State::StartSource() {
   const int64_t start = options.start_offset;
-  // Enough bytes to see a gzip magic number (which one read may not give)
-  // or, to start later, the magic of a plain tar's first header.
-  const size_t wanted = start > 0 ? kBlockSize : sizeof(kGzipMagic);
-  while (head < wanted) {
-    WDS_ASSIGN_OR_RETURN(size_t n,
-                         stream->Read(buffer.get() + head, options.read_buffer_size - head));
-    if (n == 0) break;
-    head += n;
-  }
-  if (head >= sizeof(kGzipMagic) &&
+  WDS_RETURN_IF_ERROR(FillHead());
+  if (!HeadIsTarHeader() && head >= sizeof(kGzipMagic) &&
       std::memcmp(buffer.get(), kGzipMagic, sizeof(kGzipMagic)) == 0) {
     gzip = std::make_unique<GzipDecoder>(*stream, std::string_view(buffer.get(), head),
                                          options.read_buffer_size);
     head = 0;
-    return start > 0 ? InflateTo(start) : absl::OkStatus();
+    if (start > 0) return InflateTo(start);
+    WDS_RETURN_IF_ERROR(FillHead());
   }
+  tar_first = HeadIsTarHeader();
   if (start > 0) {
-    if (head >= static_cast<size_t>(kBlockSize) &&
-        std::memcmp(buffer.get() + kUstarMagicOffset, kUstarMagic, sizeof(kUstarMagic)) == 0) {
-      return SeekTo(start);
-    }
+    if (tar_first) return SeekTo(start);
     walk_to = start;
   }
   return absl::OkStatus();
+}
+
+// FillHead reads a tar header's worth of bytes into `buffer` (one read may
+// give fewer), or what there is of a shorter stream: inflated ones once a
+// gzip decoder reads the stream.
+absl::Status TarReader::State::FillHead() {
+  while (head < static_cast<size_t>(kBlockSize)) {
+    absl::StatusOr<size_t> n =
+        gzip != nullptr ? gzip->Read(buffer.get() + head, kBlockSize - head)
+                        : stream->Read(buffer.get() + head, options.read_buffer_size - head);
+    WDS_RETURN_IF_ERROR(n.status());
+    if (*n == 0) break;
+    head += *n;
+  }
+  return absl::OkStatus();
+}
+
+// HeadIsTarHeader says whether the bytes read ahead start with a valid tar
+// header (a stream shorter than one does not).
+bool TarReader::State::HeadIsTarHeader() const {
+  return head >= static_cast<size_t>(kBlockSize) &&
+         ValidTarHeader(reinterpret_cast<const unsigned char*>(buffer.get()));
 }
 
 absl::Status TarReader::State::InflateTo(int64_t start) {
@@ -362,9 +382,10 @@ absl::Status TarReader::State::OpenArchive() {
   if (ar == nullptr) return absl::ResourceExhaustedError("archive_read_new failed");
   archive_read_support_format_tar(ar);
   archive_read_set_format_option(ar, "tar", "read_concatenated_archives", "1");
-  if (base > 0) {
-    // The input starts at a header inside an uncompressed tar (seeked or
-    // inflated to): no filter may claim it, and the format is known. Without
+  if (tar_first || base > 0) {
+    // The input starts with a valid header, or at a header inside an
+    // uncompressed tar (seeked or inflated to): no filter may claim it (its
+    // name may begin like a magic number), and the format is known. Without
     // set_format libarchive would bid on that header as on a first one, with
     // stricter checks of its number fields than when it reads the same header
     // in sequence, and refuse what a full read accepts. (After the option:

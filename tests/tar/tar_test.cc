@@ -53,6 +53,11 @@ std::string RandomBytes(size_t size, uint32_t seed = 42) {
   return out;
 }
 
+// kZstdMagic and kGzipMagic stand apart from the names they begin, which a
+// hex escape would swallow ("\xfdabc" is one escape).
+constexpr char kZstdMagic[] = "\x28\xb5\x2f\xfd";
+constexpr char kGzipMagic[] = "\x1f\x8b";
+
 // ---------------------------------------------------------------------------
 // TarReader over in-memory streams.
 
@@ -266,6 +271,19 @@ TEST_P(TarReaderCompressionTest, AnyReadBufferSizeReadsTheSameMembers) {
     ASSERT_TRUE(tail.status.ok()) << tail.status;
     EXPECT_THAT(Names(tail.members), ElementsAre("a.txt", "b.txt"));
   }
+}
+
+// A read from a start offset seeks there in a plain tar, and in one whose
+// first bytes look like gzip's magic number too.
+TEST(TarReaderTest, FirstMemberNamedLikeGzipMagicIsReadFromAStartOffset) {
+  const std::string tar =
+      UstarTar({{std::string(kGzipMagic) + "x.txt", "first"}, {"b.txt", "second"}});
+  Members r = ReadMembers(MemoryStream("mem://shard", tar), {.start_offset = 1024});
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_THAT(Names(r.members), ElementsAre("b.txt"));
+  EXPECT_THAT(Contents(r.members), ElementsAre("second"));
+  ASSERT_EQ(r.members.size(), 1u);
+  EXPECT_EQ(r.members[0].offset, 1024);
 }
 
 TEST(TarReaderTest, ReadBufferSizeOutOfBoundsIsInvalidArgument) {
@@ -1025,6 +1043,46 @@ INSTANTIATE_TEST_SUITE_P(AllCompressions, TarSamplesCompressionTest,
                          ::testing::Values(Compression::kNone, Compression::kGzip,
                                            Compression::kBzip2, Compression::kXz,
                                            Compression::kZstd));
+
+// A plain tar's first bytes are its first member's name, which may begin
+// like a compressor's magic number; the valid header around it says tar.
+// MagicNamedTar holds two samples, the first keyed `key`; ustar, so that no
+// extended header comes before the name.
+std::string MagicNamedTar(const std::string& key, Compression compression = Compression::kNone) {
+  return MakeTar({{key + ".txt", "first"}, {key + ".cls", "1"}, {"b.txt", "second"}},
+                 TarFormat::kUstar, compression);
+}
+
+void ExpectMagicNamedSamples(const Outcome& r, const std::string& key) {
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_THAT(Keys(r.samples), ElementsAre(key, "b"));
+  ASSERT_EQ(r.samples.size(), 2u);
+  EXPECT_THAT(FieldNames(r.samples[0]), ElementsAre("__key__", "__url__", "txt", "cls"));
+  EXPECT_EQ(FieldText(r.samples[0], "txt"), "first");
+  EXPECT_EQ(FieldText(r.samples[0], "cls"), "1");
+  EXPECT_EQ(FieldText(r.samples[1], "txt"), "second");
+}
+
+TEST(TarSamplesTest, FirstMemberNamedLikeZstdMagicIsAPlainTar) {
+  const std::string key = std::string(kZstdMagic) + "abc";
+  ExpectMagicNamedSamples(ReadOne(MagicNamedTar(key)), key);
+}
+
+TEST(TarSamplesTest, FirstMemberNamedLikeBzip2MagicIsAPlainTar) {
+  // The whole bzip2 stream header: libarchive's bidder checks "1AY&SY" too.
+  ExpectMagicNamedSamples(ReadOne(MagicNamedTar("BZh91AY&SY")), "BZh91AY&SY");
+}
+
+TEST(TarSamplesTest, FirstMemberNamedLikeGzipMagicIsAPlainTar) {
+  const std::string key = std::string(kGzipMagic) + "x";
+  ExpectMagicNamedSamples(ReadOne(MagicNamedTar(key)), key);
+}
+
+TEST(TarSamplesTest, GzippedTarWhoseFirstMemberIsNamedLikeZstdMagic) {
+  // The inflated tar is judged by the same rule as a plain one.
+  const std::string key = std::string(kZstdMagic) + "abc";
+  ExpectMagicNamedSamples(ReadOne(MagicNamedTar(key, Compression::kGzip)), key);
+}
 
 TEST(TarSamplesTest, DuplicateFieldDropsEveryMemberOfTheSample) {
   Outcome r = ReadShards(
