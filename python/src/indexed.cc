@@ -9,8 +9,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -46,46 +49,48 @@ class IndexedShard {
   IndexedShard(const std::string& url, py::handle remote) : url_(url) {
     if (wds::IsRemoteUrl(url)) remote_ = RemoteAccess::FromPython(remote);
     absl::StatusOr<std::unique_ptr<wds::IndexedShard>> shard;
+    SignalCheck signals;
     {
       py::gil_scoped_release release;
+      wds::ScopedInterruptCheck check(signals.check());
       shard = OpenShard(url_, remote_);
     }
+    signals.RethrowIfRaised();
     if (!shard.ok()) RaiseStatus(shard.status(), Phase::kData);
-    size_ = (*shard)->size();
-    if (remote_ == nullptr) {
-      local_ = *std::move(shard);
-    } else {
-      remote_shard_ = ProcessLocal<wds::IndexedShard>(*std::move(shard));
-    }
+    shard_ = *std::move(shard);
+    pid_ = getpid();
   }
+  ~IndexedShard() {
+    // A forked child leaves the parent's remote shard (and its connections) alone.
+    if (remote_ != nullptr && pid_ != getpid()) (void)shard_.release();
+  }
+  IndexedShard(const IndexedShard&) = delete;
+  IndexedShard& operator=(const IndexedShard&) = delete;
 
-  int64_t size() const { return size_; }
+  int64_t size() const { return shard_->size(); }
   bool remote() const { return remote_ != nullptr; }
-
-  // Native is this process's shard. A remote shard opened before a fork is
-  // opened again in the child (its connections are the parent's), with the
-  // GIL released; a local one's descriptor serves both.
-  absl::StatusOr<const wds::IndexedShard*> Native() {
-    if (local_ != nullptr) return local_.get();
-    if (!remote_shard_.inherited()) return remote_shard_.get();
-    absl::StatusOr<std::unique_ptr<wds::IndexedShard>> shard = OpenShard(url_, remote_);
-    if (!shard.ok()) return shard.status();
-    if ((*shard)->size() != size_) {
-      return absl::DataLossError(
-          wds::Cat(url_, ": ", (*shard)->size(), " samples when opened again, ", size_, " before"));
-    }
-    remote_shard_ = ProcessLocal<wds::IndexedShard>(*std::move(shard));
-    return remote_shard_.get();
-  }
-
   const std::string& url() const { return url_; }
+
+  // Native is this process's shard: in a process forked after a remote
+  // shard was opened, a copy reading through the child's own connections
+  // (the same index and version; no request). A local shard's descriptor
+  // serves both. REQUIRES: the GIL is held (it orders these calls).
+  absl::StatusOr<const wds::IndexedShard*> Native() {
+    if (remote_ == nullptr || pid_ == getpid()) return shard_.get();
+    absl::StatusOr<wds::RemoteOpener> reader = remote_->Reader(url_);
+    if (!reader.ok()) return reader.status();
+    std::unique_ptr<wds::IndexedShard> copy = shard_->ForOpener(*reader);
+    (void)shard_.release();  // the parent's
+    shard_ = std::move(copy);
+    pid_ = getpid();
+    return shard_.get();
+  }
 
  private:
   std::string url_;
   std::shared_ptr<const RemoteAccess> remote_;  // null for a local file
-  std::unique_ptr<wds::IndexedShard> local_;
-  ProcessLocal<wds::IndexedShard> remote_shard_;
-  int64_t size_ = 0;
+  std::unique_ptr<wds::IndexedShard> shard_;
+  pid_t pid_ = 0;  // the process shard_ belongs to
 };
 
 // A Read is one sample of a batch: where it comes from, and the bytes
@@ -100,32 +105,52 @@ struct Read {
 };
 
 // ReadAll runs every read, on up to `threads` threads (the caller's among
-// them) when some are remote. The caller's thread watches Python's signals;
-// a Ctrl-C stops the others at their next wait. REQUIRES: the GIL is not held.
+// them) when some are remote. The caller's thread watches Python's signals,
+// also while it waits for the others; a Ctrl-C stops them all at their next
+// wait. REQUIRES: the GIL is not held.
 void ReadAll(std::vector<Read>& reads, int threads, SignalCheck& signals) {
   std::atomic<size_t> next{0};
   std::atomic<bool> stop{false};
   auto work = [&] {
     for (size_t r; (r = next.fetch_add(1)) < reads.size() && !stop.load();) {
       Read& read = reads[r];
-      read.status = read.native->ReadMembers(read.index, read.dests);
+      try {
+        read.status = read.native->ReadMembers(read.index, read.dests);
+      } catch (const std::exception& e) {
+        read.status = absl::ResourceExhaustedError(
+            wds::Cat(read.native->url(), ": sample ", read.index, ": ", e.what()));
+      }
     }
   };
   const bool remote = std::any_of(reads.begin(), reads.end(),
                                   [](const Read& read) { return read.native->remote(); });
   const size_t helpers =
       remote ? std::min<size_t>(reads.size(), static_cast<size_t>(std::max(threads, 1))) - 1 : 0;
+  std::mutex mu;
+  std::condition_variable done;
+  size_t running = 0;
   std::vector<std::thread> pool;
   pool.reserve(helpers);
   for (size_t t = 0; t < helpers; ++t) {
-    pool.emplace_back([&] {
-      wds::ScopedInterruptCheck check(
-          [&] { return stop.load() ? absl::CancelledError("interrupted") : absl::OkStatus(); });
-      work();
-    });
+    std::lock_guard<std::mutex> lock(mu);
+    try {
+      pool.emplace_back([&] {
+        {
+          wds::ScopedInterruptCheck check(
+              [&] { return stop.load() ? absl::CancelledError("interrupted") : absl::OkStatus(); });
+          work();
+        }
+        std::lock_guard<std::mutex> lock(mu);
+        --running;
+        done.notify_all();
+      });
+      ++running;
+    } catch (const std::system_error&) {
+      break;  // no more threads: the ones made (and this one) do it all
+    }
   }
+  wds::InterruptCheck watch = signals.check();
   {
-    wds::InterruptCheck watch = signals.check();
     wds::ScopedInterruptCheck check([&] {
       absl::Status s = watch();
       if (!s.ok()) stop.store(true);
@@ -133,6 +158,15 @@ void ReadAll(std::vector<Read>& reads, int threads, SignalCheck& signals) {
     });
     work();
   }
+  std::unique_lock<std::mutex> lock(mu);
+  while (running > 0) {
+    if (!done.wait_for(lock, wds::kInterruptCheckInterval, [&] { return running == 0; })) {
+      lock.unlock();
+      if (!watch().ok()) stop.store(true);
+      lock.lock();
+    }
+  }
+  lock.unlock();
   for (std::thread& t : pool) t.join();
 }
 
@@ -143,24 +177,17 @@ py::list ReadSamples(const std::vector<std::pair<IndexedShard*, int64_t>>& items
   std::vector<Read> reads;
   reads.reserve(items.size());
   for (const auto& [shard, i] : items) {
+    if (shard == nullptr) throw py::type_error("read_samples: an item's shard is None");
     if (i < 0 || i >= shard->size()) {
       throw py::index_error(wds::Cat(shard->url(), ": sample ", i, " of ", shard->size()));
     }
     reads.push_back(Read{shard, i});
   }
-  absl::Status opened;
-  {
-    py::gil_scoped_release release;
-    for (Read& read : reads) {
-      absl::StatusOr<const wds::IndexedShard*> native = read.shard->Native();
-      if (!native.ok()) {
-        opened = native.status();
-        break;
-      }
-      read.native = *native;
-    }
+  for (Read& read : reads) {
+    absl::StatusOr<const wds::IndexedShard*> native = read.shard->Native();
+    if (!native.ok()) RaiseStatus(native.status(), Phase::kData);
+    read.native = *native;
   }
-  if (!opened.ok()) RaiseStatus(opened, Phase::kData);
   for (Read& read : reads) {
     const wds::IndexSample& sample = read.native->index().samples[static_cast<size_t>(read.index)];
     for (const wds::IndexMember& m : sample.members) {

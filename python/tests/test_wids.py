@@ -447,18 +447,70 @@ def test_a_bad_remote_reads_mode_is_named():
         wids.ShardListDataset([{"url": "x.tar", "nsamples": 1}], remote_reads="range")
 
 
-def test_ranged_shards_opened_before_a_fork_are_reopened_in_the_child(served):
+def test_ranged_shards_opened_before_a_fork_read_through_the_childs_connections(served):
     dataset = _ranged(served)
-    assert dataset[3][".txt"].read() == b"text 3"
+    assert dataset[3][".txt"].read() == b"text 3"  # shard 0 open in the parent
+    requests = len(served.log())
     context = multiprocessing.get_context("fork")
-    with context.Pool(2) as pool:
-        texts = pool.map(_text_of, [(dataset, i) for i in (4, 5, 14)])
-    assert texts == [b"text 4", b"text 5", b"text 14"]
+    queue = context.Queue()
+    # Not pickled: the children inherit the dataset and its open shard.
+    children = [context.Process(target=_texts_of, args=(dataset, [i, i + 1], queue))
+                for i in (4, 6)]
+    for child in children:
+        child.start()
+    texts = sorted(queue.get(timeout=60) for _ in children)
+    for child in children:
+        child.join(timeout=60)
+        assert child.exitcode == 0
+    assert texts == [[b"text 4", b"text 5"], [b"text 6", b"text 7"]]
+    log = served.log()[requests:]
+    # One ranged request per sample, none to open the shard again, each on a
+    # connection of the child's own.
+    assert [e["path"] for e in log] == ["/shard-000000.tar"] * 4
+    parent_peers = {e["peer"] for e in served.log()[:requests]}
+    assert not parent_peers & {e["peer"] for e in log}
+    assert dataset[8][".txt"].read() == b"text 8"  # the parent's shard still reads
 
 
-def _text_of(args):
-    dataset, i = args
-    return dataset.__getitems__([i])[0][".txt"].read()
+def _texts_of(dataset, indices, queue):
+    queue.put([s[".txt"].read() for s in dataset.__getitems__(indices)])
+
+
+def test_ctrl_c_while_a_batch_waits_on_a_stalled_server(served):
+    from test_interrupts import SigintAfter
+
+    dataset = _ranged(served, read_threads=2)
+    dataset[0], dataset[10]  # both shards open
+    served.fault("shard-000001.tar", stall=30, stall_after=0)
+    timer = SigintAfter(0.5)
+    with pytest.raises(KeyboardInterrupt):
+        # The caller's thread reads sample 1, a helper the stalled sample 11.
+        dataset.__getitems__([1, 11])
+    elapsed = time.monotonic() - timer.sent
+    timer.timer.join()
+    assert elapsed < 3.0, elapsed
+    served.fault("shard-000000.tar", stall=30, stall_after=0)
+    timer = SigintAfter(0.5)
+    with pytest.raises(KeyboardInterrupt):
+        _ranged(served)[2]  # opening the shard: its first block stalls
+    assert time.monotonic() - timer.sent < 3.0
+    timer.timer.join()
+
+
+def test_getitems_calls_a_subclasss_getitem(shards):
+    class Labelled(wids.ShardListDataset):
+        def __getitem__(self, index):
+            sample = super().__getitem__(index)
+            sample["label"] = index * 2
+            return sample
+
+    dataset = Labelled(descriptors(shards), transformations=[])
+    assert [s["label"] for s in dataset.__getitems__([1, 12])] == [2, 24]
+
+
+def test_read_samples_refuses_a_missing_shard():
+    with pytest.raises(TypeError, match="an item's shard is None"):
+        wds._core.read_samples([(None, 0)])
 
 
 def test_pipe_shards(shards, tmp_path):

@@ -770,7 +770,10 @@ class ShardListDataset(Dataset):
 
     def __getitems__(self, indices):
         """[self[i] for i in indices], read in one native call without the
-        GIL (remote samples read by ranges `read_threads` at a time)."""
+        GIL (remote samples read by ranges `read_threads` at a time). A
+        subclass that overrides ``__getitem__`` gets it called per index."""
+        if type(self).__getitem__ is not ShardListDataset.__getitem__:
+            return [self[i] for i in indices]
         indices = [self._index(i) for i in indices]
         places, items = [], []
         for index in indices:

@@ -65,12 +65,15 @@ class RemoteSession {
     }
   }
 
-  absl::StatusOr<std::unique_ptr<ByteStream>> Open(std::string_view url_view, int64_t offset) {
+  // Open opens a remote `url` from `offset` on, through the cache when
+  // there is one and `cached`.
+  absl::StatusOr<std::unique_ptr<ByteStream>> Open(std::string_view url_view, int64_t offset,
+                                                   bool cached) {
     std::string url(url_view);
     absl::StatusOr<RemoteTarget> target = RemoteTarget::Resolve(url, options_, credentials_);
     if (!target.ok()) return target.status();
     auto open = [&](int64_t at) { return RemoteStream::Open(url, *target, options_, pool_, at); };
-    if (cache_ == nullptr) {
+    if (cache_ == nullptr || !cached) {
       absl::StatusOr<std::unique_ptr<RemoteStream>> stream = open(offset);
       if (!stream.ok()) return stream.status();
       return std::unique_ptr<ByteStream>(*std::move(stream));
@@ -82,31 +85,12 @@ class RemoteSession {
     return cache_->Open(url, offset, open, revalidate);
   }
 
-  // OpenRange opens bytes [offset, end) of a remote `url`: a complete cached
-  // copy from `offset` on (its stream runs past `end`), else a request for
-  // the range alone, which `*remote` then points to.
-  absl::StatusOr<std::unique_ptr<ByteStream>> OpenRange(const std::string& url, int64_t offset,
-                                                        int64_t end, std::string_view if_match,
-                                                        RemoteStream** remote) {
-    *remote = nullptr;
+  // OpenRange requests bytes [offset, end) of a remote `url` from its server.
+  absl::StatusOr<std::unique_ptr<RemoteStream>> OpenRange(const std::string& url, int64_t offset,
+                                                          int64_t end, const ObjectVersion& pin) {
     absl::StatusOr<RemoteTarget> target = RemoteTarget::Resolve(url, options_, credentials_);
     if (!target.ok()) return target.status();
-    auto open = [&](int64_t at) -> absl::StatusOr<std::unique_ptr<RemoteStream>> {
-      absl::StatusOr<std::unique_ptr<RemoteStream>> stream =
-          RemoteStream::Open(url, *target, options_, pool_, at, end, std::string(if_match));
-      if (stream.ok()) *remote = stream->get();
-      return stream;
-    };
-    if (cache_ == nullptr) {
-      absl::StatusOr<std::unique_ptr<RemoteStream>> stream = open(offset);
-      if (!stream.ok()) return stream.status();
-      return std::unique_ptr<ByteStream>(*std::move(stream));
-    }
-    ShardCache::Revalidate revalidate;
-    if (options_.cache_revalidate) {
-      revalidate = [&]() { return RemoteStream::Head(url, *target, options_, *pool_); };
-    }
-    return cache_->Open(url, offset, open, revalidate, /*fill=*/false);
+    return RemoteStream::Open(url, *std::move(target), options_, pool_, offset, end, pin);
   }
 
  private:
@@ -248,16 +232,16 @@ absl::StatusOr<std::unique_ptr<ByteStream>> RemoteOpener::OpenAt(std::string_vie
   if (offset < 0) {
     return absl::InvalidArgumentError(Cat(url, ": negative offset ", offset));
   }
-  if (IsRemoteUrl(url)) return session_->Open(url, offset);
+  if (IsRemoteUrl(url)) return session_->Open(url, offset, true);
   absl::StatusOr<std::unique_ptr<ByteStream>> stream = OpenLocalUrl(url);
   if (!stream.ok() || offset == 0) return stream;
   if (absl::Status s = SkipTo(**stream, offset); !s.ok()) return s;
   return stream;
 }
 
-absl::StatusOr<std::string> RemoteOpener::ReadRange(std::string_view url, int64_t offset,
-                                                    absl::Span<const absl::Span<char>> parts,
-                                                    std::string_view if_match) const {
+absl::StatusOr<ObjectVersion> RemoteOpener::ReadRange(std::string_view url, int64_t offset,
+                                                      absl::Span<const absl::Span<char>> parts,
+                                                      const ObjectVersion& pin) const {
   int64_t size = 0;
   for (absl::Span<char> part : parts) size += static_cast<int64_t>(part.size());
   if (offset < 0 || size == 0) {
@@ -268,25 +252,30 @@ absl::StatusOr<std::string> RemoteOpener::ReadRange(std::string_view url, int64_
     absl::StatusOr<std::unique_ptr<ByteStream>> stream = OpenAt(url, offset);
     if (!stream.ok()) return stream.status();
     WDS_RETURN_IF_ERROR(ReadParts(**stream, offset, parts));
-    return std::string();
+    return ObjectVersion();
   }
-  RemoteStream* remote = nullptr;
-  absl::StatusOr<std::unique_ptr<ByteStream>> stream =
-      session_->OpenRange(std::string(url), offset, offset + size, if_match, &remote);
+  absl::StatusOr<std::unique_ptr<RemoteStream>> stream =
+      session_->OpenRange(std::string(url), offset, offset + size, pin);
   if (!stream.ok()) return stream.status();
   WDS_RETURN_IF_ERROR(ReadParts(**stream, offset, parts));
-  if (remote == nullptr) return std::string();  // a cached copy
   // The end of the body, read, lets the connection go back to the pool.
   char extra;
-  absl::StatusOr<size_t> n = remote->Read(&extra, 1);
+  absl::StatusOr<size_t> n = (*stream)->Read(&extra, 1);
   if (!n.ok()) return n.status();
-  return remote->etag();
+  return (*stream)->version();
 }
 
 Opener RemoteOpener::AsOpener() const {
   return [session = session_](std::string_view url) -> absl::StatusOr<std::unique_ptr<ByteStream>> {
     if (!IsRemoteUrl(url)) return OpenLocalUrl(url);
-    return session->Open(url, 0);
+    return session->Open(url, 0, true);
+  };
+}
+
+Opener RemoteOpener::AsUncachedOpener() const {
+  return [session = session_](std::string_view url) -> absl::StatusOr<std::unique_ptr<ByteStream>> {
+    if (!IsRemoteUrl(url)) return OpenLocalUrl(url);
+    return session->Open(url, 0, false);
   };
 }
 

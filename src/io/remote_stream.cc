@@ -161,7 +161,7 @@ RemoteStream::~RemoteStream() {
 
 absl::StatusOr<std::unique_ptr<RemoteStream>> RemoteStream::Open(
     std::string url, RemoteTarget target, const RemoteOptions& options,
-    std::shared_ptr<TransferPool> pool, int64_t offset, int64_t end, std::string if_match) {
+    std::shared_ptr<TransferPool> pool, int64_t offset, int64_t end, ObjectVersion pin) {
   std::unique_ptr<RemoteStream> stream(
       new RemoteStream(std::move(url), std::move(target), options, std::move(pool)));
   stream->position_ = std::max<int64_t>(offset, 0);
@@ -170,7 +170,7 @@ absl::StatusOr<std::unique_ptr<RemoteStream>> RemoteStream::Open(
         Cat(stream->url_, ": an empty range, bytes ", stream->position_, " to ", end));
   }
   stream->end_ = end;
-  stream->if_match_ = std::move(if_match);
+  stream->pin_ = std::move(pin);
   while (true) {
     absl::Status s = stream->Connect();
     if (s.ok()) return stream;
@@ -203,6 +203,15 @@ absl::Status RemoteStream::Annotate(const absl::Status& error) const {
 
 bool RemoteStream::CanResume() const { return IsStrongEtag(etag_) || !last_modified_.empty(); }
 
+ObjectVersion RemoteStream::version() const {
+  return ObjectVersion{IsStrongEtag(etag_) ? etag_ : std::string(), last_modified_};
+}
+
+std::string RemoteStream::PinText() const {
+  return pin_.etag.empty() ? Cat("If-Unmodified-Since: ", pin_.last_modified)
+                           : Cat("If-Match: ", pin_.etag);
+}
+
 std::string RemoteStream::RangeText() const {
   if (end_ >= 0) return Cat("bytes ", position_, "-", end_ - 1);
   return Cat("bytes from offset ", position_, " on");
@@ -212,8 +221,12 @@ absl::Status RemoteStream::Connect() {
   retry_after_.clear();
   attempt_bytes_ = 0;
   std::vector<std::pair<std::string, std::string>> headers;
-  if (fresh_ && !if_match_.empty()) {
-    headers.emplace_back("If-Match", if_match_);
+  if (fresh_ && !pin_.empty()) {
+    if (!pin_.etag.empty()) {
+      headers.emplace_back("If-Match", pin_.etag);
+    } else {
+      headers.emplace_back("If-Unmodified-Since", pin_.last_modified);
+    }
   } else if (!fresh_) {
     if (IsStrongEtag(etag_)) {
       headers.emplace_back("If-Match", etag_);
@@ -233,10 +246,9 @@ absl::Status RemoteStream::Connect() {
   absl::Status begun = transfer_->Begin(target_.Request(false, std::move(headers)), options_);
   if (!begun.ok()) return Annotate(begun);
   const HttpResponse& r = transfer_->response();
-  if (r.status == 412 && fresh_ && !if_match_.empty()) {
+  if (r.status == 412 && fresh_ && !pin_.empty()) {
     return absl::AbortedError(Cat(url_, ": the object changed since it was first read (HTTP ",
-                                  "412 to a request for ", RangeText(),
-                                  " with If-Match: ", if_match_, ")"));
+                                  "412 to a request for ", RangeText(), " with ", PinText(), ")"));
   }
   if (r.status == 412 && !fresh_) {
     return absl::AbortedError(Cat(url_, ": the object changed while it was read (HTTP 412 to ",
@@ -254,6 +266,11 @@ absl::Status RemoteStream::Connect() {
 }
 
 absl::Status RemoteStream::CheckFirstResponse(const HttpResponse& r) {
+  // (A server that ignores If-Match is caught by the ETag it sends.)
+  if (!pin_.etag.empty() && IsStrongEtag(r.etag) && r.etag != pin_.etag) {
+    return absl::AbortedError(Cat(url_, ": the object changed since it was first read (ETag ",
+                                  pin_.etag, " became ", r.etag, ")"));
+  }
   if (end_ >= 0) {
     if (r.status != 206) {
       return absl::DataLossError(Cat(url_, ": HTTP ", r.status, " to a request for ", RangeText(),

@@ -53,13 +53,14 @@ class RemoteStream : public ByteStream {
   // end is the server's 416, OutOfRange); the stream then delivers the
   // object's bytes from `offset` on. An `end` of 0 or more (above `offset`)
   // asks for `Range: bytes=<offset>-<end - 1>` instead, and accepts only a
-  // 206 of exactly that range: the stream ends at `end`. A non-empty
-  // `if_match` is sent as If-Match with every request, so that only that
-  // version is read (its 412 is Aborted).
+  // 206 of exactly that range: the stream ends at `end`. A non-empty `pin`
+  // is sent with every request (If-Match with its ETag, else
+  // If-Unmodified-Since with its Last-Modified), so that only that version
+  // is read: its 412, or another strong ETag, is Aborted.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<RemoteStream>> Open(
       std::string url, RemoteTarget target, const RemoteOptions& options,
       std::shared_ptr<TransferPool> pool, int64_t offset = 0, int64_t end = -1,
-      std::string if_match = {});
+      ObjectVersion pin = {});
   // Head asks for the object's size and ETag, with the same retries.
   [[nodiscard]] static absl::StatusOr<ObjectInfo> Head(const std::string& url,
                                                        const RemoteTarget& target,
@@ -85,6 +86,9 @@ class RemoteStream : public ByteStream {
   const std::string& etag() const { return etag_; }
   // position is the object's offset of the next byte Read returns.
   int64_t position() const { return position_; }
+  // version is the version being read, as its validators tell it (a weak
+  // ETag is left out: it cannot pin a version).
+  ObjectVersion version() const;
 
  private:
   RemoteStream(std::string url, RemoteTarget target, const RemoteOptions& options,
@@ -104,6 +108,8 @@ class RemoteStream : public ByteStream {
   int64_t stop() const { return end_ >= 0 ? end_ : size_; }
   // RangeText is the range requested, for messages: "bytes 5-9" or "bytes from offset 5 on".
   std::string RangeText() const;
+  // PinText is the pin's header, for messages: "If-Match: \"v1\"".
+  std::string PinText() const;
   // Failed decides whether to retry after `error`: it sleeps the backoff and
   // returns ok, or returns the final error.
   absl::Status Failed(const absl::Status& error, const std::string& retry_after);
@@ -122,8 +128,8 @@ class RemoteStream : public ByteStream {
   int64_t position_ = 0;
   // end_ is the requested range's end (exclusive), -1 for the object's end.
   int64_t end_ = -1;
-  // if_match_ pins the version every request asks for (empty: any).
-  std::string if_match_;
+  // pin_ is the version every request asks for (empty: any).
+  ObjectVersion pin_;
   // attempt_bytes_ is what the current request has delivered.
   int64_t attempt_bytes_ = 0;
   int64_t size_ = -1;

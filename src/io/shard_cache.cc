@@ -354,8 +354,7 @@ std::string ShardCache::PathFor(const std::string& url) const {
 
 absl::StatusOr<std::unique_ptr<ByteStream>> ShardCache::Open(const std::string& url, int64_t offset,
                                                              const OpenRemote& open_remote,
-                                                             const Revalidate& revalidate,
-                                                             bool fill) {
+                                                             const Revalidate& revalidate) {
   if (FirstOpenInProcess(dir_)) {
     // A scan when the ledger says the directory is over this process's
     // limit, or was not scanned for a while (stale downloads), or cannot say:
@@ -400,7 +399,7 @@ absl::StatusOr<std::unique_ptr<ByteStream>> ShardCache::Open(const std::string& 
       }
       CloseUnlocked(fd);
     }
-    if (offset > 0 || !fill) {
+    if (offset > 0) {
       absl::StatusOr<std::unique_ptr<RemoteStream>> remote = open_remote(offset);
       if (!remote.ok()) return remote.status();
       return std::unique_ptr<ByteStream>(*std::move(remote));

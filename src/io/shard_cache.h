@@ -41,8 +41,7 @@ class ShardCache : public std::enable_shared_from_this<ShardCache> {
   // Open returns the cached copy of `url` from `offset` on if there is one,
   // else the remote stream, which from offset 0 is written into the cache as
   // it is read (unless another reader is downloading the same URL), and from
-  // a later offset, or with `fill` false, is not (a cache file holds an
-  // object from its start; a reader of a range holds a part).
+  // a later offset is not (a cache file holds an object from its start).
   // A stream that fills the cache does not Skip (its caller reads, and the
   // bytes go to the cache file too). The first Open of a directory in a
   // process first scans it (Evict) when its ledger is missing, unreadable,
@@ -55,8 +54,7 @@ class ShardCache : public std::enable_shared_from_this<ShardCache> {
   [[nodiscard]] absl::StatusOr<std::unique_ptr<ByteStream>> Open(const std::string& url,
                                                                  int64_t offset,
                                                                  const OpenRemote& open_remote,
-                                                                 const Revalidate& revalidate,
-                                                                 bool fill = true);
+                                                                 const Revalidate& revalidate);
 
   // Evict scans the directory, under the ledger's lock: it removes `.part`
   // files that no process is writing and `.meta` files left without their

@@ -214,12 +214,12 @@ absl::StatusOr<std::unique_ptr<IndexedShard>> IndexedShard::Open(std::string_vie
   shard->remote_ = remote;
   unsigned char head[kBlock] = {};
   const absl::Span<char> first(reinterpret_cast<char*>(head), kBlock);
-  // (Every tar holds a block at least: a shorter object fails here.)
-  absl::StatusOr<std::string> etag = remote.ReadRange(url, 0, {first});
-  WDS_RETURN_IF_ERROR(etag.status());
+  // (Every tar holds a block at least: a shorter object fails here.) The
+  // version this read finds is the one every later read asks for.
+  WDS_ASSIGN_OR_RETURN(shard->version_, remote.ReadRange(url, 0, {first}));
   WDS_RETURN_IF_ERROR(CompressionError(url, head, true));
-  shard->etag_ = *std::move(etag);
-  WDS_ASSIGN_OR_RETURN(shard->index_, RemoteIndex(url, remote.AsOpener()));
+  // The index is read from the server too: a cached one may be of another version.
+  WDS_ASSIGN_OR_RETURN(shard->index_, RemoteIndex(url, remote.AsUncachedOpener()));
   for (const IndexSample& s : shard->index_.samples) {
     for (const IndexMember& m : s.members) {
       if (m.offset < kBlock) {
@@ -232,6 +232,14 @@ absl::StatusOr<std::unique_ptr<IndexedShard>> IndexedShard::Open(std::string_vie
 }
 
 IndexedShard::IndexedShard(std::string url, int fd) : url_(std::move(url)), fd_(fd) {}
+
+std::unique_ptr<IndexedShard> IndexedShard::ForOpener(const RemoteOpener& remote) const {
+  std::unique_ptr<IndexedShard> copy(new IndexedShard(url_, -1));
+  copy->index_ = index_;
+  copy->version_ = version_;
+  copy->remote_ = remote;
+  return copy;
+}
 
 IndexedShard::~IndexedShard() {
   if (fd_ >= 0) close(fd_);
@@ -283,21 +291,12 @@ absl::Status IndexedShard::ReadRemote(int64_t i, size_t first, size_t last,
     parts.emplace_back(dests[j - first], static_cast<size_t>(m.size));
     position = m.offset + m.size;
   }
-  std::string pinned;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    pinned = etag_;
-  }
-  absl::StatusOr<std::string> etag = remote_->ReadRange(url_, start, parts, pinned);
-  if (!etag.ok()) {
+  absl::StatusOr<ObjectVersion> read = remote_->ReadRange(url_, start, parts, version_);
+  if (!read.ok()) {
     const IndexMember& m = s.members[first];
-    return absl::Status(etag.status().code(),
+    return absl::Status(read.status().code(),
                         Cat(url_, ": member ", m.name, " at offset ", m.offset, ": ",
-                            WithoutUrl(ToStd(etag.status().message()), url_)));
-  }
-  if (pinned.empty() && !etag->empty()) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (etag_.empty()) etag_ = *etag;
+                            WithoutUrl(ToStd(read.status().message()), url_)));
   }
   for (size_t j = first; j <= last; ++j) {
     WDS_RETURN_IF_ERROR(CheckHeader(headers[j - first].data(), s.members[j]));

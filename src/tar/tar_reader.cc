@@ -248,7 +248,8 @@ la_ssize_t TarReader::State::ReadCallback(archive* ar, void* client, const void*
   auto* state = static_cast<State*>(client);
   *out = state->buffer.get();
   if (state->head > 0) {
-    state->source_offset += static_cast<int64_t>(state->head);
+    // (Inflated bytes, for gzip: not the compressed offset's.)
+    if (state->gzip == nullptr) state->source_offset += static_cast<int64_t>(state->head);
     return static_cast<la_ssize_t>(std::exchange(state->head, 0));
   }
   absl::StatusOr<size_t> n =

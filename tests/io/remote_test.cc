@@ -742,13 +742,14 @@ TEST(RemoteOpenerTest, OpenAtReadsLocalFilesAndPipesFromTheOffset) {
 TEST_F(RemoteStreamTest, ReadRangeIsOneRequestForExactlyThatRange) {
   const RemoteOpener opener(Fast());
   std::string head(100, '\0'), rest(900, '\0');
-  absl::StatusOr<std::string> etag =
+  absl::StatusOr<ObjectVersion> version =
       opener.ReadRange(url(), 250'000, {absl::MakeSpan(head), absl::MakeSpan(rest)});
-  ASSERT_TRUE(etag.ok()) << etag.status();
-  EXPECT_EQ(*etag, "\"v1\"");
+  ASSERT_TRUE(version.ok()) << version.status();
+  EXPECT_EQ(version->etag, "\"v1\"");
+  EXPECT_EQ(version->last_modified, "Tue, 15 Nov 1994 12:45:26 GMT");
   EXPECT_EQ(head + rest, body_.substr(250'000, 1000));
   std::string next(10, '\0');
-  ASSERT_TRUE(opener.ReadRange(url(), 999'990, {absl::MakeSpan(next)}, *etag).ok());
+  ASSERT_TRUE(opener.ReadRange(url(), 999'990, {absl::MakeSpan(next)}, *version).ok());
   EXPECT_EQ(next, body_.substr(999'990));
   std::vector<FaultRequest> log = server_.log();
   ASSERT_EQ(log.size(), 2u);
@@ -756,6 +757,7 @@ TEST_F(RemoteStreamTest, ReadRangeIsOneRequestForExactlyThatRange) {
   EXPECT_EQ(log[0].headers.count("if-match"), 0u);
   EXPECT_EQ(log[1].headers["range"], "bytes=999990-999999");
   EXPECT_EQ(log[1].headers["if-match"], "\"v1\"");
+  EXPECT_EQ(log[1].headers.count("if-unmodified-since"), 0u);
   EXPECT_EQ(server_.body_bytes(), 1010);
   EXPECT_EQ(server_.connections(), 1);  // the first request's connection was reused
 }
@@ -763,9 +765,9 @@ TEST_F(RemoteStreamTest, ReadRangeIsOneRequestForExactlyThatRange) {
 TEST_F(RemoteStreamTest, ReadRangeResumesInsideTheRange) {
   FirstThen({.close_after = 70'000});
   std::string data(200'000, '\0');
-  absl::StatusOr<std::string> etag =
+  absl::StatusOr<ObjectVersion> version =
       RemoteOpener(Fast()).ReadRange(url(), 10'000, {absl::MakeSpan(data)});
-  ASSERT_TRUE(etag.ok()) << etag.status();
+  ASSERT_TRUE(version.ok()) << version.status();
   EXPECT_EQ(Sha256(data), Sha256(body_.substr(10'000, 200'000)));
   std::vector<FaultRequest> log = server_.log();
   ASSERT_EQ(log.size(), 2u);
@@ -776,12 +778,39 @@ TEST_F(RemoteStreamTest, ReadRangeResumesInsideTheRange) {
 TEST_F(RemoteStreamTest, ReadRangeOfAnotherVersionIsAborted) {
   const std::string u = url();
   std::string data(10, '\0');
-  absl::StatusOr<std::string> etag =
-      RemoteOpener(Fast()).ReadRange(u, 5, {absl::MakeSpan(data)}, "\"v0\"");
-  EXPECT_TRUE(absl::IsAborted(etag.status())) << etag.status();
-  EXPECT_EQ(Message(etag.status()), Cat(u, ": the object changed since it was first read (HTTP ",
-                                        "412 to a request for bytes 5-14 with If-Match: \"v0\")"));
-  EXPECT_EQ(server_.requests(), 1);
+  const RemoteOpener opener(Fast());
+  absl::Status s = opener.ReadRange(u, 5, {absl::MakeSpan(data)}, {.etag = "\"v0\""}).status();
+  EXPECT_TRUE(absl::IsAborted(s)) << s;
+  EXPECT_EQ(Message(s), Cat(u, ": the object changed since it was first read (HTTP ",
+                            "412 to a request for bytes 5-14 with If-Match: \"v0\")"));
+  // A server that ignores If-Match is caught by the ETag it sends.
+  server_.SetPlanner([](const FaultRequest&) { return FaultPlan{.ignore_if_match = true}; });
+  s = opener.ReadRange(u, 5, {absl::MakeSpan(data)}, {.etag = "\"v0\""}).status();
+  EXPECT_TRUE(absl::IsAborted(s)) << s;
+  EXPECT_EQ(Message(s),
+            Cat(u, ": the object changed since it was first read (ETag \"v0\" ", "became \"v1\")"));
+  EXPECT_EQ(server_.requests(), 2);
+}
+
+TEST(RemoteRangeTest, AWeakEtagPinsNothingAndLastModifiedPinsTheVersion) {
+  FaultServer server;
+  server.Put("/w.tar", RandomBytes(1000), "W/\"w1\"", "Tue, 15 Nov 1994 12:45:26 GMT");
+  const std::string u = server.Url("/w.tar");
+  const RemoteOpener opener(Fast());
+  std::string data(10, '\0');
+  absl::StatusOr<ObjectVersion> version = opener.ReadRange(u, 0, {absl::MakeSpan(data)});
+  ASSERT_TRUE(version.ok()) << version.status();
+  EXPECT_EQ(version->etag, "");  // weak: If-Match compares strongly, and would never match
+  EXPECT_EQ(version->last_modified, "Tue, 15 Nov 1994 12:45:26 GMT");
+  ASSERT_TRUE(opener.ReadRange(u, 100, {absl::MakeSpan(data)}, *version).ok());
+  EXPECT_EQ(server.log()[1].headers["if-unmodified-since"], "Tue, 15 Nov 1994 12:45:26 GMT");
+  EXPECT_EQ(server.log()[1].headers.count("if-match"), 0u);
+  server.Put("/w.tar", RandomBytes(1000), "W/\"w2\"", "Wed, 16 Nov 1994 12:45:26 GMT");
+  absl::Status s = opener.ReadRange(u, 100, {absl::MakeSpan(data)}, *version).status();
+  EXPECT_TRUE(absl::IsAborted(s)) << s;
+  EXPECT_EQ(Message(s), Cat(u, ": the object changed since it was first read (HTTP 412 to a ",
+                            "request for bytes 100-109 with If-Unmodified-Since: Tue, 15 Nov ",
+                            "1994 12:45:26 GMT)"));
 }
 
 TEST_F(RemoteStreamTest, ReadRangeRefusesWhatIsNotThatRange) {
@@ -812,7 +841,7 @@ TEST_F(RemoteStreamTest, ReadRangeRefusesWhatIsNotThatRange) {
   EXPECT_EQ(Message(s), Cat(u, ": a range of 0 bytes from offset 0 cannot be read"));
 }
 
-TEST_F(RemoteStreamTest, ReadRangeReadsACachedCopyAndNeverFillsTheCache) {
+TEST_F(RemoteStreamTest, ReadRangeAsksTheServerEvenWithACompleteCachedCopy) {
   testing::TempDir dir;
   RemoteOptions o = Fast();
   o.cache_dir = dir.path();
@@ -828,21 +857,24 @@ TEST_F(RemoteStreamTest, ReadRangeReadsACachedCopyAndNeverFillsTheCache) {
   absl::StatusOr<std::string> whole = Fetch(url(), o);  // fills the cache
   ASSERT_TRUE(whole.ok()) << whole.status();
   const int requests = server_.requests();
-  absl::StatusOr<std::string> etag = opener.ReadRange(url(), 500'000, {absl::MakeSpan(data)});
-  ASSERT_TRUE(etag.ok()) << etag.status();
-  EXPECT_EQ(*etag, "");
+  // (A cached copy may be of another version than a pinned range.)
+  ASSERT_TRUE(opener.ReadRange(url(), 500'000, {absl::MakeSpan(data)}).ok());
   EXPECT_EQ(data, body_.substr(500'000, 100));
-  EXPECT_EQ(server_.requests(), requests);
+  EXPECT_EQ(server_.requests(), requests + 1);
+  absl::StatusOr<std::unique_ptr<ByteStream>> uncached = opener.AsUncachedOpener()(url());
+  ASSERT_TRUE(uncached.ok()) << uncached.status();
+  EXPECT_EQ(Sha256(*ReadAll(**uncached)), Sha256(body_));
+  EXPECT_EQ(server_.requests(), requests + 2);
 }
 
 TEST(RemoteOpenerTest, ReadRangeReadsLocalFiles) {
   testing::TempDir dir;
   const std::string path = dir.Write("x.bin", RandomBytes(100'000));
   std::string a(10, '\0'), b(5, '\0');
-  absl::StatusOr<std::string> etag =
+  absl::StatusOr<ObjectVersion> version =
       RemoteOpener().ReadRange(path, 99'985, {absl::MakeSpan(a), absl::MakeSpan(b)});
-  ASSERT_TRUE(etag.ok()) << etag.status();
-  EXPECT_EQ(*etag, "");
+  ASSERT_TRUE(version.ok()) << version.status();
+  EXPECT_TRUE(version->empty());
   EXPECT_EQ(a + b, RandomBytes(100'000).substr(99'985));
   std::string c(20, '\0');
   absl::Status s = RemoteOpener().ReadRange(path, 99'990, {absl::MakeSpan(c)}).status();

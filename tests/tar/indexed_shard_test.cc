@@ -483,6 +483,58 @@ TEST_F(RemoteIndexedShardTest, AShardReplacedAfterItWasOpenedIsAborted) {
                 m.offset - 512, "-", m.offset + m.size - 1, " with If-Match: \"v1\")"));
 }
 
+TEST_F(RemoteIndexedShardTest, WeakEtagsPinTheVersionByLastModified) {
+  const std::string tar = MakeTar(Entries());
+  const std::string url = Put(tar, true, "W/\"w1\"");
+  std::unique_ptr<IndexedShard> shard = Open(url).value();
+  EXPECT_EQ(shard->version().etag, "");
+  EXPECT_EQ(shard->version().last_modified, "Tue, 15 Nov 1994 12:45:26 GMT");
+  ASSERT_TRUE(shard->Read(0).ok());
+  EXPECT_EQ(server_.log().back().headers["if-unmodified-since"], "Tue, 15 Nov 1994 12:45:26 GMT");
+  server_.Put("/s.tar", tar, "W/\"w2\"", "Wed, 16 Nov 1994 12:45:26 GMT");
+  absl::StatusOr<Sample> s = shard->Read(1);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(s.status().message(), HasSubstr("with If-Unmodified-Since: Tue, 15 Nov 1994"));
+}
+
+TEST_F(RemoteIndexedShardTest, NeitherIndexNorSamplesComeFromTheCache) {
+  // A cached sidecar, or a cached copy, may be of another version.
+  RemoteOptions o = testing::FastRemoteOptions();
+  o.cache_dir = dir_.path() + "/cache";
+  const RemoteOpener cached(o);
+  const std::string url = Put(MakeTar(Entries()), false);
+  {
+    // A reader that fills the cache with the whole shard.
+    std::unique_ptr<ByteStream> stream = cached.AsOpener()(url).value();
+    char buffer[4096];
+    while (stream->Read(buffer, sizeof buffer).value() > 0) {
+    }
+  }
+  ASSERT_EQ(server_.log().size(), 1u);
+  std::unique_ptr<IndexedShard> shard = IndexedShard::Open(url, cached).value();
+  ASSERT_TRUE(shard->Read(0).ok());
+  std::vector<FaultRequest> log = server_.log();
+  ASSERT_EQ(log.size(), 5u);  // then: first block, sidecar (404), scan, sample 0
+  EXPECT_EQ(log[1].headers["range"], "bytes=0-511");
+  EXPECT_EQ(log[3].headers.count("range"), 0u);
+  EXPECT_THAT(log[4].headers["range"], ::testing::StartsWith("bytes="));
+}
+
+TEST_F(RemoteIndexedShardTest, ACopyForAnotherOpenerAsksForNothingAndKeepsTheVersion) {
+  const std::string tar = MakeTar(Entries());
+  const std::string url = Put(tar, true);
+  std::unique_ptr<IndexedShard> shard = Open(url).value();
+  const size_t before = server_.log().size();
+  std::unique_ptr<IndexedShard> copy = shard->ForOpener(RemoteOpener(testing::FastRemoteOptions()));
+  EXPECT_EQ(server_.log().size(), before);
+  EXPECT_EQ(copy->size(), 4);
+  EXPECT_EQ(copy->version().etag, "\"v1\"");
+  EXPECT_EQ(testing::FieldText(copy->Read(3).value(), "json"), std::string(5000, 'j'));
+  server_.Put("/s.tar", tar, "\"v2\"");
+  EXPECT_EQ(copy->Read(3).status().code(), absl::StatusCode::kAborted);
+}
+
 TEST_F(RemoteIndexedShardTest, ASidecarOfAnotherVersionFailsTheReadNamingTheMember) {
   const std::string url = Put(MakeTar(Entries()), true);
   std::vector<TarEntry> other = Entries();

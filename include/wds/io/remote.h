@@ -149,6 +149,16 @@ struct RemoteOptions {
 // IsRemoteUrl is true for http://, https://, s3:// and gs:// URLs.
 bool IsRemoteUrl(std::string_view url);
 
+// ObjectVersion names one version of a remote object by the validators its
+// server sent: a strong ETag (a weak one cannot pin a version), and its
+// Last-Modified. Both empty: the server sent neither, and no version can be
+// asked for.
+struct ObjectVersion {
+  std::string etag;
+  std::string last_modified;
+  bool empty() const { return etag.empty() && last_modified.empty(); }
+};
+
 class RemoteSession;
 
 // RemoteOpener opens remote URLs with its options (everything else as
@@ -178,23 +188,25 @@ class RemoteOpener {
   [[nodiscard]] absl::StatusOr<std::unique_ptr<ByteStream>> OpenAt(std::string_view url,
                                                                    int64_t offset) const;
   // ReadRange fills `parts`, in order, with `url`'s bytes from `offset` on
-  // (as many as the parts hold together, at least one) and returns the ETag
-  // of the version it read ("" when the server sent none, and for a cached
-  // copy or a local file). A remote URL is one request for
-  // `Range: bytes=<offset>-<last>`, resumed as OpenAt's streams are; only a
-  // 206 of exactly that range is accepted, and the connection stays in the
-  // pool for the next request. A non-empty `if_match` pins the version: it
-  // is sent as If-Match, and the server's 412 (another version) is Aborted.
-  // Through the cache: a complete local copy is read; a miss is read from
-  // the server and never fills the cache. A local path or pipe: is read as
-  // OpenAt reads it. Errors: OpenAt's; DataLoss naming the offset when the
-  // object ends before the range does; InvalidArgument for a negative
-  // offset or no bytes to read.
-  [[nodiscard]] absl::StatusOr<std::string> ReadRange(std::string_view url, int64_t offset,
-                                                      absl::Span<const absl::Span<char>> parts,
-                                                      std::string_view if_match = {}) const;
+  // (as many as the parts hold together, at least one) and returns the
+  // version it read (empty for a local file). A remote URL is one request
+  // for `Range: bytes=<offset>-<last>` to the server (never the cache, which
+  // holds whole objects), resumed as OpenAt's streams are; only a 206 of
+  // exactly that range is accepted (an object that ends inside the range is
+  // DataLoss, its wrong Content-Range quoted), and the connection stays in
+  // the pool for the next request. A non-empty `pin` is asked for (If-Match,
+  // else If-Unmodified-Since), and another version is Aborted. A local path
+  // or pipe: is read as OpenAt reads it (DataLoss naming the offset where
+  // it ends inside the range). Errors: also OpenAt's; InvalidArgument for a
+  // negative offset or no bytes to read.
+  [[nodiscard]] absl::StatusOr<ObjectVersion> ReadRange(std::string_view url, int64_t offset,
+                                                        absl::Span<const absl::Span<char>> parts,
+                                                        const ObjectVersion& pin = {}) const;
   // AsOpener returns an Opener sharing this one's connections and cache.
   Opener AsOpener() const;
+  // AsUncachedOpener is AsOpener reading remote URLs from their servers
+  // always (what may have changed since it was cached: an index).
+  Opener AsUncachedOpener() const;
 
  private:
   std::shared_ptr<RemoteSession> session_;

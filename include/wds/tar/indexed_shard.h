@@ -28,7 +28,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -60,11 +59,15 @@ class IndexedShard {
   // requests; any other URL as Open(url). Opening costs a request for the
   // object's first block (an uncompressed tar, as above) and one for its
   // index: "<url>.idx" when the server has one that names the members, else
-  // a scan of the whole object (read once, nothing kept but the index). The
-  // first answer's ETag is the version every later read asks for (If-Match),
-  // so a shard replaced meanwhile is an Aborted error naming it, never
-  // another version's bytes. Errors: those of RemoteOpener::ReadRange and
-  // of the scan, InvalidArgument for a compressed shard.
+  // a scan of the whole object (read once, nothing kept but the index);
+  // neither goes through the opener's cache, which ranges never fill or
+  // read. The first answer's version (ObjectVersion: its strong ETag, else
+  // its Last-Modified) is the one every later read asks for, so a shard
+  // replaced meanwhile is an Aborted error naming it rather than another
+  // version's bytes (a server that sends neither validator cannot be asked:
+  // only the header checks below stand then). Errors: those of
+  // RemoteOpener::ReadRange and of the scan, InvalidArgument for a
+  // compressed shard.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<IndexedShard>> Open(
       std::string_view url, const RemoteOpener& remote);
   ~IndexedShard();
@@ -99,6 +102,15 @@ class IndexedShard {
 
   // remote is true for a shard read by ranged requests.
   bool remote() const { return remote_.has_value(); }
+  // version is the version a remote shard's reads ask for (empty when local,
+  // or when its server sent no validator).
+  const ObjectVersion& version() const { return version_; }
+
+  // ForOpener returns a copy of this remote shard (its index and version;
+  // no request) that reads through `remote`: for a process forked after
+  // this one was opened, whose connections are not its own.
+  // REQUIRES: remote().
+  std::unique_ptr<IndexedShard> ForOpener(const RemoteOpener& remote) const;
 
   // Read returns sample i as a WebDataset pipeline yields it: __key__ and
   // __url__, then its fields (IndexMember::field in lower case, tar order).
@@ -119,9 +131,7 @@ class IndexedShard {
   int fd_;  // -1 when remote
   ShardIndex index_;
   std::optional<RemoteOpener> remote_;
-  // etag_ is the version read (empty until known, or when the server has no ETag).
-  mutable std::mutex mu_;
-  mutable std::string etag_;
+  ObjectVersion version_;
 };
 
 }  // namespace wds
