@@ -18,11 +18,13 @@ bytes and a .cls (bench/wids_bench.py's). Usage:
 
   bench/wids_remote_bench.py [--shards 8] [--samples 500] [--bytes 100000]
                              [--sparse 200] [--batch 64] [--threads 16]
-                             [--rounds 3] [--build build]
+                             [--rounds 3] [--latency-ms MS] [--build build]
 
-Over a network, each ranged read costs a round trip; here on loopback it
-costs little, so these figures show the bytes saved and the per-request
-overhead, not what hiding a real network's latency gains.
+Over a network, each ranged read costs a round trip; nginx on loopback
+answers at once, so its figures show the bytes saved and the per-request
+overhead. --latency-ms serves the same files from a threaded Python server
+that answers every request that late instead (a far server's round trip),
+which shows what reading a batch's requests at once gains.
 """
 
 import argparse
@@ -100,6 +102,66 @@ http {{
         self.process.wait(timeout=10)
 
 
+class SlowServer:
+    """A threaded HTTP/1.1 server of `root` that answers each request after
+    `latency_ms` (a far server's round trip), with ranges, ETags and keep-alive."""
+
+    def __init__(self, root, latency_ms):
+        import http.server
+        import threading
+
+        sent = self.sent_log = []
+        lock = threading.Lock()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                time.sleep(latency_ms / 1000)
+                path = os.path.join(root, self.path.lstrip("/"))
+                if not os.path.isfile(path):
+                    self.send_response(404)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                size = os.path.getsize(path)
+                start, end, status = 0, size, 200
+                requested = self.headers.get("Range")
+                if requested:
+                    first, last = requested.removeprefix("bytes=").split("-")
+                    start, end, status = int(first), min(size, int(last or size - 1) + 1), 206
+                with open(path, "rb") as f:
+                    f.seek(start)
+                    body = f.read(end - start)
+                self.send_response(status)
+                self.send_header("ETag", '"%x"' % int(os.path.getmtime(path) * 1e6))
+                if status == 206:
+                    self.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                with lock:
+                    sent.append(len(body))
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def url(self, name):
+        return f"http://127.0.0.1:{self.port}/{name}"
+
+    def sent(self):
+        return len(self.sent_log), sum(self.sent_log)
+
+    def stop(self):
+        self.server.shutdown()
+
+
 def measure(wids, server, descriptors, mode, args, seed, cache):
     total = len(descriptors) * args.samples
     rng = random.Random(seed)
@@ -154,6 +216,9 @@ def main():
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--threads", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--latency-ms", type=float, default=0,
+                        help="serve with a Python server that answers each request this late "
+                             "instead of nginx")
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
     args = parser.parse_args()
 
@@ -167,7 +232,7 @@ def main():
         local = write_shards(www, args.shards, args.samples, args.bytes)
         for d in local:
             wds.write_index(d["url"])
-        server = Nginx(www, work)
+        server = SlowServer(www, args.latency_ms) if args.latency_ms else Nginx(www, work)
         try:
             descriptors = [{"url": server.url(os.path.basename(d["url"])),
                             "nsamples": d["nsamples"]} for d in local]
@@ -184,7 +249,8 @@ def main():
     total = args.shards * args.samples
     print(f"{args.shards} shards x {args.samples} samples ({total} in all, "
           f"{total * args.bytes / 1e6:,.0f} MB), .jpg of {args.bytes} bytes, with .idx "
-          f"sidecars; nginx on 127.0.0.1; {args.rounds} rounds, medians")
+          f"sidecars; {'nginx' if not args.latency_ms else f'a server answering after {args.latency_ms:g} ms'} "
+          f"on 127.0.0.1; {args.rounds} rounds, medians")
     print(f"{'remote_reads':13} {'sparse: ' + str(args.sparse) + ' samples s':>24} "
           f"{'requests':>9} {'MB sent':>9} {'random: [i] samples/s':>22} "
           f"{'__getitems__(' + str(args.batch) + ') samples/s':>26}")

@@ -96,8 +96,8 @@ class IndexedShard {
 // A Read is one sample of a batch: where it comes from, and the bytes
 // objects its members go into.
 struct Read {
-  IndexedShard* shard;
-  int64_t index;
+  IndexedShard* shard = nullptr;
+  int64_t index = 0;
   const wds::IndexedShard* native = nullptr;
   std::vector<py::bytes> data;
   std::vector<char*> dests;
@@ -181,7 +181,9 @@ py::list ReadSamples(const std::vector<std::pair<IndexedShard*, int64_t>>& items
     if (i < 0 || i >= shard->size()) {
       throw py::index_error(wds::Cat(shard->url(), ": sample ", i, " of ", shard->size()));
     }
-    reads.push_back(Read{shard, i});
+    reads.emplace_back();
+    reads.back().shard = shard;
+    reads.back().index = i;
   }
   for (Read& read : reads) {
     absl::StatusOr<const wds::IndexedShard*> native = read.shard->Native();
