@@ -36,15 +36,17 @@ enum class ProjectClass {
   kShardReadError,
   kCommandError,
   kPipeShardError,
-  kDecodingError
+  kDecodingError,
+  kObjectChangedError
 };
 
 // ProjectException returns webdataset_cpp.errors.<class>, imported once and
 // kept for the process's lifetime. REQUIRES: the GIL is held (it guards the
 // slots).
 py::handle ProjectException(ProjectClass which) {
-  static constexpr const char* kNames[] = {"DataError", "ShardReadError", "CommandError",
-                                           "PipeShardError", "DecodingError"};
+  static constexpr const char* kNames[] = {"DataError",     "ShardReadError",
+                                           "CommandError",  "PipeShardError",
+                                           "DecodingError", "ObjectChangedError"};
   static PyObject* slots[std::size(kNames)] = {};
   const size_t i = static_cast<size_t>(which);
   if (slots[i] == nullptr) {
@@ -130,8 +132,9 @@ py::object RemoteException(const absl::Status& status, const std::string& url, P
     case absl::StatusCode::kDeadlineExceeded:
       return Make(PyExc_ConnectionError, message);
     case absl::StatusCode::kDataLoss:
-    case absl::StatusCode::kAborted:
       return Make(ProjectException(ProjectClass::kDataError), message);
+    case absl::StatusCode::kAborted:
+      return Make(ProjectException(ProjectClass::kObjectChangedError), message);
     case absl::StatusCode::kInvalidArgument:
       return Make(PyExc_ValueError, message);
     default:

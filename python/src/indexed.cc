@@ -96,6 +96,7 @@ class IndexedShard {
 // A Read is one sample of a batch: where it comes from, and the bytes
 // objects its members go into.
 struct Read {
+  py::object owner;  // keeps `shard` alive while the GIL is released
   IndexedShard* shard = nullptr;
   int64_t index = 0;
   const wds::IndexedShard* native = nullptr;
@@ -173,15 +174,22 @@ void ReadAll(std::vector<Read>& reads, int threads, SignalCheck& signals) {
 // ReadSamples returns [(key, [(field, bytes), ...]), ...] of `items`, each
 // (shard, sample index), fields in tar order with their case; the first
 // failed read (in item order) raises.
-py::list ReadSamples(const std::vector<std::pair<IndexedShard*, int64_t>>& items, int threads) {
+py::list ReadSamples(const py::sequence& items, int threads) {
   std::vector<Read> reads;
   reads.reserve(items.size());
-  for (const auto& [shard, i] : items) {
-    if (shard == nullptr) throw py::type_error("read_samples: an item's shard is None");
+  for (py::handle item : items) {
+    auto [owner, i] = item.cast<std::pair<py::object, int64_t>>();
+    if (!py::isinstance<IndexedShard>(owner)) {
+      throw py::type_error(wds::Cat("read_samples: an item's shard is ",
+                                    std::string(py::str(py::type::of(owner).attr("__name__"))),
+                                    ", not an IndexedShard"));
+    }
+    auto* shard = owner.cast<IndexedShard*>();
     if (i < 0 || i >= shard->size()) {
       throw py::index_error(wds::Cat(shard->url(), ": sample ", i, " of ", shard->size()));
     }
     reads.emplace_back();
+    reads.back().owner = std::move(owner);
     reads.back().shard = shard;
     reads.back().index = i;
   }
@@ -238,7 +246,9 @@ void RegisterIndexed(py::module_& m) {
       .def(
           "read",
           [](IndexedShard& self, int64_t i) {
-            return ReadSamples({{&self, i}}, 1)[0].cast<py::tuple>();
+            py::list items;
+            items.append(py::make_tuple(py::cast(&self, py::return_value_policy::reference), i));
+            return ReadSamples(items, 1)[0].cast<py::tuple>();
           },
           py::arg("i"),
           "(key, [(field, bytes), ...]) of sample i; each member's tar header is checked.");

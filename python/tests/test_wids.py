@@ -87,6 +87,35 @@ def test_default_transformations_decode_as_the_reference(shards):
     np.testing.assert_array_equal(array, np.asarray(sample[".jpg"]))
 
 
+def test_image_specs_decode_natively_as_the_streaming_api(shards):
+    dataset = wids.ShardListDataset(descriptors(shards), transformations="rgb8")
+    raw = wids.ShardListDataset(descriptors(shards), transformations=[])
+    sample, plain = dataset[13], raw[13]
+    assert list(sample) == FIELDS + META
+    want = np.asarray(PIL.Image.open(plain[".jpg"]).convert("RGB"))
+    assert sample[".jpg"].dtype == np.uint8 and sample[".jpg"].shape == want.shape
+    assert np.array_equal(sample[".jpg"], want)  # libjpeg-turbo's decode, as PIL's
+    assert sample[".cls"] == 3 and sample[".txt"] == "text 13"
+    assert sample[".json"] == json.loads(raw[13][".json"].read())
+    assert sample["__key__"] == "s1_003" and sample["__index__"] == 13
+    streamed = next(iter(wds.WebDataset(shards[1], shardshuffle=False).decode("rgb8")
+                         .slice(3, 4)))
+    assert np.array_equal(sample[".jpg"], streamed["jpg"])
+    torch = pytest.importorskip("torch")
+    decoder = wds.Decoder([wds.imagehandler("torchrgb8", size=(16, 24), crop="center")])
+    tensor = wids.ShardListDataset(descriptors(shards), transformations=decoder)[13][".jpg"]
+    assert isinstance(tensor, torch.Tensor) and tuple(tensor.shape) == (3, 16, 24)
+    with pytest.raises(ValueError, match="an image spec \\(l8, rgb8"):
+        wids.ShardListDataset(descriptors(shards), transformations="rgb9")
+
+
+def test_a_corrupt_image_names_its_shard_and_key(tmp_path):
+    path = write_tar(tmp_path / "bad.tar", [("a.jpg", b"\xff\xd8\xff\xe0 not a jpeg")])
+    dataset = wids.ShardListDataset([{"url": path, "nsamples": 1}], transformations="rgb8")
+    with pytest.raises(wds.DecodingError, match=re.escape(f"{path}: key a: field jpg")):
+        dataset[0]
+
+
 def test_transformations_run_in_order(shards):
     calls = []
 
@@ -102,7 +131,8 @@ def test_transformations_run_in_order(shards):
     assert dataset.add_transform(second) is dataset
     assert dataset[0]["n"] == 2
     assert calls == ["first", "second"]
-    with pytest.raises(ValueError, match="a transformation is 'PIL', 'numpy' or a callable"):
+    with pytest.raises(ValueError, match=re.escape(
+            "'tensor': a transformation is 'PIL', 'numpy', an image spec (l8, rgb8, rgba8, ")):
         wids.ShardListDataset(descriptors(shards), transformations=["tensor"])
 
 
@@ -421,15 +451,27 @@ def test_getitems_applies_the_transformations(served):
     assert sample[".cls"] == 7 % 10 and sample[".txt"] == "text 7"
 
 
-def test_ranges_pin_the_version_first_read(served):
+def test_ranges_pin_the_version_first_read_and_reopen_a_replaced_shard_once(served):
     dataset = _ranged(served)
     assert dataset[0]["__key__"] == "s0_000"
-    served.fault("shard-000000.tar", etag='"replaced"')
     url = served.url("shard-000000.tar")
-    with pytest.raises(wds.DataError, match=re.escape(
-            f"{url}: member s0_001.jpg at offset 5120: the object changed since it was first "
-            "read (HTTP 412 to a request for bytes 4608-")):
-        dataset[1]
+    # The next request sees another version: the shard is opened again (its
+    # new index and version) and the read retried, with a warning.
+    served.fault("shard-000000.tar", etag='"v2"')
+    with pytest.warns(UserWarning, match=re.escape(f"{url} changed since it was opened")):
+        assert dataset[1][".txt"].read() == b"text 1"
+    served.fault("shard-000000.tar", etag='"v3"')
+    with pytest.warns(UserWarning, match=re.escape(f"{url} changed since it was opened")):
+        assert [s[".txt"].read() for s in dataset.__getitems__([2, 12])] == [b"text 2",
+                                                                            b"text 12"]
+    # A shard that changes at every request fails after one reopening.
+    for tag in ('"a"', '"b"', '"c"'):
+        served.fault("shard-000000.tar", etag=tag)
+    with pytest.warns(UserWarning), pytest.raises(wds.ObjectChangedError, match=re.escape(
+            f"{url}: member s0_003.jpg at offset 14336: the object changed since it was first "
+            "read (HTTP 412 to a request for bytes 13824-17945 with If-Match: \"b\")")):
+        dataset[3]
+    assert issubclass(wds.ObjectChangedError, wds.DataError)
 
 
 def test_ranges_refuse_a_server_that_ignores_them(served):
@@ -508,8 +550,20 @@ def test_getitems_calls_a_subclasss_getitem(shards):
     assert [s["label"] for s in dataset.__getitems__([1, 12])] == [2, 24]
 
 
+def test_read_samples_keeps_its_shards_alive(served):
+    import threading
+
+    items = [(wds._core.IndexedShard(served.url("shard-000000.tar")), 0)]  # the only reference
+    served.fault("shard-000000.tar", stall=1, stall_after=0)
+    clear = threading.Timer(0.3, items.clear)  # while the read waits on the server
+    clear.start()
+    key, fields = wds._core.read_samples(items)[0]
+    clear.join()
+    assert items == [] and key == "s0_000" and dict(fields)["txt"] == b"text 0"
+
+
 def test_read_samples_refuses_a_missing_shard():
-    with pytest.raises(TypeError, match="an item's shard is None"):
+    with pytest.raises(TypeError, match="an item's shard is NoneType, not an IndexedShard"):
         wds._core.read_samples([(None, 0)])
 
 

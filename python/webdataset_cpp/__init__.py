@@ -28,7 +28,8 @@ from .cache import LMDBCached, LRUCleanup, pipe_cleaner
 from .compat import FluidInterface, FluidWrapper, WebDataset, WebLoader
 from .distributed import (agreed_steps, count_samples, gather_state_dict, plan_epoch,
                           write_index)
-from .errors import CommandError, DataError, DecodingError, PipeShardError, ShardReadError
+from .errors import (CommandError, DataError, DecodingError, ObjectChangedError, PipeShardError,
+                     ShardReadError)
 from .extradatasets import MockDataset, with_epoch, with_length
 from .filters import (Cached, associate, batched, decode, detshuffle, extract_keys, getfirst,
                       info, map, map_dict, map_tuple, pipelinefilter, rename, rename_keys,
@@ -65,6 +66,7 @@ __all__ = [
     "Loader",
     "MockDataset",
     "MultiShardSample",
+    "ObjectChangedError",
     "PipeShardError",
     "PipelineStage",
     "RandomMix",

@@ -14,6 +14,9 @@ that kind too, so that code written for the reference catches it:
   ``pipe:`` shard whose output is not a readable tar;
 * :class:`DecodingError` (a :class:`DataError`): a field that does not decode;
   when a Python decoder raised, the original exception is its ``__cause__``;
+* :class:`ObjectChangedError` (a :class:`DataError`): a remote shard that
+  another version replaced while it was read, or since a reader pinned to
+  its first version (wids' ranged reads) opened it;
 * :class:`DataError` (a ``ValueError``): other bad data (a repeated field, a
   sample without a field a stage needs, collation);
 * ``ValueError``: bad arguments, and setups that cannot work (more loader
@@ -62,6 +65,13 @@ class PipeShardError(ShardReadError, CommandError):
     writes nothing (``pipe:curl -f`` of a missing object exits 22) raises
     :class:`CommandError` with its exit status: the reader waits for it there.
     """
+
+
+class ObjectChangedError(DataError):
+    """A remote object changed while it was read, or since a reader pinned to
+    its first version opened it: another version answered (its ETag,
+    Last-Modified or size differ, or the server refused the request with
+    HTTP 412). The message names the URL and what changed."""
 
 
 class DecodingError(DataError):

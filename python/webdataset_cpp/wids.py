@@ -50,8 +50,9 @@ from collections import OrderedDict
 from urllib.parse import quote, urlparse, urlunparse
 
 from . import _core
+from .autodecode import IMAGE_SPECS, Decoder, ImageHandler
 from .cache import cache_options
-from .errors import CommandError, DataError
+from .errors import CommandError, DataError, ObjectChangedError
 from .gopen import gopen, local_path
 from .remote import native_options
 from .utils import _torch_distributed, node_info
@@ -545,10 +546,39 @@ def _transformations(transformations):
     for t in transformations:
         if isinstance(t, str) and t.lower() in ("pil", "numpy"):
             t = _Decoder(t)
+        elif isinstance(t, str) and t in IMAGE_SPECS:
+            t = _StreamDecoder(Decoder([ImageHandler(t)]))
+        elif isinstance(t, Decoder):
+            t = _StreamDecoder(t)
         elif not callable(t):
-            raise ValueError(f"{t!r}: a transformation is 'PIL', 'numpy' or a callable")
+            raise ValueError(f"{t!r}: a transformation is 'PIL', 'numpy', an image spec "
+                             f"({', '.join(IMAGE_SPECS)}), a webdataset_cpp.Decoder or a "
+                             "callable")
         result.append(t)
     return result
+
+
+class _StreamDecoder:
+    """A webdataset_cpp.Decoder (the streaming API's ``.decode(...)``: images
+    decoded natively, without the GIL) applied to a wids sample, whose fields
+    are ``".ext": io.BytesIO``; the decoded fields keep their ``".ext"`` names."""
+
+    def __init__(self, decoder):
+        self.decoder = decoder
+
+    def __call__(self, sample):
+        _check_keys(sample)
+        # __url__ names the shard in a DecodingError, as in the streaming API.
+        fields = {"__url__": sample.get("__shard__")}
+        for key, value in sample.items():
+            if key.startswith("__"):
+                fields[key] = value
+            else:
+                fields[key[1:]] = value.getvalue() if isinstance(value, io.BytesIO) else value
+        decoded = self.decoder(fields)
+        del decoded["__url__"]
+        return {key if key.startswith("__") else "." + key: value
+                for key, value in decoded.items()}
 
 
 class _Decoder:
@@ -570,7 +600,10 @@ class ShardListDataset(Dataset):
     `shards`: a list of ``{"url", "nsamples"}`` dicts (other keys kept:
     ``"dataset"`` becomes ``__dataset__``), or a descriptor (path, URL or open
     file; see load_dsdesc_and_resolve). `transformations`: "PIL" (default),
-    "numpy", a callable or a list of them, applied in order. `lru_size`
+    "numpy", a callable or a list of them, applied in order; also (not in
+    the reference) an image spec of the streaming API ("rgb8", "torchrgb8",
+    ...) or a webdataset_cpp.Decoder, which decode as ``.decode(...)`` does:
+    JPEG, PNG and WebP natively, without the GIL. `lru_size`
     shards stay open per process. Remote shards are fetched whole into
     `cache_dir` (file names: the URL's last component), else where
     `localname(url)` says, else into ``$WIDS_CACHE`` (default
@@ -761,10 +794,28 @@ class ShardListDataset(Dataset):
             sample = transform(sample)
         return sample
 
+    def _forget_changed(self, urls):
+        """Closes the shards of `urls` read by ranges (another version
+        replaced one since it was opened), so that the next read opens them
+        again: their new index and version (their counts checked again).
+        Once: a shard that changes again at once fails."""
+        changed = [url for url in dict.fromkeys(urls) if self._ranged(url) and url in self._open]
+        for url in changed:
+            self._open.pop(url).close()
+            warnings.warn(f"ShardListDataset: {url} changed since it was opened; reading its "
+                          "new version")
+        return bool(changed)
+
     def __getitem__(self, index):
         index = self._index(index)
-        shard, inner, desc = self.get_shard(index)
-        sample = shard[inner]
+        for retry in (False, True):
+            shard, inner, desc = self.get_shard(index)
+            try:
+                sample = shard[inner]
+                break
+            except ObjectChangedError:
+                if retry or not self._forget_changed([desc["url"]]):
+                    raise
         self.check_cache_misses()
         return self._finish(sample, index, inner, desc)
 
@@ -775,14 +826,20 @@ class ShardListDataset(Dataset):
         if type(self).__getitem__ is not ShardListDataset.__getitem__:
             return [self[i] for i in indices]
         indices = [self._index(i) for i in indices]
-        places, items = [], []
-        for index in indices:
-            shard, inner, desc = self.get_shard(index)
-            # The native shard itself: a shard the LRU closes meanwhile stays readable.
-            places.append((shard.path, inner, desc))
-            items.append((shard._shard, inner))
+        for retry in (False, True):
+            places, items = [], []
+            for index in indices:
+                shard, inner, desc = self.get_shard(index)
+                # The native shard itself: a shard the LRU closes meanwhile stays readable.
+                places.append((shard.path, inner, desc))
+                items.append((shard._shard, inner))
+            try:
+                reads = _core.read_samples(items, self.read_threads)
+                break
+            except ObjectChangedError:
+                if retry or not self._forget_changed(desc["url"] for _, _, desc in places):
+                    raise
         self.check_cache_misses()
-        reads = _core.read_samples(items, self.read_threads)
         return [self._finish(_sample(path, key, fields), index, inner, desc)
                 for (key, fields), index, (path, inner, desc) in zip(reads, indices, places)]
 

@@ -203,13 +203,9 @@ absl::Status RemoteStream::Annotate(const absl::Status& error) const {
 
 bool RemoteStream::CanResume() const { return IsStrongEtag(etag_) || !last_modified_.empty(); }
 
-ObjectVersion RemoteStream::version() const {
-  return ObjectVersion{IsStrongEtag(etag_) ? etag_ : std::string(), last_modified_};
-}
-
 std::string RemoteStream::PinText() const {
-  return pin_.etag.empty() ? Cat("If-Unmodified-Since: ", pin_.last_modified)
-                           : Cat("If-Match: ", pin_.etag);
+  return IsStrongEtag(pin_.etag) ? Cat("If-Match: ", pin_.etag)
+                                 : Cat("If-Unmodified-Since: ", pin_.last_modified);
 }
 
 std::string RemoteStream::RangeText() const {
@@ -222,9 +218,9 @@ absl::Status RemoteStream::Connect() {
   attempt_bytes_ = 0;
   std::vector<std::pair<std::string, std::string>> headers;
   if (fresh_ && !pin_.empty()) {
-    if (!pin_.etag.empty()) {
+    if (IsStrongEtag(pin_.etag)) {
       headers.emplace_back("If-Match", pin_.etag);
-    } else {
+    } else if (!pin_.last_modified.empty()) {
       headers.emplace_back("If-Unmodified-Since", pin_.last_modified);
     }
   } else if (!fresh_) {
@@ -265,12 +261,25 @@ absl::Status RemoteStream::Connect() {
   return fresh_ ? CheckFirstResponse(r) : CheckResumed(r);
 }
 
-absl::Status RemoteStream::CheckFirstResponse(const HttpResponse& r) {
-  // (A server that ignores If-Match is caught by the ETag it sends.)
-  if (!pin_.etag.empty() && IsStrongEtag(r.etag) && r.etag != pin_.etag) {
-    return absl::AbortedError(Cat(url_, ": the object changed since it was first read (ETag ",
-                                  pin_.etag, " became ", r.etag, ")"));
+absl::Status RemoteStream::CheckPin(const HttpResponse& r) const {
+  auto changed = [&](std::string_view what, std::string_view was, std::string_view is) {
+    return absl::AbortedError(Cat(url_, ": the object changed since it was first read (", what, " ",
+                                  was, " became ", is, ")"));
+  };
+  if (!pin_.etag.empty() && !r.etag.empty() && r.etag != pin_.etag) {
+    return changed("ETag", pin_.etag, r.etag);
   }
+  if (!pin_.last_modified.empty() && !r.last_modified.empty() &&
+      r.last_modified != pin_.last_modified) {
+    return changed("Last-Modified", pin_.last_modified, r.last_modified);
+  }
+  if (pin_.size >= 0 && size_ >= 0 && size_ != pin_.size) {
+    return changed("size", Cat(pin_.size), Cat(size_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RemoteStream::CheckFirstResponse(const HttpResponse& r) {
   if (end_ >= 0) {
     if (r.status != 206) {
       return absl::DataLossError(Cat(url_, ": HTTP ", r.status, " to a request for ", RangeText(),
@@ -301,6 +310,8 @@ absl::Status RemoteStream::CheckFirstResponse(const HttpResponse& r) {
     }
     size_ = r.range_total;
   }
+  // (A server that ignores If-Match or If-Unmodified-Since is caught here.)
+  WDS_RETURN_IF_ERROR(CheckPin(r));
   etag_ = r.etag;
   last_modified_ = r.last_modified;
   return absl::OkStatus();

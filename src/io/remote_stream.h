@@ -54,9 +54,10 @@ class RemoteStream : public ByteStream {
   // object's bytes from `offset` on. An `end` of 0 or more (above `offset`)
   // asks for `Range: bytes=<offset>-<end - 1>` instead, and accepts only a
   // 206 of exactly that range: the stream ends at `end`. A non-empty `pin`
-  // is sent with every request (If-Match with its ETag, else
-  // If-Unmodified-Since with its Last-Modified), so that only that version
-  // is read: its 412, or another strong ETag, is Aborted.
+  // is asked for with every request (If-Match with a strong ETag, else
+  // If-Unmodified-Since with its Last-Modified) and the first answer is
+  // checked against it (ETag, Last-Modified, size): a 412 or another
+  // version is Aborted.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<RemoteStream>> Open(
       std::string url, RemoteTarget target, const RemoteOptions& options,
       std::shared_ptr<TransferPool> pool, int64_t offset = 0, int64_t end = -1,
@@ -86,9 +87,8 @@ class RemoteStream : public ByteStream {
   const std::string& etag() const { return etag_; }
   // position is the object's offset of the next byte Read returns.
   int64_t position() const { return position_; }
-  // version is the version being read, as its validators tell it (a weak
-  // ETag is left out: it cannot pin a version).
-  ObjectVersion version() const;
+  // version is the version being read, as its first answer told it.
+  ObjectVersion version() const { return ObjectVersion{etag_, last_modified_, size_}; }
 
  private:
   RemoteStream(std::string url, RemoteTarget target, const RemoteOptions& options,
@@ -99,6 +99,8 @@ class RemoteStream : public ByteStream {
   // byte was delivered or skipped).
   absl::Status Connect();
   absl::Status CheckFirstResponse(const HttpResponse& r);
+  // CheckPin says whether the first answer (with size_ set) is of pin_'s version.
+  absl::Status CheckPin(const HttpResponse& r) const;
   absl::Status CheckResumed(const HttpResponse& r);
   // CanResume is true when a later request can be checked to be of the same
   // version: a strong ETag or a Last-Modified.

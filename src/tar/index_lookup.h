@@ -23,7 +23,12 @@ namespace wds {
 // 512 bytes, where the next header starts.
 std::vector<int64_t> SampleStartOffsets(const ShardIndex& index);
 
-// RemoteSidecar fetches and parses "<url>.idx" through `opener`: nullopt when
+// SidecarUrl is the URL of `url`'s index sidecar: IndexPath(url), except
+// that a remote URL's query and fragment stay at its end
+// ("https://h/a.tar?v=1" -> "https://h/a.tar.idx?v=1").
+std::string SidecarUrl(std::string_view url);
+
+// RemoteSidecar fetches and parses SidecarUrl(url) through `opener`: nullopt when
 // the server has none (404, or S3's 403 to a reader without list rights);
 // other failures and a malformed sidecar are errors naming it.
 [[nodiscard]] absl::StatusOr<std::optional<ShardIndex>> RemoteSidecar(std::string_view url,

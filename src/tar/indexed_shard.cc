@@ -220,11 +220,13 @@ absl::StatusOr<std::unique_ptr<IndexedShard>> IndexedShard::Open(std::string_vie
   WDS_RETURN_IF_ERROR(CompressionError(url, head, true));
   // The index is read from the server too: a cached one may be of another version.
   WDS_ASSIGN_OR_RETURN(shard->index_, RemoteIndex(url, remote.AsUncachedOpener()));
+  const int64_t size = shard->version_.size;  // -1: unknown
   for (const IndexSample& s : shard->index_.samples) {
     for (const IndexMember& m : s.members) {
-      if (m.offset < kBlock) {
-        return absl::DataLossError(Cat(IndexPath(url), ": member ", m.name, " at offset ", m.offset,
-                                       " has no room for its tar header"));
+      if (m.offset < kBlock || (size >= 0 && (m.offset > size || m.size > size - m.offset))) {
+        return absl::DataLossError(Cat(SidecarUrl(url), ": member ", m.name, " at offset ",
+                                       m.offset, " (", m.size, " bytes) lies outside ", url, " (",
+                                       size, " bytes); is the sidecar from another version?"));
       }
     }
   }

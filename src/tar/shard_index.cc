@@ -219,9 +219,15 @@ std::string UrlDirectory(std::string_view url) {
 
 }  // namespace
 
+std::string SidecarUrl(std::string_view url) {
+  const size_t query = IsRemoteUrl(url) ? url.find_first_of("?#") : std::string_view::npos;
+  if (query == std::string_view::npos) return IndexPath(url);
+  return Cat(url.substr(0, query), ".idx", url.substr(query));
+}
+
 absl::StatusOr<std::optional<ShardIndex>> RemoteSidecar(std::string_view url,
                                                         const Opener& opener) {
-  const std::string sidecar = IndexPath(url);
+  const std::string sidecar = SidecarUrl(url);
   // S3 answers a missing key with 403 to a reader without list rights; a
   // remote stream's first Read is where its answer's status arrives.
   auto absent = [](const absl::Status& status) {

@@ -747,6 +747,7 @@ TEST_F(RemoteStreamTest, ReadRangeIsOneRequestForExactlyThatRange) {
   ASSERT_TRUE(version.ok()) << version.status();
   EXPECT_EQ(version->etag, "\"v1\"");
   EXPECT_EQ(version->last_modified, "Tue, 15 Nov 1994 12:45:26 GMT");
+  EXPECT_EQ(version->size, 1'000'000);
   EXPECT_EQ(head + rest, body_.substr(250'000, 1000));
   std::string next(10, '\0');
   ASSERT_TRUE(opener.ReadRange(url(), 999'990, {absl::MakeSpan(next)}, *version).ok());
@@ -792,7 +793,7 @@ TEST_F(RemoteStreamTest, ReadRangeOfAnotherVersionIsAborted) {
   EXPECT_EQ(server_.requests(), 2);
 }
 
-TEST(RemoteRangeTest, AWeakEtagPinsNothingAndLastModifiedPinsTheVersion) {
+TEST(RemoteRangeTest, AWeakEtagIsNotSentAndLastModifiedPinsTheVersion) {
   FaultServer server;
   server.Put("/w.tar", RandomBytes(1000), "W/\"w1\"", "Tue, 15 Nov 1994 12:45:26 GMT");
   const std::string u = server.Url("/w.tar");
@@ -800,8 +801,9 @@ TEST(RemoteRangeTest, AWeakEtagPinsNothingAndLastModifiedPinsTheVersion) {
   std::string data(10, '\0');
   absl::StatusOr<ObjectVersion> version = opener.ReadRange(u, 0, {absl::MakeSpan(data)});
   ASSERT_TRUE(version.ok()) << version.status();
-  EXPECT_EQ(version->etag, "");  // weak: If-Match compares strongly, and would never match
+  EXPECT_EQ(version->etag, "W/\"w1\"");  // compared, never sent: If-Match compares strongly
   EXPECT_EQ(version->last_modified, "Tue, 15 Nov 1994 12:45:26 GMT");
+  EXPECT_EQ(version->size, 1000);
   ASSERT_TRUE(opener.ReadRange(u, 100, {absl::MakeSpan(data)}, *version).ok());
   EXPECT_EQ(server.log()[1].headers["if-unmodified-since"], "Tue, 15 Nov 1994 12:45:26 GMT");
   EXPECT_EQ(server.log()[1].headers.count("if-match"), 0u);

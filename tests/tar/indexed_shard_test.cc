@@ -9,6 +9,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tar/index_lookup.h"
 #include "util/remote_test_util.h"
 #include "util/test_util.h"
 #include "wds/internal/base/strings.h"
@@ -23,6 +24,7 @@ using testing::MakeTar;
 using testing::TarEntry;
 using testing::TarFormat;
 using testing::TempDir;
+using ::wds::testing::FaultPlan;
 using ::wds::testing::FaultRequest;
 using ::wds::testing::FaultServer;
 
@@ -487,8 +489,9 @@ TEST_F(RemoteIndexedShardTest, WeakEtagsPinTheVersionByLastModified) {
   const std::string tar = MakeTar(Entries());
   const std::string url = Put(tar, true, "W/\"w1\"");
   std::unique_ptr<IndexedShard> shard = Open(url).value();
-  EXPECT_EQ(shard->version().etag, "");
+  EXPECT_EQ(shard->version().etag, "W/\"w1\"");
   EXPECT_EQ(shard->version().last_modified, "Tue, 15 Nov 1994 12:45:26 GMT");
+  EXPECT_EQ(shard->version().size, static_cast<int64_t>(tar.size()));
   ASSERT_TRUE(shard->Read(0).ok());
   EXPECT_EQ(server_.log().back().headers["if-unmodified-since"], "Tue, 15 Nov 1994 12:45:26 GMT");
   server_.Put("/s.tar", tar, "W/\"w2\"", "Wed, 16 Nov 1994 12:45:26 GMT");
@@ -496,6 +499,55 @@ TEST_F(RemoteIndexedShardTest, WeakEtagsPinTheVersionByLastModified) {
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), absl::StatusCode::kAborted);
   EXPECT_THAT(s.status().message(), HasSubstr("with If-Unmodified-Since: Tue, 15 Nov 1994"));
+}
+
+TEST_F(RemoteIndexedShardTest, AReplacementIsCaughtWhenTheServerIgnoresThePreconditions) {
+  const std::string tar = MakeTar(Entries());
+  const std::string url = Put(tar, true, "W/\"w1\"");
+  std::unique_ptr<IndexedShard> shard = Open(url).value();
+  server_.SetPlanner([](const FaultRequest&) { return FaultPlan{.ignore_if_match = true}; });
+  // An older time (a copy that kept its source's) passes If-Unmodified-Since.
+  server_.Put("/s.tar", tar, "W/\"w1\"", "Mon, 14 Nov 1994 12:45:26 GMT");
+  absl::StatusOr<Sample> s = shard->Read(0);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(s.status().message(),
+              HasSubstr("the object changed since it was first read (Last-Modified Tue, 15 Nov "
+                        "1994 12:45:26 GMT became Mon, 14 Nov 1994 12:45:26 GMT)"));
+  // Another weak ETag, the same time.
+  server_.Put("/s.tar", tar, "W/\"w2\"");
+  EXPECT_THAT(shard->Read(0).status().message(), HasSubstr("(ETag W/\"w1\" became W/\"w2\")"));
+  // Another size, no validator at all.
+  std::string longer = tar + std::string(1024, '\0');
+  server_.Put("/s.tar", longer, "W/\"w1\"");
+  EXPECT_THAT(shard->Read(0).status().message(),
+              HasSubstr(Cat("(size ", tar.size(), " became ", longer.size(), ")")));
+}
+
+TEST_F(RemoteIndexedShardTest, ASidecarPastTheEndOfTheShardIsRefused) {
+  const std::string tar = MakeTar(Entries());
+  const std::string url = Put(tar, true);
+  server_.Put("/s.tar", tar.substr(0, 2048));
+  absl::StatusOr<std::unique_ptr<IndexedShard>> shard = Open(url);
+  ASSERT_FALSE(shard.ok());
+  EXPECT_EQ(shard.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(shard.status().message(), HasSubstr(url + ".idx: member "));
+  EXPECT_THAT(shard.status().message(), HasSubstr("lies outside " + url +
+                                                  " (2048 bytes); is the sidecar from another "
+                                                  "version?"));
+}
+
+TEST_F(RemoteIndexedShardTest, TheSidecarOfAUrlWithAQueryKeepsTheQueryAtItsEnd) {
+  const std::string tar = MakeTar(Entries());
+  const std::string local = dir_.Write("local.tar", tar);
+  server_.Put("/s.tar?v=1", tar);
+  server_.Put("/s.tar.idx?v=1", ScanShard(local).value().ToText().value());
+  std::unique_ptr<IndexedShard> shard = Open(server_.Url("/s.tar?v=1")).value();
+  EXPECT_EQ(server_.log()[1].target, "/s.tar.idx?v=1");
+  EXPECT_EQ(server_.log().size(), 2u);  // no scan
+  EXPECT_EQ(testing::FieldText(shard->Read(2).value(), "cls"), "1");
+  EXPECT_EQ(SidecarUrl("s3://b/a.tar#x"), "s3://b/a.tar.idx#x");
+  EXPECT_EQ(SidecarUrl("/data/odd?name.tar"), "/data/odd?name.tar.idx");  // a local name
 }
 
 TEST_F(RemoteIndexedShardTest, NeitherIndexNorSamplesComeFromTheCache) {

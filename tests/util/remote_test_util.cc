@@ -224,7 +224,8 @@ bool FaultServer::Respond(int fd, const FaultRequest& request, const FaultPlan& 
   auto if_unmodified = request.headers.find("if-unmodified-since");
   if ((!plan.ignore_if_match && if_match != request.headers.end() &&
        if_match->second != object.etag) ||
-      (if_unmodified != request.headers.end() && if_unmodified->second != object.last_modified)) {
+      (!plan.ignore_if_match && if_unmodified != request.headers.end() &&
+       if_unmodified->second != object.last_modified)) {
     return SendAll(fd, "HTTP/1.1 412 Precondition Failed\r\nContent-Length: 0\r\n\r\n");
   }
   int64_t start = 0, last = size - 1;

@@ -61,7 +61,7 @@ struct FaultPlan {
   bool no_response = false;        // read the request, close without answering
   bool no_validators = false;      // send neither ETag nor Last-Modified
   bool no_etag = false;            // send Last-Modified only
-  bool ignore_if_match = false;    // answer the current object whatever If-Match says
+  bool ignore_if_match = false;  // the current object whatever If-Match or If-Unmodified-Since say
 };
 
 class FaultServer {

@@ -149,14 +149,18 @@ struct RemoteOptions {
 // IsRemoteUrl is true for http://, https://, s3:// and gs:// URLs.
 bool IsRemoteUrl(std::string_view url);
 
-// ObjectVersion names one version of a remote object by the validators its
-// server sent: a strong ETag (a weak one cannot pin a version), and its
-// Last-Modified. Both empty: the server sent neither, and no version can be
-// asked for.
+// ObjectVersion names one version of a remote object by what its server
+// said of it: its ETag (as sent, weak or strong), its Last-Modified and its
+// size. Requests pinned to it ask for it (If-Match with a strong ETag, else
+// If-Unmodified-Since) and check every answer against all three, so that a
+// server that ignores those headers, a weak ETag, or a replacement with an
+// older time are caught too. Only a replacement of the same size within the
+// same second, from a server that sends no ETag, passes unseen.
 struct ObjectVersion {
   std::string etag;
   std::string last_modified;
-  bool empty() const { return etag.empty() && last_modified.empty(); }
+  int64_t size = -1;  // -1: unknown
+  bool empty() const { return etag.empty() && last_modified.empty() && size < 0; }
 };
 
 class RemoteSession;
@@ -194,8 +198,8 @@ class RemoteOpener {
   // holds whole objects), resumed as OpenAt's streams are; only a 206 of
   // exactly that range is accepted (an object that ends inside the range is
   // DataLoss, its wrong Content-Range quoted), and the connection stays in
-  // the pool for the next request. A non-empty `pin` is asked for (If-Match,
-  // else If-Unmodified-Since), and another version is Aborted. A local path
+  // the pool for the next request. A non-empty `pin` is asked for and checked
+  // (see ObjectVersion), and another version is Aborted. A local path
   // or pipe: is read as OpenAt reads it (DataLoss naming the offset where
   // it ends inside the range). Errors: also OpenAt's; InvalidArgument for a
   // negative offset or no bytes to read.

@@ -61,11 +61,12 @@ class IndexedShard {
   // index: "<url>.idx" when the server has one that names the members, else
   // a scan of the whole object (read once, nothing kept but the index);
   // neither goes through the opener's cache, which ranges never fill or
-  // read. The first answer's version (ObjectVersion: its strong ETag, else
-  // its Last-Modified) is the one every later read asks for, so a shard
+  // read. The first answer's version (ObjectVersion: ETag, Last-Modified,
+  // size) is the one every later read asks for and checks, so a shard
   // replaced meanwhile is an Aborted error naming it rather than another
-  // version's bytes (a server that sends neither validator cannot be asked:
-  // only the header checks below stand then). Errors: those of
+  // version's bytes (except what ObjectVersion says passes unseen; the
+  // header checks below stand then). Members past the object's end are
+  // DataLoss naming the sidecar. Errors: also those of
   // RemoteOpener::ReadRange and of the scan, InvalidArgument for a
   // compressed shard.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<IndexedShard>> Open(
