@@ -10,7 +10,9 @@ Per round and mode, a fresh dataset (and, for "download", an empty cache):
   random   then every sample once in a uniformly random order, by
            dataset[i] one at a time, and, for "ranges", by
            dataset.__getitems__ in batches of --batch (what PyTorch's
-           DataLoader calls from 2.0 on): samples/s.
+           DataLoader calls from 2.0 on): samples/s;
+  first    for "ranges", the first such batch of a fresh dataset, which opens
+           the shards it touches (--threads at a time): seconds.
 Medians over --rounds, mode order alternating.
 
 The shards: --shards tars of --samples samples, each a .jpg of --bytes random
@@ -196,6 +198,12 @@ def measure(wids, server, descriptors, mode, args, seed, cache):
     result["one_at_a_time"] = total / (time.perf_counter() - t0)
     if mode == "ranges":
         d = dataset()
+        t0 = time.perf_counter()
+        batch = uniform[:args.batch]
+        for sample, i in zip(d.__getitems__(batch), batch):
+            check(sample, i)
+        result["first_batch_s"] = time.perf_counter() - t0
+        d = dataset()
         for s in range(len(descriptors)):  # every shard opened first, as in the pass above
             d.__getitems__([s * args.samples])
         t0 = time.perf_counter()
@@ -253,12 +261,14 @@ def main():
           f"on 127.0.0.1; {args.rounds} rounds, medians")
     print(f"{'remote_reads':13} {'sparse: ' + str(args.sparse) + ' samples s':>24} "
           f"{'requests':>9} {'MB sent':>9} {'random: [i] samples/s':>22} "
-          f"{'__getitems__(' + str(args.batch) + ') samples/s':>26}")
+          f"{'__getitems__(' + str(args.batch) + ') samples/s':>26} "
+          f"{'first batch, fresh s':>19}")
     for mode, rows in results.items():
         med = {k: statistics.median(row[k] for row in rows) for k in rows[0]}
         batched = f"{med['batched']:26,.0f}" if "batched" in med else f"{'-':>26}"
+        first = f"{med['first_batch_s']:19.3f}" if "first_batch_s" in med else f"{'-':>19}"
         print(f"{mode:13} {med['sparse_s']:24.3f} {med['sparse_requests']:9.0f} "
-              f"{med['sparse_mb']:9.1f} {med['one_at_a_time']:22,.0f} {batched}")
+              f"{med['sparse_mb']:9.1f} {med['one_at_a_time']:22,.0f} {batched} {first}")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -64,6 +65,13 @@ class IndexedShard {
     // A forked child leaves the parent's remote shard (and its connections) alone.
     if (remote_ != nullptr && pid_ != getpid()) (void)shard_.release();
   }
+  // (An open shard of open_shards.)
+  IndexedShard(std::string url, std::shared_ptr<const RemoteAccess> remote,
+               std::unique_ptr<wds::IndexedShard> shard)
+      : url_(std::move(url)),
+        remote_(std::move(remote)),
+        shard_(std::move(shard)),
+        pid_(getpid()) {}
   IndexedShard(const IndexedShard&) = delete;
   IndexedShard& operator=(const IndexedShard&) = delete;
 
@@ -105,28 +113,19 @@ struct Read {
   absl::Status status;
 };
 
-// ReadAll runs every read, on up to `threads` threads (the caller's among
-// them) when some are remote. The caller's thread watches Python's signals,
-// also while it waits for the others; a Ctrl-C stops them all at their next
-// wait. REQUIRES: the GIL is not held.
-void ReadAll(std::vector<Read>& reads, int threads, SignalCheck& signals) {
+// RunConcurrently runs job(0) ... job(n - 1) on up to `threads` threads (the
+// caller's among them; fewer when threads cannot be started). The caller's
+// thread watches Python's signals, also while it waits for the others; a
+// Ctrl-C stops them all at their next wait, and the jobs not begun are not
+// run. `job` must not throw. REQUIRES: the GIL is not held.
+void RunConcurrently(size_t n, int threads, SignalCheck& signals,
+                     const std::function<void(size_t)>& job) {
   std::atomic<size_t> next{0};
   std::atomic<bool> stop{false};
   auto work = [&] {
-    for (size_t r; (r = next.fetch_add(1)) < reads.size() && !stop.load();) {
-      Read& read = reads[r];
-      try {
-        read.status = read.native->ReadMembers(read.index, read.dests);
-      } catch (const std::exception& e) {
-        read.status = absl::ResourceExhaustedError(
-            wds::Cat(read.native->url(), ": sample ", read.index, ": ", e.what()));
-      }
-    }
+    for (size_t i; (i = next.fetch_add(1)) < n && !stop.load();) job(i);
   };
-  const bool remote = std::any_of(reads.begin(), reads.end(),
-                                  [](const Read& read) { return read.native->remote(); });
-  const size_t helpers =
-      remote ? std::min<size_t>(reads.size(), static_cast<size_t>(std::max(threads, 1))) - 1 : 0;
+  const size_t helpers = std::min<size_t>(n, static_cast<size_t>(std::max(threads, 1))) - 1;
   std::mutex mu;
   std::condition_variable done;
   size_t running = 0;
@@ -169,6 +168,56 @@ void ReadAll(std::vector<Read>& reads, int threads, SignalCheck& signals) {
   }
   lock.unlock();
   for (std::thread& t : pool) t.join();
+}
+
+// ReadAll runs every read, `threads` at a time when some are remote (a local
+// read does not wait on a round trip). REQUIRES: the GIL is not held.
+void ReadAll(std::vector<Read>& reads, int threads, SignalCheck& signals) {
+  const bool remote = std::any_of(reads.begin(), reads.end(),
+                                  [](const Read& read) { return read.native->remote(); });
+  RunConcurrently(reads.size(), remote ? threads : 1, signals, [&](size_t r) {
+    Read& read = reads[r];
+    try {
+      read.status = read.native->ReadMembers(read.index, read.dests);
+    } catch (const std::exception& e) {
+      read.status = absl::ResourceExhaustedError(
+          wds::Cat(read.native->url(), ": sample ", read.index, ": ", e.what()));
+    }
+  });
+}
+
+// OpenShards opens remote `urls` with the options `remote`, `threads` at a
+// time (each open waits on two round trips, or a scan); the first failure
+// (in URL order) raises.
+std::vector<std::unique_ptr<IndexedShard>> OpenShards(const std::vector<std::string>& urls,
+                                                      py::handle remote, int threads) {
+  for (const std::string& url : urls) {
+    if (!wds::IsRemoteUrl(url)) {
+      throw py::value_error(wds::Cat("open_shards: ", url, " is not a remote URL"));
+    }
+  }
+  std::shared_ptr<const RemoteAccess> access = RemoteAccess::FromPython(remote);
+  std::vector<absl::StatusOr<std::unique_ptr<wds::IndexedShard>>> opened;
+  opened.reserve(urls.size());
+  for (size_t i = 0; i < urls.size(); ++i) opened.emplace_back(absl::CancelledError("not opened"));
+  SignalCheck signals;
+  {
+    py::gil_scoped_release release;
+    RunConcurrently(urls.size(), threads, signals, [&](size_t i) {
+      try {
+        opened[i] = OpenShard(urls[i], access);
+      } catch (const std::exception& e) {
+        opened[i] = absl::ResourceExhaustedError(wds::Cat(urls[i], ": ", e.what()));
+      }
+    });
+  }
+  signals.RethrowIfRaised();
+  std::vector<std::unique_ptr<IndexedShard>> out;
+  for (size_t i = 0; i < urls.size(); ++i) {
+    if (!opened[i].ok()) RaiseStatus(opened[i].status(), Phase::kData);
+    out.push_back(std::make_unique<IndexedShard>(urls[i], access, *std::move(opened[i])));
+  }
+  return out;
 }
 
 // ReadSamples returns [(key, [(field, bytes), ...]), ...] of `items`, each
@@ -252,6 +301,10 @@ void RegisterIndexed(py::module_& m) {
           },
           py::arg("i"),
           "(key, [(field, bytes), ...]) of sample i; each member's tar header is checked.");
+  m.def("open_shards", &OpenShards, py::arg("urls"), py::arg("remote") = py::none(),
+        py::arg("threads") = 16,
+        "[IndexedShard, ...] of remote `urls` read by ranges with the options `remote`, opened "
+        "`threads` at a time.");
   m.def("read_samples", &ReadSamples, py::arg("items"), py::arg("threads") = 16,
         "[(key, [(field, bytes), ...]), ...] of `items`, (IndexedShard, sample index) pairs; "
         "remote samples are read `threads` at a time.");

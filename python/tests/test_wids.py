@@ -444,6 +444,41 @@ def test_getitems_is_getitem_of_each_index(served, shards):
         local.__getitems__([1, 40])
 
 
+def test_getitems_opens_a_batchs_shards_at_once(served):
+    dataset = _ranged(served, lru_size=2, read_threads=4)
+    batch = dataset.__getitems__([35, 5, 25, 15, 6])
+    assert [s[".txt"].read() for s in batch] == [b"text 35", b"text 5", b"text 25", b"text 15",
+                                                 b"text 6"]
+    firsts = [e for e in served.log() if e["headers"].get("range") == "bytes=0-511"]
+    assert sorted(e["path"] for e in firsts) == [f"/shard-00000{s}.tar" for s in range(4)]
+    # Four opens in flight at once, each on a connection of its own (one after
+    # another, they would share one).
+    assert len({e["peer"] for e in firsts}) == 4
+    assert dataset.get_stats() == (5, 5)  # lru_size 2: shard 0 reopened from the batch's
+    assert len(dataset._open) == 2
+    requests = len(served.log())
+    dataset.__getitems__([0, 1])  # open: one read each, nothing opened
+    assert len(served.log()) == requests + 2
+
+
+def test_getitems_names_a_shard_that_cannot_be_opened(served):
+    url = served.url("missing.tar")
+    dataset = wids.ShardListDataset([{"url": served.url("shard-000000.tar"), "nsamples": 10},
+                                     {"url": url, "nsamples": 1}], remote_reads="ranges",
+                                    transformations=[])
+    with pytest.raises(FileNotFoundError) as caught:
+        dataset.__getitems__([0, 10])
+    assert caught.value.filename == url
+    wrong = wids.ShardListDataset([{"url": served.url("shard-000000.tar"), "nsamples": 10},
+                                   {"url": served.url("shard-000001.tar"), "nsamples": 9}],
+                                  remote_reads="ranges", transformations=[])
+    with pytest.raises(wds.DataError, match=re.escape(
+            f"{served.url('shard-000001.tar')}: 10 samples, but the description says 9")):
+        wrong.__getitems__([0, 10])
+    with pytest.raises(ValueError, match="x.tar is not a remote URL"):
+        wds._core.open_shards(["x.tar"])
+
+
 def test_getitems_applies_the_transformations(served):
     dataset = wids.ShardListDataset(served.url("index.json"), remote_reads="ranges")
     sample = dataset.__getitems__([7])[0]

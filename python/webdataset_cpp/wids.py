@@ -359,7 +359,8 @@ class IndexedTarSamples:
     _shard = None
     _held = None  # a descriptor holding a cached copy (_hold), owned once opened
 
-    def __init__(self, *, path, md5sum=None, expected_size=None, remote=None, _held=None):
+    def __init__(self, *, path, md5sum=None, expected_size=None, remote=None, _held=None,
+                 _native=None):
         self.path = path
         if md5sum is not None:
             if _is_remote(path):
@@ -368,7 +369,8 @@ class IndexedTarSamples:
             got = compute_file_md5sum(path)
             if got != md5sum:
                 raise DataError(f"{path}: MD5 sum {got}, expected {md5sum}")
-        shard = _core.IndexedShard(path, native_options(remote) if _is_remote(path) else None)
+        shard = _native if _native is not None else _core.IndexedShard(
+            path, native_options(remote) if _is_remote(path) else None)
         if expected_size is not None and len(shard) != expected_size:
             raise DataError(f"{path}: {len(shard)} samples, but its description says "
                             f"{expected_size}")
@@ -723,9 +725,10 @@ class ShardListDataset(Dataset):
     def _ranged(self, url):
         return self.remote_reads == "ranges" and _is_remote(url)
 
-    def _open_shard(self, url):
+    def _open_shard(self, url, opened=None):
         if self._ranged(url):
-            return IndexedTarSamples(path=url, remote=self._ranges_remote)
+            return IndexedTarSamples(path=url, remote=self._ranges_remote,
+                                     _native=(opened or {}).get(url))
         path = local_path(url)
         if path is not None:
             return IndexedTarSamples(path=path)
@@ -751,7 +754,7 @@ class ShardListDataset(Dataset):
         raise DataError(f"{url}: its cached copy {local} was removed three times before it "
                         "could be read; raise cache_size")
 
-    def _shard(self, shard_index):
+    def _shard(self, shard_index, opened=None):
         desc = self.shards[shard_index]
         url = desc["url"]
         self.accesses += 1
@@ -762,7 +765,7 @@ class ShardListDataset(Dataset):
         self.misses += 1
         while len(self._open) >= self.lru_size:  # first: an eviction may then remove it
             self._open.popitem(last=False)[1].close()
-        shard = self._open_shard(url)
+        shard = self._open_shard(url, opened)
         if len(shard) != desc["nsamples"]:
             count = len(shard)
             shard.close()
@@ -771,11 +774,23 @@ class ShardListDataset(Dataset):
         self._open[url] = shard
         return shard
 
-    def get_shard(self, index):
+    def get_shard(self, index, _opened=None):
         """(shard, index within it, the shard's description) of sample `index`."""
         shard_index = bisect.bisect_right(self.cum_lengths, index)
         inner = index - (self.cum_lengths[shard_index - 1] if shard_index > 0 else 0)
-        return self._shard(shard_index), inner, self.shards[shard_index]
+        return self._shard(shard_index, _opened), inner, self.shards[shard_index]
+
+    def _open_concurrently(self, indices):
+        """{url: native shard} of the shards of `indices` read by ranges that
+        are not open, opened read_threads at a time (each open waits on round
+        trips); empty when fewer than two."""
+        urls = dict.fromkeys(self.shards[bisect.bisect_right(self.cum_lengths, i)]["url"]
+                             for i in indices)
+        urls = [url for url in urls if self._ranged(url) and url not in self._open]
+        if len(urls) < 2:
+            return {}
+        natives = _core.open_shards(urls, native_options(self._ranges_remote), self.read_threads)
+        return dict(zip(urls, natives))
 
     def _index(self, index):
         given = index = operator.index(index)
@@ -828,8 +843,9 @@ class ShardListDataset(Dataset):
         indices = [self._index(i) for i in indices]
         for retry in (False, True):
             places, items = [], []
+            opened = self._open_concurrently(indices)
             for index in indices:
-                shard, inner, desc = self.get_shard(index)
+                shard, inner, desc = self.get_shard(index, opened)
                 # The native shard itself: a shard the LRU closes meanwhile stays readable.
                 places.append((shard.path, inner, desc))
                 items.append((shard._shard, inner))
