@@ -572,6 +572,12 @@ def test_ctrl_c_while_a_batch_waits_on_a_stalled_server(served):
         _ranged(served)[2]  # opening the shard: its first block stalls
     assert time.monotonic() - timer.sent < 3.0
     timer.timer.join()
+    served.fault("shard-000001.tar", stall=30, stall_after=0)
+    timer = SigintAfter(0.5)
+    with pytest.raises(KeyboardInterrupt):
+        _ranged(served).__getitems__([2, 12])  # two opens at once, one stalls
+    assert time.monotonic() - timer.sent < 3.0
+    timer.timer.join()
 
 
 def test_getitems_calls_a_subclasss_getitem(shards):
