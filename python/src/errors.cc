@@ -133,8 +133,11 @@ py::object RemoteException(const absl::Status& status, const std::string& url, P
       return Make(PyExc_ConnectionError, message);
     case absl::StatusCode::kDataLoss:
       return Make(ProjectException(ProjectClass::kDataError), message);
-    case absl::StatusCode::kAborted:
-      return Make(ProjectException(ProjectClass::kObjectChangedError), message);
+    case absl::StatusCode::kAborted: {
+      py::object changed = Make(ProjectException(ProjectClass::kObjectChangedError), message);
+      changed.attr("url") = py::str(url);
+      return changed;
+    }
     case absl::StatusCode::kInvalidArgument:
       return Make(PyExc_ValueError, message);
     default:

@@ -120,6 +120,7 @@ struct Read {
 // run. `job` must not throw. REQUIRES: the GIL is not held.
 void RunConcurrently(size_t n, int threads, SignalCheck& signals,
                      const std::function<void(size_t)>& job) {
+  if (n == 0) return;
   std::atomic<size_t> next{0};
   std::atomic<bool> stop{false};
   auto work = [&] {

@@ -461,6 +461,27 @@ def test_getitems_opens_a_batchs_shards_at_once(served):
     assert len(served.log()) == requests + 2
 
 
+def test_an_empty_batch_is_empty(served, shards):
+    assert _ranged(served).__getitems__([]) == []
+    assert wids.ShardListDataset(descriptors(shards)).__getitems__([]) == []
+    assert wds._core.read_samples([]) == [] and wds._core.open_shards([]) == []
+
+
+def test_getitems_calls_a_subclasss_get_shard(served):
+    calls = []
+
+    class Counted(wids.ShardListDataset):
+        def get_shard(self, index):
+            calls.append(index)
+            return super().get_shard(index)
+
+    dataset = Counted(served.url("index.json"), remote_reads="ranges", transformations=[])
+    assert [s["__key__"] for s in dataset.__getitems__([12, 3])] == ["s1_002", "s0_003"]
+    assert calls == [12, 3]
+    firsts = [e for e in served.log() if e["headers"].get("range") == "bytes=0-511"]
+    assert len({e["peer"] for e in firsts}) == 2  # still opened at once
+
+
 def test_getitems_names_a_shard_that_cannot_be_opened(served):
     url = served.url("missing.tar")
     dataset = wids.ShardListDataset([{"url": served.url("shard-000000.tar"), "nsamples": 10},
@@ -499,6 +520,13 @@ def test_ranges_pin_the_version_first_read_and_reopen_a_replaced_shard_once(serv
     with pytest.warns(UserWarning, match=re.escape(f"{url} changed since it was opened")):
         assert [s[".txt"].read() for s in dataset.__getitems__([2, 12])] == [b"text 2",
                                                                             b"text 12"]
+    # Only the shard that changed is opened again.
+    dataset[15]
+    served.fault("shard-000000.tar", etag='"v4"')
+    with pytest.warns(UserWarning) as caught:
+        dataset.__getitems__([4, 16])
+    assert [str(w.message) for w in caught] == [
+        f"ShardListDataset: {url} changed since it was opened; reading its new version"]
     # A shard that changes at every request fails after one reopening.
     for tag in ('"a"', '"b"', '"c"'):
         served.fault("shard-000000.tar", etag=tag)

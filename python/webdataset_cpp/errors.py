@@ -71,7 +71,10 @@ class ObjectChangedError(DataError):
     """A remote object changed while it was read, or since a reader pinned to
     its first version opened it: another version answered (its ETag,
     Last-Modified or size differ, or the server refused the request with
-    HTTP 412). The message names the URL and what changed."""
+    HTTP 412). The message names the URL and what changed; ``url`` is the
+    URL."""
+
+    url = None
 
 
 class DecodingError(DataError):

@@ -698,6 +698,7 @@ class ShardListDataset(Dataset):
         self.lru_size = max(1, int(lru_size))
         self.transformations = _transformations(transformations)
         self._open = OrderedDict()
+        self._prefetched = {}  # {url: native shard} during __getitems__
         self.accesses = 0
         self.misses = 0
         self._warned_misses = False
@@ -725,10 +726,10 @@ class ShardListDataset(Dataset):
     def _ranged(self, url):
         return self.remote_reads == "ranges" and _is_remote(url)
 
-    def _open_shard(self, url, opened=None):
+    def _open_shard(self, url):
         if self._ranged(url):
             return IndexedTarSamples(path=url, remote=self._ranges_remote,
-                                     _native=(opened or {}).get(url))
+                                     _native=self._prefetched.get(url))
         path = local_path(url)
         if path is not None:
             return IndexedTarSamples(path=path)
@@ -754,7 +755,7 @@ class ShardListDataset(Dataset):
         raise DataError(f"{url}: its cached copy {local} was removed three times before it "
                         "could be read; raise cache_size")
 
-    def _shard(self, shard_index, opened=None):
+    def _shard(self, shard_index):
         desc = self.shards[shard_index]
         url = desc["url"]
         self.accesses += 1
@@ -765,7 +766,7 @@ class ShardListDataset(Dataset):
         self.misses += 1
         while len(self._open) >= self.lru_size:  # first: an eviction may then remove it
             self._open.popitem(last=False)[1].close()
-        shard = self._open_shard(url, opened)
+        shard = self._open_shard(url)
         if len(shard) != desc["nsamples"]:
             count = len(shard)
             shard.close()
@@ -774,11 +775,11 @@ class ShardListDataset(Dataset):
         self._open[url] = shard
         return shard
 
-    def get_shard(self, index, _opened=None):
+    def get_shard(self, index):
         """(shard, index within it, the shard's description) of sample `index`."""
         shard_index = bisect.bisect_right(self.cum_lengths, index)
         inner = index - (self.cum_lengths[shard_index - 1] if shard_index > 0 else 0)
-        return self._shard(shard_index, _opened), inner, self.shards[shard_index]
+        return self._shard(shard_index), inner, self.shards[shard_index]
 
     def _open_concurrently(self, indices):
         """{url: native shard} of the shards of `indices` read by ranges that
@@ -809,17 +810,20 @@ class ShardListDataset(Dataset):
             sample = transform(sample)
         return sample
 
-    def _forget_changed(self, urls):
-        """Closes the shards of `urls` read by ranges (another version
-        replaced one since it was opened), so that the next read opens them
-        again: their new index and version (their counts checked again).
-        Once: a shard that changes again at once fails."""
-        changed = [url for url in dict.fromkeys(urls) if self._ranged(url) and url in self._open]
-        for url in changed:
-            self._open.pop(url).close()
-            warnings.warn(f"ShardListDataset: {url} changed since it was opened; reading its "
-                          "new version")
-        return bool(changed)
+    def _forget_changed(self, url):
+        """Closes `url`'s shard when it is read by ranges (another version
+        replaced it since it was opened), so that the next read opens it
+        again: its new index and version (its count checked again); False
+        for any other shard. The caller retries once: a shard that changes
+        again at once fails."""
+        if url is None or not self._ranged(url):
+            return False
+        shard = self._open.pop(url, None)
+        if shard is not None:
+            shard.close()
+        warnings.warn(f"ShardListDataset: {url} changed since it was opened; reading its new "
+                      "version")
+        return True
 
     def __getitem__(self, index):
         index = self._index(index)
@@ -828,8 +832,8 @@ class ShardListDataset(Dataset):
             try:
                 sample = shard[inner]
                 break
-            except ObjectChangedError:
-                if retry or not self._forget_changed([desc["url"]]):
+            except ObjectChangedError as changed:
+                if retry or not self._forget_changed(changed.url):
                     raise
         self.check_cache_misses()
         return self._finish(sample, index, inner, desc)
@@ -843,17 +847,22 @@ class ShardListDataset(Dataset):
         indices = [self._index(i) for i in indices]
         for retry in (False, True):
             places, items = [], []
-            opened = self._open_concurrently(indices)
-            for index in indices:
-                shard, inner, desc = self.get_shard(index, opened)
-                # The native shard itself: a shard the LRU closes meanwhile stays readable.
-                places.append((shard.path, inner, desc))
-                items.append((shard._shard, inner))
+            # The batch's shards that are not open, opened at once; get_shard
+            # (which a subclass may override) takes them from here.
+            self._prefetched = self._open_concurrently(indices)
+            try:
+                for index in indices:
+                    shard, inner, desc = self.get_shard(index)
+                    # The native shard itself: a shard the LRU closes meanwhile stays readable.
+                    places.append((shard.path, inner, desc))
+                    items.append((shard._shard, inner))
+            finally:
+                self._prefetched = {}
             try:
                 reads = _core.read_samples(items, self.read_threads)
                 break
-            except ObjectChangedError:
-                if retry or not self._forget_changed(desc["url"] for _, _, desc in places):
+            except ObjectChangedError as changed:
+                if retry or not self._forget_changed(changed.url):
                     raise
         self.check_cache_misses()
         return [self._finish(_sample(path, key, fields), index, inner, desc)
@@ -866,6 +875,7 @@ class ShardListDataset(Dataset):
     def __getstate__(self):
         state = dict(self.__dict__)
         state["_open"] = OrderedDict()  # a spawned worker opens its own
+        state["_prefetched"] = {}
         return state
 
 
