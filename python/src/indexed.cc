@@ -76,7 +76,6 @@ class IndexedShard {
   IndexedShard& operator=(const IndexedShard&) = delete;
 
   int64_t size() const { return shard_->size(); }
-  bool remote() const { return remote_ != nullptr; }
   const std::string& url() const { return url_; }
 
   // Native is this process's shard: in a process forked after a remote
@@ -292,7 +291,6 @@ void RegisterIndexed(py::module_& m) {
       .def(py::init<const std::string&, py::handle>(), py::arg("url"),
            py::arg("remote") = py::none())
       .def("__len__", &IndexedShard::size)
-      .def_property_readonly("remote", &IndexedShard::remote)
       .def(
           "read",
           [](IndexedShard& self, int64_t i) {

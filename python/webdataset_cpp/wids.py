@@ -179,8 +179,7 @@ def load_dsdesc_and_resolve(source, *, options=None, base=None, remote=None):
 
 
 def _open_url(url, remote):
-    scheme = urlparse(url).scheme
-    if scheme in _REMOTE_SCHEMES:
+    if _is_remote(url):
         return gopen(url, "rb", remote=remote)
     return gopen(url, "rb")
 

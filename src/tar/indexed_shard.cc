@@ -132,6 +132,22 @@ absl::Status CompressionError(std::string_view url, const unsigned char* head, b
       Cat(url, ": a ", *compression, "-compressed tar; random access needs an uncompressed one"));
 }
 
+// CheckInside says whether every member of `index` lies inside the `size`
+// bytes (-1: unknown) of the shard `url`, whose index came from `sidecar`.
+absl::Status CheckInside(const ShardIndex& index, int64_t size, std::string_view sidecar,
+                         std::string_view url) {
+  for (const IndexSample& s : index.samples) {
+    for (const IndexMember& m : s.members) {
+      if (m.offset < kBlock || (size >= 0 && (m.offset > size || m.size > size - m.offset))) {
+        return absl::DataLossError(Cat(sidecar, ": member ", m.name, " at offset ", m.offset, " (",
+                                       m.size, " bytes) lies outside ", url, " (", size,
+                                       " bytes); is the sidecar from another version?"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 // WithoutUrl is `message` without a leading "<url>: ".
 std::string_view WithoutUrl(std::string_view message, std::string_view url) {
   if (StartsWith(message, url) && StartsWith(message.substr(url.size()), ": ")) {
@@ -194,15 +210,7 @@ absl::StatusOr<std::unique_ptr<IndexedShard>> IndexedShard::Open(std::string_vie
     index = ScanStream(MakeFileStream(std::string(url), std::move(scan_fd), st.st_size));
   }
   WDS_RETURN_IF_ERROR(index.status());
-  for (const IndexSample& s : index->samples) {
-    for (const IndexMember& m : s.members) {
-      if (m.offset < kBlock || m.offset > st.st_size || m.size > st.st_size - m.offset) {
-        return absl::DataLossError(Cat(sidecar, ": member ", m.name, " at offset ", m.offset, " (",
-                                       m.size, " bytes) lies outside ", url, " (", st.st_size,
-                                       " bytes); is the sidecar from another version?"));
-      }
-    }
-  }
+  WDS_RETURN_IF_ERROR(CheckInside(*index, st.st_size, sidecar, url));
   shard->index_ = *std::move(index);
   return shard;
 }
@@ -220,16 +228,7 @@ absl::StatusOr<std::unique_ptr<IndexedShard>> IndexedShard::Open(std::string_vie
   WDS_RETURN_IF_ERROR(CompressionError(url, head, true));
   // The index is read from the server too: a cached one may be of another version.
   WDS_ASSIGN_OR_RETURN(shard->index_, RemoteIndex(url, remote.AsUncachedOpener()));
-  const int64_t size = shard->version_.size;  // -1: unknown
-  for (const IndexSample& s : shard->index_.samples) {
-    for (const IndexMember& m : s.members) {
-      if (m.offset < kBlock || (size >= 0 && (m.offset > size || m.size > size - m.offset))) {
-        return absl::DataLossError(Cat(SidecarUrl(url), ": member ", m.name, " at offset ",
-                                       m.offset, " (", m.size, " bytes) lies outside ", url, " (",
-                                       size, " bytes); is the sidecar from another version?"));
-      }
-    }
-  }
+  WDS_RETURN_IF_ERROR(CheckInside(shard->index_, shard->version_.size, SidecarUrl(url), url));
   return shard;
 }
 
