@@ -47,14 +47,14 @@ class IndexedShard {
  public:
   // A remote URL (http(s), s3, gs) is read by ranged requests with the
   // options `remote` (RemoteOptions._native()); anything else is a local path.
-  IndexedShard(const std::string& url, py::handle remote) : url_(url) {
+  IndexedShard(const std::string& url, py::handle remote) {
     if (wds::IsRemoteUrl(url)) remote_ = RemoteAccess::FromPython(remote);
     absl::StatusOr<std::unique_ptr<wds::IndexedShard>> shard;
     SignalCheck signals;
     {
       py::gil_scoped_release release;
       wds::ScopedInterruptCheck check(signals.check());
-      shard = OpenShard(url_, remote_);
+      shard = OpenShard(url, remote_);
     }
     signals.RethrowIfRaised();
     if (!shard.ok()) RaiseStatus(shard.status(), Phase::kData);
@@ -66,17 +66,13 @@ class IndexedShard {
     if (remote_ != nullptr && pid_ != getpid()) (void)shard_.release();
   }
   // (An open shard of open_shards.)
-  IndexedShard(std::string url, std::shared_ptr<const RemoteAccess> remote,
-               std::unique_ptr<wds::IndexedShard> shard)
-      : url_(std::move(url)),
-        remote_(std::move(remote)),
-        shard_(std::move(shard)),
-        pid_(getpid()) {}
+  IndexedShard(std::shared_ptr<const RemoteAccess> remote, std::unique_ptr<wds::IndexedShard> shard)
+      : remote_(std::move(remote)), shard_(std::move(shard)), pid_(getpid()) {}
   IndexedShard(const IndexedShard&) = delete;
   IndexedShard& operator=(const IndexedShard&) = delete;
 
   int64_t size() const { return shard_->size(); }
-  const std::string& url() const { return url_; }
+  const std::string& url() const { return shard_->url(); }
 
   // Native is this process's shard: in a process forked after a remote
   // shard was opened, a copy reading through the child's own connections
@@ -84,7 +80,7 @@ class IndexedShard {
   // serves both. REQUIRES: the GIL is held (it orders these calls).
   absl::StatusOr<const wds::IndexedShard*> Native() {
     if (remote_ == nullptr || pid_ == getpid()) return shard_.get();
-    absl::StatusOr<wds::RemoteOpener> reader = remote_->Reader(url_);
+    absl::StatusOr<wds::RemoteOpener> reader = remote_->Reader(url());
     if (!reader.ok()) return reader.status();
     std::unique_ptr<wds::IndexedShard> copy = shard_->ForOpener(*reader);
     (void)shard_.release();  // the parent's
@@ -94,7 +90,6 @@ class IndexedShard {
   }
 
  private:
-  std::string url_;
   std::shared_ptr<const RemoteAccess> remote_;  // null for a local file
   std::unique_ptr<wds::IndexedShard> shard_;
   pid_t pid_ = 0;  // the process shard_ belongs to
@@ -215,7 +210,7 @@ std::vector<std::unique_ptr<IndexedShard>> OpenShards(const std::vector<std::str
   std::vector<std::unique_ptr<IndexedShard>> out;
   for (size_t i = 0; i < urls.size(); ++i) {
     if (!opened[i].ok()) RaiseStatus(opened[i].status(), Phase::kData);
-    out.push_back(std::make_unique<IndexedShard>(urls[i], access, *std::move(opened[i])));
+    out.push_back(std::make_unique<IndexedShard>(access, *std::move(opened[i])));
   }
   return out;
 }

@@ -776,16 +776,18 @@ class ShardListDataset(Dataset):
 
     def get_shard(self, index):
         """(shard, index within it, the shard's description) of sample `index`."""
-        shard_index = bisect.bisect_right(self.cum_lengths, index)
+        shard_index = self._shard_of(index)
         inner = index - (self.cum_lengths[shard_index - 1] if shard_index > 0 else 0)
         return self._shard(shard_index), inner, self.shards[shard_index]
+
+    def _shard_of(self, index):
+        return bisect.bisect_right(self.cum_lengths, index)
 
     def _open_concurrently(self, indices):
         """{url: native shard} of the shards of `indices` read by ranges that
         are not open, opened read_threads at a time (each open waits on round
         trips); empty when fewer than two."""
-        urls = dict.fromkeys(self.shards[bisect.bisect_right(self.cum_lengths, i)]["url"]
-                             for i in indices)
+        urls = dict.fromkeys(self.shards[self._shard_of(i)]["url"] for i in indices)
         urls = [url for url in urls if self._ranged(url) and url not in self._open]
         if len(urls) < 2:
             return {}
