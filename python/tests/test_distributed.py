@@ -8,6 +8,7 @@ split="shards"."""
 import json
 import multiprocessing
 import os
+import queue
 import socket
 import subprocess
 import sys
@@ -171,7 +172,7 @@ def test_sample_split_needs_the_native_source(uneven, monkeypatch):
 # ------------------------------------------------ rank sources and Gloo groups
 
 
-def _gloo_rank(rank, world_size, store_path, pattern, epoch, out):
+def _gloo_rank(rank, world_size, pattern, epoch):
     """One rank of a Gloo group made from a FileStore (no launcher). The
     environment claims another placement: torch.distributed must win."""
     import torch
@@ -179,50 +180,95 @@ def _gloo_rank(rank, world_size, store_path, pattern, epoch, out):
     from torch.utils.data import DataLoader
 
     os.environ["RANK"], os.environ["WORLD_SIZE"] = str(world_size - 1 - rank), str(3 - world_size)
+    result = {"node_info": wds.utils.node_info(),
+              "split": list(wds.split_by_node(iter(range(10))))}
+    try:
+        result["single_node_only"] = len(list(wds.WebDataset(pattern, shardshuffle=False)))
+    except ValueError as e:
+        result["single_node_only"] = str(e)
+    dataset = (wds.WebDataset(pattern, shardshuffle=100, nodesplitter=wds.split_by_node,
+                              seed=11, split="shards").decode().to_tuple("cls", "__key__")
+               .batched(2, partial=False))
+    dataset.set_epoch(epoch)
+    for policy in ("drop", "wrap"):
+        steps = wds.agreed_steps(dataset, num_workers=2, policy=policy)
+        keys, ran = [], 0
+        dataset.set_epoch(epoch)
+        loader = DataLoader(dataset.with_epoch(steps, across_workers=True), batch_size=None,
+                            num_workers=2)
+        for _, batch_keys in loader:
+            step = torch.ones(1)
+            dist.all_reduce(step)  # a rank that ran out early would hang the others
+            keys += batch_keys
+            ran += 1
+        result[policy] = (steps, ran, keys)
+    return result
+
+
+RANK_TIMEOUT_S = 100  # a rank still running then prints its threads' stacks and exits
+
+
+def _rank_main(target, rank, world_size, store_path, args, out):
+    """A forked rank: joins a Gloo group made from a FileStore (no launcher),
+    sends (rank, True, target(rank, world_size, *args)), or (rank, False, the
+    traceback), on `out`, and leaves the group.
+
+    The message is flushed before the group is torn down (torch 1.13's Gloo
+    teardown holds the GIL, which the queue's feeder thread needs), and the
+    ranks meet at a barrier first, so that none closes its connections while
+    another still reads from them."""
+    import faulthandler
+    import traceback
+
+    import torch.distributed as dist
+
+    faulthandler.dump_traceback_later(RANK_TIMEOUT_S, exit=True)  # into the captured stderr
     dist.init_process_group("gloo", store=dist.FileStore(store_path, world_size), rank=rank,
                             world_size=world_size)
     try:
-        result = {"node_info": wds.utils.node_info(),
-                  "split": list(wds.split_by_node(iter(range(10))))}
         try:
-            result["single_node_only"] = len(list(wds.WebDataset(pattern, shardshuffle=False)))
-        except ValueError as e:
-            result["single_node_only"] = str(e)
-        dataset = (wds.WebDataset(pattern, shardshuffle=100, nodesplitter=wds.split_by_node,
-                                  seed=11, split="shards").decode().to_tuple("cls", "__key__")
-                   .batched(2, partial=False))
-        dataset.set_epoch(epoch)
-        for policy in ("drop", "wrap"):
-            steps = wds.agreed_steps(dataset, num_workers=2, policy=policy)
-            keys, ran = [], 0
-            dataset.set_epoch(epoch)
-            loader = DataLoader(dataset.with_epoch(steps, across_workers=True), batch_size=None,
-                                num_workers=2)
-            for _, batch_keys in loader:
-                step = torch.ones(1)
-                dist.all_reduce(step)  # a rank that ran out early would hang the others
-                keys += batch_keys
-                ran += 1
-            result[policy] = (steps, ran, keys)
-        out.put((rank, result))
+            message = (rank, True, target(rank, world_size, *args))
+        except Exception:  # noqa: BLE001 - the parent fails the test with it
+            message = (rank, False, traceback.format_exc())
+        out.put(message)
+        out.close()
+        out.join_thread()
+        if message[1]:
+            dist.barrier()
     finally:
         dist.destroy_process_group()
 
 
 def run_ranks(target, world_size, tmp_path, *args):
-    """Runs target(rank, world_size, store, *args, out) in a forked process per
-    rank (a Gloo group over a FileStore); returns what each put on `out`."""
+    """Runs target(rank, world_size, *args) in a forked process per rank, the
+    ranks a Gloo group over a FileStore; returns what each returned. A rank
+    that raises fails the test with its traceback; one that hangs, with its
+    stacks (printed into the test's captured stderr)."""
     ctx = multiprocessing.get_context("fork")
     out = ctx.Queue()
     store = str(tmp_path / f"store-{world_size}")
-    procs = [ctx.Process(target=target, args=(r, world_size, store, *args, out))
+    procs = [ctx.Process(target=_rank_main, args=(target, r, world_size, store, args, out))
              for r in range(world_size)]
     for p in procs:
         p.start()
-    results = dict(out.get(timeout=120) for _ in procs)
-    for p in procs:
-        p.join(30)
-        assert p.exitcode == 0
+    try:
+        results = {}
+        for _ in procs:
+            try:
+                rank, ok, value = out.get(timeout=RANK_TIMEOUT_S + 20)
+            except queue.Empty:
+                missing = sorted(set(range(world_size)) - set(results))
+                raise AssertionError(f"ranks {missing} sent nothing in {RANK_TIMEOUT_S + 20} s "
+                                     "(their stacks are in the captured stderr)") from None
+            assert ok, f"rank {rank} failed:\n{value}"
+            results[rank] = value
+        for rank, p in enumerate(procs):
+            p.join(60)
+            assert p.exitcode == 0, f"rank {rank} exited with {p.exitcode}"
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
     return [results[r] for r in range(world_size)]
 
 
@@ -294,23 +340,16 @@ def test_a_group_of_one_wins_over_an_environment_of_two(uneven, tmp_path):
     assert rank["single_node_only"] == sum(COUNTS)  # the environment said 2 ranks
 
 
-def _split_rank(rank, world_size, store_path, pattern, out):
+def _split_rank(rank, world_size, pattern):
     """One rank of a Gloo group whose ranks ask for the split their own way
     (as ranks do whose split=None saw different sidecars)."""
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", store=dist.FileStore(store_path, world_size), rank=rank,
-                            world_size=world_size)
+    split = "samples" if rank != 1 else "shards"
+    dataset = wds.WebDataset(pattern, shardshuffle=100, nodesplitter=wds.split_by_node,
+                             seed=11, split=split).batched(2, partial=False)
     try:
-        split = "samples" if rank != 1 else "shards"
-        dataset = wds.WebDataset(pattern, shardshuffle=100, nodesplitter=wds.split_by_node,
-                                 seed=11, split=split).batched(2, partial=False)
-        try:
-            out.put((rank, wds.agreed_steps(dataset, num_workers=2)))
-        except ValueError as e:
-            out.put((rank, str(e)))
-    finally:
-        dist.destroy_process_group()
+        return wds.agreed_steps(dataset, num_workers=2)
+    except ValueError as e:
+        return str(e)
 
 
 def test_ranks_that_split_differently_fail_agreed_steps_on_every_rank(uneven, tmp_path):
@@ -323,29 +362,22 @@ def test_ranks_that_split_differently_fail_agreed_steps_on_every_rank(uneven, tm
         for r in range(3)}
 
 
-def _stale_index_rank(rank, world_size, store_path, pattern, indexes, out):
+def _stale_index_rank(rank, world_size, pattern, indexes):
     """One rank of a Gloo group reading its own copy of the dataset index."""
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", store=dist.FileStore(store_path, world_size), rank=rank,
-                            world_size=world_size)
-    try:
-        urls = wds.shardlists.expand_urls(pattern)
-        results = []
-        cases = ((urls, indexes[0], wds.split_by_node), (urls, indexes[rank], wds.split_by_node),
-                 (urls[:-1] if rank == 2 else urls, None, wds.split_by_node),
-                 (urls[rank::world_size], None, None))  # a list of its own: may differ
-        for listed, index, nodesplitter in cases:
-            dataset = wds.WebDataset(listed, shardshuffle=100, nodesplitter=nodesplitter,
-                                     seed=11, dataset_index=index,
-                                     split=None if index else "shards").batched(2)
-            try:
-                results.append(wds.agreed_steps(dataset, num_workers=2))
-            except ValueError as e:
-                results.append(str(e))
-        out.put((rank, results))
-    finally:
-        dist.destroy_process_group()
+    urls = wds.shardlists.expand_urls(pattern)
+    results = []
+    cases = ((urls, indexes[0], wds.split_by_node), (urls, indexes[rank], wds.split_by_node),
+             (urls[:-1] if rank == 2 else urls, None, wds.split_by_node),
+             (urls[rank::world_size], None, None))  # a list of its own: may differ
+    for listed, index, nodesplitter in cases:
+        dataset = wds.WebDataset(listed, shardshuffle=100, nodesplitter=nodesplitter,
+                                 seed=11, dataset_index=index,
+                                 split=None if index else "shards").batched(2)
+        try:
+            results.append(wds.agreed_steps(dataset, num_workers=2))
+        except ValueError as e:
+            results.append(str(e))
+    return results
 
 
 def test_ranks_that_see_other_counts_or_lists_fail_agreed_steps_on_every_rank(uneven, tmp_path):

@@ -880,27 +880,22 @@ def test_sampler_with_a_dataset(raw):
         assert len(wids.ShardedSampler(raw)) == 40
 
 
-def _ddp_rank(rank, world_size, store_path, shards, out):
+def _ddp_rank(rank, world_size, shards):
     """One rank of a Gloo group: a DataLoader over its DistributedChunkedSampler
     (placement from torch.distributed), an all_reduce per step."""
     import torch
     import torch.distributed as dist
 
-    dist.init_process_group("gloo", store=dist.FileStore(store_path, world_size), rank=rank,
-                            world_size=world_size)
-    try:
-        dataset = wids.ShardListDataset(descriptors(shards), transformations=[])
-        sampler = wids.DistributedChunkedSampler(dataset, chunksize=6, seed=1)
-        loader = torch.utils.data.DataLoader(dataset, batch_size=4, sampler=sampler,
-                                             num_workers=2, collate_fn=list)
-        indexes, steps = [], 0
-        for batch in loader:
-            dist.all_reduce(torch.ones(1))  # a rank that ran out early would hang the others
-            indexes += [s["__index__"] for s in batch]
-            steps += 1
-        out.put((rank, (len(sampler), steps, indexes)))
-    finally:
-        dist.destroy_process_group()
+    dataset = wids.ShardListDataset(descriptors(shards), transformations=[])
+    sampler = wids.DistributedChunkedSampler(dataset, chunksize=6, seed=1)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=4, sampler=sampler, num_workers=2,
+                                         collate_fn=list)
+    indexes, steps = [], 0
+    for batch in loader:
+        dist.all_reduce(torch.ones(1))  # a rank that ran out early would hang the others
+        indexes += [s["__index__"] for s in batch]
+        steps += 1
+    return len(sampler), steps, indexes
 
 
 def test_ddp_ranks_run_the_same_steps_over_an_uneven_split(shards, tmp_path):
