@@ -211,12 +211,13 @@ RANK_TIMEOUT_S = 100  # a rank still running then prints its threads' stacks and
 def _rank_main(target, rank, world_size, store_path, args, out):
     """A forked rank: joins a Gloo group made from a FileStore (no launcher),
     sends (rank, True, target(rank, world_size, *args)), or (rank, False, the
-    traceback), on `out`, and leaves the group.
+    traceback), on `out`, and exits.
 
-    The message is flushed before the group is torn down (torch 1.13's Gloo
-    teardown holds the GIL, which the queue's feeder thread needs), and the
-    ranks meet at a barrier first, so that none closes its connections while
-    another still reads from them."""
+    The message is flushed before anything else can block. The ranks then
+    meet at a barrier, so that none closes its connections before every
+    collective is done, and leave by os._exit, without torch 1.13's Gloo
+    teardown: it can deadlock while the ranks close their connections at
+    once, holding the GIL (the process's exit closes them)."""
     import faulthandler
     import traceback
 
@@ -226,17 +227,17 @@ def _rank_main(target, rank, world_size, store_path, args, out):
     dist.init_process_group("gloo", store=dist.FileStore(store_path, world_size), rank=rank,
                             world_size=world_size)
     try:
-        try:
-            message = (rank, True, target(rank, world_size, *args))
-        except Exception:  # noqa: BLE001 - the parent fails the test with it
-            message = (rank, False, traceback.format_exc())
-        out.put(message)
-        out.close()
-        out.join_thread()
-        if message[1]:
-            dist.barrier()
-    finally:
-        dist.destroy_process_group()
+        message = (rank, True, target(rank, world_size, *args))
+    except Exception:  # noqa: BLE001 - the parent fails the test with it
+        message = (rank, False, traceback.format_exc())
+    out.put(message)
+    out.close()
+    out.join_thread()
+    if message[1]:
+        dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0 if message[1] else 1)
 
 
 def run_ranks(target, world_size, tmp_path, *args):
