@@ -8,20 +8,16 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <system_error>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "errors.h"
 #include "opener.h"
 #include "wds/base/interrupt.h"
+#include "wds/internal/base/concurrently.h"
 #include "wds/internal/base/strings.h"
 #include "wds/io/remote.h"
 #include "wds/tar/indexed_shard.h"
@@ -107,62 +103,13 @@ struct Read {
   absl::Status status;
 };
 
-// RunConcurrently runs job(0) ... job(n - 1) on up to `threads` threads (the
-// caller's among them; fewer when threads cannot be started). The caller's
-// thread watches Python's signals, also while it waits for the others; a
-// Ctrl-C stops them all at their next wait, and the jobs not begun are not
-// run. `job` must not throw. REQUIRES: the GIL is not held.
+// RunConcurrently is wds::RunConcurrently with the caller's thread
+// watching Python's signals: a Ctrl-C stops every thread at its next wait,
+// and the jobs not begun are not run. REQUIRES: the GIL is not held.
 void RunConcurrently(size_t n, int threads, SignalCheck& signals,
                      const std::function<void(size_t)>& job) {
-  if (n == 0) return;
-  std::atomic<size_t> next{0};
-  std::atomic<bool> stop{false};
-  auto work = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < n && !stop.load();) job(i);
-  };
-  const size_t helpers = std::min<size_t>(n, static_cast<size_t>(std::max(threads, 1))) - 1;
-  std::mutex mu;
-  std::condition_variable done;
-  size_t running = 0;
-  std::vector<std::thread> pool;
-  pool.reserve(helpers);
-  for (size_t t = 0; t < helpers; ++t) {
-    std::lock_guard<std::mutex> lock(mu);
-    try {
-      pool.emplace_back([&] {
-        {
-          wds::ScopedInterruptCheck check(
-              [&] { return stop.load() ? absl::CancelledError("interrupted") : absl::OkStatus(); });
-          work();
-        }
-        std::lock_guard<std::mutex> lock(mu);
-        --running;
-        done.notify_all();
-      });
-      ++running;
-    } catch (const std::system_error&) {
-      break;  // no more threads: the ones made (and this one) do it all
-    }
-  }
-  wds::InterruptCheck watch = signals.check();
-  {
-    wds::ScopedInterruptCheck check([&] {
-      absl::Status s = watch();
-      if (!s.ok()) stop.store(true);
-      return s;
-    });
-    work();
-  }
-  std::unique_lock<std::mutex> lock(mu);
-  while (running > 0) {
-    if (!done.wait_for(lock, wds::kInterruptCheckInterval, [&] { return running == 0; })) {
-      lock.unlock();
-      if (!watch().ok()) stop.store(true);
-      lock.lock();
-    }
-  }
-  lock.unlock();
-  for (std::thread& t : pool) t.join();
+  wds::ScopedInterruptCheck check(signals.check());
+  wds::RunConcurrently(n, threads, job);
 }
 
 // ReadAll runs every read, `threads` at a time when some are remote (a local

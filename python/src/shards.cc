@@ -116,12 +116,10 @@ absl::StatusOr<wds::RankEpochPlan> PlanWithCachedCounts(const std::vector<std::s
       needed.insert(needed.end(), mine->begin(), mine->end());
     }
   }
+  absl::StatusOr<std::vector<int64_t>> read = cached.Counts(needed, opener);
+  if (!read.ok()) return read.status();
   wds::ShardSampleCounts counts;
-  for (const std::string& url : needed) {
-    absl::StatusOr<int64_t> n = cached.Count(url, opener);
-    if (!n.ok()) return n.status();
-    counts.Set(url, *n);
-  }
+  for (size_t i = 0; i < needed.size(); ++i) counts.Set(needed[i], (*read)[i]);
   return wds::PlanRankEpoch(urls, list, ctx, batching, counts);
 }
 

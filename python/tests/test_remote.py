@@ -525,6 +525,31 @@ def test_counting_for_a_sample_split_goes_through_the_cache(server, local_sample
         sorted("/" + n for n in NAMES)
 
 
+def test_a_sample_split_counts_remote_shards_on_several_connections_at_once(server):
+    # The first shard's answer stalls for 2 s: counted one after another, the
+    # other shards would wait for it on the one connection.
+    server.fault(NAMES[0], stall=2, stall_after=1_000)
+    urls = [server.url(n) for n in NAMES]
+    dataset = wds.WebDataset(urls, shardshuffle=False, split="samples").batched(3)
+    assert wds.plan_epoch(dataset, num_workers=2).samples == SHARDS * PER_SHARD
+    shard_gets = [e for e in server.log() if e["method"] == "GET" and e["path"].endswith(".tar")]
+    assert sorted(e["path"] for e in shard_gets) == sorted("/" + n for n in NAMES)
+    assert len({e["peer"] for e in shard_gets}) > 1
+
+
+def test_ctrl_c_ends_the_count_of_remote_shards_promptly(server):
+    for name in NAMES:
+        server.fault(name, stall=30, stall_after=1_000)
+    urls = [server.url(n) for n in NAMES]
+    dataset = wds.WebDataset(urls, shardshuffle=False, split="samples").batched(3)
+    timer, sent = sigint_after(0.5)
+    with pytest.raises(KeyboardInterrupt):
+        wds.plan_epoch(dataset, num_workers=2)
+    timer.join()
+    # Liveness with room for a loaded machine: every shard stalls for 30 s.
+    assert time.monotonic() - sent[0] < 10.0
+
+
 # --- a remote dataset index
 
 

@@ -1,10 +1,15 @@
 #include "tar/shard_catalog.h"
 
+#include <string_view>
+#include <unordered_set>
 #include <utility>
 
 #include "tar/index_lookup.h"
+#include "wds/internal/base/concurrently.h"
 #include "wds/internal/base/status_macros.h"
 #include "wds/internal/base/strings.h"
+#include "wds/io/remote.h"
+#include "wds/tar/shard_counts.h"
 
 namespace wds {
 
@@ -15,6 +20,7 @@ ShardCatalog::ShardCatalog(Opener opener, std::shared_ptr<const DatasetIndex> in
 }
 
 absl::StatusOr<std::vector<int64_t>> ShardCatalog::Counts(const std::vector<std::string>& urls) {
+  WDS_RETURN_IF_ERROR(ReadRemoteIndexes(urls));
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<int64_t> counts;
   counts.reserve(urls.size());
@@ -23,6 +29,30 @@ absl::StatusOr<std::vector<int64_t>> ShardCatalog::Counts(const std::vector<std:
     counts.push_back(count);
   }
   return counts;
+}
+
+absl::Status ShardCatalog::ReadRemoteIndexes(const std::vector<std::string>& urls) {
+  std::vector<std::string_view> unread;
+  {
+    std::unordered_set<std::string_view> seen;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const std::string& url : urls) {
+      if (IsRemoteUrl(url) && counts_.count(url) == 0 && seen.insert(url).second) {
+        unread.push_back(url);
+      }
+    }
+  }
+  if (unread.size() < 2) return absl::OkStatus();  // Counts reads one as well
+  std::vector<absl::StatusOr<ShardIndex>> read = ReadEach<ShardIndex>(
+      unread, kCountThreads, [&](std::string_view url) { return IndexOf(url, opener_); });
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < unread.size(); ++i) {
+    if (!read[i].ok()) return read[i].status();  // the first failure in list order
+    const std::string url(unread[i]);
+    starts_.try_emplace(url, SampleStartOffsets(*read[i]));
+    counts_.try_emplace(url, static_cast<int64_t>(read[i]->samples.size()));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int64_t> ShardCatalog::Count(const std::string& url) {

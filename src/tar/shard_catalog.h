@@ -26,7 +26,8 @@ class ShardCatalog {
   ShardCatalog(Opener opener, std::shared_ptr<const DatasetIndex> index);
 
   // Counts returns the sample count of each URL, in order; errors name the
-  // shard.
+  // shard. Remote shards not known yet are read kCountThreads at a time
+  // (ListCounts::Counts, wds/tar/shard_counts.h).
   [[nodiscard]] absl::StatusOr<std::vector<int64_t>> Counts(const std::vector<std::string>& urls);
   [[nodiscard]] absl::StatusOr<int64_t> Count(const std::string& url);
   // StartOffset is the tar offset at which reading starts with sample
@@ -34,6 +35,10 @@ class ShardCatalog {
   [[nodiscard]] absl::StatusOr<int64_t> StartOffset(const std::string& url, int64_t sample);
 
  private:
+  // ReadRemoteIndexes reads the indexes of the remote shards of `urls` that
+  // are not known yet, concurrently when there are several; the first
+  // failure in list order.
+  absl::Status ReadRemoteIndexes(const std::vector<std::string>& urls);
   absl::StatusOr<int64_t> CountLocked(const std::string& url);
   absl::StatusOr<const std::vector<int64_t>*> StartsLocked(const std::string& url);
 

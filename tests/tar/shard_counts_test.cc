@@ -2,14 +2,20 @@
 // index, a sidecar or the shard itself.
 #include "wds/tar/shard_counts.h"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tar/shard_catalog.h"
 #include "util/test_util.h"
 #include "wds/io/remote.h"
 
@@ -180,6 +186,107 @@ TEST(ShardCountsTest, ConcurrentCountsAgree) {
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(wrong, 0);
   EXPECT_EQ(list->Known()->total_samples(), 32);
+}
+
+// RemoteShards answers "http://shards.test/<i>.tar" (remote URLs to the
+// library) from memory, without sidecars: each count is a sidecar request
+// and a read of the shard. A shard's open waits until `concurrent` opens are
+// under way at once (or 20 s pass, so that a serial reader fails instead of
+// hanging); `fail` names shards whose open fails.
+struct RemoteShards {
+  int concurrent = 1;
+  std::set<int> fail;
+  std::shared_ptr<std::atomic<int>> opens = std::make_shared<std::atomic<int>>(0);
+  std::shared_ptr<std::mutex> mu = std::make_shared<std::mutex>();
+  std::shared_ptr<std::condition_variable> cv = std::make_shared<std::condition_variable>();
+  std::shared_ptr<int> inside = std::make_shared<int>(0);
+  std::shared_ptr<int> most = std::make_shared<int>(0);
+
+  static std::string Url(int i) { return "http://shards.test/" + std::to_string(i) + ".tar"; }
+  static std::vector<std::string> Urls(int n) {
+    std::vector<std::string> urls;
+    for (int i = 0; i < n; ++i) urls.push_back(Url(i));
+    return urls;
+  }
+
+  Opener opener() const {
+    return [s = *this](std::string_view url) -> absl::StatusOr<std::unique_ptr<ByteStream>> {
+      if (url.size() > 4 && url.substr(url.size() - 4) == ".idx") {
+        return absl::NotFoundError(std::string(url));
+      }
+      ++*s.opens;
+      const int i = std::stoi(std::string(url.substr(19)));
+      {
+        std::unique_lock<std::mutex> lock(*s.mu);
+        *s.most = std::max(*s.most, ++*s.inside);
+        s.cv->notify_all();
+        s.cv->wait_for(lock, std::chrono::seconds(20), [&] { return *s.most >= s.concurrent; });
+        --*s.inside;
+      }
+      if (s.fail.count(i) != 0) return absl::NotFoundError(std::string(url) + ": no such key");
+      std::vector<testing::TarEntry> entries;
+      for (int j = 0; j <= i; ++j) entries.push_back({"s" + std::to_string(j) + ".cls", "1"});
+      return MemoryStream(std::string(url), MakeTar(entries));
+    };
+  }
+};
+
+TEST(ShardCountsTest, RemoteShardsAreCountedSixteenAtATime) {
+  ASSERT_EQ(kCountThreads, 16);
+  const std::vector<std::string> urls = RemoteShards::Urls(40);
+  ShardCounts cache;
+  std::shared_ptr<ListCounts> list = *cache.For(urls, "");
+  RemoteShards remote;
+  remote.concurrent = 16;
+  absl::StatusOr<std::vector<int64_t>> counts = list->Counts(urls, remote.opener());
+  ASSERT_TRUE(counts.ok()) << counts.status();
+  for (int i = 0; i < 40; ++i) EXPECT_EQ((*counts)[i], i + 1);
+  EXPECT_EQ(*remote.most, 16);
+  EXPECT_EQ(*remote.opens, 40);
+  ASSERT_TRUE(list->Counts(urls, remote.opener()).ok());
+  EXPECT_EQ(*remote.opens, 40);  // counted once
+  EXPECT_EQ(list->Known()->total_samples(), 40 * 41 / 2);
+}
+
+TEST(ShardCountsTest, TheFailureReportedIsTheFirstInListOrderAndTheRestAreKept) {
+  const std::vector<std::string> urls = RemoteShards::Urls(8);
+  ShardCounts cache;
+  std::shared_ptr<ListCounts> list = *cache.For(urls, "");
+  RemoteShards remote;
+  remote.concurrent = 8;  // all at once: which fails first in time is not list order
+  remote.fail = {2, 6};
+  absl::StatusOr<std::vector<int64_t>> counts = list->Counts(urls, remote.opener());
+  ASSERT_FALSE(counts.ok());
+  EXPECT_EQ(counts.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(counts.status().message(), HasSubstr(RemoteShards::Url(2)));
+  EXPECT_EQ(*remote.opens, 8);
+  EXPECT_EQ(list->Known()->shards.size(), 6u);  // the others, counted on the way
+  // A list of one remote shard is read by the caller alone, as before.
+  RemoteShards one;
+  EXPECT_EQ(*list->Counts({RemoteShards::Url(9)}, one.opener()), std::vector<int64_t>{10});
+  EXPECT_EQ(*one.most, 1);
+}
+
+TEST(ShardCatalogTest, ASampleSplitReadsTheIndexesOfRemoteShardsSixteenAtATime) {
+  const std::vector<std::string> urls = RemoteShards::Urls(20);
+  RemoteShards remote;
+  remote.concurrent = 16;
+  ShardCatalog catalog(remote.opener(), nullptr);
+  absl::StatusOr<std::vector<int64_t>> counts = catalog.Counts(urls);
+  ASSERT_TRUE(counts.ok()) << counts.status();
+  for (int i = 0; i < 20; ++i) EXPECT_EQ((*counts)[i], i + 1);
+  EXPECT_EQ(*remote.most, 16);
+  EXPECT_EQ(*remote.opens, 20);
+  // Each member: a pax extended header (two blocks), its header and one data block.
+  EXPECT_EQ(*catalog.StartOffset(RemoteShards::Url(5), 3), 3 * 4 * 512);
+  EXPECT_EQ(*remote.opens, 20);  // the index read for the count gives the offsets
+  RemoteShards failing;
+  failing.concurrent = 4;
+  failing.fail = {1, 3};
+  ShardCatalog other(failing.opener(), nullptr);
+  absl::StatusOr<std::vector<int64_t>> failed = other.Counts(RemoteShards::Urls(4));
+  ASSERT_FALSE(failed.ok());
+  EXPECT_THAT(failed.status().message(), HasSubstr(RemoteShards::Url(1)));
 }
 
 }  // namespace

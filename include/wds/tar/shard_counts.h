@@ -35,6 +35,11 @@
 
 namespace wds {
 
+// kCountThreads is how many remote shards a count of a shard list reads at
+// once (ListCounts::Counts, the pipeline's sample-granular split): each read
+// is a round trip or two, for a sidecar, or a whole shard without one.
+inline constexpr int kCountThreads = 16;
+
 // ReadShardCount reads one shard's count: the first line of a local shard's
 // .idx sidecar, else IndexOf through `opener` (a remote shard's "<url>.idx"
 // when the server has one, else a header scan of the shard; for a pipe: or
@@ -79,7 +84,11 @@ class ListCounts {
   // through `opener` (the pipeline's, so that remote options and caches
   // apply).
   [[nodiscard]] absl::StatusOr<int64_t> Count(const std::string& url, const Opener& opener);
-  // Counts returns the samples of each URL, in order; the first error.
+  // Counts returns the samples of each URL, in order; the first error in
+  // list order. Remote shards not counted yet are read kCountThreads (above)
+  // at a time (a thousand sidecars behind a 20 ms round trip take 20 s one by
+  // one); a failure stops the reads not begun. An interrupt check of the
+  // caller's (wds/base/interrupt.h) stops them all.
   [[nodiscard]] absl::StatusOr<std::vector<int64_t>> Counts(const std::vector<std::string>& urls,
                                                             const Opener& opener);
   // Known is every count known so far as a dataset index (for
