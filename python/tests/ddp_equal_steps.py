@@ -41,10 +41,14 @@ def main(pattern, out_dir, epochs, split):
                                  "natural": plan.batches, "drop": plan.local_steps("drop"),
                                  "samples": plan.samples,
                                  "worker_samples": [w.samples for w in plan.workers]})
-    dist.barrier()
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(report, f)
-    dist.destroy_process_group()
+    dist.barrier()
+    # The report is written: leave without torch 1.13's Gloo teardown, which can deadlock
+    # (holding the GIL) while the ranks close their connections at once; the exit closes them.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -84,7 +84,7 @@ def run_torchrun(pattern, tmp_path, split, epochs=2):
            "--nproc_per_node", "3", "--master_addr", "127.0.0.1", "--master_port",
            str(free_port()), "--log_dir", str(tmp_path / "logs"), script, pattern,
            str(tmp_path), str(epochs), split]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return [json.load(open(tmp_path / f"rank{r}.json")) for r in range(3)]
 

@@ -107,7 +107,7 @@ def test_torchrun_three_ranks_resume_on_two_and_on_four(shards, tmp_path):
                "--nproc_per_node", str(ranks), "--master_addr", "127.0.0.1", "--master_port",
                str(free_port()), "--log_dir", str(out / f"logs-{phase}-{ranks}"), script, shards,
                str(out), phase, str(workers)]
-        result = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         return [json.load(open(out / f"{phase}-{ranks}-rank{r}.json")) for r in range(ranks)]
 

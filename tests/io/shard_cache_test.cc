@@ -10,11 +10,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -329,12 +331,17 @@ TEST_F(ShardCacheTest, ProcessesShareOneCache) {
   const std::string tar = testing::MakeTar(entries);
   server_.Put("/shared.tar", tar);
   const std::string url = server_.Url("/shared.tar");
-  // The first reader's download is slow (about 1.2 s): the three others
-  // start once its .part exists, so each finds it locked and, by design,
-  // streams from the server without waiting or writing the cache. Exactly
-  // four downloads, one of them cached; none waits for another.
-  server_.SetPlanner([](const FaultRequest& r) {
-    return r.index == 0 ? FaultPlan{.chunk_delay_ms = 20} : FaultPlan();
+  // The first reader's download stops after its first chunk until the test
+  // lets it go on: the three others start once its .part exists, so each
+  // finds it locked and, by design, streams from the server without waiting
+  // or writing the cache. Exactly four downloads, one of them cached; none
+  // waits for another.
+  auto release = std::make_shared<std::atomic<bool>>(false);
+  server_.SetPlanner([release](const FaultRequest& r) {
+    if (r.index != 0) return FaultPlan();
+    return FaultPlan{.stall_after = 16 * 1024,
+                     .stall_ms = 60'000,
+                     .until = [release] { return release->load(); }};
   });
   testing::TempDir out;
   std::vector<std::unique_ptr<testing::Subprocess>> readers;
@@ -354,10 +361,13 @@ TEST_F(ShardCacheTest, ProcessesShareOneCache) {
     }
   }
   for (int i = 3; i >= 0; --i) {
+    if (i == 0) {
+      // The uncached readers finished while the cached download waits.
+      EXPECT_TRUE(readers[0]->running());
+      release->store(true);
+    }
     const int status = readers[i]->Wait();
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-    // The uncached readers finish while the cached download still runs.
-    if (i == 1) EXPECT_TRUE(readers[0]->running());
   }
   const std::string expected = testing::ReadFile(Cat(out.path(), "/out0"));
   EXPECT_THAT(expected, HasSubstr("\"__key__\": \"s29\""));

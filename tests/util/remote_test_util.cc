@@ -270,13 +270,18 @@ bool FaultServer::Respond(int fd, const FaultRequest& request, const FaultPlan& 
     } else if (dripping) {
       chunk = std::min<int64_t>(chunk, 1);
     }
+    // Counted before the send: a client that has read the chunk must find it counted, and the
+    // send may return to this thread only after the client has read it and asked.
+    body_bytes_ += chunk;
     if (chunk > 0 && !SendAll(fd, body.data() + start + sent, static_cast<size_t>(chunk))) {
+      body_bytes_ -= chunk;
       return false;
     }
     sent += chunk;
-    body_bytes_ += chunk;
     if (plan.stall_after >= 0 && sent == plan.stall_after) {
-      for (int t = 0; t < plan.stall_ms && !stop_; t += 10) SleepMs(10);
+      for (int t = 0; t < plan.stall_ms && !stop_ && !(plan.until && plan.until()); t += 10) {
+        SleepMs(10);
+      }
       if (stop_) return false;
     }
     if (plan.close_after >= 0 && sent >= plan.close_after) {

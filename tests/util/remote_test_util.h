@@ -50,6 +50,9 @@ struct FaultPlan {
   // (before closing, when close_after is the same offset).
   int64_t stall_after = -1;
   int stall_ms = 0;
+  // until, when set, ends the stall as soon as it returns true (a gate a
+  // test opens, instead of a time that a loaded machine may overrun).
+  std::function<bool()> until;
   // drip_after >= 0 sends the body from that many bytes on one byte per
   // drip_ms (a server too slow to be of use, yet never silent for long).
   int64_t drip_after = -1;
@@ -83,7 +86,8 @@ class FaultServer {
   std::string Url(const std::string& path) const;
   int port() const { return port_; }
   int requests() const { return requests_; }
-  // body_bytes is how many body bytes the server has handed to the kernel.
+  // body_bytes is how many body bytes the server has handed to the kernel,
+  // each chunk counted as its send begins (a chunk whose send fails is not).
   int64_t body_bytes() const { return body_bytes_; }
   int connections() const { return connections_; }
   std::vector<FaultRequest> log() const;
