@@ -230,11 +230,13 @@ def test_python_thread_progresses_while_native_code_decodes(large_images):
         thread.join()
         assert len(intervals) == 4
         # Decoding 16 images of 384 x 512 takes tens of milliseconds: the
-        # ticker ran all through each of those batches, never leaving a gap
-        # of half the batch's time.
+        # ticker ran inside each of those batches, in both halves of it (not
+        # only while the GIL was free at one end). A loaded machine may delay
+        # single ticks, so no bound on a gap.
         long = [(a, b) for a, b in intervals if b - a >= 0.02]
         assert long, intervals
         for a, b in long:
-            inside = [a] + [t for t in ticks if a < t < b] + [b]
+            inside = [t for t in ticks if a < t < b]
             assert len(inside) >= 5, (b - a, len(inside))
-            assert max(y - x for x, y in zip(inside, inside[1:])) < (b - a) / 2
+            middle = (a + b) / 2
+            assert inside[0] < middle < inside[-1], (b - a, inside)

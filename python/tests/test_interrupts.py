@@ -38,15 +38,21 @@ def process_group_gone(pgid, within=10.0):
 
 class SigintAfter:
     """Sends SIGINT to this process `delay` seconds from now (from a timer
-    thread), noting when, and which children existed just before."""
+    thread), and once `ready()` (if given) is true or 20 s have passed (a
+    loaded machine may be slow to start a command), noting when, and which
+    children existed just before."""
 
-    def __init__(self, delay):
+    def __init__(self, delay, ready=None):
         self.sent = None
         self.children = set()
+        self.ready = ready
         self.timer = threading.Timer(delay, self._fire)
         self.timer.start()
 
     def _fire(self):
+        deadline = time.monotonic() + 20
+        while self.ready is not None and not self.ready() and time.monotonic() < deadline:
+            time.sleep(0.01)
         self.children = children()
         self.sent = time.monotonic()
         os.kill(os.getpid(), signal.SIGINT)
@@ -59,7 +65,7 @@ def stalled(shards, seconds=60):
 
 def assert_interrupted_promptly(run, expect_children=1):
     before_threads, before_children = threads_at_rest(), children()
-    timer = SigintAfter(0.5)
+    timer = SigintAfter(0.5, ready=lambda: len(children() - before_children) >= expect_children)
     with pytest.raises(KeyboardInterrupt):
         run()
     elapsed = time.monotonic() - timer.sent

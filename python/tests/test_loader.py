@@ -223,8 +223,8 @@ def test_load_state_dict_refuses_another_recipe(shards):
 
 def test_unordered_takes_batches_as_they_come(shards):
     # Worker 0 reads shards 0 and 2 through a command that first sleeps.
-    slow = [f"pipe:sleep 0.5 && cat {shards[0]}", shards[1],
-            f"pipe:sleep 0.5 && cat {shards[2]}", shards[3]]
+    slow = [f"pipe:sleep 1.5 && cat {shards[0]}", shards[1],
+            f"pipe:sleep 1.5 && cat {shards[2]}", shards[3]]
     ordered = keys(wds.Loader(dataset(slow, shardshuffle=False), workers=2))
     unordered = keys(wds.Loader(dataset(slow, shardshuffle=False), workers=2, ordered=False))
     assert sorted(ordered) == sorted(unordered) == sorted(

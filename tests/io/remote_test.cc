@@ -156,7 +156,7 @@ TEST_F(RemoteStreamTest, StallBeforeTheHeadersIsAbandoned) {
   server_.SetPlanner([](const FaultRequest& r) {
     // A stall at byte 0 of a body is a stall after the headers; before them,
     // the planner itself takes its time.
-    if (r.index == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    if (r.index == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5000));
     return FaultPlan();
   });
   ExpectExact();
@@ -219,7 +219,7 @@ TEST_F(RemoteStreamTest, AnInterruptCheckEndsTheWaitBeforeARetry) {
 
 TEST_F(RemoteStreamTest, ASlowReaderIsNotAStall) {
   RemoteOptions o = Fast();
-  o.stall_timeout = std::chrono::milliseconds(200);
+  o.stall_timeout = std::chrono::milliseconds(1000);
   o.read_ahead = 64 << 10;
   absl::StatusOr<std::unique_ptr<ByteStream>> s = MakeOpener(o)(url());
   ASSERT_TRUE(s.ok()) << s.status();
@@ -229,7 +229,7 @@ TEST_F(RemoteStreamTest, ASlowReaderIsNotAStall) {
     absl::StatusOr<size_t> n = (*s)->Read(buffer.data(), buffer.size());
     ASSERT_TRUE(n.ok()) << n.status();
     data.append(buffer.data(), *n);
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // longer than a stall
   }
   absl::StatusOr<std::string> rest = ReadAll(**s);
   ASSERT_TRUE(rest.ok()) << rest.status();

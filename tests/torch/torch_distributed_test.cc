@@ -306,7 +306,12 @@ TEST(DistributedContextTest, TorchrunAgentStoreIsJoinedAsAClientByEveryRank) {
       options.isServer = true;
       options.waitWorkers = false;
       c10d::TCPStore agent("127.0.0.1", options);
-      std::this_thread::sleep_for(std::chrono::seconds(5));
+      // Serves until both ranks say they are done (not for a fixed time, which a loaded
+      // machine may overrun).
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (agent.add("test_ranks_done", 0) < 2 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
       return "agent";
     }
     SetTorchrunEnv(rank, 2, port);
@@ -315,6 +320,10 @@ TEST(DistributedContextTest, TorchrunAgentStoreIsJoinedAsAClientByEveryRank) {
     std::ostringstream s;
     s << dist.rank();
     for (int64_t v : dist.AllGather(10 * rank + 1)) s << " " << v;
+    c10d::TCPStoreOptions client;
+    client.port = static_cast<uint16_t>(port);
+    client.isServer = false;
+    c10d::TCPStore("127.0.0.1", client).add("test_ranks_done", 1);
     return s.str();
   });
   EXPECT_THAT(out, ElementsAre("0 1 11", "1 1 11", "agent"));

@@ -56,7 +56,9 @@ RemoteOptions FastRemoteOptions() {
   RemoteOptions o;
   o.backoff_base = std::chrono::milliseconds(1);
   o.backoff_cap = std::chrono::milliseconds(10);
-  o.stall_timeout = std::chrono::milliseconds(300);
+  // Short enough for the stall tests, long enough that a loaded machine (two sanitized test
+  // binaries on two cores) pausing the in-process server is not a stall and an extra request.
+  o.stall_timeout = std::chrono::milliseconds(2000);
   o.connect_timeout = std::chrono::milliseconds(2000);
   o.max_attempts = 6;
   o.aws_credentials_file = "/nonexistent";

@@ -191,9 +191,9 @@ class S3Server {
   std::unique_ptr<Subprocess> process_;
 };
 
-// FastRemoteOptions are limits under which a fault costs milliseconds, not
-// the defaults' seconds: backoff 1-10 ms, a 300 ms stall timeout, 2 s to
-// connect, 6 attempts, and no credentials file.
+// FastRemoteOptions are limits under which a fault costs little time: backoff
+// 1-10 ms, a 2 s stall timeout (the defaults': 30 s), 2 s to connect, 6
+// attempts, and no credentials file.
 RemoteOptions FastRemoteOptions();
 
 // FreePort returns a port that was free on 127.0.0.1 a moment ago.
