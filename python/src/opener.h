@@ -10,7 +10,9 @@
 // errors.h), so that a 404 is FileNotFoundError too.
 //
 // Fork safety (torch DataLoader workers are forked): no native thread exists
-// unless a webdataset_cpp.Loader is being iterated, and a forked child must
+// unless a webdataset_cpp.Loader is being iterated or a call fans out remote
+// reads (counts, wids batches: they release the GIL, and the fork handlers'
+// locks are never held across a read), and a forked child must
 // not use, destroy or keep what the parent's native objects own. So the
 // child closes every shard descriptor this module opened, and every native
 // object made before the fork (ProcessLocal) is abandoned in the child, never

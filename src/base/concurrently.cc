@@ -46,6 +46,10 @@ void RunConcurrently(size_t n, int threads, const std::function<void(size_t)>& j
       break;  // no more threads: the ones made (and the caller) do it all
     }
   }
+  if (pool.empty()) {  // the caller alone: its jobs' own waits ask its check
+    for (size_t i; (i = next.fetch_add(1)) < n;) job(i);
+    return;
+  }
   for (size_t i; !caller_stopped() && (i = next.fetch_add(1)) < n;) job(i);
   std::unique_lock<std::mutex> lock(mu);
   while (!done.wait_for(lock, kInterruptCheckInterval, [&] { return running == 0; })) {

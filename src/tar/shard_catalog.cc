@@ -1,6 +1,7 @@
 #include "tar/shard_catalog.h"
 
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 
@@ -20,18 +21,23 @@ ShardCatalog::ShardCatalog(Opener opener, std::shared_ptr<const DatasetIndex> in
 }
 
 absl::StatusOr<std::vector<int64_t>> ShardCatalog::Counts(const std::vector<std::string>& urls) {
-  WDS_RETURN_IF_ERROR(ReadRemoteIndexes(urls));
+  const std::unordered_map<std::string_view, absl::Status> failed = ReadRemoteIndexes(urls);
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<int64_t> counts;
   counts.reserve(urls.size());
   for (const std::string& url : urls) {
+    if (auto it = failed.find(url); it != failed.end()) return it->second;
     WDS_ASSIGN_OR_RETURN(int64_t count, CountLocked(url));
     counts.push_back(count);
   }
   return counts;
 }
 
-absl::Status ShardCatalog::ReadRemoteIndexes(const std::vector<std::string>& urls) {
+std::unordered_map<std::string_view, absl::Status> ShardCatalog::ReadRemoteIndexes(
+    const std::vector<std::string>& urls) {
+  // One caller at a time: a pipeline's workers count at once, and those
+  // after the first find the shards it read.
+  std::lock_guard<std::mutex> reading(read_mu_);
   std::vector<std::string_view> unread;
   {
     std::unordered_set<std::string_view> seen;
@@ -42,17 +48,26 @@ absl::Status ShardCatalog::ReadRemoteIndexes(const std::vector<std::string>& url
       }
     }
   }
-  if (unread.size() < 2) return absl::OkStatus();  // Counts reads one as well
-  std::vector<absl::StatusOr<ShardIndex>> read = ReadEach<ShardIndex>(
-      unread, kCountThreads, [&](std::string_view url) { return IndexOf(url, opener_); });
+  std::unordered_map<std::string_view, absl::Status> failed;
+  if (unread.size() < 2) return failed;  // Counts reads one as well
+  // Each index is kept as its start offsets only (8 bytes a sample).
+  std::vector<absl::StatusOr<std::vector<int64_t>>> read = ReadEach<std::vector<int64_t>>(
+      unread, kCountThreads, [&](std::string_view url) -> absl::StatusOr<std::vector<int64_t>> {
+        WDS_ASSIGN_OR_RETURN(ShardIndex index, IndexOf(url, opener_));
+        return SampleStartOffsets(index);
+      });
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < unread.size(); ++i) {
-    if (!read[i].ok()) return read[i].status();  // the first failure in list order
+    if (!read[i].ok()) {
+      failed.emplace(unread[i], read[i].status());
+      continue;
+    }
     const std::string url(unread[i]);
-    starts_.try_emplace(url, SampleStartOffsets(*read[i]));
-    counts_.try_emplace(url, static_cast<int64_t>(read[i]->samples.size()));
+    const auto count = static_cast<int64_t>(read[i]->size());
+    starts_.try_emplace(url, *std::move(read[i]));
+    counts_.try_emplace(url, count);
   }
-  return absl::OkStatus();
+  return failed;
 }
 
 absl::StatusOr<int64_t> ShardCatalog::Count(const std::string& url) {

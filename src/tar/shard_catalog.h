@@ -8,6 +8,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -35,14 +37,17 @@ class ShardCatalog {
   [[nodiscard]] absl::StatusOr<int64_t> StartOffset(const std::string& url, int64_t sample);
 
  private:
-  // ReadRemoteIndexes reads the indexes of the remote shards of `urls` that
-  // are not known yet, concurrently when there are several; the first
-  // failure in list order.
-  absl::Status ReadRemoteIndexes(const std::vector<std::string>& urls);
+  // ReadRemoteIndexes reads the start offsets (and so the counts) of the
+  // remote shards of `urls` that are not known yet, concurrently when there
+  // are several; the failures by URL (views into `urls`), which Counts
+  // reports in list order.
+  std::unordered_map<std::string_view, absl::Status> ReadRemoteIndexes(
+      const std::vector<std::string>& urls);
   absl::StatusOr<int64_t> CountLocked(const std::string& url);
   absl::StatusOr<const std::vector<int64_t>*> StartsLocked(const std::string& url);
 
   const Opener opener_;
+  std::mutex read_mu_;  // held by ReadRemoteIndexes, before mu_
   std::mutex mu_;
   std::map<std::string, int64_t> counts_;
   std::map<std::string, std::vector<int64_t>> starts_;

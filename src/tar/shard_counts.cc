@@ -1,7 +1,7 @@
 #include "wds/tar/shard_counts.h"
 
-#include <algorithm>
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 
@@ -103,35 +103,42 @@ absl::StatusOr<int64_t> ListCounts::Count(const std::string& url, const Opener& 
 
 absl::StatusOr<std::vector<int64_t>> ListCounts::Counts(const std::vector<std::string>& urls,
                                                         const Opener& opener) {
-  // The shards not counted yet, each once, in list order.
-  std::vector<std::string_view> unread;
+  // The remote shards not counted yet, each once, in list order: each read
+  // waits on round trips, so they are read kCountThreads at a time.
+  std::vector<std::string_view> remote;
   {
     std::unordered_set<std::string_view> seen;
     std::lock_guard<std::mutex> lock(*mu_);
     for (const std::string& url : urls) {
-      if (counted_.count(url) == 0 && seen.insert(url).second) unread.push_back(url);
+      if (IsRemoteUrl(url) && counted_.count(url) == 0 && seen.insert(url).second) {
+        remote.push_back(url);
+      }
     }
   }
-  // A remote read waits on round trips: kCountThreads at a time.
-  const bool remote = std::any_of(unread.begin(), unread.end(), IsRemoteUrl);
-  std::vector<absl::StatusOr<int64_t>> read = ReadEach<int64_t>(
-      unread, remote ? kCountThreads : 1,
-      [&](std::string_view url) { return ReadShardCount(std::string(url), opener); });
-  std::unordered_map<std::string_view, const absl::StatusOr<int64_t>*> by_url;
-  by_url.reserve(unread.size());
-  for (size_t i = 0; i < unread.size(); ++i) by_url.emplace(unread[i], &read[i]);
+  std::unordered_map<std::string_view, absl::Status> failed;
+  if (!remote.empty()) {
+    std::vector<absl::StatusOr<int64_t>> read = ReadEach<int64_t>(
+        remote, kCountThreads,
+        [&](std::string_view url) { return ReadShardCount(std::string(url), opener); });
+    std::lock_guard<std::mutex> lock(*mu_);
+    for (size_t i = 0; i < remote.size(); ++i) {
+      if (!read[i].ok()) {
+        failed.emplace(remote[i], read[i].status());
+      } else if (counted_.emplace(remote[i], *read[i]).second) {
+        known_index_ = nullptr;
+      }
+    }
+  }
+  // In list order, the rest read here (local files, pipe: commands): the
+  // first failure is the one a loop over the list meets, since no remote
+  // read was skipped before the first remote failure (ReadEach).
   std::vector<int64_t> counts;
   counts.reserve(urls.size());
-  std::lock_guard<std::mutex> lock(*mu_);
-  for (size_t i = 0; i < unread.size(); ++i) {
-    if (read[i].ok() && counted_.emplace(unread[i], *read[i]).second) known_index_ = nullptr;
-  }
   for (const std::string& url : urls) {
-    if (auto it = counted_.find(url); it != counted_.end()) {
-      counts.push_back(it->second);
-    } else {
-      return by_url.at(url)->status();
-    }
+    if (auto it = failed.find(url); it != failed.end()) return it->second;
+    absl::StatusOr<int64_t> count = Count(url, opener);
+    if (!count.ok()) return count.status();
+    counts.push_back(*count);
   }
   return counts;
 }

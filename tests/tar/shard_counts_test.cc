@@ -201,6 +201,7 @@ struct RemoteShards {
   std::shared_ptr<std::condition_variable> cv = std::make_shared<std::condition_variable>();
   std::shared_ptr<int> inside = std::make_shared<int>(0);
   std::shared_ptr<int> most = std::make_shared<int>(0);
+  std::shared_ptr<bool> released = std::make_shared<bool>(false);  // once full, no more waits
 
   static std::string Url(int i) { return "http://shards.test/" + std::to_string(i) + ".tar"; }
   static std::vector<std::string> Urls(int n) {
@@ -211,6 +212,7 @@ struct RemoteShards {
 
   Opener opener() const {
     return [s = *this](std::string_view url) -> absl::StatusOr<std::unique_ptr<ByteStream>> {
+      if (!IsRemoteUrl(url)) return MakeOpener()(url);  // a local file
       if (url.size() > 4 && url.substr(url.size() - 4) == ".idx") {
         return absl::NotFoundError(std::string(url));
       }
@@ -220,7 +222,9 @@ struct RemoteShards {
         std::unique_lock<std::mutex> lock(*s.mu);
         *s.most = std::max(*s.most, ++*s.inside);
         s.cv->notify_all();
-        s.cv->wait_for(lock, std::chrono::seconds(20), [&] { return *s.most >= s.concurrent; });
+        s.cv->wait_for(lock, std::chrono::seconds(20),
+                       [&] { return *s.most >= s.concurrent || *s.released; });
+        *s.released = true;  // a serial reader fails after one wait, not one per shard
         --*s.inside;
       }
       if (s.fail.count(i) != 0) return absl::NotFoundError(std::string(url) + ": no such key");
@@ -267,6 +271,21 @@ TEST(ShardCountsTest, TheFailureReportedIsTheFirstInListOrderAndTheRestAreKept) 
   EXPECT_EQ(*one.most, 1);
 }
 
+TEST(ShardCountsTest, LocalAndPipeShardsAreReadInListOrderAfterTheRemoteOnes) {
+  TempDir dir;
+  const std::string missing = dir.path() + "/missing.tar";
+  const std::vector<std::string> urls = {RemoteShards::Url(0), missing, RemoteShards::Url(2)};
+  ShardCounts cache;
+  std::shared_ptr<ListCounts> list = *cache.For(urls, "");
+  RemoteShards remote;
+  remote.concurrent = 2;
+  remote.fail = {2};
+  absl::StatusOr<std::vector<int64_t>> counts = list->Counts(urls, remote.opener());
+  ASSERT_FALSE(counts.ok());
+  EXPECT_THAT(counts.status().message(), HasSubstr(missing));  // first in list order
+  EXPECT_EQ(*remote.most, 2);                                  // the remote two at once
+}
+
 TEST(ShardCatalogTest, ASampleSplitReadsTheIndexesOfRemoteShardsSixteenAtATime) {
   const std::vector<std::string> urls = RemoteShards::Urls(20);
   RemoteShards remote;
@@ -287,6 +306,34 @@ TEST(ShardCatalogTest, ASampleSplitReadsTheIndexesOfRemoteShardsSixteenAtATime) 
   absl::StatusOr<std::vector<int64_t>> failed = other.Counts(RemoteShards::Urls(4));
   ASSERT_FALSE(failed.ok());
   EXPECT_THAT(failed.status().message(), HasSubstr(RemoteShards::Url(1)));
+  // A local shard before the first remote failure fails first, as in list order.
+  TempDir dir;
+  const std::string missing = dir.path() + "/missing.tar";
+  RemoteShards mixed;
+  mixed.concurrent = 2;
+  mixed.fail = {2};
+  ShardCatalog third(mixed.opener(), nullptr);
+  failed = third.Counts({RemoteShards::Url(0), missing, RemoteShards::Url(2)});
+  ASSERT_FALSE(failed.ok());
+  EXPECT_THAT(failed.status().message(), HasSubstr(missing));
+}
+
+TEST(ShardCatalogTest, WorkersCountingAtOnceReadEachRemoteIndexOnce) {
+  const std::vector<std::string> urls = RemoteShards::Urls(20);
+  RemoteShards remote;
+  remote.concurrent = 16;
+  ShardCatalog catalog(remote.opener(), nullptr);
+  std::vector<std::thread> workers;
+  std::atomic<int> wrong{0};
+  for (int w = 0; w < 4; ++w) {
+    workers.emplace_back([&] {
+      absl::StatusOr<std::vector<int64_t>> counts = catalog.Counts(urls);
+      if (!counts.ok() || (*counts)[19] != 20) ++wrong;
+    });
+  }
+  for (std::thread& t : workers) t.join();
+  EXPECT_EQ(wrong, 0);
+  EXPECT_EQ(*remote.opens, 20);
 }
 
 }  // namespace

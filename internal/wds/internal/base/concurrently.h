@@ -8,16 +8,20 @@
 //   });
 //
 // Interrupts: the caller's interrupt check (wds/base/interrupt.h), if it
-// has one, stays in force. The caller's own jobs' waits call it; while the
-// caller waits for the other threads it calls it every
-// kInterruptCheckInterval; once it fails, the other threads' waits end with
-// CANCELLED and the jobs not begun are not run. A check must therefore keep
-// failing once it has failed (the Python bindings' SignalCheck does).
+// has one, stays in force. The caller's own jobs' waits call it; with other
+// threads, the caller also calls it before each job it takes and every
+// kInterruptCheckInterval while it waits for them; once it fails, the other
+// threads' waits end with CANCELLED and the jobs not begun are not run. A
+// check must therefore keep failing once it has failed (the Python
+// bindings' SignalCheck does).
 #pragma once
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
+#include <exception>
 #include <functional>
+#include <new>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -31,19 +35,31 @@ namespace wds {
 void RunConcurrently(size_t n, int threads, const std::function<void(size_t)>& job);
 
 // ReadEach returns read(items[i]) (an absl::StatusOr<T>) for every item,
-// `threads` at a time. After a failure no read begins (those left are
-// CANCELLED "not read"); reads begin in order, so every read before the
-// first failure in order has run, and that failure is the one a loop over
-// the items would have stopped at.
+// `threads` at a time. No read begins after a failed one (those are
+// CANCELLED "not read"; reads under way run to their end), and every read
+// before the first failure in order runs, so that failure is the one a loop
+// over the items would have stopped at. An exception from `read` is its
+// item's error (RESOURCE_EXHAUSTED for std::bad_alloc, else INTERNAL).
 template <typename T, typename Item, typename Read>
 std::vector<absl::StatusOr<T>> ReadEach(const std::vector<Item>& items, int threads,
                                         const Read& read) {
   std::vector<absl::StatusOr<T>> results(items.size(), absl::CancelledError("not read"));
-  std::atomic<bool> failed{false};
+  // The lowest failed item so far: an item after it need not be read, one
+  // before it must (a thread may take it late).
+  std::atomic<size_t> first_failed{SIZE_MAX};
   RunConcurrently(items.size(), threads, [&](size_t i) {
-    if (failed.load()) return;
-    results[i] = read(items[i]);
-    if (!results[i].ok()) failed.store(true);
+    if (i > first_failed.load()) return;
+    try {
+      results[i] = read(items[i]);
+    } catch (const std::bad_alloc&) {
+      results[i] = absl::ResourceExhaustedError("out of memory");
+    } catch (const std::exception& e) {
+      results[i] = absl::InternalError(e.what());
+    }
+    if (results[i].ok()) return;
+    for (size_t seen = first_failed.load(); i < seen;) {
+      if (first_failed.compare_exchange_weak(seen, i)) break;
+    }
   });
   return results;
 }
