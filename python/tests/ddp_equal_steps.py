@@ -44,8 +44,8 @@ def main(pattern, out_dir, epochs, split):
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(report, f)
     dist.barrier()
-    # The report is written: leave without torch 1.13's Gloo teardown, which can deadlock
-    # (holding the GIL) while the ranks close their connections at once; the exit closes them.
+    # The report is written: leave without destroy_process_group, which is reported to hang now
+    # and then (pytorch/pytorch#75097); the process's exit closes the connections.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

@@ -215,9 +215,12 @@ def _rank_main(target, rank, world_size, store_path, args, out):
 
     The message is flushed before anything else can block. The ranks then
     meet at a barrier, so that none closes its connections before every
-    collective is done, and leave by os._exit, without torch 1.13's Gloo
-    teardown: it can deadlock while the ranks close their connections at
-    once, holding the GIL (the process's exit closes them)."""
+    collective is done, and leave by os._exit, without destroy_process_group:
+    it is reported to hang now and then (pytorch/pytorch#75097), and Gloo's
+    teardown holds the GIL meanwhile (pytorch/pytorch#154976), which would
+    keep a queued message from being sent. The process's exit closes the
+    connections. (One CI run lost a rank's result this way or otherwise;
+    it has not been reproduced.)"""
     import faulthandler
     import traceback
 
