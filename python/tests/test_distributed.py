@@ -226,7 +226,9 @@ def _rank_main(target, rank, world_size, store_path, args, out):
 
     import torch.distributed as dist
 
-    faulthandler.dump_traceback_later(RANK_TIMEOUT_S, exit=True)  # into the captured stderr
+    # Into the captured stderr. (Not in the rank's DataLoader workers: a forked child that arms
+    # the timer waits forever for the parent's watchdog thread, which it does not have.)
+    faulthandler.dump_traceback_later(RANK_TIMEOUT_S, exit=True)
     dist.init_process_group("gloo", store=dist.FileStore(store_path, world_size), rank=rank,
                             world_size=world_size)
     try:
