@@ -9,7 +9,8 @@
 #        limits_test, whose bounds are on peak RSS and address space, which ASan's shadow memory
 #        and quarantine make meaningless (it runs in the Release build of scripts/test.sh).
 #  tsan: the tests that run threads (the Loader with its stress test, resume, sample split,
-#        memory and queue tests, shard index scans, threads reading one indexed shard, parallel
+#        memory and queue tests, fanned-out remote counts, shard index scans, threads reading
+#        one indexed shard, parallel
 #        image decoding, remote shards against in-process servers, GPU jobs decoded on the host
 #        by the Loader's workers) under ThreadSanitizer, in ${WDS_TSAN_BUILD_DIR:-build-tsan}.
 #
