@@ -10,9 +10,9 @@
 #        and quarantine make meaningless (it runs in the Release build of scripts/test.sh).
 #  tsan: the tests that run threads (the Loader with its stress test, resume, sample split,
 #        memory and queue tests, fanned-out remote counts, shard index scans, threads reading
-#        one indexed shard, parallel
-#        image decoding, remote shards against in-process servers, GPU jobs decoded on the host
-#        by the Loader's workers) under ThreadSanitizer, in ${WDS_TSAN_BUILD_DIR:-build-tsan}.
+#        one indexed shard, parallel image decoding, remote shards against in-process servers,
+#        GPU jobs decoded on the host by the Loader's workers) under ThreadSanitizer, in
+#        ${WDS_TSAN_BUILD_DIR:-build-tsan}.
 #
 # Each test binary runs as one process (much faster than ctest's process per test case), two at
 # a time (the longest as two gtest shards), for at most ${WDS_SANITIZE_TIMEOUT:-900} seconds (a
