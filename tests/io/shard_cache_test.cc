@@ -12,11 +12,13 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -30,6 +32,7 @@
 #include "wds/base/interrupt.h"
 #include "wds/internal/base/strings.h"
 #include "wds/io/remote.h"
+#include "wds/tar/shard_index.h"
 
 namespace wds {
 namespace {
@@ -714,6 +717,57 @@ TEST_F(ShardCacheTest, ASkipWhileCachingIsReadIntoTheCache) {
   EXPECT_EQ(*(*hit)->Skip(299'000), 299'000);
   EXPECT_EQ(*ReadAll(**hit), bodies_[0].substr(299'000));
   EXPECT_EQ(server_.requests(), 1);
+}
+
+// wds-shard index over remote shards scans 16 at a time: each request waits
+// (up to 20 s, so that serial scans fail rather than hang) until eight are
+// under way at once.
+TEST(WdsShardIndexRemoteTest, RemoteShardsAreScannedConcurrentlyAndListedInOrder) {
+  FaultServer server;
+  testing::TempDir local;
+  std::vector<std::string> urls;
+  for (int i = 0; i < 8; ++i) {
+    std::vector<testing::TarEntry> entries;
+    for (int j = 0; j <= i; ++j) entries.push_back({Cat("k", j, ".cls"), std::to_string(j)});
+    const std::string tar = testing::MakeTar(entries);
+    server.Put(Cat("/d/s", i, ".tar"), tar);
+    local.Write(Cat("s", i, ".tar"), tar);
+    urls.push_back(server.Url(Cat("/d/s", i, ".tar")));
+  }
+  auto mu = std::make_shared<std::mutex>();
+  auto cv = std::make_shared<std::condition_variable>();
+  auto waiting = std::make_shared<int>(0);
+  auto most = std::make_shared<int>(0);
+  auto released = std::make_shared<bool>(false);  // a serial run waits once, not per shard
+  server.SetPlanner([=](const FaultRequest&) {
+    std::unique_lock<std::mutex> lock(*mu);
+    *most = std::max(*most, ++*waiting);
+    cv->notify_all();
+    cv->wait_for(lock, std::chrono::seconds(20), [&] { return *most >= 8 || *released; });
+    *released = true;
+    --*waiting;
+    return FaultPlan();
+  });
+  testing::TempDir work;
+  std::string command = Cat(testing::ToolPath("wds-shard"), " index --dir idx --json all.json");
+  for (int i : {7, 0, 1, 2, 3, 4, 5, 6}) command += " " + urls[i];
+  const testing::ToolRun run = testing::RunCaptured(work.path(), command);
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_EQ(*most, 8);
+  EXPECT_EQ(server.requests(), 8);
+  ASSERT_EQ(testing::RunWdsShard(local, "index s{0..7}.tar").status, 0);
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(testing::ReadFile(Cat(work.path(), "/idx/s", i, ".tar.idx")),
+              testing::ReadFile(Cat(local.path(), "/s", i, ".tar.idx")))
+        << i;
+  }
+  absl::StatusOr<DatasetIndex> index = DatasetIndex::Load(work.path() + "/all.json");
+  ASSERT_TRUE(index.ok()) << index.status();
+  ASSERT_EQ(index->shards.size(), 8u);
+  EXPECT_EQ(index->shards[0].url, urls[7]);
+  EXPECT_EQ(index->shards[0].nsamples, 8);
+  EXPECT_EQ(index->shards[1].url, urls[0]);
+  EXPECT_EQ(index->shards[1].nsamples, 1);
 }
 
 }  // namespace

@@ -335,6 +335,72 @@ TEST(WdsShardIndexTest, CompressedShardIsIndexedInUncompressedOffsets) {
   EXPECT_EQ(ReadFile(dir.path() + "/s.tar.zst.idx"), ReadFile(dir.path() + "/s.tar.idx"));
 }
 
+TEST(WdsShardIndexTest, JobsGiveTheSameIndexesAndListInTheOrderGiven) {
+  TempDir dir;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<TarEntry> entries;
+    for (int j = 0; j <= i; ++j) entries.push_back({"k" + std::to_string(j) + ".txt", "x"});
+    dir.Write("s" + std::to_string(i) + ".tar", MakeTar(entries));
+  }
+  // s2 twice: scanned once, listed twice.
+  const std::string shards = "s5.tar s{0..4}.tar s2.tar";
+  ASSERT_EQ(RunWdsShard(dir, "index --json one.json " + shards).status, 0);
+  std::vector<std::string> serial;
+  for (int i = 0; i < 6; ++i)
+    serial.push_back(ReadFile(dir.path() + "/s" + std::to_string(i) + ".tar.idx"));
+  ToolRun run = RunWdsShard(dir, "index --jobs 4 --json four.json " + shards);
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_THAT(run.err, HasSubstr("index: 7 shard(s), 24 samples; four.json"));
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(ReadFile(dir.path() + "/s" + std::to_string(i) + ".tar.idx"), serial[i]) << i;
+  }
+  EXPECT_EQ(ReadFile(dir.path() + "/four.json"), ReadFile(dir.path() + "/one.json"));
+  absl::StatusOr<DatasetIndex> index = DatasetIndex::Load(dir.path() + "/four.json");
+  ASSERT_TRUE(index.ok()) << index.status();
+  std::vector<std::string> names;  // Load resolves them against the JSON's directory
+  for (const DatasetShard& shard : index->shards) {
+    names.push_back(fs::path(shard.url).lexically_relative(dir.path()).string());
+  }
+  EXPECT_THAT(names, ::testing::ElementsAre("s5.tar", "s0.tar", "s1.tar", "s2.tar", "s3.tar",
+                                            "s4.tar", "s2.tar"));
+}
+
+TEST(WdsShardIndexTest, TheErrorIsTheFirstFailingShardInTheOrderGivenAndNoJsonIsWritten) {
+  TempDir dir;
+  for (int i : {0, 2, 4}) dir.Write("s" + std::to_string(i) + ".tar", MakeTar(CleanEntries()));
+  dir.Write("s3.tar", MakeTar(CleanEntries()).substr(0, 700));  // cut short
+  ToolRun run = RunWdsShard(dir, "index --jobs 8 --json ds.json s{0..4}.tar");
+  EXPECT_EQ(run.status, 1);
+  EXPECT_THAT(run.err, HasSubstr("s1.tar"));  // missing, before the cut s3.tar
+  EXPECT_THAT(run.err, Not(HasSubstr("s3.tar")));
+  EXPECT_TRUE(fs::exists(dir.path() + "/s0.tar.idx"));  // every shard before it was indexed
+  EXPECT_FALSE(fs::exists(dir.path() + "/ds.json"));
+}
+
+TEST(WdsShardIndexTest, RemoteShardsWhoseIndexesWouldBeOneFileAreRefusedBeforeAnyRead) {
+  TempDir dir;
+  // Nothing listens on port 1: had either been read, the error would be a connection's.
+  ToolRun run = RunWdsShard(dir,
+                            "index --dir idx http://127.0.0.1:1/a/x.tar "
+                            "http://127.0.0.1:1/b/x.tar?v=2");
+  EXPECT_EQ(run.status, 1);
+  EXPECT_THAT(run.err, HasSubstr("index: http://127.0.0.1:1/a/x.tar and "
+                                 "http://127.0.0.1:1/b/x.tar?v=2 would both write idx/x.tar.idx"));
+  EXPECT_FALSE(fs::exists(dir.path() + "/idx"));
+}
+
+TEST(WdsShardIndexTest, JobsMustBeAPositiveInteger) {
+  TempDir dir;
+  dir.Write("s.tar", MakeTar(CleanEntries()));
+  for (const char* bad : {"0", "-1", "x"}) {
+    ToolRun run = RunWdsShard(dir, std::string("index --jobs ") + bad + " s.tar");
+    EXPECT_EQ(run.status, 1) << bad;
+    EXPECT_THAT(run.err, HasSubstr(std::string("index: --jobs needs an integer of at least 1, "
+                                               "not '") +
+                                   bad + "'"));
+  }
+}
+
 TEST(WdsShardIndexTest, MissingShardIsAnErrorNamingIt) {
   TempDir dir;
   ToolRun run = RunWdsShard(dir, "index nope.tar");

@@ -1,23 +1,32 @@
 // wds-shard index: write DALI index sidecars and, with --json, the dataset's
 // wids shard index.
 //
-//   wds-shard index [--json FILE] [--dir DIR] SHARD...
+//   wds-shard index [--json FILE] [--dir DIR] [--jobs N] SHARD...
 //
 // Each SHARD gets SHARD.idx (see wds/tar/shard_index.h), built from its tar
 // headers alone. A remote shard (http(s)://, s3://, gs://) cannot get a file
 // beside it: its index is written locally, as DIR/<name of the shard>.idx
-// (DIR defaults to the current directory). FILE lists every shard with its
-// sample count and size; local shard URLs under FILE's directory are written
-// relative to it (as wids resolves them), other local ones as absolute paths,
-// remote ones as given.
+// (DIR defaults to the current directory); two shards whose indexes would
+// be one file are refused before any is read. FILE lists every shard with
+// its sample count and size, in the order given; local shard URLs under
+// FILE's directory are written relative to it (as wids resolves them), other
+// local ones as absolute paths, remote ones as given.
+//
+// Shards are scanned N at a time (--jobs; default 16 when a shard is remote,
+// each scan waiting on round trips, else 1). The error reported is that of
+// the first shard in the order given that fails; no scan begins after a
+// failed one, and FILE is written only when every shard was indexed.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "commands.h"
 #include "common.h"
+#include "wds/internal/base/concurrently.h"
 #include "wds/internal/tar/shard_scan.h"
 #include "wds/io/remote.h"
 #include "wds/shards/shard_list.h"
@@ -47,12 +56,31 @@ std::string LocalIndexPath(const std::string& dir, const std::string& url) {
   return (fs::path(dir.empty() ? "." : dir) / IndexPath(name)).string();
 }
 
+// Indexed is one shard's scan: its sample count and size in bytes.
+struct Indexed {
+  int64_t samples = 0;
+  int64_t size = 0;
+};
+
+// IndexShard scans `shard` and writes its index to `path`.
+absl::StatusOr<Indexed> IndexShard(const std::string& shard, const std::string& path) {
+  absl::StatusOr<std::unique_ptr<ByteStream>> stream = OpenShard(shard);
+  if (!stream.ok()) return stream.status();
+  Indexed indexed;
+  absl::StatusOr<ShardIndex> index = ScanStream(*std::move(stream), &indexed.size);
+  if (!index.ok()) return index.status();
+  if (absl::Status s = index->Save(path); !s.ok()) return s;
+  indexed.samples = static_cast<int64_t>(index->samples.size());
+  return indexed;
+}
+
 }  // namespace
 
 int RunIndex(int argc, char** argv) {
   Args args(argc, argv);
   std::string json;
   std::string dir;
+  int jobs = 0;  // 0: the default
   std::vector<std::string> shards;
   while (!args.done()) {
     const std::string_view arg = args.Take();
@@ -64,6 +92,12 @@ int RunIndex(int argc, char** argv) {
       absl::StatusOr<std::string> v = args.Value(arg);
       if (!v.ok()) return Fail(v.status());
       dir = *v;
+    } else if (arg == "--jobs") {
+      absl::StatusOr<std::string> v = args.Value(arg);
+      if (!v.ok()) return Fail(v.status());
+      absl::StatusOr<int64_t> n = ParseCount(*v, "index: --jobs");
+      if (!n.ok()) return Fail(n.status());
+      jobs = static_cast<int>(std::min<int64_t>(*n, 256));
     } else if (IsOption(arg)) {
       return Fail("index: unknown option " + std::string(arg));
     } else {
@@ -72,25 +106,46 @@ int RunIndex(int argc, char** argv) {
       shards.insert(shards.end(), expanded->begin(), expanded->end());
     }
   }
-  if (shards.empty()) return Fail("usage: wds-shard index [--json FILE] [--dir DIR] SHARD...");
+  if (shards.empty()) {
+    return Fail("usage: wds-shard index [--json FILE] [--dir DIR] [--jobs N] SHARD...");
+  }
+  // Each distinct shard is scanned once, into its own index file.
+  std::vector<std::string> unique;
+  std::vector<std::string> paths;
+  std::unordered_map<std::string, size_t> job_of;  // shard -> its place in `unique`
+  std::unordered_map<std::string, std::string> shard_of_path;
+  bool any_remote = false;
+  for (const std::string& shard : shards) {
+    if (job_of.count(shard) != 0) continue;
+    const bool remote = IsRemoteUrl(shard);
+    any_remote = any_remote || remote;
+    std::string path = remote ? LocalIndexPath(dir, shard) : IndexPath(shard);
+    auto [other, added] = shard_of_path.emplace(path, shard);
+    if (!added) {
+      return Fail("index: " + other->second + " and " + shard + " would both write " + path +
+                  " (remote shards' indexes are named by the URL's last segment: index them "
+                  "into different --dir)");
+    }
+    job_of.emplace(shard, unique.size());
+    unique.push_back(shard);
+    paths.push_back(std::move(path));
+  }
+  if (any_remote && !dir.empty()) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+  }
+  std::vector<size_t> order(unique.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  const std::vector<absl::StatusOr<Indexed>> indexed =
+      ReadEach<Indexed>(order, jobs > 0 ? jobs : (any_remote ? 16 : 1),
+                        [&](size_t i) { return IndexShard(unique[i], paths[i]); });
   DatasetIndex dataset;
   for (const std::string& shard : shards) {
+    const absl::StatusOr<Indexed>& done = indexed[job_of.at(shard)];
+    if (!done.ok()) return Fail("index: " + std::string(done.status().message()));
     const bool remote = IsRemoteUrl(shard);
-    absl::StatusOr<std::unique_ptr<ByteStream>> stream = OpenShard(shard);
-    if (!stream.ok()) return Fail("index: " + std::string(stream.status().message()));
-    int64_t size = 0;
-    absl::StatusOr<ShardIndex> index = ScanStream(*std::move(stream), &size);
-    if (!index.ok()) return Fail("index: " + std::string(index.status().message()));
-    const std::string path = remote ? LocalIndexPath(dir, shard) : IndexPath(shard);
-    if (remote && !dir.empty()) {
-      std::error_code ec;
-      fs::create_directories(dir, ec);
-    }
-    if (absl::Status s = index->Save(path); !s.ok()) {
-      return Fail("index: " + std::string(s.message()));
-    }
-    dataset.shards.push_back({json.empty() || remote ? shard : UrlFrom(json, shard),
-                              static_cast<int64_t>(index->samples.size()), size});
+    dataset.shards.push_back(
+        {json.empty() || remote ? shard : UrlFrom(json, shard), done->samples, done->size});
   }
   if (!json.empty()) {
     if (absl::Status s = dataset.Save(json); !s.ok())
