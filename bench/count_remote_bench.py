@@ -1,18 +1,23 @@
 #!/usr/bin/python3
-"""What a sample-granular split over remote shards without a dataset index
-spends counting them: every shard's .idx sidecar is fetched from a server
-that answers each request after --latency-ms (a far object store's round
-trip; SlowServer of wids_remote_bench.py).
+"""What counting remote shards costs without a dataset index, and what
+building that index costs: the shards (with .idx sidecars) are served by a
+server that answers each request after --latency-ms (a far object store's
+round trip; SlowServer of wids_remote_bench.py).
 
   one by one   wds.count_samples(url) for each shard in turn: how counts
                were read before they were read kCountThreads at a time
   plan_epoch   wds.plan_epoch of WebDataset(urls, split="samples"): the
                counts of every shard, read 16 at a time
+  index -j1    `wds-shard index --jobs 1 --dir D URL...`: every shard
+               scanned in turn (a header scan: the shard itself is read)
+  index        the same with the default --jobs (16 for remote shards)
 
 Each measurement runs in a fresh process (a process keeps the counts it
 read); rounds alternate the modes. Usage:
 
   bench/count_remote_bench.py [--shards 400] [--latency-ms 20] [--rounds 3] [--build build]
+
+(wds-shard index then writes the indexes into a temporary directory.)
 """
 
 import argparse
@@ -22,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -65,11 +71,22 @@ def main():
             os.symlink(base + ".idx", os.path.join(work, name + ".idx"))
         server = SlowServer(work, args.latency_ms)
         try:
-            urls = json.dumps([server.url(n) for n in names])
-            modes = ["one by one", "plan_epoch"]
+            url_list = [server.url(n) for n in names]
+            urls = json.dumps(url_list)
+            tool = os.path.join(os.path.abspath(args.build), "tools", "wds-shard")
+            modes = ["one by one", "plan_epoch", "index -j1", "index"]
             seconds = {mode: [] for mode in modes}
             for r in range(args.rounds):
                 for mode in (modes if r % 2 == 0 else modes[::-1]):
+                    if mode.startswith("index"):
+                        jobs = ["--jobs", "1"] if mode == "index -j1" else []
+                        out_dir = tempfile.mkdtemp(dir=work)
+                        start = time.perf_counter()
+                        subprocess.run([tool, "index", *jobs, "--dir", out_dir, *url_list],
+                                       check=True, capture_output=True)
+                        seconds[mode].append(time.perf_counter() - start)
+                        assert len(os.listdir(out_dir)) == args.shards
+                        continue
                     out = subprocess.run([sys.executable, "-c", CHILD, mode, urls], env=env,
                                          check=True, capture_output=True, text=True).stdout
                     result = json.loads(out)
@@ -81,8 +98,9 @@ def main():
           f"{args.latency_ms:g} ms; median of {args.rounds} rounds, each in a fresh process")
     for mode in modes:
         print(f"  {mode:<12} {statistics.median(seconds[mode]):7.3f} s")
-    ratio = statistics.median(seconds["one by one"]) / statistics.median(seconds["plan_epoch"])
-    print(f"  plan_epoch counts {ratio:.1f}x faster")
+    median = {mode: statistics.median(seconds[mode]) for mode in modes}
+    print(f"  plan_epoch counts {median['one by one'] / median['plan_epoch']:.1f}x faster; "
+          f"wds-shard index {median['index -j1'] / median['index']:.1f}x faster with 16 jobs")
 
 
 if __name__ == "__main__":
