@@ -3,7 +3,9 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 
 #include "wds/internal/base/strings.h"
@@ -15,7 +17,10 @@ std::string TemporaryPath(std::string_view path) {
 }
 
 absl::Status WriteFileAtomically(const std::string& path, std::string_view data) {
-  const std::string temp = TemporaryPath(path);
+  // A call of its own: two threads writing one path must not share a temporary file. (The
+  // process id stays last, where RemoveStaleTemporaries looks for it.)
+  static std::atomic<int64_t> calls{0};
+  const std::string temp = TemporaryPath(Cat(path, ".", calls.fetch_add(1)));
   FILE* f = std::fopen(temp.c_str(), "wb");
   if (f == nullptr) return absl::ErrnoToStatus(errno, Cat(path, ": cannot create"));
   const bool written = std::fwrite(data.data(), 1, data.size(), f) == data.size();

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "wds/internal/tar/shard_scan.h"  // LocalPath
 #include "wds/io/byte_stream.h"
 #include "wds/tar/shard_index.h"
 
@@ -33,9 +34,5 @@ std::string SidecarUrl(std::string_view url);
 // other failures and a malformed sidecar are errors naming it.
 [[nodiscard]] absl::StatusOr<std::optional<ShardIndex>> RemoteSidecar(std::string_view url,
                                                                       const Opener& opener);
-
-// LocalPath returns the file a URL names, or nullopt for standard input,
-// commands and remote URLs, which have no sidecar to look for.
-std::optional<std::string> LocalPath(std::string_view url);
 
 }  // namespace wds

@@ -389,6 +389,29 @@ TEST(WdsShardIndexTest, RemoteShardsWhoseIndexesWouldBeOneFileAreRefusedBeforeAn
   EXPECT_FALSE(fs::exists(dir.path() + "/idx"));
 }
 
+TEST(WdsShardIndexTest, OneShardSpelledThreeWaysIsScannedOnceAndListedThrice) {
+  TempDir dir;
+  dir.Write("a.tar", MakeTar(CleanEntries()));
+  ASSERT_EQ(RunWdsShard(dir, "index a.tar").status, 0);
+  const std::string serial = ReadFile(dir.path() + "/a.tar.idx");
+  fs::remove(dir.path() + "/a.tar.idx");
+  ToolRun run =
+      RunWdsShard(dir, "index --jobs 4 --json ds.json a.tar ./a.tar " + dir.path() + "//a.tar");
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_THAT(run.err, HasSubstr("index: 3 shard(s), 9 samples"));
+  EXPECT_EQ(ReadFile(dir.path() + "/a.tar.idx"), serial);
+}
+
+TEST(WdsShardIndexTest, ALocalAndARemoteShardWhoseIndexesWouldBeOneFileAreRefused) {
+  TempDir dir;
+  dir.Write("x.tar", MakeTar(CleanEntries()));
+  ToolRun run = RunWdsShard(dir, "index x.tar http://127.0.0.1:1/x.tar");
+  EXPECT_EQ(run.status, 1);
+  EXPECT_THAT(run.err, HasSubstr("index: x.tar and http://127.0.0.1:1/x.tar would both write "
+                                 "./x.tar.idx\n"));
+  EXPECT_FALSE(fs::exists(dir.path() + "/x.tar.idx"));  // refused before any scan
+}
+
 TEST(WdsShardIndexTest, JobsMustBeAPositiveInteger) {
   TempDir dir;
   dir.Write("s.tar", MakeTar(CleanEntries()));

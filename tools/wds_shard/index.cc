@@ -12,14 +12,17 @@
 // FILE's directory are written relative to it (as wids resolves them), other
 // local ones as absolute paths, remote ones as given.
 //
-// Shards are scanned N at a time (--jobs; default 16 when a shard is remote,
-// each scan waiting on round trips, else 1). The error reported is that of
-// the first shard in the order given that fails; no scan begins after a
-// failed one, and FILE is written only when every shard was indexed.
+// Shards are scanned N at a time (--jobs, at most 256; default 16 when a
+// shard is remote, each scan waiting on round trips, else 1), each distinct
+// shard once (a local file however it is spelled). The error reported is
+// that of the first shard in the order given that fails; no scan begins
+// after a failed one (those under way finish and write their indexes), and
+// FILE is written only when every shard was indexed.
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -54,6 +57,21 @@ std::string LocalIndexPath(const std::string& dir, const std::string& url) {
   std::string name = url.substr(0, url.find_first_of("?#"));
   name = name.substr(name.rfind('/') + 1);
   return (fs::path(dir.empty() ? "." : dir) / IndexPath(name)).string();
+}
+
+// FileKey names the file at `path` whatever the spelling ("a.tar",
+// "./a.tar", an absolute path, a symbolic link to it).
+std::string FileKey(const std::string& path) {
+  std::error_code ec;
+  const fs::path canonical = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  return ec ? fs::absolute(path).lexically_normal().string() : canonical.string();
+}
+
+// ShardKey names a shard: a local file by its FileKey, anything else (a
+// remote URL, a pipe: command, "-") as written.
+std::string ShardKey(const std::string& shard) {
+  std::optional<std::string> local = LocalPath(shard);
+  return local.has_value() ? FileKey(*local) : shard;
 }
 
 // Indexed is one shard's scan: its sample count and size in bytes.
@@ -109,24 +127,30 @@ int RunIndex(int argc, char** argv) {
   if (shards.empty()) {
     return Fail("usage: wds-shard index [--json FILE] [--dir DIR] [--jobs N] SHARD...");
   }
-  // Each distinct shard is scanned once, into its own index file.
+  // Each distinct shard (a local file however it is spelled) is scanned
+  // once, into an index file of its own.
   std::vector<std::string> unique;
   std::vector<std::string> paths;
-  std::unordered_map<std::string, size_t> job_of;  // shard -> its place in `unique`
-  std::unordered_map<std::string, std::string> shard_of_path;
+  std::vector<size_t> job_of(shards.size());                   // listed shard -> its job
+  std::unordered_map<std::string, size_t> job_of_shard;        // ShardKey -> its job
+  std::unordered_map<std::string, std::string> shard_of_path;  // FileKey of an index -> shard
   bool any_remote = false;
-  for (const std::string& shard : shards) {
-    if (job_of.count(shard) != 0) continue;
+  for (size_t s = 0; s < shards.size(); ++s) {
+    const std::string& shard = shards[s];
+    auto [job, added] = job_of_shard.emplace(ShardKey(shard), unique.size());
+    job_of[s] = job->second;
+    if (!added) continue;
     const bool remote = IsRemoteUrl(shard);
     any_remote = any_remote || remote;
     std::string path = remote ? LocalIndexPath(dir, shard) : IndexPath(shard);
-    auto [other, added] = shard_of_path.emplace(path, shard);
-    if (!added) {
+    auto [other, free] = shard_of_path.emplace(FileKey(path), shard);
+    if (!free) {
+      const bool both_remote = IsRemoteUrl(other->second) && remote;
       return Fail("index: " + other->second + " and " + shard + " would both write " + path +
-                  " (remote shards' indexes are named by the URL's last segment: index them "
-                  "into different --dir)");
+                  (both_remote ? " (remote shards' indexes are named by the URL's last "
+                                 "segment: index them into different --dir)"
+                               : ""));
     }
-    job_of.emplace(shard, unique.size());
     unique.push_back(shard);
     paths.push_back(std::move(path));
   }
@@ -140,8 +164,9 @@ int RunIndex(int argc, char** argv) {
       ReadEach<Indexed>(order, jobs > 0 ? jobs : (any_remote ? 16 : 1),
                         [&](size_t i) { return IndexShard(unique[i], paths[i]); });
   DatasetIndex dataset;
-  for (const std::string& shard : shards) {
-    const absl::StatusOr<Indexed>& done = indexed[job_of.at(shard)];
+  for (size_t s = 0; s < shards.size(); ++s) {
+    const std::string& shard = shards[s];
+    const absl::StatusOr<Indexed>& done = indexed[job_of[s]];
     if (!done.ok()) return Fail("index: " + std::string(done.status().message()));
     const bool remote = IsRemoteUrl(shard);
     dataset.shards.push_back(

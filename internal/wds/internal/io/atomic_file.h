@@ -12,9 +12,10 @@ namespace wds {
 // `path`: "<path>.<pid>.tmp".
 std::string TemporaryPath(std::string_view path);
 
-// WriteFileAtomically writes `data` to `path` through TemporaryPath(path),
+// WriteFileAtomically writes `data` to `path` through a temporary file of
+// its own ("<path>.<n>.<pid>.tmp", n counting the calls in this process),
 // renamed into place; on error the temporary file is removed and the error
-// names `path`.
+// names `path`. Threads may write one path at once: the last rename wins.
 [[nodiscard]] absl::Status WriteFileAtomically(const std::string& path, std::string_view data);
 
 }  // namespace wds

@@ -1,11 +1,15 @@
 // ScanStream: the header-only scan of ScanShard (wds/tar/shard_index.h) over a
 // stream the caller opened, measuring the stream on the way. wds-shard indexes
 // and inspects shards opened with its own remote options this way, and learns
-// their sizes without a second request.
+// their sizes without a second request. LocalPath: which file a shard URL
+// names (wds-shard index tells two spellings of one shard apart by it).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "wds/io/byte_stream.h"
@@ -18,5 +22,9 @@ namespace wds {
 // delivered or skipped: the shard's size, also for a remote one.
 [[nodiscard]] absl::StatusOr<ShardIndex> ScanStream(std::unique_ptr<ByteStream> stream,
                                                     int64_t* stream_bytes = nullptr);
+
+// LocalPath returns the file a URL names, or nullopt for standard input,
+// commands and remote URLs, which have no sidecar to look for.
+std::optional<std::string> LocalPath(std::string_view url);
 
 }  // namespace wds
