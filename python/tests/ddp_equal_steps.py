@@ -7,6 +7,7 @@ Arguments: shard pattern, output directory, epochs, split ("shards", or
 have sidecars)."""
 
 import datetime
+import faulthandler
 import json
 import os
 import sys
@@ -19,6 +20,9 @@ import webdataset_cpp as wds
 
 
 def main(pattern, out_dir, epochs, split):
+    # A rank still running after 50 s (a run takes seconds) prints every thread's stack once,
+    # so that a hang shows where it is.
+    faulthandler.dump_traceback_later(50)
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
     rank, world = dist.get_rank(), dist.get_world_size()
     dataset = (wds.WebDataset(pattern, shardshuffle=100, nodesplitter=wds.split_by_node,

@@ -8,6 +8,7 @@ Arguments: shard pattern, output directory, phase, workers.
 Every step is an all-reduce, so ranks that ran unequal steps would hang."""
 
 import datetime
+import faulthandler
 import json
 import os
 import sys
@@ -24,6 +25,9 @@ def dataset(pattern):
 
 
 def main(pattern, out_dir, phase, workers):
+    # A rank still running after 50 s (a run takes seconds) prints every thread's stack once,
+    # so that a hang shows where it is.
+    faulthandler.dump_traceback_later(50)
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
     rank = dist.get_rank()
     ds = dataset(pattern)

@@ -84,9 +84,21 @@ def run_torchrun(pattern, tmp_path, split, epochs=2):
            "--nproc_per_node", "3", "--master_addr", "127.0.0.1", "--master_port",
            str(free_port()), "--log_dir", str(tmp_path / "logs"), script, pattern,
            str(tmp_path), str(epochs), split]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    launch(cmd)
     return [json.load(open(tmp_path / f"rank{r}.json")) for r in range(3)]
+
+
+def launch(cmd, timeout=120):
+    """Runs a torchrun command; fails with its output when it fails or runs
+    past `timeout` seconds (a rank still running after 50 s has printed its
+    threads' stacks into that output)."""
+    try:
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        err = e.stderr or b""
+        err = err.decode(errors="replace") if isinstance(err, bytes) else err
+        raise AssertionError(f"torchrun ran past {timeout} s:\n{err[-8000:]}") from None
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
 
 def test_torchrun_three_ranks_run_equal_steps(uneven, tmp_path):
