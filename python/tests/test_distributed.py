@@ -80,25 +80,58 @@ def free_port():
 def run_torchrun(pattern, tmp_path, split, epochs=2):
     """The reports of ddp_equal_steps.py's 3 ranks."""
     script = os.path.join(os.path.dirname(__file__), "ddp_equal_steps.py")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1",
-           "--nproc_per_node", "3", "--master_addr", "127.0.0.1", "--master_port",
-           str(free_port()), "--log_dir", str(tmp_path / "logs"), script, pattern,
-           str(tmp_path), str(epochs), split]
-    launch(cmd)
+    torchrun(3, tmp_path / "logs", [script, pattern, str(tmp_path), str(epochs), split])
     return [json.load(open(tmp_path / f"rank{r}.json")) for r in range(3)]
 
 
-def launch(cmd, timeout=120):
-    """Runs a torchrun command; fails with its output when it fails or runs
-    past `timeout` seconds (a rank still running after 50 s has printed its
-    threads' stacks into that output)."""
-    try:
-        result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as e:
-        err = e.stderr or b""
-        err = err.decode(errors="replace") if isinstance(err, bytes) else err
-        raise AssertionError(f"torchrun ran past {timeout} s:\n{err[-8000:]}") from None
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+PORT_TAKEN = "The server socket has failed to listen on any local network address"
+
+
+def torchrun(ranks, log_dir, script_and_args, timeout=120, tries=3):
+    """Runs a script under torchrun with `ranks` ranks on this host; fails
+    with its output when it fails or runs past `timeout` seconds (a rank
+    still running after 50 s has printed its threads' stacks into that
+    output). The master port is a free one; when another process takes it
+    before torchrun's store binds it (the agent then fails at once, before
+    any rank starts), the job runs again on another, `tries` times in all."""
+    for attempt in range(tries):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1",
+               "--nproc_per_node", str(ranks), "--master_addr", "127.0.0.1", "--master_port",
+               str(free_port()), "--log_dir", str(log_dir), *script_and_args]
+        try:
+            result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            err = e.stderr or b""
+            err = err.decode(errors="replace") if isinstance(err, bytes) else err
+            raise AssertionError(f"torchrun ran past {timeout} s:\n{err[-8000:]}") from None
+        if result.returncode != 0 and PORT_TAKEN in result.stderr and attempt + 1 < tries:
+            continue
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        return
+
+
+def test_torchrun_runs_again_on_another_port_when_its_port_was_taken(uneven, tmp_path,
+                                                                     monkeypatch):
+    script = os.path.join(os.path.dirname(__file__), "ddp_equal_steps.py")
+    job = [script, uneven, str(tmp_path), "1", "shards"]
+    really_free_port = free_port
+    picked = []
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        # The first port picked is taken; the second is free.
+        monkeypatch.setattr(sys.modules[__name__], "free_port", lambda: picked.append(1) or (
+            taken.getsockname()[1] if len(picked) == 1 else really_free_port()))
+        torchrun(2, tmp_path / "logs", job)
+        assert len(picked) == 2
+        assert [json.load(open(tmp_path / f"rank{r}.json"))["world_size"]
+                for r in range(2)] == [2, 2]
+        # Every port picked is taken: three tries, then the bind error.
+        monkeypatch.setattr(sys.modules[__name__], "free_port",
+                            lambda: picked.append(1) or taken.getsockname()[1])
+        with pytest.raises(AssertionError, match=PORT_TAKEN):
+            torchrun(2, tmp_path / "logs", job)
+        assert len(picked) == 5
 
 
 def test_torchrun_three_ranks_run_equal_steps(uneven, tmp_path):

@@ -5,13 +5,12 @@ every sample once (but what the resumed equalization leaves out)."""
 import json
 import os
 import shutil
-import sys
 
 import pytest
 
 import webdataset_cpp as wds
 from conftest import write_shards
-from test_distributed import free_port, launch
+from test_distributed import torchrun
 
 SIZES = [37, 5, 61, 23, 44, 9, 30, 54]
 BATCH = 4
@@ -101,22 +100,19 @@ def test_job_states_say_what_they_cannot_do(shards, monkeypatch):
 def test_torchrun_three_ranks_resume_on_two_and_on_four(shards, tmp_path):
     script = os.path.join(os.path.dirname(__file__), "elastic_resume.py")
 
-    def torchrun(ranks, phase, workers, out):
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1",
-               "--nproc_per_node", str(ranks), "--master_addr", "127.0.0.1", "--master_port",
-               str(free_port()), "--log_dir", str(out / f"logs-{phase}-{ranks}"), script, shards,
-               str(out), phase, str(workers)]
-        launch(cmd)
+    def run(ranks, phase, workers, out):
+        torchrun(ranks, out / f"logs-{phase}-{ranks}", [script, shards, str(out), phase,
+                                                        str(workers)])
         return [json.load(open(out / f"{phase}-{ranks}-rank{r}.json")) for r in range(ranks)]
 
-    first = torchrun(3, "first", 2, tmp_path)
+    first = run(3, "first", 2, tmp_path)
     head = [k for report in first for k in report["keys"]]
     assert len(head) == 3 * 5 * BATCH
     copy = tmp_path / "copy"
     copy.mkdir()
     shutil.copy(tmp_path / "job.json", copy / "job.json")
     for ranks, workers, out in ((2, 1, tmp_path), (4, 3, copy)):
-        reports = torchrun(ranks, "resume", workers, out)
+        reports = run(ranks, "resume", workers, out)
         assert len({(r["steps"], r["ran"]) for r in reports}) == 1  # equal steps
         trained = head + [k for report in reports for k in report["keys"]]
         assert len(trained) == len(set(trained)), "a sample was trained twice"
