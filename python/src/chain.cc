@@ -12,6 +12,7 @@
 #include "errors.h"
 #include "handlers.h"
 #include "opener.h"
+#include "py_ref.h"
 #include "shared_batches.h"
 #include "sources.h"
 #include "wds/base/buffer_pool.h"
@@ -70,7 +71,7 @@ class ChainIterator {
     wds::SampleResult item;
     SignalCheck signals;
     {
-      py::gil_scoped_release release;
+      ScopedGilRelease release;
       wds::ScopedInterruptCheck check(signals.check());
       item = stream->Next();
     }
@@ -409,7 +410,7 @@ void RegisterChainClass(py::module_& m) {
               // (wds/loader/elastic.h), read in pass 0 of that epoch.
               absl::StatusOr<wds::ResumedShare> share;
               {
-                py::gil_scoped_release release;
+                ScopedGilRelease release;
                 share = wds::LeftoverShareOf(chain.Recipe(std::nullopt), *elastic, ctx);
               }
               ThrowIfError(share.status());

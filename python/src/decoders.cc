@@ -8,8 +8,9 @@
 #include <utility>
 
 #include "errors.h"
-#include "wds/gpu/gpu_decode.h"
+#include "py_ref.h"
 #include "wds/base/random.h"
+#include "wds/gpu/gpu_decode.h"
 #include "wds/internal/base/strings.h"
 
 namespace wdspy {
@@ -62,7 +63,7 @@ struct PythonCall {
     std::string continued_field;
     wds::Buffer continued;
     {
-      py::gil_scoped_acquire gil;
+      ScopedGil gil;
       try {
         py::object result = fn->get()(py::str(wds::Cat(".", field)), ToBytes(data));
         if (result.is_none()) return std::nullopt;

@@ -225,7 +225,7 @@ void RaiseStatus(const absl::Status& status, Phase phase) {
 
 SignalCheck::~SignalCheck() {
   if (!raised() || !PythonIsUsable()) return;
-  py::gil_scoped_acquire gil;
+  ScopedGil gil;
   Py_XDECREF(type_);
   Py_XDECREF(value_);
   Py_XDECREF(trace_);
@@ -235,7 +235,7 @@ wds::InterruptCheck SignalCheck::check() {
   return [this]() -> absl::Status {
     if (!raised()) {
       if (!PythonIsUsable()) return absl::OkStatus();
-      py::gil_scoped_acquire gil;
+      ScopedGil gil;
       if (PyErr_CheckSignals() == 0) return absl::OkStatus();
       PyErr_Fetch(&type_, &value_, &trace_);
     }

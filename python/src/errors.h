@@ -91,7 +91,7 @@ py::object ExceptionFromStatus(const absl::Status& status, Phase phase);
 //
 //   SignalCheck signals;
 //   {
-//     py::gil_scoped_release release;
+//     ScopedGilRelease release;
 //     wds::ScopedInterruptCheck check(signals.check());
 //     result = stream->Next();
 //   }

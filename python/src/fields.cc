@@ -27,7 +27,7 @@ py::object DecodeImage(const py::bytes& data, const std::string& spec, py::objec
   const wds::Buffer buffer = BytesView(data);
   absl::StatusOr<wds::Array> array;
   {
-    py::gil_scoped_release release;
+    ScopedGilRelease release;
     wds::Rng rng(seed);
     array = wds::DecodeImage(buffer.view(), *parsed, options, rng);
   }
@@ -40,7 +40,7 @@ py::object DecodeBasicField(const std::string& field, const py::bytes& data) {
   const wds::Buffer buffer = BytesView(data);
   absl::StatusOr<std::optional<wds::Value>> value;
   {
-    py::gil_scoped_release release;
+    ScopedGilRelease release;
     wds::Rng rng(0);
     wds::DecodeContext ctx{"", &rng, nullptr, ""};
     for (const wds::FieldDecoder& decoder : wds::BasicDecoders()) {

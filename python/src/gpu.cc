@@ -169,7 +169,7 @@ void RegisterGpu(py::module_& m) {
           [](const GpuJobs& j) {
             absl::StatusOr<wds::Array> array;
             {
-              py::gil_scoped_release release;
+              ScopedGilRelease release;
               array = wds::DecodeGpuJobsToArray(j.jobs, &j.keys, &j.urls, &ToArrayPool());
             }
             ThrowIfError(array.status());
@@ -190,7 +190,7 @@ void RegisterGpu(py::module_& m) {
             if (!packed) throw py::error_already_set();
             auto* out = reinterpret_cast<uint8_t*>(PyBytes_AS_STRING(packed.ptr()));
             {
-              py::gil_scoped_release release;  // `packed` is not shared yet
+              ScopedGilRelease release;  // `packed` is not shared yet
               wds::PackGpuJobs(j.jobs, out);
             }
             return py::make_tuple(std::move(packed), TextsToPython(j.keys), TextsToPython(j.urls));
@@ -218,7 +218,7 @@ void RegisterGpu(py::module_& m) {
           [](wds::PendingImages& p, uintptr_t out, uintptr_t stream) {
             absl::Status s;
             {
-              py::gil_scoped_release release;
+              ScopedGilRelease release;
               s = p.Finish(reinterpret_cast<void*>(out), reinterpret_cast<void*>(stream));
             }
             ThrowIfError(s);
@@ -244,7 +244,7 @@ void RegisterGpu(py::module_& m) {
           [](wds::GpuBatchDecoder& d, const GpuJobs& jobs, uintptr_t out, uintptr_t stream) {
             absl::Status s;
             {
-              py::gil_scoped_release release;
+              ScopedGilRelease release;
               s = d.Decode(jobs.jobs, &jobs.keys, &jobs.urls, reinterpret_cast<void*>(out),
                            reinterpret_cast<void*>(stream));
             }
@@ -266,7 +266,7 @@ void RegisterGpu(py::module_& m) {
       .def(py::init([](int device, int max_cpu_threads, int decoders) {
              absl::StatusOr<std::shared_ptr<wds::GpuWorkerDecoders>> d;
              {
-               py::gil_scoped_release release;
+               ScopedGilRelease release;
                d = wds::GpuWorkerDecoders::Create(device, {.max_cpu_threads = max_cpu_threads},
                                                   decoders);
              }

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "errors.h"
+#include "py_ref.h"
 #include "wds/internal/base/strings.h"
 
 namespace wdspy {
@@ -27,7 +28,7 @@ wds::ErrorAction StageHandler::Handle(const wds::WorkerContext& ctx, std::string
   *raised = error;
   if (is_native() || absl::IsCancelled(error)) return ctx.Handle(native_, stage, error);
   if (ctx.errors != nullptr) ctx.errors->Record(stage, error.code());
-  py::gil_scoped_acquire gil;
+  ScopedGil gil;
   try {
     py::object exception = ExceptionFromStatus(error, Phase::kData);
     const bool go_on = py::bool_(callable_->get()(exception));
@@ -41,7 +42,7 @@ wds::ErrorAction StageHandler::Handle(const wds::WorkerContext& ctx, std::string
 wds::WarningSink PythonWarnings() {
   return [](std::string_view message) {
     if (!PythonIsUsable()) return;
-    py::gil_scoped_acquire gil;
+    ScopedGil gil;
     try {
       py::module_::import("warnings").attr("warn")(py::str(std::string(message)));
     } catch (py::error_already_set& e) {

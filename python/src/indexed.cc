@@ -16,6 +16,7 @@
 
 #include "errors.h"
 #include "opener.h"
+#include "py_ref.h"
 #include "wds/base/interrupt.h"
 #include "wds/internal/base/concurrently.h"
 #include "wds/internal/base/strings.h"
@@ -48,7 +49,7 @@ class IndexedShard {
     absl::StatusOr<std::unique_ptr<wds::IndexedShard>> shard;
     SignalCheck signals;
     {
-      py::gil_scoped_release release;
+      ScopedGilRelease release;
       wds::ScopedInterruptCheck check(signals.check());
       shard = OpenShard(url, remote_);
     }
@@ -144,7 +145,7 @@ std::vector<std::unique_ptr<IndexedShard>> OpenShards(const std::vector<std::str
   for (size_t i = 0; i < urls.size(); ++i) opened.emplace_back(absl::CancelledError("not opened"));
   SignalCheck signals;
   {
-    py::gil_scoped_release release;
+    ScopedGilRelease release;
     RunConcurrently(urls.size(), threads, signals, [&](size_t i) {
       try {
         opened[i] = OpenShard(urls[i], access);
@@ -201,7 +202,7 @@ py::list ReadSamples(const py::sequence& items, int threads) {
   SignalCheck signals;
   {
     // The bytes objects are this call's alone until it returns.
-    py::gil_scoped_release release;
+    ScopedGilRelease release;
     ReadAll(reads, threads, signals);
   }
   signals.RethrowIfRaised();

@@ -15,6 +15,7 @@
 #include "errors.h"
 #include "handlers.h"
 #include "opener.h"
+#include "py_ref.h"
 #include "wds/gpu/gpu_decode.h"
 #include "wds/loader/elastic.h"
 #include "wds/loader/placement.h"
@@ -57,7 +58,7 @@ class Loader {
     absl::StatusOr<std::optional<wds::Sample>> item;
     SignalCheck signals;
     {
-      py::gil_scoped_release release;
+      ScopedGilRelease release;
       wds::ScopedInterruptCheck check(signals.check());
       item = loader_->Next();
     }
@@ -84,7 +85,7 @@ class Loader {
       loader.reset();
       return;
     }
-    py::gil_scoped_release release;  // workers may need the GIL to warn
+    ScopedGilRelease release;  // workers may need the GIL to warn
     loader.reset();
   }
 
@@ -227,7 +228,7 @@ void RegisterLoader(py::module_& m) {
         ctx.num_workers = num_workers;
         absl::StatusOr<wds::RankEpochPlan> plan;
         {
-          py::gil_scoped_release release;
+          ScopedGilRelease release;
           plan = wds::PlanResumedEpoch(chain.Recipe(std::nullopt), job_state, ctx,
                                        {.batch_size = batch_size, .partial = partial});
         }

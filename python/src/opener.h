@@ -43,7 +43,7 @@ class RemoteAccess;
 // RemoteAccess of the environment's options (RemoteAccess::FromPython(None)).
 wds::Opener PythonOpener(std::shared_ptr<const RemoteAccess> remote = nullptr);
 
-// Fork handlers (os.register_at_fork): before takes the descriptor registry's
+// Fork handlers (pthread_atfork, in shards.cc): before takes the descriptor registry's
 // lock so that no other thread holds it across the fork.
 void BeforeFork();
 void AfterForkInParent();

@@ -16,9 +16,12 @@ namespace wdspy {
 
 namespace py = pybind11;
 
-// PyRef owns one reference. Destroying it takes the GIL (the destructor may
-// run on a native thread); while the interpreter is finalizing the reference
-// is leaked instead, since no Python code may run then.
+// PyRef owns one reference. Destroying it on a thread that holds the GIL
+// releases the reference at once; on one that does not (a native thread),
+// the next thread that takes or takes back the GIL in this module
+// (ScopedGil, ScopedGilRelease) releases it. While the interpreter is
+// finalizing the reference is leaked instead, since no Python code may run
+// then.
 class PyRef {
  public:
   PyRef() = default;
@@ -50,5 +53,48 @@ wds::Buffer BytesView(py::handle bytes);
 // PythonIsUsable is false while the interpreter is finalizing (or gone), when
 // no thread may take the GIL.
 bool PythonIsUsable();
+
+// ScopedGil holds the GIL for its scope, on any thread, as
+// py::gil_scoped_acquire does, and is safe across os.fork(): a thread without
+// a Python thread state makes one (deleted at the scope's end) while holding
+// the lock that the fork handlers hold across a fork. CPython 3.11's child
+// deletes the other threads' states under the runtime's lock before it
+// resets that lock, so a fork while another thread is inside
+// PyThreadState_New (which holds it) leaves the child deadlocked in os.fork.
+// Native code takes the GIL with ScopedGil only.
+class ScopedGil {
+ public:
+  ScopedGil();
+  ~ScopedGil();
+  ScopedGil(const ScopedGil&) = delete;
+  ScopedGil& operator=(const ScopedGil&) = delete;
+
+ private:
+  bool held_before_ = false;
+  PyThreadState* made_ = nullptr;  // the thread state this scope made
+};
+
+// ScopedGilRelease releases the GIL for its scope, as py::gil_scoped_release
+// does, but its destructor may throw: while the interpreter finalizes,
+// CPython (before 3.14) ends a daemon thread that takes the GIL back by
+// unwinding its stack (pthread_exit), and that unwinding may not leave a
+// noexcept destructor (std::terminate: the process would abort at exit).
+// REQUIRES: the GIL is held.
+class ScopedGilRelease {
+ public:
+  ScopedGilRelease() : state_(PyEval_SaveThread()) {}
+  ~ScopedGilRelease() noexcept(false);
+  ScopedGilRelease(const ScopedGilRelease&) = delete;
+  ScopedGilRelease& operator=(const ScopedGilRelease&) = delete;
+
+ private:
+  PyThreadState* state_;
+};
+
+// The fork handlers' side of ScopedGil: before a fork, wait for any thread
+// making a thread state and keep others from starting; after it (in the
+// parent and in the child), let them.
+void LockThreadStatesForFork();
+void UnlockThreadStatesAfterFork();
 
 }  // namespace wdspy

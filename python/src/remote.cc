@@ -10,6 +10,7 @@
 
 #include "errors.h"
 #include "opener.h"
+#include "py_ref.h"
 #include "wds/internal/base/strings.h"
 
 namespace wdspy {
@@ -25,7 +26,7 @@ class UrlReader {
     absl::StatusOr<std::unique_ptr<wds::ByteStream>> stream;
     SignalCheck signals;
     {
-      py::gil_scoped_release release;
+      ScopedGilRelease release;
       wds::ScopedInterruptCheck check(signals.check());
       stream = open(url);
     }
@@ -49,7 +50,7 @@ class UrlReader {
     absl::Status finished;
     SignalCheck signals;
     {
-      py::gil_scoped_release release;
+      ScopedGilRelease release;
       wds::ScopedInterruptCheck check(signals.check());
       n = stream->Read(info.ptr, size);
       if (n.ok() && *n == 0 && size > 0) finished = stream->Finish();

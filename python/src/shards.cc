@@ -1,8 +1,10 @@
 // Shard lists, counts, indexes and equalized epoch plans for Python, and the
 // tar members of one shard (for tarfile_to_samples' select_files and
 // rename_files, which run Python on member names).
+#include <pthread.h>
 #include <pybind11/stl.h>
 
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -11,10 +13,12 @@
 #include "chain.h"
 #include "errors.h"
 #include "opener.h"
+#include "py_ref.h"
 #include "shared_batches.h"
 #include "sources.h"
 #include "wds/base/interrupt.h"
 #include "wds/base/random.h"
+#include "wds/internal/base/strings.h"
 #include "wds/loader/equalize.h"
 #include "wds/loader/placement.h"
 #include "wds/shards/shard_list.h"
@@ -51,7 +55,7 @@ class TarMembers {
     absl::StatusOr<std::unique_ptr<wds::TarReader>> reader;
     SignalCheck signals;
     {
-      py::gil_scoped_release release;
+      ScopedGilRelease release;
       wds::ScopedInterruptCheck check(signals.check());
       absl::StatusOr<std::unique_ptr<wds::ByteStream>> stream = open(url);
       reader = stream.ok() ? wds::TarReader::Open(*std::move(stream)) : stream.status();
@@ -65,7 +69,7 @@ class TarMembers {
     absl::StatusOr<std::optional<wds::TarMember>> member;
     SignalCheck signals;
     {
-      py::gil_scoped_release release;
+      ScopedGilRelease release;
       wds::ScopedInterruptCheck check(signals.check());
       member = reader_->Next();
     }
@@ -167,7 +171,7 @@ void RegisterPlan(py::module_& m) {
         absl::StatusOr<wds::RankEpochPlan> plan;
         SignalCheck signals;  // counts may read stalled shards
         {
-          py::gil_scoped_release release;
+          ScopedGilRelease release;
           wds::ScopedInterruptCheck check(signals.check());
           wds::ShardListOptions list = ListOptions(shuffle, split_nodes, split_workers, false);
           if (split_samples) list.split = wds::SplitGranularity::kSamples;
@@ -227,7 +231,7 @@ void RegisterShardLists(py::module_& m) {
         absl::StatusOr<int64_t> n;
         SignalCheck signals;
         {
-          py::gil_scoped_release release;
+          ScopedGilRelease release;
           wds::ScopedInterruptCheck check(signals.check());
           n = wds::ReadShardCount(url, opener);
         }
@@ -243,7 +247,7 @@ void RegisterShardLists(py::module_& m) {
         absl::Status status;
         int64_t samples = 0;
         {
-          py::gil_scoped_release release;
+          ScopedGilRelease release;
           absl::StatusOr<wds::ShardIndex> index = wds::ScanShard(url);
           status = index.status();
           if (index.ok()) {
@@ -270,22 +274,39 @@ void RegisterShardLists(py::module_& m) {
       .def("close", &TarMembers::Close);
 }
 
+// The fork handlers hold this module's locks across a fork, so that no other
+// thread holds one then, and the child closes the shard descriptors its
+// parent's native iterators hold. They run inside fork() itself
+// (pthread_atfork), after Python's before-fork hooks: no Python code runs
+// between taking the locks and the fork, so no other thread can take the GIL
+// and then wait for one of them while the forking thread waits for the GIL.
+// The holders of these locks never wait for the GIL.
+void PrepareFork() {
+  BeforeFork();
+  SharedMappingsBeforeFork();
+  ProcessCounts().LockForFork();
+  LockThreadStatesForFork();  // last: its holders take no other lock
+}
+
+void AfterForkParent() {
+  UnlockThreadStatesAfterFork();
+  ProcessCounts().UnlockAfterFork();
+  SharedMappingsAfterFork();
+  AfterForkInParent();
+}
+
+void AfterForkChild() {
+  UnlockThreadStatesAfterFork();
+  ProcessCounts().UnlockAfterFork();
+  SharedMappingsAfterFork();
+  AfterForkInChild();
+}
+
 void RegisterFork(py::module_& m) {
-  m.def("_before_fork", [] {
-    BeforeFork();
-    SharedMappingsBeforeFork();
-    ProcessCounts().LockForFork();
-  });
-  m.def("_after_fork_in_parent", [] {
-    ProcessCounts().UnlockAfterFork();
-    SharedMappingsAfterFork();
-    AfterForkInParent();
-  });
-  m.def("_after_fork_in_child", [] {
-    ProcessCounts().UnlockAfterFork();
-    SharedMappingsAfterFork();
-    AfterForkInChild();
-  });
+  // Once per process: a forked child keeps its parent's handlers.
+  if (const int error = pthread_atfork(PrepareFork, AfterForkParent, AfterForkChild)) {
+    throw std::runtime_error(wds::Cat("pthread_atfork: ", std::strerror(error)));
+  }
   m.def("_open_shard_descriptors", &OpenShardDescriptors,
         "Shard descriptors this module holds open (for tests).");
 }

@@ -18,6 +18,7 @@
 #include "arrays.h"
 #include "errors.h"
 #include "gpu.h"
+#include "py_ref.h"
 #include "wds/gpu/gpu_decode.h"
 #include "wds/internal/base/strings.h"
 
@@ -211,7 +212,7 @@ std::optional<py::tuple> SharedBlocks::LendGpuJobs(const GpuJobs& jobs) {
     return std::nullopt;
   }
   {
-    py::gil_scoped_release release;  // the block is not shared yet
+    ScopedGilRelease release;  // the block is not shared yet
     wds::PackGpuJobs(jobs.jobs, block->mutable_data());
   }
   // What can fail comes before the loan: a loan is counted in the block.

@@ -5,6 +5,7 @@
 
 #include "errors.h"
 #include "opener.h"
+#include "py_ref.h"
 #include "wds/base/interrupt.h"
 #include "wds/internal/base/strings.h"
 #include "wds/pipeline/web_dataset.h"
@@ -176,7 +177,7 @@ class ShardByShard : public wds::SampleStream {
 // PythonUrls takes URLs from a Python iterator under the GIL.
 NextUrl PythonUrls(std::shared_ptr<PyRef> iterator) {
   return [iterator]() -> UrlResult {
-    py::gil_scoped_acquire gil;
+    ScopedGil gil;
     try {
       py::object item = py::reinterpret_steal<py::object>(PyIter_Next(iterator->get().ptr()));
       if (!item) {
@@ -203,7 +204,7 @@ class PythonSamples : public wds::SampleStream {
   wds::SampleResult Next() override {
     if (!error_.ok()) return error_;
     if (ended_) return std::nullopt;
-    py::gil_scoped_acquire gil;
+    ScopedGil gil;
     try {
       py::object item = py::reinterpret_steal<py::object>(PyIter_Next(iterator_->get().ptr()));
       if (!item) {
@@ -304,7 +305,7 @@ wds::StreamFactory ShardSource(std::vector<std::string> urls, const ShardSourceO
       CheckIndexUnchanged(*counts, urls, options.dataset_index, options.index_digest);
       SignalCheck signals;
       {
-        py::gil_scoped_release release;
+        ScopedGilRelease release;
         wds::ScopedInterruptCheck check(signals.check());
         (void)counts->Counts(urls, web.opener);
       }
@@ -343,7 +344,7 @@ std::shared_ptr<wds::ListCounts> CountsFor(
   absl::StatusOr<std::shared_ptr<wds::ListCounts>> list;
   SignalCheck signals;  // a remote index may stall
   {
-    py::gil_scoped_release release;  // the index is read at first use
+    ScopedGilRelease release;  // the index is read at first use
     wds::ScopedInterruptCheck check(signals.check());
     list = ProcessCounts().For(urls, index_url, opener);
   }
@@ -375,7 +376,7 @@ wds::MemberNameHook PythonMemberNames(py::handle select_files, py::handle rename
   auto select = std::make_shared<PyRef>(select_files);
   auto rename = std::make_shared<PyRef>(rename_files);
   return [select, rename](std::string_view name) -> absl::StatusOr<std::optional<std::string>> {
-    py::gil_scoped_acquire gil;
+    ScopedGil gil;
     // An earlier member's exception that a native handler skipped is dropped
     // here, before it could stand for a later error.
     ClearPythonError();

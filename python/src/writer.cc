@@ -61,7 +61,7 @@ class TarWriter {
     const int64_t before = w->bytes_written();
     absl::Status status;
     {
-      py::gil_scoped_release release;
+      ScopedGilRelease release;
       for (const auto& [name, data] : members) {
         status = w->WriteMember(name, BytesView(data).view());
         if (!status.ok()) break;
@@ -75,7 +75,7 @@ class TarWriter {
     if (!writer_) return;
     absl::Status status;
     {
-      py::gil_scoped_release release;
+      ScopedGilRelease release;
       status = writer_->Close();
     }
     writer_.reset();
@@ -105,7 +105,7 @@ class ShardWriter {
     if (!on_close.is_none()) {
       auto callback = std::make_shared<PyRef>(on_close);
       options.on_close = [callback](const wds::ShardInfo& shard) -> absl::Status {
-        py::gil_scoped_acquire gil;
+        ScopedGil gil;
         try {
           callback->get()(shard.path, shard.samples, shard.data_bytes, shard.file_bytes);
           return absl::OkStatus();
@@ -130,7 +130,7 @@ class ShardWriter {
     for (const auto& [name, data] : fields) sample.Set(name, BytesView(data));
     absl::Status status;
     {
-      py::gil_scoped_release release;
+      ScopedGilRelease release;
       status = writer_->Write(sample);
     }
     ThrowIfError(status);
@@ -140,7 +140,7 @@ class ShardWriter {
     if (!writer_) return;
     absl::Status status;
     {
-      py::gil_scoped_release release;
+      ScopedGilRelease release;
       status = writer_->Close();
     }
     shards_ = writer_->shards_written();

@@ -15,8 +15,6 @@ the reference. ``install_as_webdataset()`` makes ``import webdataset`` give this
 package, for code you cannot edit.
 """
 
-import os as _os
-
 from . import _core
 from . import autodecode, cache, compat, distributed, extradatasets, filters, loader
 from . import (handlers, mix, pipeline, pytorch, remote, shardlists, tariterators, tenbin, utils,
@@ -156,8 +154,3 @@ __all__ = [
     "writer",
     "xdecode",
 ]
-
-# A forked child (a DataLoader worker) closes the shard descriptors that the
-# parent's native iterators hold and never touches their native objects.
-_os.register_at_fork(before=_core._before_fork, after_in_parent=_core._after_fork_in_parent,
-                     after_in_child=_core._after_fork_in_child)

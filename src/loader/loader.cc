@@ -1,5 +1,6 @@
 #include "wds/loader/loader.h"
 
+#include <cxxabi.h>
 #include <pthread.h>
 #include <signal.h>
 
@@ -110,9 +111,13 @@ absl::Status ValidateOptions(const Pipeline& pipeline, const LoaderOptions& opti
 
 // ExceptionStatus turns the exception being handled into an error, so that an
 // exception escaping a recipe reaches the consumer at its place instead of
-// terminating the process. REQUIRES: called inside a catch block.
+// terminating the process. A thread being ended (pthread_exit: a callback that
+// asked Python for the GIL while it finalizes) goes on unwinding to its start.
+// REQUIRES: called inside a catch block.
 absl::Status ExceptionStatus(int worker) {
   try {
+    throw;
+  } catch (const abi::__forced_unwind&) {
     throw;
   } catch (const std::exception& e) {
     return absl::InternalError(Cat("loader worker ", worker, ": exception: ", e.what()));

@@ -7,6 +7,7 @@
 #include <c10/core/Stream.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <cxxabi.h>
 #include <torch/cuda.h>
 
 #include <algorithm>
@@ -198,6 +199,8 @@ std::optional<TensorBatch> DevicePrefetcher::Impl::Next() {
   try {
     staged = Draw();
     end_staged = !staged.has_value();
+  } catch (const abi::__forced_unwind&) {
+    throw;  // the thread is being ended (pthread_exit): it unwinds to its start
   } catch (...) {
     deferred = std::current_exception();
   }
