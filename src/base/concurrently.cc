@@ -50,14 +50,22 @@ void RunConcurrently(size_t n, int threads, const std::function<void(size_t)>& j
     for (size_t i; (i = next.fetch_add(1)) < n;) job(i);
     return;
   }
-  for (size_t i; !caller_stopped() && (i = next.fetch_add(1)) < n;) job(i);
-  std::unique_lock<std::mutex> lock(mu);
-  while (!done.wait_for(lock, kInterruptCheckInterval, [&] { return running == 0; })) {
-    lock.unlock();
-    caller_stopped();
-    lock.lock();
+  try {
+    for (size_t i; !caller_stopped() && (i = next.fetch_add(1)) < n;) job(i);
+    std::unique_lock<std::mutex> lock(mu);
+    while (!done.wait_for(lock, kInterruptCheckInterval, [&] { return running == 0; })) {
+      lock.unlock();
+      caller_stopped();
+      lock.lock();
+    }
+  } catch (...) {
+    // Leaving early (the caller's thread being ended, pthread_exit, in its
+    // interrupt check): the helpers use this frame, so they stop and are
+    // joined first.
+    stop.store(true);
+    for (std::thread& t : pool) t.join();
+    throw;
   }
-  lock.unlock();
   for (std::thread& t : pool) t.join();
 }
 

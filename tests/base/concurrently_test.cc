@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -102,6 +103,32 @@ TEST(RunConcurrentlyTest, TheCallersInterruptEndsEveryWaitAndNoJobBeginsAfterIt)
   for (const absl::Status& status : results) cancelled += absl::IsCancelled(status);
   EXPECT_EQ(cancelled, 4);
   EXPECT_TRUE(absl::IsCancelled(CheckInterrupt()));  // the caller's own check, still in force
+}
+
+TEST(RunConcurrentlyTest, AnExceptionLeavingTheCallerStopsAndJoinsTheHelpersFirst) {
+  // As when CPython ends the caller's thread (pthread_exit) in its check:
+  // the helpers use the caller's frame, so none may outlive it.
+  std::atomic<int> entered{0};
+  std::atomic<int> returned{0};
+  ScopedInterruptCheck check([&]() -> absl::Status {
+    if (entered.load() >= 4) throw std::runtime_error("thread ended");
+    return absl::OkStatus();
+  });
+  std::vector<absl::Status> results(100, absl::OkStatus());
+  EXPECT_THROW(RunConcurrently(results.size(), 4,
+                               [&](size_t i) {
+                                 ++entered;
+                                 results[i] = WaitForInterrupt();
+                                 ++returned;
+                               }),
+               std::runtime_error);
+  // The three helpers' jobs ended, cancelled, before the exception left; the
+  // caller's job is the one the exception left; no job began after it.
+  EXPECT_EQ(entered.load(), 4);
+  EXPECT_EQ(returned.load(), 3);
+  int cancelled = 0;
+  for (const absl::Status& status : results) cancelled += absl::IsCancelled(status);
+  EXPECT_EQ(cancelled, 3);
 }
 
 TEST(ReadEachTest, ASerialReadStopsAtItsFirstFailure) {
