@@ -329,9 +329,15 @@ class MappingCache {
   }
 
   py::list Describe() {
-    std::lock_guard<std::mutex> lock(mu_);
+    // Python objects are made after the lock is let go: making them may run
+    // the garbage collector, and a tensor it frees releases its lease here.
+    std::vector<std::shared_ptr<Mapping>> mappings;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [key, m] : mappings_) mappings.push_back(m);
+    }
     py::list out;
-    for (const auto& [key, m] : mappings_) {
+    for (const std::shared_ptr<Mapping>& m : mappings) {
       py::dict d;
       d["pid"] = m->pid;
       d["inode"] = m->inode;
