@@ -64,6 +64,7 @@ struct PythonCall {
     wds::Buffer continued;
     {
       ScopedGil gil;
+      if (!gil) return PythonIsExiting();
       try {
         py::object result = fn->get()(py::str(wds::Cat(".", field)), ToBytes(data));
         if (result.is_none()) return std::nullopt;

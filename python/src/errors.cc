@@ -184,8 +184,18 @@ absl::Status RemoteStatus(absl::Status status, std::string_view url) {
   return status;
 }
 
+// ExceptionText is an exception's repr, or its type's name where the repr
+// itself raises (the error it raised is dropped).
+std::string ExceptionText(py::handle exception) {
+  try {
+    return py::repr(exception);
+  } catch (py::error_already_set&) {
+    return wds::Cat("<", Py_TYPE(exception.ptr())->tp_name, " whose repr raised>");
+  }
+}
+
 absl::Status StorePythonError(py::error_already_set& e, std::string_view field) {
-  std::string text = py::repr(e.value());
+  std::string text = ExceptionText(e.value());
   pending.emplace();
   pending->exception = PyRef(e.value());
   pending->field = std::string(field);
@@ -202,6 +212,11 @@ void NoteSample(std::string_view url, std::string_view key) {
 }
 
 py::object ExceptionFromStatus(const absl::Status& status, Phase phase) {
+  // A stream cut short because the interpreter is exiting (a call into
+  // Python refused then) ends the thread that consumes it without a word.
+  if (absl::IsCancelled(status) && PythonIsClosing()) {
+    return Make(PyExc_SystemExit, Message(status));
+  }
   if (status.code() == absl::StatusCode::kAborted && pending.has_value()) {
     return PendingException(status);
   }
@@ -226,6 +241,7 @@ void RaiseStatus(const absl::Status& status, Phase phase) {
 SignalCheck::~SignalCheck() {
   if (!raised() || !PythonIsUsable()) return;
   ScopedGil gil;
+  if (!gil) return;  // exiting: leaked
   Py_XDECREF(type_);
   Py_XDECREF(value_);
   Py_XDECREF(trace_);
@@ -236,7 +252,7 @@ wds::InterruptCheck SignalCheck::check() {
     if (!raised()) {
       if (!PythonIsUsable()) return absl::OkStatus();
       ScopedGil gil;
-      if (PyErr_CheckSignals() == 0) return absl::OkStatus();
+      if (!gil || PyErr_CheckSignals() == 0) return absl::OkStatus();  // no handler runs at exit
       PyErr_Fetch(&type_, &value_, &trace_);
     }
     return absl::CancelledError("interrupted by a Python signal handler");

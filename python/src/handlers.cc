@@ -29,6 +29,10 @@ wds::ErrorAction StageHandler::Handle(const wds::WorkerContext& ctx, std::string
   if (is_native() || absl::IsCancelled(error)) return ctx.Handle(native_, stage, error);
   if (ctx.errors != nullptr) ctx.errors->Record(stage, error.code());
   ScopedGil gil;
+  if (!gil) {
+    *raised = PythonIsExiting();
+    return wds::ErrorAction::kRaise;
+  }
   try {
     py::object exception = ExceptionFromStatus(error, Phase::kData);
     const bool go_on = py::bool_(callable_->get()(exception));
@@ -41,8 +45,8 @@ wds::ErrorAction StageHandler::Handle(const wds::WorkerContext& ctx, std::string
 
 wds::WarningSink PythonWarnings() {
   return [](std::string_view message) {
-    if (!PythonIsUsable()) return;
     ScopedGil gil;
+    if (!gil) return;  // exiting: the warning is dropped
     try {
       py::module_::import("warnings").attr("warn")(py::str(std::string(message)));
     } catch (py::error_already_set& e) {

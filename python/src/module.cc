@@ -7,6 +7,7 @@
 #include "arrays.h"
 #include "chain.h"
 #include "convert.h"
+#include "py_ref.h"
 
 namespace wdspy {
 void RegisterLoader(py::module_& m);
@@ -32,4 +33,7 @@ PYBIND11_MODULE(_core, m) {
   wdspy::RegisterRemote(m);
   wdspy::RegisterGpu(m);
   wdspy::RegisterIndexed(m);
+  // From exit on, native threads no longer call into Python (ScopedGil).
+  pybind11::module_::import("atexit").attr("register")(
+      pybind11::cpp_function(&wdspy::ClosePythonGate));
 }

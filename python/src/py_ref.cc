@@ -1,6 +1,9 @@
 #include "py_ref.h"
 
+#include <cxxabi.h>
+
 #include <atomic>
+#include <condition_variable>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -15,7 +18,8 @@ std::mutex& ThreadStateMutex() {
 }
 
 // The references that threads without the GIL let go of, released by the
-// next thread that holds it in this module (DropDeferred).
+// next Python thread that comes back from native code (DropDeferred in
+// ~ScopedGilRelease, a point where it holds no native lock).
 struct Deferred {
   std::mutex mu;  // also held across a fork
   std::vector<PyObject*> objects;
@@ -43,6 +47,50 @@ void DropDeferred() {
   for (PyObject* object : objects) Py_DECREF(object);
 }
 
+// The way into Python for threads that do not hold the GIL: counted, and
+// closed by the module's atexit hook (ClosePythonGate), which waits for the
+// threads inside to leave. After it, no thread makes a thread state or waits
+// for the GIL here: CPython 3.11 aborts on a thread state made while it
+// finalizes, and ends a thread that waits for the GIL then.
+struct Gate {
+  std::mutex mu;  // also held across a fork
+  std::condition_variable left;
+  int inside = 0;
+  bool closed = false;
+};
+
+Gate& PythonGate() {
+  static auto* gate = new Gate;  // never destroyed, as above
+  return *gate;
+}
+
+// This thread's scopes inside the gate (a forked child's only thread keeps
+// its own).
+thread_local int inside_here = 0;
+
+void LeaveGate() {
+  --inside_here;
+  Gate& gate = PythonGate();
+  std::lock_guard<std::mutex> lock(gate.mu);
+  --gate.inside;
+  gate.left.notify_all();
+}
+
+// Set on a thread that CPython is ending (pthread_exit) because it asked for
+// the GIL while the interpreter finalizes: its stack is being unwound, and
+// the GIL is not to be asked for again on the way.
+thread_local bool this_thread_is_ending = false;
+
+// TakeGil is PyEval_RestoreThread(state), noting a thread being ended.
+void TakeGil(PyThreadState* state) {
+  try {
+    PyEval_RestoreThread(state);
+  } catch (const abi::__forced_unwind&) {
+    this_thread_is_ending = true;
+    throw;
+  }
+}
+
 }  // namespace
 
 bool PythonIsUsable() { return Py_IsInitialized() && !_Py_IsFinalizing(); }
@@ -52,40 +100,79 @@ ScopedGil::ScopedGil() {
     held_before_ = true;
     return;
   }
-  PyThreadState* state = PyGILState_GetThisThreadState();
-  if (state == nullptr) {
-    // Needs no GIL: the fork handler, which holds the GIL, waits for this.
-    std::lock_guard<std::mutex> lock(ThreadStateMutex());
-    state = made_ = PyThreadState_New(PyInterpreterState_Main());
+  {
+    Gate& gate = PythonGate();
+    std::lock_guard<std::mutex> lock(gate.mu);
+    if (gate.closed) {
+      refused_ = true;
+      return;
+    }
+    ++gate.inside;
   }
-  PyEval_RestoreThread(state);
-  DropDeferred();
+  ++inside_here;
+  try {
+    PyThreadState* state = PyGILState_GetThisThreadState();
+    if (state == nullptr) {
+      // Needs no GIL: the fork handler, which holds the GIL, waits for this.
+      std::lock_guard<std::mutex> lock(ThreadStateMutex());
+      state = made_ = PyThreadState_New(PyInterpreterState_Main());
+    }
+    TakeGil(state);
+  } catch (...) {
+    LeaveGate();
+    throw;
+  }
 }
 
 ScopedGil::~ScopedGil() {
-  if (held_before_) return;
+  if (held_before_ || refused_) return;
   if (made_ == nullptr) {
     PyEval_SaveThread();
-    return;
+  } else {
+    // Deleted holding the GIL, which a forking thread holds: no fork overlaps.
+    PyThreadState_Clear(made_);
+    PyThreadState_DeleteCurrent();
   }
-  // Deleted holding the GIL, which a forking thread holds: no fork overlaps.
-  PyThreadState_Clear(made_);
-  PyThreadState_DeleteCurrent();
+  LeaveGate();
+}
+
+absl::Status PythonIsExiting() { return absl::CancelledError("the Python interpreter is exiting"); }
+
+bool PythonIsClosing() {
+  Gate& gate = PythonGate();
+  std::lock_guard<std::mutex> lock(gate.mu);
+  return gate.closed;
+}
+
+void ClosePythonGate() {
+  Gate& gate = PythonGate();
+  {
+    std::lock_guard<std::mutex> lock(gate.mu);
+    gate.closed = true;
+    if (gate.inside == 0) return;
+  }
+  ScopedGilRelease release;  // the threads inside may wait for the GIL to leave
+  std::unique_lock<std::mutex> lock(gate.mu);
+  gate.left.wait(lock, [&] { return gate.inside == 0; });
 }
 
 ScopedGilRelease::~ScopedGilRelease() noexcept(false) {
-  PyEval_RestoreThread(state_);
+  if (this_thread_is_ending) return;  // it would be ended again, inside unwinding
+  TakeGil(state_);
   DropDeferred();
 }
 
 void LockThreadStatesForFork() {
+  PythonGate().mu.lock();
   ThreadStateMutex().lock();
   DeferredReleases().mu.lock();
 }
 
-void UnlockThreadStatesAfterFork() {
+void UnlockThreadStatesAfterFork(bool in_child) {
   DeferredReleases().mu.unlock();
   ThreadStateMutex().unlock();
+  if (in_child) PythonGate().inside = inside_here;  // the other threads are not here
+  PythonGate().mu.unlock();
 }
 
 PyRef& PyRef::operator=(PyRef&& other) noexcept {

@@ -10,6 +10,7 @@
 
 #include <memory>
 
+#include "absl/status/status.h"
 #include "wds/base/buffer.h"
 
 namespace wdspy {
@@ -18,8 +19,8 @@ namespace py = pybind11;
 
 // PyRef owns one reference. Destroying it on a thread that holds the GIL
 // releases the reference at once; on one that does not (a native thread),
-// the next thread that takes or takes back the GIL in this module
-// (ScopedGil, ScopedGilRelease) releases it. While the interpreter is
+// the next Python thread that comes back from native code in this module
+// (the end of a ScopedGilRelease) releases it. While the interpreter is
 // finalizing the reference is leaked instead, since no Python code may run
 // then.
 class PyRef {
@@ -62,6 +63,13 @@ bool PythonIsUsable();
 // resets that lock, so a fork while another thread is inside
 // PyThreadState_New (which holds it) leaves the child deadlocked in os.fork.
 // Native code takes the GIL with ScopedGil only.
+//
+// Once the interpreter is exiting (the module's atexit hook has run) a
+// thread that does not hold the GIL is refused: the scope is false, no
+// Python may run in it, and callers answer PythonIsExiting().
+//
+//   ScopedGil gil;
+//   if (!gil) return PythonIsExiting();
 class ScopedGil {
  public:
   ScopedGil();
@@ -69,17 +77,33 @@ class ScopedGil {
   ScopedGil(const ScopedGil&) = delete;
   ScopedGil& operator=(const ScopedGil&) = delete;
 
+  explicit operator bool() const { return !refused_; }
+
  private:
   bool held_before_ = false;
+  bool refused_ = false;
   PyThreadState* made_ = nullptr;  // the thread state this scope made
 };
+
+// PythonIsExiting is the error of a call into Python that ScopedGil refused
+// (CANCELLED: a stream ends, as on an interrupt).
+absl::Status PythonIsExiting();
+
+// PythonIsClosing: ClosePythonGate has run (the interpreter is exiting).
+bool PythonIsClosing();
+
+// ClosePythonGate is the module's atexit hook: from then on ScopedGil
+// refuses threads without the GIL; it waits (GIL released) for those inside
+// to leave. REQUIRES: the GIL is held.
+void ClosePythonGate();
 
 // ScopedGilRelease releases the GIL for its scope, as py::gil_scoped_release
 // does, but its destructor may throw: while the interpreter finalizes,
 // CPython (before 3.14) ends a daemon thread that takes the GIL back by
 // unwinding its stack (pthread_exit), and that unwinding may not leave a
-// noexcept destructor (std::terminate: the process would abort at exit).
-// REQUIRES: the GIL is held.
+// noexcept destructor (std::terminate: the process would abort at exit). A
+// thread being ended that way inside the scope (a ScopedGil in an interrupt
+// check) leaves without the GIL. REQUIRES: the GIL is held.
 class ScopedGilRelease {
  public:
   ScopedGilRelease() : state_(PyEval_SaveThread()) {}
@@ -93,8 +117,8 @@ class ScopedGilRelease {
 
 // The fork handlers' side of ScopedGil: before a fork, wait for any thread
 // making a thread state and keep others from starting; after it (in the
-// parent and in the child), let them.
+// parent and in the child, whose only thread is the forking one), let them.
 void LockThreadStatesForFork();
-void UnlockThreadStatesAfterFork();
+void UnlockThreadStatesAfterFork(bool in_child);
 
 }  // namespace wdspy

@@ -289,14 +289,14 @@ void PrepareFork() {
 }
 
 void AfterForkParent() {
-  UnlockThreadStatesAfterFork();
+  UnlockThreadStatesAfterFork(/*in_child=*/false);
   ProcessCounts().UnlockAfterFork();
   SharedMappingsAfterFork();
   AfterForkInParent();
 }
 
 void AfterForkChild() {
-  UnlockThreadStatesAfterFork();
+  UnlockThreadStatesAfterFork(/*in_child=*/true);
   ProcessCounts().UnlockAfterFork();
   SharedMappingsAfterFork();
   AfterForkInChild();

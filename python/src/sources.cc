@@ -178,6 +178,7 @@ class ShardByShard : public wds::SampleStream {
 NextUrl PythonUrls(std::shared_ptr<PyRef> iterator) {
   return [iterator]() -> UrlResult {
     ScopedGil gil;
+    if (!gil) return PythonIsExiting();
     try {
       py::object item = py::reinterpret_steal<py::object>(PyIter_Next(iterator->get().ptr()));
       if (!item) {
@@ -205,6 +206,7 @@ class PythonSamples : public wds::SampleStream {
     if (!error_.ok()) return error_;
     if (ended_) return std::nullopt;
     ScopedGil gil;
+    if (!gil) return PythonIsExiting();
     try {
       py::object item = py::reinterpret_steal<py::object>(PyIter_Next(iterator_->get().ptr()));
       if (!item) {
@@ -377,6 +379,7 @@ wds::MemberNameHook PythonMemberNames(py::handle select_files, py::handle rename
   auto rename = std::make_shared<PyRef>(rename_files);
   return [select, rename](std::string_view name) -> absl::StatusOr<std::optional<std::string>> {
     ScopedGil gil;
+    if (!gil) return PythonIsExiting();
     // An earlier member's exception that a native handler skipped is dropped
     // here, before it could stand for a later error.
     ClearPythonError();

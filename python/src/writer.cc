@@ -106,6 +106,7 @@ class ShardWriter {
       auto callback = std::make_shared<PyRef>(on_close);
       options.on_close = [callback](const wds::ShardInfo& shard) -> absl::Status {
         ScopedGil gil;
+        if (!gil) return PythonIsExiting();
         try {
           callback->get()(shard.path, shard.samples, shard.data_bytes, shard.file_bytes);
           return absl::OkStatus();

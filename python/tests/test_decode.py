@@ -242,6 +242,30 @@ def test_decoding_errors_name_the_shard_key_and_field(tmp_path):
     assert [type(x) for x in seen] == [wds.DecodingError]
 
 
+class UnprintableError(Exception):
+    def __repr__(self):
+        raise RuntimeError("no repr")
+
+
+def test_a_decoder_error_whose_repr_raises_is_named_by_its_type(tmp_path):
+    path = write_tar(tmp_path / "r.tar", [("a.foo", b"x"), ("a.cls", b"1"), ("b.cls", b"2")])
+
+    def decoder(key, data):
+        if key == ".foo":
+            raise UnprintableError("boom")
+
+    with pytest.raises(wds.DecodingError) as e:
+        list(wds.WebDataset(path, shardshuffle=False).decode(decoder))
+    assert str(e.value) == f"{path}: key a: field foo: <UnprintableError whose repr raised>"
+    assert isinstance(e.value.__cause__, UnprintableError)
+    with pytest.warns(UserWarning) as caught:
+        kept = list(wds.WebDataset(path, shardshuffle=False).decode(
+            decoder, handler=wds.warn_and_continue))
+    assert [s["cls"] for s in kept] == [2]
+    assert [str(w.message) for w in caught] == [
+        f"decode: ABORTED: {path}: key a: field foo: <UnprintableError whose repr raised>"]
+
+
 def bad_json_shard(tmp_path):
     return write_tar(tmp_path / "j.tar", [("a.json", b"{not json"), ("b.json", b'{"x": [1]}')])
 
