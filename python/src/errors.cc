@@ -214,7 +214,7 @@ void NoteSample(std::string_view url, std::string_view key) {
 py::object ExceptionFromStatus(const absl::Status& status, Phase phase) {
   // A stream cut short because the interpreter is exiting (a call into
   // Python refused then) ends the thread that consumes it without a word.
-  if (absl::IsCancelled(status) && PythonIsClosing()) {
+  if (CutShortByExit(status)) {
     return Make(PyExc_SystemExit, Message(status));
   }
   if (status.code() == absl::StatusCode::kAborted && pending.has_value()) {

@@ -45,6 +45,7 @@ wds::ErrorAction StageHandler::Handle(const wds::WorkerContext& ctx, std::string
 
 wds::WarningSink PythonWarnings() {
   return [](std::string_view message) {
+    if (!PythonIsUsable()) return;
     ScopedGil gil;
     if (!gil) return;  // exiting: the warning is dropped
     try {

@@ -3,6 +3,7 @@
 #include <cxxabi.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <utility>
@@ -68,6 +69,9 @@ Gate& PythonGate() {
 // its own).
 thread_local int inside_here = 0;
 
+// How long ClosePythonGate waits for the threads inside.
+constexpr std::chrono::seconds kGateWait(5);
+
 void LeaveGate() {
   --inside_here;
   Gate& gate = PythonGate();
@@ -100,26 +104,29 @@ ScopedGil::ScopedGil() {
     held_before_ = true;
     return;
   }
-  {
-    Gate& gate = PythonGate();
-    std::lock_guard<std::mutex> lock(gate.mu);
-    if (gate.closed) {
-      refused_ = true;
-      return;
+  PyThreadState* state = PyGILState_GetThisThreadState();
+  if (state == nullptr) {
+    // A native thread: it makes a thread state, through the gate. (A Python
+    // thread has one, and CPython itself ends it if it asks for the GIL
+    // while the interpreter finalizes.)
+    {
+      Gate& gate = PythonGate();
+      std::lock_guard<std::mutex> lock(gate.mu);
+      if (gate.closed) {
+        refused_ = true;
+        return;
+      }
+      ++gate.inside;
     }
-    ++gate.inside;
+    ++inside_here;
+    // Needs no GIL: the fork handler, which holds the GIL, waits for this.
+    std::lock_guard<std::mutex> lock(ThreadStateMutex());
+    state = made_ = PyThreadState_New(PyInterpreterState_Main());
   }
-  ++inside_here;
   try {
-    PyThreadState* state = PyGILState_GetThisThreadState();
-    if (state == nullptr) {
-      // Needs no GIL: the fork handler, which holds the GIL, waits for this.
-      std::lock_guard<std::mutex> lock(ThreadStateMutex());
-      state = made_ = PyThreadState_New(PyInterpreterState_Main());
-    }
     TakeGil(state);
   } catch (...) {
-    LeaveGate();
+    if (made_ != nullptr) LeaveGate();
     throw;
   }
 }
@@ -128,15 +135,22 @@ ScopedGil::~ScopedGil() {
   if (held_before_ || refused_) return;
   if (made_ == nullptr) {
     PyEval_SaveThread();
-  } else {
-    // Deleted holding the GIL, which a forking thread holds: no fork overlaps.
-    PyThreadState_Clear(made_);
-    PyThreadState_DeleteCurrent();
+    return;
   }
+  // Deleted holding the GIL, which a forking thread holds: no fork overlaps.
+  PyThreadState_Clear(made_);
+  PyThreadState_DeleteCurrent();
   LeaveGate();
 }
 
-absl::Status PythonIsExiting() { return absl::CancelledError("the Python interpreter is exiting"); }
+constexpr char kExitingText[] = "the Python interpreter is exiting";
+
+absl::Status PythonIsExiting() { return absl::CancelledError(kExitingText); }
+
+bool CutShortByExit(const absl::Status& status) {
+  return absl::IsCancelled(status) &&
+         status.message().find(kExitingText) != absl::string_view::npos && PythonIsClosing();
+}
 
 bool PythonIsClosing() {
   Gate& gate = PythonGate();
@@ -146,14 +160,17 @@ bool PythonIsClosing() {
 
 void ClosePythonGate() {
   Gate& gate = PythonGate();
+  // The calling thread's own scopes (a hook run from inside one) are not
+  // waited for.
   {
     std::lock_guard<std::mutex> lock(gate.mu);
     gate.closed = true;
-    if (gate.inside == 0) return;
+    if (gate.inside == inside_here) return;
   }
   ScopedGilRelease release;  // the threads inside may wait for the GIL to leave
   std::unique_lock<std::mutex> lock(gate.mu);
-  gate.left.wait(lock, [&] { return gate.inside == 0; });
+  // Bounded: a call into Python that never returns must not hold the exit.
+  gate.left.wait_for(lock, kGateWait, [&] { return gate.inside == inside_here; });
 }
 
 ScopedGilRelease::~ScopedGilRelease() noexcept(false) {
@@ -171,7 +188,10 @@ void LockThreadStatesForFork() {
 void UnlockThreadStatesAfterFork(bool in_child) {
   DeferredReleases().mu.unlock();
   ThreadStateMutex().unlock();
-  if (in_child) PythonGate().inside = inside_here;  // the other threads are not here
+  if (in_child) {  // the other threads are not here, nor is any exit
+    PythonGate().inside = inside_here;
+    PythonGate().closed = false;
+  }
   PythonGate().mu.unlock();
 }
 

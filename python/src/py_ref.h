@@ -65,8 +65,8 @@ bool PythonIsUsable();
 // Native code takes the GIL with ScopedGil only.
 //
 // Once the interpreter is exiting (the module's atexit hook has run) a
-// thread that does not hold the GIL is refused: the scope is false, no
-// Python may run in it, and callers answer PythonIsExiting().
+// native thread (one without a Python thread state) is refused: the scope is
+// false, no Python may run in it, and callers answer PythonIsExiting().
 //
 //   ScopedGil gil;
 //   if (!gil) return PythonIsExiting();
@@ -86,15 +86,17 @@ class ScopedGil {
 };
 
 // PythonIsExiting is the error of a call into Python that ScopedGil refused
-// (CANCELLED: a stream ends, as on an interrupt).
+// (CANCELLED: a stream ends, as on an interrupt); CutShortByExit is whether
+// `status` is such an error, the interpreter exiting.
 absl::Status PythonIsExiting();
+bool CutShortByExit(const absl::Status& status);
 
 // PythonIsClosing: ClosePythonGate has run (the interpreter is exiting).
 bool PythonIsClosing();
 
 // ClosePythonGate is the module's atexit hook: from then on ScopedGil
-// refuses threads without the GIL; it waits (GIL released) for those inside
-// to leave. REQUIRES: the GIL is held.
+// refuses native threads; it waits (GIL released, at most 5 s) for those
+// inside Python to leave. REQUIRES: the GIL is held.
 void ClosePythonGate();
 
 // ScopedGilRelease releases the GIL for its scope, as py::gil_scoped_release
