@@ -32,8 +32,12 @@ def main(pattern, out_dir, epochs, split):
     for epoch in range(epochs):
         dataset.set_epoch(epoch)
         steps = wds.agreed_steps(dataset, num_workers=2, policy="drop")
+        # Workers come from a forkserver, not a fork of this rank: a fork of a
+        # process with Gloo's threads running can leave a worker stuck on a
+        # lock one of them held (seen under load: one rank waiting for a batch
+        # forever, the others in all_reduce).
         loader = DataLoader(dataset.with_epoch(steps, across_workers=True), batch_size=None,
-                            num_workers=2)
+                            num_workers=2, multiprocessing_context="forkserver")
         keys, ran = [], 0
         for labels, batch_keys in loader:
             total = torch.tensor([len(batch_keys)])
