@@ -48,11 +48,11 @@ void DropDeferred() {
   for (PyObject* object : objects) Py_DECREF(object);
 }
 
-// The way into Python for threads that do not hold the GIL: counted, and
-// closed by the module's atexit hook (ClosePythonGate), which waits for the
-// threads inside to leave. After it, no thread makes a thread state or waits
-// for the GIL here: CPython 3.11 aborts on a thread state made while it
-// finalizes, and ends a thread that waits for the GIL then.
+// The way into Python for native threads (those without a Python thread
+// state): counted, and closed by the module's atexit hook (ClosePythonGate),
+// which waits for the threads inside to leave. After it, no native thread
+// makes a thread state or waits for the GIL here: CPython 3.11 aborts on a thread state made while
+// it finalizes, and ends a thread that waits for the GIL then.
 struct Gate {
   std::mutex mu;  // also held across a fork
   std::condition_variable left;
