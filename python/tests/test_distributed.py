@@ -219,7 +219,11 @@ def test_sample_split_needs_the_native_source(uneven, monkeypatch):
 
 def _gloo_rank(rank, world_size, pattern, epoch):
     """One rank of a Gloo group made from a FileStore (no launcher). The
-    environment claims another placement: torch.distributed must win."""
+    environment claims another placement: torch.distributed must win, in the
+    DataLoader's workers too. They come from a forkserver, so they have no
+    torch.distributed of their own: the dataset brings them its rank's. (Not
+    forks of the rank: a fork of a process whose Gloo threads run can leave
+    the child stuck on a lock one of them held.)"""
     import torch
     import torch.distributed as dist
     from torch.utils.data import DataLoader
@@ -240,7 +244,7 @@ def _gloo_rank(rank, world_size, pattern, epoch):
         keys, ran = [], 0
         dataset.set_epoch(epoch)
         loader = DataLoader(dataset.with_epoch(steps, across_workers=True), batch_size=None,
-                            num_workers=2)
+                            num_workers=2, multiprocessing_context="forkserver")
         for _, batch_keys in loader:
             step = torch.ones(1)
             dist.all_reduce(step)  # a rank that ran out early would hang the others
@@ -389,6 +393,30 @@ def test_a_group_of_one_wins_over_an_environment_of_two(uneven, tmp_path):
     assert rank["node_info"] == (0, 1)
     assert rank["split"] == list(range(10))
     assert rank["single_node_only"] == sum(COUNTS)  # the environment said 2 ranks
+
+
+def test_a_pickled_placement_counts_only_in_a_dataloader_worker_of_another_process(
+        monkeypatch):
+    """The rule behind the tests above, without a group: a dataset unpickled
+    in a DataLoader worker brings its rank's placement; one pickled inside
+    its own process, or used outside a worker, does not."""
+    import torch.utils.data
+
+    monkeypatch.setattr(wds.utils, "_pickled_placement", None)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    in_worker = []
+    monkeypatch.setattr(torch.utils.data, "get_worker_info",
+                        lambda: object() if in_worker else None)
+    assert wds.utils.placement_to_pickle() is None  # no group here
+    wds.utils.unpickled_placement((os.getpid(), 2, 3))  # pickled in this process
+    in_worker.append(True)
+    assert wds.utils.node_info() == (1, 4)
+    wds.utils.unpickled_placement((os.getpid() + 1, 2, 3))  # in the parent rank
+    assert wds.utils.node_info() == (2, 3)
+    assert list(wds.split_by_node(iter(range(7)))) == [2, 5]
+    in_worker.clear()
+    assert wds.utils.node_info() == (1, 4)
 
 
 def _split_rank(rank, world_size, pattern):

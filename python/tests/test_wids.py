@@ -882,14 +882,15 @@ def test_sampler_with_a_dataset(raw):
 
 def _ddp_rank(rank, world_size, shards):
     """One rank of a Gloo group: a DataLoader over its DistributedChunkedSampler
-    (placement from torch.distributed), an all_reduce per step."""
+    (placement from torch.distributed), an all_reduce per step. Workers from a
+    forkserver, not forks of a rank whose Gloo threads run."""
     import torch
     import torch.distributed as dist
 
     dataset = wids.ShardListDataset(descriptors(shards), transformations=[])
     sampler = wids.DistributedChunkedSampler(dataset, chunksize=6, seed=1)
     loader = torch.utils.data.DataLoader(dataset, batch_size=4, sampler=sampler, num_workers=2,
-                                         collate_fn=list)
+                                         collate_fn=list, multiprocessing_context="forkserver")
     indexes, steps = [], 0
     for batch in loader:
         dist.all_reduce(torch.ones(1))  # a rank that ran out early would hang the others

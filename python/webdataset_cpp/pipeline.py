@@ -41,6 +41,7 @@ import weakref
 from . import _core, _plan
 from ._plan import JOB_KEY
 from .utils import PipelineStage  # noqa: F401 (the reference's pipeline module has it)
+from .utils import placement_to_pickle, unpickled_placement
 
 try:
     from torch.utils.data import IterableDataset
@@ -119,12 +120,13 @@ class DataPipeline(IterableDataset):
     # -------------------------------------------------------- pickling
 
     def __getstate__(self):
-        state = dict(self.__dict__)
-        state.pop("_live", None)
-        state.pop("_position", None)  # running state stays in its process
-        return state
+        # The rank's placement goes with the dataset to a DataLoader worker
+        # that has no torch.distributed of its own (see utils.node_info).
+        return dict(self._copied_state(), _placement=placement_to_pickle())
 
     def __setstate__(self, state):
+        state = dict(state)
+        unpickled_placement(state.pop("_placement", None))
         self.__dict__.update(state)
         self._live = weakref.WeakSet()
         self._position = None
@@ -133,8 +135,14 @@ class DataPipeline(IterableDataset):
 
     def __copy__(self):
         result = type(self).__new__(type(self))
-        result.__setstate__(self.__getstate__())
+        result.__setstate__(self._copied_state())
         return result
+
+    def _copied_state(self):
+        state = dict(self.__dict__)
+        state.pop("_live", None)
+        state.pop("_position", None)  # running state stays in its process
+        return state
 
     # -------------------------------------------------------- building
 

@@ -1,11 +1,14 @@
 """Where this process sits (rank, DataLoader worker), and small helpers.
 
 Rank and world size come from ``torch.distributed`` when it is initialized
-(the group's rank), else from the launcher's environment (``RANK`` /
-``WORLD_SIZE`` from torchrun, else ``SLURM_PROCID`` / ``SLURM_NTASKS``; one of
-a pair without the other is a ValueError naming it), else 0 of 1. The DataLoader
-worker comes from ``torch.utils.data.get_worker_info()``, else ``WORKER`` /
-``NUM_WORKERS``, else 0 of 1.
+(the group's rank), else, in a DataLoader worker started by ``spawn`` or
+``forkserver`` (where torch.distributed is not initialized), from the default
+group of the rank that pickled the dataset for it, else from the launcher's
+environment (``RANK`` / ``WORLD_SIZE`` from torchrun, else ``SLURM_PROCID`` /
+``SLURM_NTASKS``; one of a pair without the other is a ValueError naming it),
+else 0 of 1. The DataLoader worker comes from
+``torch.utils.data.get_worker_info()``, else ``WORKER`` / ``NUM_WORKERS``, else
+0 of 1.
 
 >>> import webdataset_cpp as wds
 >>> wds.pytorch_worker_info()       # one plain process
@@ -64,12 +67,46 @@ def _torch_distributed():
     return dist
 
 
+# (pid, rank, world_size) of the torch.distributed rank that pickled a
+# dataset unpickled here (see placement_to_pickle).
+_pickled_placement = None
+
+
+def placement_to_pickle():
+    """What a pickled dataset carries to a DataLoader worker: (pid, rank,
+    world_size) of torch.distributed's default group when it is initialized
+    here, else None. A worker started by spawn or forkserver has no
+    torch.distributed of its own, and without this would take its rank from
+    the environment: from none at all when the group was made without a
+    launcher (mp.spawn, a FileStore), so every rank would read every shard."""
+    dist = _torch_distributed()
+    if dist is None:
+        return None
+    return os.getpid(), dist.get_rank(), dist.get_world_size()
+
+
+def unpickled_placement(placement):
+    """Keeps the placement a dataset was pickled with in another process, for
+    node_info in this process's DataLoader worker."""
+    global _pickled_placement
+    if placement is not None and placement[0] != os.getpid():
+        _pickled_placement = tuple(placement)
+
+
 def node_info(group=None):
     """(rank, world_size) of this process, as described in the module doc."""
     dist = _torch_distributed()
     if dist is not None:
         return dist.get_rank(group=group), dist.get_world_size(group=group)
+    # (A process group does not pickle, so a worker's nodesplitter has none.)
+    if group is None and _pickled_placement is not None and _in_dataloader_worker():
+        return _pickled_placement[1:]
     return tuple(_core.resolve_placement())
+
+
+def _in_dataloader_worker():
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.utils.data.get_worker_info() is not None
 
 
 def worker_info():
