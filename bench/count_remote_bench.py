@@ -1,8 +1,9 @@
 #!/usr/bin/python3
-"""What counting remote shards costs without a dataset index, and what
-building that index costs: the shards (with .idx sidecars) are served by a
-server that answers each request after --latency-ms (a far object store's
-round trip; SlowServer of wids_remote_bench.py).
+"""What counting remote shards costs without a dataset index, what building
+that index costs, and what checking the shards costs: the shards (with .idx
+sidecars) are served by a server that answers each request after
+--latency-ms (a far object store's round trip; SlowServer of
+wids_remote_bench.py).
 
   one by one   wds.count_samples(url) for each shard in turn: how counts
                were read before they were read kCountThreads at a time
@@ -11,6 +12,10 @@ round trip; SlowServer of wids_remote_bench.py).
   index -j1    `wds-shard index --jobs 1 --dir D URL...`: every shard
                scanned in turn (a header scan: the shard itself is read)
   index        the same with the default --jobs (16 for remote shards)
+  verify -j1,  `wds-shard verify` and `wds-shard stats URL...`, --jobs 1 and
+  verify,      the default (16 for remote shards): every shard read whole
+  stats -j1,   (verify) or scanned (stats)
+  stats
 
 Each measurement runs in a fresh process (a process keeps the counts it
 read); rounds alternate the modes. Usage:
@@ -74,18 +79,27 @@ def main():
             url_list = [server.url(n) for n in names]
             urls = json.dumps(url_list)
             tool = os.path.join(os.path.abspath(args.build), "tools", "wds-shard")
-            modes = ["one by one", "plan_epoch", "index -j1", "index"]
+            modes = ["one by one", "plan_epoch", "index -j1", "index", "verify -j1", "verify",
+                     "stats -j1", "stats"]
             seconds = {mode: [] for mode in modes}
             for r in range(args.rounds):
                 for mode in (modes if r % 2 == 0 else modes[::-1]):
-                    if mode.startswith("index"):
-                        jobs = ["--jobs", "1"] if mode == "index -j1" else []
+                    command, _, serial = mode.partition(" ")
+                    if command in ("index", "verify", "stats"):
+                        options = ["--jobs", "1"] if serial else []
                         out_dir = tempfile.mkdtemp(dir=work)
+                        if command == "index":
+                            options += ["--dir", out_dir]
                         start = time.perf_counter()
-                        subprocess.run([tool, "index", *jobs, "--dir", out_dir, *url_list],
-                                       check=True, capture_output=True)
+                        out = subprocess.run([tool, command, *options, *url_list], check=True,
+                                             capture_output=True, text=True).stdout
                         seconds[mode].append(time.perf_counter() - start)
-                        assert len(os.listdir(out_dir)) == args.shards
+                        if command == "index":
+                            assert len(os.listdir(out_dir)) == args.shards
+                        elif command == "verify":
+                            assert out.count(": ok (20 samples)\n") == args.shards, out
+                        else:
+                            assert f"samples {20 * args.shards} " in out, out[-300:]
                         continue
                     out = subprocess.run([sys.executable, "-c", CHILD, mode, urls], env=env,
                                          check=True, capture_output=True, text=True).stdout
@@ -100,7 +114,9 @@ def main():
         print(f"  {mode:<12} {statistics.median(seconds[mode]):7.3f} s")
     median = {mode: statistics.median(seconds[mode]) for mode in modes}
     print(f"  plan_epoch counts {median['one by one'] / median['plan_epoch']:.1f}x faster; "
-          f"wds-shard index {median['index -j1'] / median['index']:.1f}x faster with 16 jobs")
+          f"with 16 jobs, wds-shard index {median['index -j1'] / median['index']:.1f}x faster, "
+          f"verify {median['verify -j1'] / median['verify']:.1f}x, "
+          f"stats {median['stats -j1'] / median['stats']:.1f}x")
 
 
 if __name__ == "__main__":

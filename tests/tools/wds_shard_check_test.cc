@@ -152,6 +152,28 @@ TEST(WdsShardStatsTest, JsonHasPerShardAndTotalFigures) {
   EXPECT_EQ(ReadFile(py), "2 s1.tar 3 6 3\n");
 }
 
+TEST(WdsShardStatsTest, JobsGiveTheSameReportAndTheFirstFailingShardInOrderIsTheError) {
+  TempDir dir;
+  std::vector<TarEntry> big;  // read last when every job starts at once
+  for (int i = 0; i < 2000; ++i) big.push_back({"k" + std::to_string(i) + ".txt", "xyz"});
+  dir.Write("s0.tar", MakeTar(big));
+  for (int i = 1; i < 5; ++i) dir.Write("s" + std::to_string(i) + ".tar", MakeTar(CleanEntries()));
+  for (const char* format : {"", "--json "}) {
+    ToolRun serial = RunWdsShard(dir, std::string("stats --jobs 1 ") + format + "s{0..4}.tar");
+    ASSERT_EQ(serial.status, 0) << serial.err;
+    ToolRun four = RunWdsShard(dir, std::string("stats --jobs 4 ") + format + "s{0..4}.tar");
+    ASSERT_EQ(four.status, 0) << four.err;
+    EXPECT_EQ(four.out, serial.out);
+    EXPECT_THAT(four.out, HasSubstr("s4.tar"));
+  }
+  dir.Write("s3.tar", MakeTar(CleanEntries()).substr(0, 700));  // cut short
+  ToolRun run = RunWdsShard(dir, "stats --jobs 8 s0.tar s1.tar s5.tar s3.tar");
+  EXPECT_EQ(run.status, 1);
+  EXPECT_THAT(run.out, HasSubstr("s1.tar\n"));  // the shards before it are reported
+  EXPECT_THAT(run.err, HasSubstr("s5.tar"));    // missing, before the cut s3.tar
+  EXPECT_THAT(run.err, Not(HasSubstr("s3.tar")));
+}
+
 TEST(WdsShardStatsTest, BrokenShardIsAnErrorNamingIt) {
   TempDir dir;
   dir.Write("x.tar", std::string(2048, 'x'));
@@ -276,6 +298,43 @@ TEST(WdsShardVerifyTest, OneBadShardAmongGoodOnesFailsNamingIt) {
   EXPECT_EQ(run.status, 1);
   EXPECT_THAT(run.out, HasSubstr("s0.tar: ok (3 samples)\ns1.tar: "));
   EXPECT_THAT(run.err, HasSubstr("1 of 2 shard(s)"));
+}
+
+TEST(WdsShardVerifyTest, JobsReportEachShardWholeInTheOrderGiven) {
+  TempDir dir;
+  std::vector<TarEntry> big;  // checked last when every job starts at once
+  for (int i = 0; i < 2000; ++i) big.push_back({"k" + std::to_string(i) + ".txt", "xyz"});
+  dir.Write("s0.tar", MakeTar(big));
+  dir.Write("s1.tar", "junk");
+  dir.Write("s2.tar", MakeTar(CleanEntries()));
+  std::vector<TarEntry> dup = CleanEntries();
+  dup.push_back({"c.cls", "4"});
+  dir.Write("s3.tar", MakeTar(dup));
+  dir.Write("s4.tar", MakeTar(CleanEntries()));
+  ToolRun serial = RunWdsShard(dir, "verify --jobs 1 s{0..4}.tar");
+  ToolRun four = RunWdsShard(dir, "verify --jobs 4 s{0..4}.tar");
+  EXPECT_EQ(four.status, 1);
+  EXPECT_EQ(four.out, serial.out);
+  EXPECT_EQ(four.err, serial.err);
+  EXPECT_THAT(four.out, ::testing::MatchesRegex("s0.tar: ok \\(2000 samples\\)\n"
+                                                "s1.tar: [^\n]*\n"
+                                                "s2.tar: ok \\(3 samples\\)\n"
+                                                "s3.tar: key 'c' at offset [0-9]+: duplicate "
+                                                "field 'cls' \\(member c.cls\\)\n"
+                                                "s4.tar: ok \\(3 samples\\)\n"));
+  EXPECT_THAT(four.err, HasSubstr("verify: 2 problem(s) in 2 of 5 shard(s)"));
+}
+
+TEST(WdsShardVerifyTest, JobsMustBeAPositiveInteger) {
+  TempDir dir;
+  dir.Write("s.tar", MakeTar(CleanEntries()));
+  for (const char* command : {"verify", "stats"}) {
+    ToolRun run = RunWdsShard(dir, std::string(command) + " --jobs 0 s.tar");
+    EXPECT_EQ(run.status, 1) << command;
+    EXPECT_THAT(run.err, HasSubstr(std::string(command) +
+                                   ": --jobs needs an integer of at least 1, not '0'"));
+    EXPECT_EQ(run.out, "");
+  }
 }
 
 // ---- index ----

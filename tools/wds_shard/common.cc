@@ -3,9 +3,11 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cinttypes>
 #include <cstdio>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -86,6 +88,28 @@ absl::StatusOr<int64_t> ParseCount(std::string_view text, std::string_view optio
                                       std::to_string(min) + ", not '" + std::string(text) + "'");
   }
   return value;
+}
+
+absl::StatusOr<int> ParseJobs(std::string_view text, std::string_view command) {
+  absl::StatusOr<int64_t> n = ParseCount(text, std::string(command) + ": --jobs");
+  if (!n.ok()) return n.status();
+  return static_cast<int>(std::min<int64_t>(*n, 256));
+}
+
+int DefaultJobs(const std::vector<std::string>& urls, int local) {
+  return std::any_of(urls.begin(), urls.end(), IsRemoteUrl) ? 16 : local;
+}
+
+int CpuJobs() { return static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u)); }
+
+void InOrder::Done(size_t i, std::string text) {
+  std::lock_guard<std::mutex> lock(mu_);
+  texts_[i] = std::move(text);
+  for (; next_ < texts_.size() && texts_[next_].has_value(); ++next_) {
+    std::fwrite(texts_[next_]->data(), 1, texts_[next_]->size(), stdout);
+    texts_[next_].reset();
+  }
+  std::fflush(stdout);
 }
 
 std::string HumanBytes(double bytes) {

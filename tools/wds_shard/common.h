@@ -33,6 +33,30 @@ void Warn(std::string_view message);
 // HumanBytes renders a byte count for people ("1.5 MB", decimal units).
 std::string HumanBytes(double bytes);
 
+// Shards are read `--jobs N` at a time: an integer of at least 1, at most 256.
+// ParseJobs reads N; `command` names the subcommand in the error.
+[[nodiscard]] absl::StatusOr<int> ParseJobs(std::string_view text, std::string_view command);
+// DefaultJobs is 16 when a shard is remote (each read waits on round trips),
+// else `local`.
+int DefaultJobs(const std::vector<std::string>& urls, int local);
+// CpuJobs is the number of this machine's cores, at most 8: a default for
+// reads that are CPU work (decompression, decoding).
+int CpuJobs();
+
+// InOrder prints each of n items' text on standard output in the items'
+// order, as soon as that item and every one before it are done, whichever
+// thread finished it. Thread-safe.
+class InOrder {
+ public:
+  explicit InOrder(size_t n) : texts_(n) {}
+  void Done(size_t i, std::string text);
+
+ private:
+  std::mutex mu_;
+  std::vector<std::optional<std::string>> texts_;
+  size_t next_ = 0;  // the first item not printed
+};
+
 // Args walks a subcommand's arguments.
 class Args {
  public:

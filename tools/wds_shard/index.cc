@@ -113,9 +113,9 @@ int RunIndex(int argc, char** argv) {
     } else if (arg == "--jobs") {
       absl::StatusOr<std::string> v = args.Value(arg);
       if (!v.ok()) return Fail(v.status());
-      absl::StatusOr<int64_t> n = ParseCount(*v, "index: --jobs");
+      absl::StatusOr<int> n = ParseJobs(*v, "index");
       if (!n.ok()) return Fail(n.status());
-      jobs = static_cast<int>(std::min<int64_t>(*n, 256));
+      jobs = *n;
     } else if (IsOption(arg)) {
       return Fail("index: unknown option " + std::string(arg));
     } else {
@@ -161,7 +161,7 @@ int RunIndex(int argc, char** argv) {
   std::vector<size_t> order(unique.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   const std::vector<absl::StatusOr<Indexed>> indexed =
-      ReadEach<Indexed>(order, jobs > 0 ? jobs : (any_remote ? 16 : 1),
+      ReadEach<Indexed>(order, jobs > 0 ? jobs : DefaultJobs(unique, 1),
                         [&](size_t i) { return IndexShard(unique[i], paths[i]); });
   DatasetIndex dataset;
   for (size_t s = 0; s < shards.size(); ++s) {

@@ -22,6 +22,7 @@ constexpr char kUsage[] =
     "  verify [--decode] SHARD...                   check structure, grouping, images, index\n"
     "  index [--json FILE] [--dir DIR] SHARD...     write DALI index sidecars (SHARD.idx;\n"
     "                                             for remote shards DIR/NAME.idx)\n"
+    "stats, verify and index read --jobs N shards at a time\n"
     "SHARD and URL may be paths, '-', pipe:CMD, or http(s)://, s3:// and gs:// URLs\n"
     "(environment: WDS_CACHE, WDS_CACHE_SIZE, AWS_*, CURL_CA_BUNDLE; see the README)\n"
     "run 'wds-shard create --help' for the options of create\n";

@@ -6,11 +6,20 @@
 // another sample, members with no field, samples missing a field that more
 // than half of the shard's samples have), with --decode every image field
 // (jpg, jpeg, png, webp) decoded, and, when SHARD.idx exists, that the index
-// matches the shard member by member. Each problem is one line on standard
+// matches the shard, member by member. Each problem is one line on standard
 // output, "<shard>: <what> (key, offset)"; a clean shard prints "<shard>: ok
 // (N samples)". Exit status 1 if any shard has a problem.
+//
+//   wds-shard verify [--decode] [--jobs N] SHARD...
+//
+// Shards are checked N at a time (at most 256; default 16 when a shard is
+// remote, else the number of cores up to 8); each shard's lines come out
+// together, in the order the shards were given, as soon as every shard
+// before it is done.
 #include <sys/stat.h>
 
+#include <atomic>
+#include <exception>
 #include <map>
 #include <set>
 #include <string>
@@ -20,6 +29,7 @@
 #include "common.h"
 #include "wds/decode/decode.h"
 #include "wds/image/image.h"
+#include "wds/internal/base/concurrently.h"
 #include "wds/internal/tar/tar_grouping.h"
 #include "wds/shards/shard_list.h"
 #include "wds/tar/shard_index.h"
@@ -30,25 +40,27 @@ namespace {
 // Past this many, a shard's problems are counted, not printed.
 constexpr int64_t kMaxPrinted = 50;
 
+// Report collects one shard's lines.
 class Report {
  public:
   explicit Report(std::string url) : url_(std::move(url)) {}
   void Problem(const std::string& what) {
-    if (count_++ < kMaxPrinted) std::printf("%s: %s\n", url_.c_str(), what.c_str());
+    if (count_++ < kMaxPrinted) text_ += url_ + ": " + what + "\n";
   }
-  // Finish prints the closing line and returns the number of problems.
-  int64_t Finish(int64_t samples) {
+  // Finish adds the closing line.
+  void Finish(int64_t samples) {
     if (count_ == 0) {
-      std::printf("%s: ok (%lld samples)\n", url_.c_str(), static_cast<long long>(samples));
+      text_ += url_ + ": ok (" + std::to_string(samples) + " samples)\n";
     } else if (count_ > kMaxPrinted) {
-      std::printf("%s: ... and %lld more problem(s)\n", url_.c_str(),
-                  static_cast<long long>(count_ - kMaxPrinted));
+      text_ += url_ + ": ... and " + std::to_string(count_ - kMaxPrinted) + " more problem(s)\n";
     }
-    return count_;
   }
+  int64_t count() const { return count_; }
+  std::string& text() { return text_; }
 
  private:
   std::string url_;
+  std::string text_;
   int64_t count_ = 0;
 };
 
@@ -191,12 +203,20 @@ class ShardChecker {
 }  // namespace
 
 int RunVerify(int argc, char** argv) {
+  Args args(argc, argv);
   bool decode = false;
+  int jobs = 0;  // 0: the default
   std::vector<std::string> urls;
-  for (int i = 0; i < argc; ++i) {
-    const std::string_view arg = argv[i];
+  while (!args.done()) {
+    const std::string_view arg = args.Take();
     if (arg == "--decode") {
       decode = true;
+    } else if (arg == "--jobs") {
+      absl::StatusOr<std::string> v = args.Value(arg);
+      if (!v.ok()) return Fail(v.status());
+      absl::StatusOr<int> n = ParseJobs(*v, "verify");
+      if (!n.ok()) return Fail(n.status());
+      jobs = *n;
     } else if (IsOption(arg)) {
       return Fail("verify: unknown option " + std::string(arg));
     } else {
@@ -205,16 +225,20 @@ int RunVerify(int argc, char** argv) {
       urls.insert(urls.end(), expanded->begin(), expanded->end());
     }
   }
-  if (urls.empty()) return Fail("usage: wds-shard verify [--decode] SHARD...");
-  int64_t problems = 0, bad_shards = 0;
-  for (const std::string& url : urls) {
-    Report report(url);
-    const int64_t samples = ShardChecker(url, decode, report).Run();
-    const int64_t found = report.Finish(samples);
-    problems += found;
-    bad_shards += found > 0 ? 1 : 0;
-  }
-  std::fflush(stdout);
+  if (urls.empty()) return Fail("usage: wds-shard verify [--decode] [--jobs N] SHARD...");
+  std::atomic<int64_t> problems{0}, bad_shards{0};
+  InOrder out(urls.size());
+  RunConcurrently(urls.size(), jobs > 0 ? jobs : DefaultJobs(urls, CpuJobs()), [&](size_t i) {
+    Report report(urls[i]);
+    try {
+      report.Finish(ShardChecker(urls[i], decode, report).Run());
+    } catch (const std::exception& e) {  // out of memory, most likely
+      report.Problem(std::string("cannot be checked: ") + e.what());
+    }
+    problems += report.count();
+    bad_shards += report.count() > 0 ? 1 : 0;
+    out.Done(i, std::move(report.text()));
+  });
   if (problems == 0) return 0;
   return Fail("verify: " + std::to_string(problems) + " problem(s) in " +
               std::to_string(bad_shards) + " of " + std::to_string(urls.size()) + " shard(s)");
