@@ -2,13 +2,13 @@
 
 #include <string_view>
 #include <unordered_map>
-#include <unordered_set>
 #include <utility>
 
 #include "tar/index_lookup.h"
 #include "wds/internal/base/concurrently.h"
 #include "wds/internal/base/status_macros.h"
 #include "wds/internal/base/strings.h"
+#include "wds/internal/tar/shard_scan.h"
 #include "wds/io/remote.h"
 #include "wds/tar/shard_counts.h"
 
@@ -40,13 +40,8 @@ std::unordered_map<std::string_view, absl::Status> ShardCatalog::ReadRemoteIndex
   std::lock_guard<std::mutex> reading(read_mu_);
   std::vector<std::string_view> unread;
   {
-    std::unordered_set<std::string_view> seen;
     std::lock_guard<std::mutex> lock(mu_);
-    for (const std::string& url : urls) {
-      if (IsRemoteUrl(url) && counts_.count(url) == 0 && seen.insert(url).second) {
-        unread.push_back(url);
-      }
-    }
+    unread = UnknownRemoteUrls(urls, [&](const std::string& url) { return counts_.count(url); });
   }
   std::unordered_map<std::string_view, absl::Status> failed;
   if (unread.size() < 2) return failed;  // Counts reads one as well

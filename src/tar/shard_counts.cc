@@ -7,6 +7,7 @@
 
 #include "wds/internal/base/concurrently.h"
 #include "wds/internal/base/strings.h"
+#include "wds/internal/tar/shard_scan.h"
 #include "wds/io/remote.h"
 
 namespace wds {
@@ -36,6 +37,16 @@ std::unordered_set<std::string_view> ListedUrls(const DatasetIndex* index) {
 }
 
 }  // namespace
+
+std::vector<std::string_view> UnknownRemoteUrls(
+    const std::vector<std::string>& urls, const std::function<bool(const std::string&)>& known) {
+  std::vector<std::string_view> unknown;
+  std::unordered_set<std::string_view> seen;
+  for (const std::string& url : urls) {
+    if (IsRemoteUrl(url) && !known(url) && seen.insert(url).second) unknown.push_back(url);
+  }
+  return unknown;
+}
 
 bool CountsKnownWithoutReading(const std::vector<std::string>& urls, const DatasetIndex* index) {
   const std::unordered_set<std::string_view> listed = ListedUrls(index);
@@ -107,13 +118,8 @@ absl::StatusOr<std::vector<int64_t>> ListCounts::Counts(const std::vector<std::s
   // waits on round trips, so they are read kCountThreads at a time.
   std::vector<std::string_view> remote;
   {
-    std::unordered_set<std::string_view> seen;
     std::lock_guard<std::mutex> lock(*mu_);
-    for (const std::string& url : urls) {
-      if (IsRemoteUrl(url) && counted_.count(url) == 0 && seen.insert(url).second) {
-        remote.push_back(url);
-      }
-    }
+    remote = UnknownRemoteUrls(urls, [&](const std::string& url) { return counted_.count(url); });
   }
   std::unordered_map<std::string_view, absl::Status> failed;
   if (!remote.empty()) {

@@ -3,13 +3,17 @@
 // and inspects shards opened with its own remote options this way, and learns
 // their sizes without a second request. LocalPath: which file a shard URL
 // names (wds-shard index tells two spellings of one shard apart by it).
+// UnknownRemoteUrls: which shards of a list a count reads kCountThreads at a
+// time.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "wds/io/byte_stream.h"
@@ -26,5 +30,10 @@ namespace wds {
 // LocalPath returns the file a URL names, or nullopt for standard input,
 // commands and remote URLs, which have no sidecar to look for.
 std::optional<std::string> LocalPath(std::string_view url);
+
+// UnknownRemoteUrls returns the remote URLs of `urls` that are not `known`,
+// each once, in list order (views of `urls`).
+std::vector<std::string_view> UnknownRemoteUrls(
+    const std::vector<std::string>& urls, const std::function<bool(const std::string&)>& known);
 
 }  // namespace wds
