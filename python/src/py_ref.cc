@@ -12,7 +12,8 @@
 namespace wdspy {
 namespace {
 
-// Held while a thread makes its Python thread state, and across a fork.
+// Held while a thread makes its Python thread state, and across a fork
+// (kGuardThreadStates only).
 std::mutex& ThreadStateMutex() {
   static auto* mu = new std::mutex;  // never destroyed: threads may outlive exit
   return *mu;
@@ -119,9 +120,12 @@ ScopedGil::ScopedGil() {
       ++gate.inside;
     }
     ++inside_here;
-    // Needs no GIL: the fork handler, which holds the GIL, waits for this.
-    std::lock_guard<std::mutex> lock(ThreadStateMutex());
-    state = made_ = PyThreadState_New(PyInterpreterState_Main());
+    if constexpr (kGuardThreadStates) {
+      std::lock_guard<std::mutex> lock(ThreadStateMutex());
+      state = made_ = PyThreadState_New(PyInterpreterState_Main());
+    } else {
+      state = made_ = PyThreadState_New(PyInterpreterState_Main());
+    }
   }
   try {
     TakeGil(state);
@@ -179,15 +183,32 @@ ScopedGilRelease::~ScopedGilRelease() noexcept(false) {
   DropDeferred();
 }
 
-void LockThreadStatesForFork() {
-  PythonGate().mu.lock();
+void WaitForThreadStatesBeforeFork() {
+  if constexpr (!kGuardThreadStates) return;
+  if (ThreadStateMutex().try_lock()) return;
+  // A thread is making its thread state, and may need the GIL for it
+  // (tracemalloc traces the allocation under the GIL). The GIL's holders
+  // never wait for this lock, so it is taken back holding the lock. No lock
+  // of this module is held yet (the other handlers come after this one), so
+  // the Python code that runs meanwhile waits for none of them. (A fork by
+  // a thread without the GIL, native code's, just waits.)
+  if (!PyGILState_Check()) {
+    ThreadStateMutex().lock();
+    return;
+  }
+  PyThreadState* state = PyEval_SaveThread();
   ThreadStateMutex().lock();
+  PyEval_RestoreThread(state);
+}
+
+void LockGateForFork() {
+  PythonGate().mu.lock();
   DeferredReleases().mu.lock();
 }
 
 void UnlockThreadStatesAfterFork(bool in_child) {
   DeferredReleases().mu.unlock();
-  ThreadStateMutex().unlock();
+  if constexpr (kGuardThreadStates) ThreadStateMutex().unlock();
   if (in_child) {  // the other threads are not here, nor is any exit
     PythonGate().inside = inside_here;
     PythonGate().closed = false;

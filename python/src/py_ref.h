@@ -57,12 +57,15 @@ bool PythonIsUsable();
 
 // ScopedGil holds the GIL for its scope, on any thread, as
 // py::gil_scoped_acquire does, and is safe across os.fork(): a thread without
-// a Python thread state makes one (deleted at the scope's end) while holding
-// the lock that the fork handlers hold across a fork. CPython 3.11's child
-// deletes the other threads' states under the runtime's lock before it
-// resets that lock, so a fork while another thread is inside
-// PyThreadState_New (which holds it) leaves the child deadlocked in os.fork.
-// Native code takes the GIL with ScopedGil only.
+// a Python thread state makes one (deleted at the scope's end). Before
+// CPython 3.12 it does so holding a lock that the fork handlers hold across
+// a fork (kGuardThreadStates): the child of 3.11 deletes the other threads'
+// states under the runtime's lock before it resets that lock, so a fork
+// while another thread is inside PyThreadState_New (which holds it) leaves
+// the child deadlocked in os.fork (CPython gh-112275, fixed in 3.12; from
+// 3.13 the forking thread holds the runtime's lock itself across the fork,
+// and such a lock of ours would deadlock it). Native code takes the GIL with
+// ScopedGil only.
 //
 // Once the interpreter is exiting (the module's atexit hook has run) a
 // native thread (one without a Python thread state) is refused: the scope is
@@ -117,10 +120,17 @@ class ScopedGilRelease {
   PyThreadState* state_;
 };
 
-// The fork handlers' side of ScopedGil: before a fork, wait for any thread
-// making a thread state and keep others from starting; after it (in the
-// parent and in the child, whose only thread is the forking one), let them.
-void LockThreadStatesForFork();
+// Whether ScopedGil makes thread states under a lock held across forks.
+inline constexpr bool kGuardThreadStates = PY_VERSION_HEX < 0x030C0000;
+
+// The fork handlers' side of ScopedGil. WaitForThreadStatesBeforeFork comes
+// first: it waits for any thread making a thread state (with the GIL
+// released while it waits: under tracemalloc, making one takes the GIL) and
+// keeps others from starting. LockGateForFork comes last. After the fork
+// (in the parent and in the child, whose only thread is the forking one),
+// UnlockThreadStatesAfterFork lets them go on.
+void WaitForThreadStatesBeforeFork();
+void LockGateForFork();
 void UnlockThreadStatesAfterFork(bool in_child);
 
 }  // namespace wdspy

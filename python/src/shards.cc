@@ -280,12 +280,14 @@ void RegisterShardLists(py::module_& m) {
 // (pthread_atfork), after Python's before-fork hooks: no Python code runs
 // between taking the locks and the fork, so no other thread can take the GIL
 // and then wait for one of them while the forking thread waits for the GIL.
-// The holders of these locks never wait for the GIL.
+// The holders of these locks never wait for the GIL. (The wait for a thread
+// making its thread state, first, may release the GIL; see py_ref.h.)
 void PrepareFork() {
+  WaitForThreadStatesBeforeFork();
   BeforeFork();
   SharedMappingsBeforeFork();
   ProcessCounts().LockForFork();
-  LockThreadStatesForFork();  // last: its holders take no other lock
+  LockGateForFork();  // last: its holders take no other lock
 }
 
 void AfterForkParent() {

@@ -115,3 +115,45 @@ def test_exit_while_a_daemon_thread_iterates_a_loader_is_clean(corrupt, warn):
                                 capture_output=True, text=True, timeout=60,
                                 cwd=os.path.dirname(__file__))
         assert (result.returncode, result.stdout, result.stderr) == (0, "exiting\n", "")
+
+
+TRACED_FORK_SCRIPT = """
+import os, sys, threading, warnings
+import tracemalloc
+from test_threads import warning_loader
+
+pattern, forks = sys.argv[1], int(sys.argv[2])
+assert tracemalloc.is_tracing()
+stop, warned = threading.Event(), threading.Event()
+warnings.showwarning = lambda *args, **kwargs: warned.set()
+
+def iterate():
+    loader = warning_loader(pattern)
+    while not stop.is_set():
+        assert list(loader) == []
+
+thread = threading.Thread(target=iterate)
+thread.start()
+warned.wait()
+for _ in range(forks):
+    pid = os.fork()
+    if pid == 0:
+        os._exit(7)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 7
+stop.set()
+thread.join()
+print("forked", forks)
+"""
+
+
+def test_a_fork_under_tracemalloc_while_loader_threads_make_thread_states_does_not_hang(corrupt):
+    """Under tracemalloc, making a thread state takes the GIL (to trace its
+    allocation): the forking process, which holds the GIL, must not wait for
+    a thread doing so without letting it have the GIL. (Before, the parent
+    hung in its fork handler within the first few forks.)"""
+    forks = 400
+    result = subprocess.run([sys.executable, "-X", "tracemalloc", "-c",
+                             textwrap.dedent(TRACED_FORK_SCRIPT), corrupt, str(forks)],
+                            capture_output=True, text=True, timeout=120,
+                            cwd=os.path.dirname(__file__))
+    assert (result.returncode, result.stdout, result.stderr) == (0, f"forked {forks}\n", "")
