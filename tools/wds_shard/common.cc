@@ -90,8 +90,10 @@ absl::StatusOr<int64_t> ParseCount(std::string_view text, std::string_view optio
   return value;
 }
 
-absl::StatusOr<int> ParseJobs(std::string_view text, std::string_view command) {
-  absl::StatusOr<int64_t> n = ParseCount(text, std::string(command) + ": --jobs");
+absl::StatusOr<int> Args::Jobs(std::string_view command) {
+  absl::StatusOr<std::string> text = Value("--jobs");
+  if (!text.ok()) return text.status();
+  absl::StatusOr<int64_t> n = ParseCount(*text, std::string(command) + ": --jobs");
   if (!n.ok()) return n.status();
   return static_cast<int>(std::min<int64_t>(*n, 256));
 }

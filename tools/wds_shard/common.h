@@ -33,9 +33,6 @@ void Warn(std::string_view message);
 // HumanBytes renders a byte count for people ("1.5 MB", decimal units).
 std::string HumanBytes(double bytes);
 
-// Shards are read `--jobs N` at a time: an integer of at least 1, at most 256.
-// ParseJobs reads N; `command` names the subcommand in the error.
-[[nodiscard]] absl::StatusOr<int> ParseJobs(std::string_view text, std::string_view command);
 // DefaultJobs is 16 when a shard is remote (each read waits on round trips),
 // else `local`.
 int DefaultJobs(const std::vector<std::string>& urls, int local);
@@ -66,6 +63,10 @@ class Args {
   std::string_view Take() { return argv_[i_++]; }
   // Value returns the value of the option just taken, or an error naming it.
   absl::StatusOr<std::string> Value(std::string_view option);
+  // Jobs returns N of the `--jobs N` just taken (shards read N at a time):
+  // an integer of at least 1, at most 256; `command` names the subcommand in
+  // the error.
+  absl::StatusOr<int> Jobs(std::string_view command);
 
  private:
   int argc_;

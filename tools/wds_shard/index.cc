@@ -111,9 +111,7 @@ int RunIndex(int argc, char** argv) {
       if (!v.ok()) return Fail(v.status());
       dir = *v;
     } else if (arg == "--jobs") {
-      absl::StatusOr<std::string> v = args.Value(arg);
-      if (!v.ok()) return Fail(v.status());
-      absl::StatusOr<int> n = ParseJobs(*v, "index");
+      absl::StatusOr<int> n = args.Jobs("index");
       if (!n.ok()) return Fail(n.status());
       jobs = *n;
     } else if (IsOption(arg)) {

@@ -308,9 +308,7 @@ int RunStats(int argc, char** argv) {
     if (arg == "--json") {
       json = true;
     } else if (arg == "--jobs") {
-      absl::StatusOr<std::string> v = args.Value(arg);
-      if (!v.ok()) return Fail(v.status());
-      absl::StatusOr<int> n = ParseJobs(*v, "stats");
+      absl::StatusOr<int> n = args.Jobs("stats");
       if (!n.ok()) return Fail(n.status());
       jobs = *n;
     } else if (IsOption(arg)) {

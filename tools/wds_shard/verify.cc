@@ -212,9 +212,7 @@ int RunVerify(int argc, char** argv) {
     if (arg == "--decode") {
       decode = true;
     } else if (arg == "--jobs") {
-      absl::StatusOr<std::string> v = args.Value(arg);
-      if (!v.ok()) return Fail(v.status());
-      absl::StatusOr<int> n = ParseJobs(*v, "verify");
+      absl::StatusOr<int> n = args.Jobs("verify");
       if (!n.ok()) return Fail(n.status());
       jobs = *n;
     } else if (IsOption(arg)) {
