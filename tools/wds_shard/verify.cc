@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/strip.h"
 #include "commands.h"
 #include "common.h"
 #include "wds/decode/decode.h"
@@ -94,7 +95,12 @@ class ShardChecker {
       return true;
     };
     absl::Status walked = WalkShard(url_, visitor);
-    if (!walked.ok()) report_.Problem(std::string(walked.message()));
+    if (!walked.ok()) {
+      // The reader's error names the shard, as the report's lines do.
+      absl::string_view what = walked.message();
+      absl::ConsumePrefix(&what, url_ + ": ");
+      report_.Problem(std::string(what));
+    }
     if (walked.ok() && samples_.empty()) report_.Problem("no samples");
     CheckMissingFields();
     if (walked.ok()) CheckIndex();
