@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
+#include <string_view>
 #include <vector>
 
 #include "tar/index_lookup.h"
@@ -66,6 +67,54 @@ IndexSample ToIndexSample(const GroupedSample& grouped) {
   return sample;
 }
 
+// The C escapes of GNU tar's "escape" quoting, and the bytes they stand for.
+constexpr std::string_view kEscapeLetters = "\\abfnrtv";
+constexpr std::string_view kEscapedBytes = "\\\a\b\f\n\r\t\v";
+
+// TarListEscaped is `text` as GNU tar's --list prints it in a UTF-8 locale
+// (its "escape" quoting): a backslash doubled, control characters escaped.
+std::string TarListEscaped(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (const size_t k = kEscapedBytes.find(c); k != std::string_view::npos) {
+      out += {'\\', kEscapeLetters[k]};
+    } else if (byte < 0x20 || byte == 0x7f) {
+      out += {'\\', static_cast<char>('0' + (byte >> 6)), static_cast<char>('0' + (byte >> 3 & 7)),
+              static_cast<char>('0' + (byte & 7))};
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+// TarListUnescaped undoes TarListEscaped, and the octal escapes of other
+// bytes (tar in the C locale escapes every byte from 0x80). A backslash
+// before anything else is kept as it is.
+std::string TarListUnescaped(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  auto octal = [](char c) { return c >= '0' && c <= '7'; };
+  for (size_t i = 0; i < text.size(); ++i) {
+    const size_t k = i + 1 < text.size() && text[i] == '\\' ? kEscapeLetters.find(text[i + 1])
+                                                            : std::string_view::npos;
+    if (k != std::string_view::npos) {
+      out.push_back(kEscapedBytes[k]);
+      ++i;
+    } else if (text[i] == '\\' && i + 3 < text.size() && text[i + 1] <= '3' && octal(text[i + 1]) &&
+               octal(text[i + 2]) && octal(text[i + 3])) {
+      out.push_back(static_cast<char>((text[i + 1] - '0') << 6 | (text[i + 2] - '0') << 3 |
+                                      (text[i + 3] - '0')));
+      i += 3;
+    } else {
+      out.push_back(text[i]);
+    }
+  }
+  return out;
+}
+
 absl::Status ParseError(std::string_view source, int64_t line, std::string_view what) {
   return absl::InvalidArgumentError(Cat(source, ": line ", line, ": ", what));
 }
@@ -85,6 +134,8 @@ absl::Status ParseSampleLine(const std::string& line, bool with_names, std::stri
           source, line_number,
           Cat("member ", m.field, ": offset ", m.offset, " is not a non-negative multiple of 512"));
     }
+    m.field = TarListUnescaped(m.field);
+    m.name = TarListUnescaped(m.name);
     sample.members.push_back(m);
   }
   if (sample.members.empty()) return ParseError(source, line_number, "sample has no members");
@@ -254,11 +305,12 @@ absl::StatusOr<std::string> ShardIndex::ToText() const {
   for (const IndexSample& sample : samples) {
     const char* sep = "";
     for (const IndexMember& m : sample.members) {
-      if (m.name.find_first_of(" \t\n\r\v\f") != std::string::npos) {
+      if (m.name.find(' ') != std::string::npos || m.field.find(' ') != std::string::npos) {
         return absl::InvalidArgumentError(
-            Cat("member '", m.name, "' holds whitespace, which a DALI index cannot carry"));
+            Cat("member '", m.name, "' holds a space, which a DALI index cannot carry"));
       }
-      out.append(Cat(sep, m.field, " ", m.offset, " ", m.size, " ", m.name));
+      out.append(Cat(sep, TarListEscaped(m.field), " ", m.offset, " ", m.size, " ",
+                     TarListEscaped(m.name)));
       sep = " ";
     }
     out.push_back('\n');

@@ -138,6 +138,22 @@ TEST(IndexedShardTest, ASidecarPastTheEndOfTheShardIsRefused) {
   EXPECT_THAT(shard.status().message(), HasSubstr("lies outside " + path));
 }
 
+TEST(IndexedShardTest, ReadsASidecarWhoseNamesTarEscaped) {
+  // DALI's wds2idx copies names from `tar --list`: in the C locale every
+  // non-ASCII byte is an octal escape, in any locale a backslash is doubled.
+  TempDir dir;
+  const std::string path = dir.Write(
+      "s.tar", MakeTar({{"caf\xc3\xa9.jpg", "jpeg"}, {"b\\s.txt", "text"}}, TarFormat::kUstar));
+  dir.Write("s.tar.idx", "v1.2 2\njpg 512 4 caf\\303\\251.jpg\ntxt 1536 4 b\\\\s.txt\n");
+  std::unique_ptr<IndexedShard> shard = IndexedShard::Open(path).value();
+  ASSERT_EQ(shard->size(), 2);
+  EXPECT_EQ(shard->Key(0), "caf\xc3\xa9");
+  EXPECT_EQ(shard->Key(1), "b\\s");
+  std::vector<Sample> want = PipelineSamples(path);
+  ASSERT_EQ(want.size(), 2u);
+  for (int64_t i = 0; i < 2; ++i) ExpectSameSample(shard->Read(i).value(), want[i], path);
+}
+
 TEST(IndexedShardTest, ASidecarOfAnotherVersionFailsTheReadNamingTheMember) {
   TempDir dir;
   std::vector<TarEntry> entries = Entries();

@@ -8,8 +8,13 @@
 //   v1.2 <num_samples>
 //   <ext> <data_offset> <size> <member name> <ext> <data_offset> <size> <member name> ...
 //
-// one line per sample. Offsets count bytes of the uncompressed tar; DALI
-// itself reads only uncompressed shards. Samples are grouped as this
+// one line per sample. Names and extensions are written as GNU `tar --list`
+// prints them, which wds2idx copies: a backslash doubled, a control
+// character as a C escape (\t, \n, ...) or three octal digits (\033), other
+// bytes as they are (UTF-8 included). Reading also undoes the octal escapes
+// of every byte that tar in the C locale prints (\303\251 for "é"). A name
+// holding a space cannot be written. Offsets count bytes of the uncompressed
+// tar; DALI itself reads only uncompressed shards. Samples are grouped as this
 // library's reader groups them (tar.h): metadata members and names without a
 // field are left out, so num_samples is the count a WebDataset pipeline
 // yields.
@@ -66,8 +71,8 @@ struct IndexSample {
 struct ShardIndex {
   std::vector<IndexSample> samples;
 
-  // ToText renders the DALI v1.2 text. A member name holding whitespace,
-  // which the format cannot carry, is InvalidArgument naming it.
+  // ToText renders the DALI v1.2 text. A member name holding a space, which
+  // the format cannot carry, is InvalidArgument naming it.
   [[nodiscard]] absl::StatusOr<std::string> ToText() const;
   // Parse reads DALI text (v1.1, without names, or v1.2); errors are
   // InvalidArgument naming `source` and the line.
