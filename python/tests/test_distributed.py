@@ -12,6 +12,7 @@ import queue
 import socket
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -417,6 +418,42 @@ def test_a_pickled_placement_counts_only_in_a_dataloader_worker_of_another_proce
     assert list(wds.split_by_node(iter(range(7)))) == [2, 5]
     in_worker.clear()
     assert wds.utils.node_info() == (1, 4)
+    # A worker forked from the process that unpickled it is no part of that rank.
+    in_worker.append(True)
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if wds.utils.node_info() == (1, 4) else 1)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+
+
+def test_a_dataset_brings_its_ranks_placement_through_pickle_but_not_through_a_copy(
+        uneven, monkeypatch):
+    """What a DataLoader does with the dataset: pickle.dumps in the rank,
+    pickle.loads in the worker (here: a placement pickled by another pid,
+    rank 2 of 3). A copy made in one process (copy.copy, copy.deepcopy,
+    pickle there and back) leaves the placement alone."""
+    import copy
+    import pickle
+
+    import torch.utils.data
+
+    monkeypatch.setattr(wds.utils, "_pickled_placement", None)
+    worker = types.SimpleNamespace(id=0, num_workers=1)
+    monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: worker)
+    dataset = wds.WebDataset(uneven, shardshuffle=False, nodesplitter=wds.split_by_node,
+                             split="shards")
+    monkeypatch.setattr(wds.pipeline, "placement_to_pickle", lambda: (os.getpid(), 1, 2))
+    for copied in (copy.copy(dataset), copy.deepcopy(dataset),
+                   pickle.loads(pickle.dumps(dataset))):
+        assert wds.utils.node_info() == (0, 1)
+        assert len(list(copied)) == sum(COUNTS)
+    mine = [uneven.replace("{000000..000006}", f"{i:06d}") for i in (2, 5)]
+    want = [s["__key__"] for s in wds.WebDataset(mine, shardshuffle=False)]
+    assert len(want) == COUNTS[2] + COUNTS[5]
+    monkeypatch.setattr(wds.pipeline, "placement_to_pickle", lambda: (os.getpid() + 1, 2, 3))
+    in_worker = pickle.loads(pickle.dumps(dataset))
+    assert wds.utils.node_info() == (2, 3)
+    assert [s["__key__"] for s in in_worker] == want
 
 
 def _split_rank(rank, world_size, pattern):

@@ -67,8 +67,10 @@ def _torch_distributed():
     return dist
 
 
-# (pid, rank, world_size) of the torch.distributed rank that pickled a
-# dataset unpickled here (see placement_to_pickle).
+# (pid of this process, rank, world_size): the placement of the
+# torch.distributed rank that pickled a dataset this process unpickled (see
+# placement_to_pickle). Only the process that unpickled it uses it: a worker
+# forked from that process is no part of that rank.
 _pickled_placement = None
 
 
@@ -87,10 +89,10 @@ def placement_to_pickle():
 
 def unpickled_placement(placement):
     """Keeps the placement a dataset was pickled with in another process, for
-    node_info in this process's DataLoader worker."""
+    node_info in this process if it is a DataLoader worker."""
     global _pickled_placement
     if placement is not None and placement[0] != os.getpid():
-        _pickled_placement = tuple(placement)
+        _pickled_placement = (os.getpid(),) + tuple(placement[1:])
 
 
 def node_info(group=None):
@@ -99,7 +101,8 @@ def node_info(group=None):
     if dist is not None:
         return dist.get_rank(group=group), dist.get_world_size(group=group)
     # (A process group does not pickle, so a worker's nodesplitter has none.)
-    if group is None and _pickled_placement is not None and _in_dataloader_worker():
+    if (group is None and _pickled_placement is not None
+            and _pickled_placement[0] == os.getpid() and _in_dataloader_worker()):
         return _pickled_placement[1:]
     return tuple(_core.resolve_placement())
 
