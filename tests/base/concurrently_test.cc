@@ -179,5 +179,54 @@ TEST(ReadEachTest, TheFirstFailureInOrderIsTheOneAFailureLaterInTimeComesBefore)
   }
 }
 
+TEST(ReadEachInOrderTest, ResultsAreTakenInOrderAsSoonAsTheItemsBeforeThemAreRead) {
+  // Item 0 is read last: nothing is taken before it, then everything at once.
+  std::vector<int> items = {0, 1, 2, 3, 4, 5};
+  std::atomic<int> read_after_zero{0};
+  std::atomic<bool> zero_may_end{false};
+  std::vector<std::pair<size_t, int>> taken;
+  std::vector<int> read_when_taken;
+  ReadEachInOrder<int>(
+      items, 6,
+      [&](int item) -> absl::StatusOr<int> {
+        if (item == 0) {
+          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+          while (!zero_may_end.load() && std::chrono::steady_clock::now() < deadline) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+        } else if (++read_after_zero == 5) {
+          zero_may_end.store(true);
+        }
+        return item * 10;
+      },
+      [&](size_t i, absl::StatusOr<int>& result) {
+        taken.emplace_back(i, *result);
+        read_when_taken.push_back(read_after_zero.load());
+      });
+  EXPECT_EQ(taken, (std::vector<std::pair<size_t, int>>{
+                       {0, 0}, {1, 10}, {2, 20}, {3, 30}, {4, 40}, {5, 50}}));
+  EXPECT_EQ(read_when_taken, std::vector<int>(6, 5));
+}
+
+TEST(ReadEachInOrderTest, TheFirstFailureIsTakenAndNoItemAfterItIsRead) {
+  std::vector<int> items = {0, 1, 2, 3, 4, 5};
+  std::vector<int> read;
+  std::vector<std::string> taken;
+  ReadEachInOrder<int>(
+      items, 1,
+      [&](int item) -> absl::StatusOr<int> {
+        read.push_back(item);
+        if (item == 1) throw std::runtime_error("boom");
+        if (item == 3) return absl::DataLossError("bad 3");
+        return item;
+      },
+      [&](size_t i, absl::StatusOr<int>& result) {
+        taken.push_back(std::to_string(i) + ":" +
+                        (result.ok() ? std::to_string(*result) : result.status().ToString()));
+      });
+  EXPECT_EQ(read, (std::vector<int>{0, 1}));
+  EXPECT_EQ(taken, (std::vector<std::string>{"0:0", "1:INTERNAL: boom"}));
+}
+
 }  // namespace
 }  // namespace wds

@@ -308,8 +308,11 @@ TEST(WdsShardVerifyTest, JobsReportEachShardWholeInTheOrderGiven) {
   dir.Write("s0.tar", MakeTar(big));
   dir.Write("s1.tar", "junk");
   dir.Write("s2.tar", MakeTar(CleanEntries()));
-  std::vector<TarEntry> dup = CleanEntries();
+  std::vector<TarEntry> dup = CleanEntries();  // two problems: two lines, together
   dup.push_back({"c.cls", "4"});
+  dup.push_back({"d.png", kPng});
+  dup.push_back({"d.cls", "4"});
+  dup.push_back({"d.cls", "5"});
   dir.Write("s3.tar", MakeTar(dup));
   dir.Write("s4.tar", MakeTar(CleanEntries()));
   ToolRun serial = RunWdsShard(dir, "verify --jobs 1 s{0..4}.tar");
@@ -322,8 +325,10 @@ TEST(WdsShardVerifyTest, JobsReportEachShardWholeInTheOrderGiven) {
                                                 "s2.tar: ok \\(3 samples\\)\n"
                                                 "s3.tar: key 'c' at offset [0-9]+: duplicate "
                                                 "field 'cls' \\(member c.cls\\)\n"
+                                                "s3.tar: key 'd' at offset [0-9]+: duplicate "
+                                                "field 'cls' \\(member d.cls\\)\n"
                                                 "s4.tar: ok \\(3 samples\\)\n"));
-  EXPECT_THAT(four.err, HasSubstr("verify: 2 problem(s) in 2 of 5 shard(s)"));
+  EXPECT_THAT(four.err, HasSubstr("verify: 3 problem(s) in 2 of 5 shard(s)"));
 }
 
 TEST(WdsShardVerifyTest, JobsMustBeAPositiveInteger) {

@@ -104,16 +104,6 @@ int DefaultJobs(const std::vector<std::string>& urls, int local) {
 
 int CpuJobs() { return static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u)); }
 
-void InOrder::Done(size_t i, std::string text) {
-  std::lock_guard<std::mutex> lock(mu_);
-  texts_[i] = std::move(text);
-  for (; next_ < texts_.size() && texts_[next_].has_value(); ++next_) {
-    std::fwrite(texts_[next_]->data(), 1, texts_[next_]->size(), stdout);
-    texts_[next_].reset();
-  }
-  std::fflush(stdout);
-}
-
 std::string HumanBytes(double bytes) {
   const char* units[] = {"B", "kB", "MB", "GB", "TB"};
   int u = 0;

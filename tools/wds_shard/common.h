@@ -40,20 +40,6 @@ int DefaultJobs(const std::vector<std::string>& urls, int local);
 // reads that are CPU work (decompression, decoding).
 int CpuJobs();
 
-// InOrder prints each of n items' text on standard output in the items'
-// order, as soon as that item and every one before it are done, whichever
-// thread finished it. Thread-safe.
-class InOrder {
- public:
-  explicit InOrder(size_t n) : texts_(n) {}
-  void Done(size_t i, std::string text);
-
- private:
-  std::mutex mu_;
-  std::vector<std::optional<std::string>> texts_;
-  size_t next_ = 0;  // the first item not printed
-};
-
 // Args walks a subcommand's arguments.
 class Args {
  public:

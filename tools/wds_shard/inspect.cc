@@ -319,24 +319,28 @@ int RunStats(int argc, char** argv) {
   }
   absl::StatusOr<std::vector<std::string>> urls = ExpandAll(shards);
   if (!urls.ok()) return Fail("stats: " + std::string(urls.status().message()));
-  const std::vector<absl::StatusOr<Tally>> tallies =
-      ReadEach<Tally>(*urls, jobs > 0 ? jobs : DefaultJobs(*urls, 1), StatShard);
   Tally total;
   nlohmann::ordered_json list = nlohmann::ordered_json::array();
-  for (size_t i = 0; i < urls->size(); ++i) {
-    const std::string& url = (*urls)[i];
-    const absl::StatusOr<Tally>& t = tallies[i];
-    if (!t.ok()) return Fail("stats: " + std::string(t.status().message()));
-    if (json) {
-      nlohmann::ordered_json j;
-      j["url"] = url;
-      j.update(t->ToJson());
-      list.push_back(j);
-    } else {
-      PrintText(url, *t);
-    }
-    total.Add(*t);
-  }
+  absl::Status failed;  // the first shard in order that failed
+  ReadEachInOrder<Tally>(*urls, jobs > 0 ? jobs : DefaultJobs(*urls, 1), StatShard,
+                         [&](size_t i, absl::StatusOr<Tally>& t) {
+                           if (!failed.ok()) return;
+                           if (!t.ok()) {
+                             failed = t.status();
+                             return;
+                           }
+                           if (json) {
+                             nlohmann::ordered_json j;
+                             j["url"] = (*urls)[i];
+                             j.update(t->ToJson());
+                             list.push_back(j);
+                           } else {
+                             PrintText((*urls)[i], *t);
+                             std::fflush(stdout);
+                           }
+                           total.Add(*t);
+                         });
+  if (!failed.ok()) return Fail("stats: " + std::string(failed.message()));
   if (json) {
     nlohmann::ordered_json doc;
     doc["shards"] = list;

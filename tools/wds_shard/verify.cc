@@ -18,7 +18,6 @@
 // before it is done.
 #include <sys/stat.h>
 
-#include <atomic>
 #include <exception>
 #include <map>
 #include <set>
@@ -230,19 +229,35 @@ int RunVerify(int argc, char** argv) {
     }
   }
   if (urls.empty()) return Fail("usage: wds-shard verify [--decode] [--jobs N] SHARD...");
-  std::atomic<int64_t> problems{0}, bad_shards{0};
-  InOrder out(urls.size());
-  RunConcurrently(urls.size(), jobs > 0 ? jobs : DefaultJobs(urls, CpuJobs()), [&](size_t i) {
-    Report report(urls[i]);
+  struct Checked {
+    std::string text;  // the shard's lines
+    int64_t problems;
+  };
+  auto check = [&](const std::string& url) -> absl::StatusOr<Checked> {
+    Report report(url);
     try {
-      report.Finish(ShardChecker(urls[i], decode, report).Run());
-    } catch (const std::exception& e) {  // out of memory, most likely
+      report.Finish(ShardChecker(url, decode, report).Run());
+    } catch (const std::exception& e) {  // out of memory, most likely: the next shards go on
       report.Problem(std::string("cannot be checked: ") + e.what());
+      report.Finish(0);
     }
-    problems += report.count();
-    bad_shards += report.count() > 0 ? 1 : 0;
-    out.Done(i, std::move(report.text()));
-  });
+    return Checked{std::move(report.text()), report.count()};
+  };
+  int64_t problems = 0, bad_shards = 0;
+  ReadEachInOrder<Checked>(urls, jobs > 0 ? jobs : DefaultJobs(urls, CpuJobs()), check,
+                           [&](size_t i, absl::StatusOr<Checked>& checked) {
+                             // (An error is an exception from Report itself; no shard after
+                             // it is checked.)
+                             const std::string text =
+                                 checked.ok() ? checked->text
+                                              : urls[i] + ": cannot be checked: " +
+                                                    std::string(checked.status().message()) + "\n";
+                             std::fwrite(text.data(), 1, text.size(), stdout);
+                             std::fflush(stdout);
+                             const int64_t found = checked.ok() ? checked->problems : 1;
+                             problems += found;
+                             bad_shards += found > 0 ? 1 : 0;
+                           });
   if (problems == 0) return 0;
   return Fail("verify: " + std::to_string(problems) + " problem(s) in " +
               std::to_string(bad_shards) + " of " + std::to_string(urls.size()) + " shard(s)");

@@ -21,7 +21,9 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <mutex>
 #include <new>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -34,6 +36,10 @@ namespace wds {
 // that fails records its failure where the caller will look for it.
 void RunConcurrently(size_t n, int threads, const std::function<void(size_t)>& job);
 
+template <typename T, typename Item, typename Read, typename Take>
+void ReadEachInOrder(const std::vector<Item>& items, int threads, const Read& read,
+                     const Take& take);
+
 // ReadEach returns read(items[i]) (an absl::StatusOr<T>) for every item,
 // `threads` at a time. No read begins after a failed one (those are
 // CANCELLED "not read"; reads under way run to their end), and every read
@@ -44,24 +50,46 @@ template <typename T, typename Item, typename Read>
 std::vector<absl::StatusOr<T>> ReadEach(const std::vector<Item>& items, int threads,
                                         const Read& read) {
   std::vector<absl::StatusOr<T>> results(items.size(), absl::CancelledError("not read"));
+  ReadEachInOrder<T>(items, threads, read,
+                     [&](size_t i, absl::StatusOr<T>& result) { results[i] = std::move(result); });
+  return results;
+}
+
+// ReadEachInOrder reads as ReadEach does, and hands each item's result
+// (never a "not read" one) to take(i, result) in the items' order, as soon
+// as that item and every one before it are read: under a lock, on the
+// thread that finished the last of them. No result is kept past its take.
+template <typename T, typename Item, typename Read, typename Take>
+void ReadEachInOrder(const std::vector<Item>& items, int threads, const Read& read,
+                     const Take& take) {
   // The lowest failed item so far: an item after it need not be read, one
   // before it must (a thread may take it late).
   std::atomic<size_t> first_failed{SIZE_MAX};
+  std::mutex mu;
+  std::vector<std::optional<absl::StatusOr<T>>> done(items.size());
+  size_t next = 0;  // the first item not taken
   RunConcurrently(items.size(), threads, [&](size_t i) {
     if (i > first_failed.load()) return;
+    absl::StatusOr<T> result = absl::CancelledError("not read");
     try {
-      results[i] = read(items[i]);
+      result = read(items[i]);
     } catch (const std::bad_alloc&) {
-      results[i] = absl::ResourceExhaustedError("out of memory");
+      result = absl::ResourceExhaustedError("out of memory");
     } catch (const std::exception& e) {
-      results[i] = absl::InternalError(e.what());
+      result = absl::InternalError(e.what());
     }
-    if (results[i].ok()) return;
-    for (size_t seen = first_failed.load(); i < seen;) {
-      if (first_failed.compare_exchange_weak(seen, i)) break;
+    if (!result.ok()) {
+      for (size_t seen = first_failed.load(); i < seen;) {
+        if (first_failed.compare_exchange_weak(seen, i)) break;
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    done[i] = std::move(result);
+    for (; next < done.size() && done[next].has_value(); ++next) {
+      take(next, *done[next]);
+      done[next].reset();
     }
   });
-  return results;
 }
 
 }  // namespace wds
