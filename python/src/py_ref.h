@@ -62,7 +62,8 @@ bool PythonIsUsable();
 // a fork (kGuardThreadStates): the child of 3.11 deletes the other threads'
 // states under the runtime's lock before it resets that lock, so a fork
 // while another thread is inside PyThreadState_New (which holds it) leaves
-// the child deadlocked in os.fork (CPython gh-112275, fixed in 3.12; from
+// the child deadlocked in os.fork (CPython gh-112275, fixed in 3.12 and in
+// late 3.11 releases, which a module built for 3.11 cannot tell apart; from
 // 3.13 the forking thread holds the runtime's lock itself across the fork,
 // and such a lock of ours would deadlock it). Native code takes the GIL with
 // ScopedGil only.

@@ -41,7 +41,8 @@ std::unordered_map<std::string_view, absl::Status> ShardCatalog::ReadRemoteIndex
   std::vector<std::string_view> unread;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    unread = UnknownRemoteUrls(urls, [&](const std::string& url) { return counts_.count(url); });
+    unread =
+        UnknownRemoteUrls(urls, [&](const std::string& url) { return counts_.count(url) != 0; });
   }
   std::unordered_map<std::string_view, absl::Status> failed;
   if (unread.size() < 2) return failed;  // Counts reads one as well

@@ -38,16 +38,6 @@ std::unordered_set<std::string_view> ListedUrls(const DatasetIndex* index) {
 
 }  // namespace
 
-std::vector<std::string_view> UnknownRemoteUrls(
-    const std::vector<std::string>& urls, const std::function<bool(const std::string&)>& known) {
-  std::vector<std::string_view> unknown;
-  std::unordered_set<std::string_view> seen;
-  for (const std::string& url : urls) {
-    if (IsRemoteUrl(url) && !known(url) && seen.insert(url).second) unknown.push_back(url);
-  }
-  return unknown;
-}
-
 bool CountsKnownWithoutReading(const std::vector<std::string>& urls, const DatasetIndex* index) {
   const std::unordered_set<std::string_view> listed = ListedUrls(index);
   for (const std::string& url : urls) {
@@ -119,7 +109,8 @@ absl::StatusOr<std::vector<int64_t>> ListCounts::Counts(const std::vector<std::s
   std::vector<std::string_view> remote;
   {
     std::lock_guard<std::mutex> lock(*mu_);
-    remote = UnknownRemoteUrls(urls, [&](const std::string& url) { return counted_.count(url); });
+    remote =
+        UnknownRemoteUrls(urls, [&](const std::string& url) { return counted_.count(url) != 0; });
   }
   std::unordered_map<std::string_view, absl::Status> failed;
   if (!remote.empty()) {

@@ -10,6 +10,7 @@
 #include <optional>
 #include <sstream>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "tar/index_lookup.h"
@@ -395,6 +396,16 @@ absl::StatusOr<ShardIndex> IndexOf(std::string_view url, const Opener& opener) {
   }
   WDS_ASSIGN_OR_RETURN(std::unique_ptr<ByteStream> stream, opener(url));
   return ScanStream(std::move(stream));
+}
+
+std::vector<std::string_view> UnknownRemoteUrls(
+    const std::vector<std::string>& urls, const std::function<bool(const std::string&)>& known) {
+  std::vector<std::string_view> unknown;
+  std::unordered_set<std::string_view> seen;
+  for (const std::string& url : urls) {
+    if (IsRemoteUrl(url) && !known(url) && seen.insert(url).second) unknown.push_back(url);
+  }
+  return unknown;
 }
 
 std::optional<std::string> LocalPath(std::string_view url) {

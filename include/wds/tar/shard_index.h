@@ -9,10 +9,11 @@
 //   <ext> <data_offset> <size> <member name> <ext> <data_offset> <size> <member name> ...
 //
 // one line per sample. Names and extensions are written as GNU `tar --list`
-// prints them, which wds2idx copies: a backslash doubled, a control
-// character as a C escape (\t, \n, ...) or three octal digits (\033), other
-// bytes as they are (UTF-8 included). Reading also undoes the octal escapes
-// of every byte that tar in the C locale prints (\303\251 for "é"). A name
+// prints them in a UTF-8 locale: a backslash doubled, a control character as
+// a C escape (\t, \n, ...) or three octal digits (\033), other bytes as they
+// are (UTF-8 included). Reading also undoes the octal escapes of every byte
+// that tar prints in the C locale (\303\251 for "é"), the form in which
+// wds2idx, which copies tar's listing, writes non-ASCII names. A name
 // holding a space cannot be written. Offsets count bytes of the uncompressed
 // tar; DALI itself reads only uncompressed shards. Samples are grouped as this
 // library's reader groups them (tar.h): metadata members and names without a
