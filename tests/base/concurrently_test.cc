@@ -149,6 +149,38 @@ TEST(ReadEachTest, ASerialReadStopsAtItsFirstFailure) {
   }
 }
 
+TEST(ReadEachTest, AReadUnderWayWhenAnEarlierItemFailsKeepsItsResult) {
+  // Items 0, 1 and 2 start together; 1 fails while 0 and 2 are under way.
+  // Both keep their results (a cache of reads may take them); item 3,
+  // taken after the failure, is not read.
+  std::vector<int> items = {0, 1, 2, 3};
+  std::atomic<int> started{0};
+  std::atomic<bool> one_failed{false};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  auto wait_until = [&](auto done) {
+    while (!done() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  };
+  std::vector<absl::StatusOr<int>> results =
+      ReadEach<int>(items, 3, [&](int item) -> absl::StatusOr<int> {
+        ++started;
+        if (item == 1) {
+          wait_until([&] { return started.load() >= 3; });
+          one_failed.store(true);
+          return absl::DataLossError("bad 1");
+        }
+        wait_until([&] { return one_failed.load(); });
+        return item;
+      });
+  ASSERT_TRUE(one_failed.load());
+  EXPECT_EQ(*results[0], 0);
+  EXPECT_EQ(results[1].status(), absl::DataLossError("bad 1"));
+  EXPECT_EQ(*results[2], 2);
+  EXPECT_EQ(results[3].status(), absl::CancelledError("not read"));
+  EXPECT_EQ(started.load(), 3);
+}
+
 TEST(ReadEachTest, TheFirstFailureInOrderIsTheOneAFailureLaterInTimeComesBefore) {
   // Item 6 fails at once; item 2 fails only after it: in order, 2 is first,
   // and every item before 2 was read.
@@ -208,7 +240,7 @@ TEST(ReadEachInOrderTest, ResultsAreTakenInOrderAsSoonAsTheItemsBeforeThemAreRea
   EXPECT_EQ(read_when_taken, std::vector<int>(6, 5));
 }
 
-TEST(ReadEachInOrderTest, TheFirstFailureIsTakenAndNoItemAfterItIsRead) {
+TEST(ReadEachInOrderTest, TheFirstFailureIsTakenAndTheItemsAfterItAreNotRead) {
   std::vector<int> items = {0, 1, 2, 3, 4, 5};
   std::vector<int> read;
   std::vector<std::string> taken;
@@ -225,7 +257,9 @@ TEST(ReadEachInOrderTest, TheFirstFailureIsTakenAndNoItemAfterItIsRead) {
                         (result.ok() ? std::to_string(*result) : result.status().ToString()));
       });
   EXPECT_EQ(read, (std::vector<int>{0, 1}));
-  EXPECT_EQ(taken, (std::vector<std::string>{"0:0", "1:INTERNAL: boom"}));
+  EXPECT_EQ(taken, (std::vector<std::string>{"0:0", "1:INTERNAL: boom", "2:CANCELLED: not read",
+                                             "3:CANCELLED: not read", "4:CANCELLED: not read",
+                                             "5:CANCELLED: not read"}));
 }
 
 }  // namespace

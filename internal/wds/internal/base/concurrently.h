@@ -55,10 +55,13 @@ std::vector<absl::StatusOr<T>> ReadEach(const std::vector<Item>& items, int thre
   return results;
 }
 
-// ReadEachInOrder reads as ReadEach does, and hands each item's result
-// (never a "not read" one) to take(i, result) in the items' order, as soon
-// as that item and every one before it are read: under a lock, on the
-// thread that finished the last of them. No result is kept past its take.
+// ReadEachInOrder reads as ReadEach does, and hands each item's result to
+// take(i, result) in the items' order, as soon as that item and every one
+// before it are done: under a lock, on the thread that finished the last of
+// them. No result is kept past its take. An item not read after a failure is
+// handed over as CANCELLED "not read"; items that the caller's interrupt
+// check kept from starting (RunConcurrently) are not handed over, nor any
+// after them.
 template <typename T, typename Item, typename Read, typename Take>
 void ReadEachInOrder(const std::vector<Item>& items, int threads, const Read& read,
                      const Take& take) {
@@ -69,18 +72,19 @@ void ReadEachInOrder(const std::vector<Item>& items, int threads, const Read& re
   std::vector<std::optional<absl::StatusOr<T>>> done(items.size());
   size_t next = 0;  // the first item not taken
   RunConcurrently(items.size(), threads, [&](size_t i) {
-    if (i > first_failed.load()) return;
     absl::StatusOr<T> result = absl::CancelledError("not read");
-    try {
-      result = read(items[i]);
-    } catch (const std::bad_alloc&) {
-      result = absl::ResourceExhaustedError("out of memory");
-    } catch (const std::exception& e) {
-      result = absl::InternalError(e.what());
-    }
-    if (!result.ok()) {
-      for (size_t seen = first_failed.load(); i < seen;) {
-        if (first_failed.compare_exchange_weak(seen, i)) break;
+    if (i <= first_failed.load()) {
+      try {
+        result = read(items[i]);
+      } catch (const std::bad_alloc&) {
+        result = absl::ResourceExhaustedError("out of memory");
+      } catch (const std::exception& e) {
+        result = absl::InternalError(e.what());
+      }
+      if (!result.ok()) {
+        for (size_t seen = first_failed.load(); i < seen;) {
+          if (first_failed.compare_exchange_weak(seen, i)) break;
+        }
       }
     }
     std::lock_guard<std::mutex> lock(mu);
