@@ -52,8 +52,9 @@ void DropDeferred() {
 // The way into Python for native threads (those without a Python thread
 // state): counted, and closed by the module's atexit hook (ClosePythonGate),
 // which waits for the threads inside to leave. After it, no native thread
-// makes a thread state or waits for the GIL here: CPython 3.11 aborts on a thread state made while
-// it finalizes, and ends a thread that waits for the GIL then.
+// makes a thread state or waits for the GIL here: CPython 3.11 aborts on a
+// thread state made while it finalizes, and ends a thread that waits for the
+// GIL then.
 struct Gate {
   std::mutex mu;  // also held across a fork
   std::condition_variable left;
@@ -120,12 +121,9 @@ ScopedGil::ScopedGil() {
       ++gate.inside;
     }
     ++inside_here;
-    if constexpr (kGuardThreadStates) {
-      std::lock_guard<std::mutex> lock(ThreadStateMutex());
-      state = made_ = PyThreadState_New(PyInterpreterState_Main());
-    } else {
-      state = made_ = PyThreadState_New(PyInterpreterState_Main());
-    }
+    std::unique_lock<std::mutex> lock(ThreadStateMutex(), std::defer_lock);
+    if constexpr (kGuardThreadStates) lock.lock();
+    state = made_ = PyThreadState_New(PyInterpreterState_Main());
   }
   try {
     TakeGil(state);

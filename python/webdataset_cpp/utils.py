@@ -108,17 +108,20 @@ def node_info(group=None):
 
 
 def _in_dataloader_worker():
+    return _torch_worker_info() is not None
+
+
+def _torch_worker_info():
+    # Never import torch here, as above.
     torch = sys.modules.get("torch")
-    return torch is not None and torch.utils.data.get_worker_info() is not None
+    return None if torch is None else torch.utils.data.get_worker_info()
 
 
 def worker_info():
     """(worker, num_workers) of this process inside a DataLoader, else (0, 1)."""
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        info = torch.utils.data.get_worker_info()
-        if info is not None:
-            return info.id, info.num_workers
+    info = _torch_worker_info()
+    if info is not None:
+        return info.id, info.num_workers
     if "WORKER" in os.environ and "NUM_WORKERS" in os.environ:
         return int(os.environ["WORKER"]), int(os.environ["NUM_WORKERS"])
     return 0, 1

@@ -246,17 +246,15 @@ int RunVerify(int argc, char** argv) {
   int64_t problems = 0, bad_shards = 0;
   ReadEachInOrder<Checked>(urls, jobs > 0 ? jobs : DefaultJobs(urls, CpuJobs()), check,
                            [&](size_t i, absl::StatusOr<Checked>& checked) {
-                             // (An error is an exception from Report itself; no shard after
-                             // it is checked.)
-                             const std::string text =
-                                 checked.ok() ? checked->text
-                                              : urls[i] + ": cannot be checked: " +
-                                                    std::string(checked.status().message()) + "\n";
-                             std::fwrite(text.data(), 1, text.size(), stdout);
+                             if (!checked.ok()) {  // from Report itself: no later shard is read
+                               checked = Checked{urls[i] + ": cannot be checked: " +
+                                                     std::string(checked.status().message()) + "\n",
+                                                 1};
+                             }
+                             std::fwrite(checked->text.data(), 1, checked->text.size(), stdout);
                              std::fflush(stdout);
-                             const int64_t found = checked.ok() ? checked->problems : 1;
-                             problems += found;
-                             bad_shards += found > 0 ? 1 : 0;
+                             problems += checked->problems;
+                             bad_shards += checked->problems > 0 ? 1 : 0;
                            });
   if (problems == 0) return 0;
   return Fail("verify: " + std::to_string(problems) + " problem(s) in " +

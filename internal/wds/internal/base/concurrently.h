@@ -36,25 +36,6 @@ namespace wds {
 // that fails records its failure where the caller will look for it.
 void RunConcurrently(size_t n, int threads, const std::function<void(size_t)>& job);
 
-template <typename T, typename Item, typename Read, typename Take>
-void ReadEachInOrder(const std::vector<Item>& items, int threads, const Read& read,
-                     const Take& take);
-
-// ReadEach returns read(items[i]) (an absl::StatusOr<T>) for every item,
-// `threads` at a time. No read begins after a failed one (those are
-// CANCELLED "not read"; reads under way run to their end), and every read
-// before the first failure in order runs, so that failure is the one a loop
-// over the items would have stopped at. An exception from `read` is its
-// item's error (RESOURCE_EXHAUSTED for std::bad_alloc, else INTERNAL).
-template <typename T, typename Item, typename Read>
-std::vector<absl::StatusOr<T>> ReadEach(const std::vector<Item>& items, int threads,
-                                        const Read& read) {
-  std::vector<absl::StatusOr<T>> results(items.size(), absl::CancelledError("not read"));
-  ReadEachInOrder<T>(items, threads, read,
-                     [&](size_t i, absl::StatusOr<T>& result) { results[i] = std::move(result); });
-  return results;
-}
-
 // ReadEachInOrder reads as ReadEach does, and hands each item's result to
 // take(i, result) in the items' order, as soon as that item and every one
 // before it are done: under a lock, on the thread that finished the last of
@@ -94,6 +75,21 @@ void ReadEachInOrder(const std::vector<Item>& items, int threads, const Read& re
       done[next].reset();
     }
   });
+}
+
+// ReadEach returns read(items[i]) (an absl::StatusOr<T>) for every item,
+// `threads` at a time. No read begins after a failed one (those are
+// CANCELLED "not read"; reads under way run to their end), and every read
+// before the first failure in order runs, so that failure is the one a loop
+// over the items would have stopped at. An exception from `read` is its
+// item's error (RESOURCE_EXHAUSTED for std::bad_alloc, else INTERNAL).
+template <typename T, typename Item, typename Read>
+std::vector<absl::StatusOr<T>> ReadEach(const std::vector<Item>& items, int threads,
+                                        const Read& read) {
+  std::vector<absl::StatusOr<T>> results(items.size(), absl::CancelledError("not read"));
+  ReadEachInOrder<T>(items, threads, read,
+                     [&](size_t i, absl::StatusOr<T>& result) { results[i] = std::move(result); });
+  return results;
 }
 
 }  // namespace wds
