@@ -2,11 +2,15 @@
 """Remote shards through webdataset_cpp.wids.ShardListDataset: fetched whole
 into the cache (remote_reads="download", the reference's way) against read by
 ranged requests (remote_reads="ranges"), side by side in one run, from nginx
-on 127.0.0.1 (each shard with its .idx sidecar beside it).
+on 127.0.0.1 (each shard with its .idx sidecar beside it). "ranges+kept" is
+"ranges" with a native cache (RemoteOptions.cache_dir), which keeps each
+shard's index for the next opening on the machine.
 
-Per round and mode, a fresh dataset (and, for "download", an empty cache):
+Per round and mode, a fresh dataset (and an empty cache):
   sparse   --sparse uniformly random samples (a sample of a large dataset):
            seconds, and the bytes the server sent (nginx's log);
+  again    the same samples through another fresh dataset on the same cache
+           (another process of the machine): seconds, requests and bytes;
   random   then every sample once in a uniformly random order, by
            dataset[i] one at a time, and, for "ranges", by
            dataset.__getitems__ in batches of --batch (what PyTorch's
@@ -20,7 +24,8 @@ bytes and a .cls (bench/wids_bench.py's). Usage:
 
   bench/wids_remote_bench.py [--shards 8] [--samples 500] [--bytes 100000]
                              [--sparse 200] [--batch 64] [--threads 16]
-                             [--rounds 3] [--latency-ms MS] [--build build]
+                             [--rounds 3] [--latency-ms MS] [--sparse-only]
+                             [--build build]
 
 Over a network, each ranged read costs a round trip; nginx on loopback
 answers at once, so its figures show the bytes saved and the per-request
@@ -117,6 +122,9 @@ class SlowServer:
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # The headers and a short body go out as two writes: with Nagle's
+            # algorithm, the body would wait ~40 ms for the client's delayed ACK.
+            disable_nagle_algorithm = True
 
             def log_message(self, *args):
                 pass
@@ -164,17 +172,20 @@ class SlowServer:
         self.server.shutdown()
 
 
-def measure(wids, server, descriptors, mode, args, seed, cache):
+def measure(wds, server, descriptors, mode, args, seed, cache):
+    wids = wds.wids
     total = len(descriptors) * args.samples
     rng = random.Random(seed)
     sparse = [rng.randrange(total) for _ in range(args.sparse)]
     uniform = list(range(total))
     rng.shuffle(uniform)
 
+    remote = wds.RemoteOptions(cache_dir=os.path.join(cache, "native")) if "kept" in mode else None
+
     def dataset():
         return wids.ShardListDataset(descriptors, transformations=[], cache_dir=cache,
-                                     remote_reads=mode, read_threads=args.threads,
-                                     lru_size=len(descriptors))
+                                     remote_reads=mode.split("+")[0], read_threads=args.threads,
+                                     lru_size=len(descriptors), remote=remote)
 
     def check(sample, i):
         shard, inner = divmod(i, args.samples)
@@ -193,10 +204,21 @@ def measure(wids, server, descriptors, mode, args, seed, cache):
     result["sparse_requests"] = requests1 - requests0
     result["sparse_mb"] = (bytes1 - bytes0) / 1e6
     t0 = time.perf_counter()
+    again = dataset()
+    for i in sparse:
+        check(again[i], i)
+    result["again_s"] = time.perf_counter() - t0
+    time.sleep(0.3)
+    requests2, bytes2 = server.sent()
+    result["again_requests"] = requests2 - requests1
+    result["again_mb"] = (bytes2 - bytes1) / 1e6
+    if args.sparse_only:
+        return result
+    t0 = time.perf_counter()
     for i in uniform:
         check(d[i], i)
     result["one_at_a_time"] = total / (time.perf_counter() - t0)
-    if mode == "ranges":
+    if mode.startswith("ranges"):
         d = dataset()
         t0 = time.perf_counter()
         batch = uniform[:args.batch]
@@ -227,6 +249,8 @@ def main():
     parser.add_argument("--latency-ms", type=float, default=0,
                         help="serve with a Python server that answers each request this late "
                              "instead of nginx")
+    parser.add_argument("--sparse-only", action="store_true",
+                        help="measure the sparse reads alone (no passes over every sample)")
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
     args = parser.parse_args()
 
@@ -244,12 +268,12 @@ def main():
         try:
             descriptors = [{"url": server.url(os.path.basename(d["url"])),
                             "nsamples": d["nsamples"]} for d in local]
-            modes = ["download", "ranges"]
+            modes = ["download", "ranges", "ranges+kept"]
             results = {mode: [] for mode in modes}
             for r in range(args.rounds):
                 for mode in (modes if r % 2 == 0 else modes[::-1]):
                     cache = tempfile.mkdtemp(dir=work)
-                    results[mode].append(measure(wids, server, descriptors, mode, args, r, cache))
+                    results[mode].append(measure(wds, server, descriptors, mode, args, r, cache))
                     shutil.rmtree(cache)
         finally:
             server.stop()
@@ -260,15 +284,18 @@ def main():
           f"sidecars; {'nginx' if not args.latency_ms else f'a server answering after {args.latency_ms:g} ms'} "
           f"on 127.0.0.1; {args.rounds} rounds, medians")
     print(f"{'remote_reads':13} {'sparse: ' + str(args.sparse) + ' samples s':>24} "
-          f"{'requests':>9} {'MB sent':>9} {'random: [i] samples/s':>22} "
+          f"{'requests':>9} {'MB sent':>9} {'again s':>8} {'requests':>9} {'MB sent':>9} "
+          f"{'random: [i] samples/s':>22} "
           f"{'__getitems__(' + str(args.batch) + ') samples/s':>26} "
           f"{'first batch, fresh s':>19}")
     for mode, rows in results.items():
         med = {k: statistics.median(row[k] for row in rows) for k in rows[0]}
         batched = f"{med['batched']:26,.0f}" if "batched" in med else f"{'-':>26}"
         first = f"{med['first_batch_s']:19.3f}" if "first_batch_s" in med else f"{'-':>19}"
+        one = f"{med['one_at_a_time']:22,.0f}" if "one_at_a_time" in med else f"{'-':>22}"
         print(f"{mode:13} {med['sparse_s']:24.3f} {med['sparse_requests']:9.0f} "
-              f"{med['sparse_mb']:9.1f} {med['one_at_a_time']:22,.0f} {batched} {first}")
+              f"{med['sparse_mb']:9.1f} {med['again_s']:8.3f} {med['again_requests']:9.0f} "
+              f"{med['again_mb']:9.2f} {one} {batched} {first}")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 on the native random-access reader; its descriptors, fetching of remote
 shards, decoding, and the samplers' orders and equal per-rank lengths."""
 
+import hashlib
 import io
 import json
 import multiprocessing
@@ -421,6 +422,38 @@ def test_ranges_without_a_server_side_index_scan_once(served):
                         ("/shard-000001.tar", None)] + [("/shard-000001.tar", r) for _, r in
                                                         gets[4:]]
     assert len(gets) == 6
+
+
+def test_ranges_keep_each_shards_index_in_the_native_cache(served, tmp_path):
+    cache = tmp_path / "cache"
+    remote = wds.RemoteOptions(cache_dir=str(cache))
+    dataset = _ranged(served, remote=remote, lru_size=1)
+    assert dataset[12][".txt"].read() == b"text 12"  # shard 1: its first block, .idx, a scan
+    assert dataset[3][".txt"].read() == b"text 3"  # shard 0; shard 1 is closed (lru_size 1)
+    assert [e["path"] for e in served.log()].count("/shard-000000.tar.idx") == 1
+    start = len(served.log())
+    # Opened again, and by another process (a dataset of its own): the first
+    # block tells the version, whose index the cache keeps; nothing is
+    # scanned or asked for the .idx again.
+    assert dataset[18][".txt"].read() == b"text 18"
+    other = _ranged(served, remote=remote)
+    assert [s[".txt"].read() for s in other.__getitems__([5, 15])] == [b"text 5", b"text 15"]
+    gets = [(e["path"], e["headers"].get("range")) for e in served.log()[start:]
+            if e["method"] == "GET" and e["path"] != "/index.json"]  # the other's descriptor
+    assert sorted(path for path, r in gets if r == "bytes=0-511") == [
+        "/shard-000000.tar", "/shard-000001.tar", "/shard-000001.tar"]
+    assert len(gets) == 6 and all(path.endswith(".tar") and r for path, r in gets)
+    # What the cache holds: each shard's index (its first line the version
+    # read), never a copy of a shard.
+    kept = {hashlib.sha256(f"index of {served.url(f'shard-00000{s}.tar')}".encode()).hexdigest(): s
+            for s in (0, 1)}
+    assert sorted(os.listdir(cache)) == sorted([".size"] + list(kept) + [k + ".meta" for k in kept])
+    for name, s in kept.items():
+        version, text = (cache / name).read_text().split("\n", 1)
+        data = (tmp_path / "www" / f"shard-00000{s}.tar").read_bytes()
+        assert version.startswith(f'etag "{hashlib.sha256(data).hexdigest()[:16]}" modified ')
+        assert version.endswith(f" GMT size {len(data)}")
+        assert text.startswith("v1.2 10\n") and f"s{s}_009.txt" in text
 
 
 def test_getitems_is_getitem_of_each_index(served, shards):

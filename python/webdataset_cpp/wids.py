@@ -613,9 +613,11 @@ class ShardListDataset(Dataset):
     ``remote_reads="ranges"``, http(s), s3 and gs shards are not fetched:
     each sample is one ranged request (its members, read where they lie),
     each shard's index its server-side ``.idx`` (one request when the shard
-    is opened) or else one scan of the whole shard, and every read asks for
-    the version first read. `remote` are the RemoteOptions for http(s), s3
-    and gs. Local shards are read in place.
+    is opened) or else one scan of the whole shard, kept in the native cache
+    (``remote.cache_dir`` or ``WDS_CACHE``) when there is one for the next
+    opening on the machine, and every read asks for the version first read.
+    `remote` are the RemoteOptions for http(s), s3 and gs. Local shards are
+    read in place.
 
     ``dataset.__getitems__(indices)`` (called by PyTorch's DataLoader from
     2.0 on) reads a batch in one native call without the GIL, up to

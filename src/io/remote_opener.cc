@@ -93,6 +93,9 @@ class RemoteSession {
     return RemoteStream::Open(url, *std::move(target), options_, pool_, offset, end, pin);
   }
 
+  // cache is the cache directory's, null without one.
+  ShardCache* cache() const { return cache_.get(); }
+
  private:
   const RemoteOptions options_;
   std::shared_ptr<TransferPool> pool_;
@@ -277,6 +280,38 @@ Opener RemoteOpener::AsUncachedOpener() const {
     if (!IsRemoteUrl(url)) return OpenLocalUrl(url);
     return session->Open(url, 0, false);
   };
+}
+
+namespace {
+
+// KeptKey names what is kept of `url` in the cache: no URL has a space.
+std::string KeptKey(std::string_view url, std::string_view what) { return Cat(what, " of ", url); }
+
+// VersionLine says which version of an object something kept was made
+// from; nullopt for a version nothing could tell from another.
+std::optional<std::string> VersionLine(const ObjectVersion& v) {
+  if (v.size < 0 || (v.etag.empty() && v.last_modified.empty())) return std::nullopt;
+  return Cat("etag ", v.etag, " modified ", v.last_modified, " size ", v.size);
+}
+
+}  // namespace
+
+void RemoteOpener::Keep(std::string_view url, std::string_view what, const ObjectVersion& version,
+                        std::string_view bytes) const {
+  std::optional<std::string> line = VersionLine(version);
+  if (session_->cache() == nullptr || !line.has_value()) return;
+  session_->cache()->Keep(KeptKey(url, what), *line, bytes);
+}
+
+std::optional<std::string> RemoteOpener::Kept(std::string_view url, std::string_view what,
+                                              const ObjectVersion& version) const {
+  std::optional<std::string> line = VersionLine(version);
+  if (session_->cache() == nullptr || !line.has_value()) return std::nullopt;
+  return session_->cache()->Kept(KeptKey(url, what), *line);
+}
+
+void RemoteOpener::Forget(std::string_view url, std::string_view what) const {
+  if (session_->cache() != nullptr) session_->cache()->Forget(KeptKey(url, what));
 }
 
 Opener MakeOpener(RemoteOptions options) { return RemoteOpener(std::move(options)).AsOpener(); }

@@ -89,6 +89,29 @@ std::string ReadMetaEtag(const std::string& path) {
   return "";
 }
 
+// WriteFully writes all of `data` to `fd`; false on an error.
+bool WriteFully(int fd, std::string_view data) {
+  while (!data.empty()) {
+    const ssize_t w = write(fd, data.data(), data.size());
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    data.remove_prefix(static_cast<size_t>(w));
+  }
+  return true;
+}
+
+// PreadFully fills `out` from `fd`'s start; false on an error or an early end.
+bool PreadFully(int fd, std::string& out) {
+  size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n = pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
 // CloseUnlocked releases the flock `fd` may hold, then closes it. Closing
 // alone is not enough: a lock belongs to the open file, which fork(2) shares
 // with a child (a DataLoader starting its workers, say), so a child forked
@@ -256,17 +279,11 @@ class CachingStream : public ByteStream {
 
  private:
   void Write(const char* data, size_t size) {
-    while (size > 0) {
-      const ssize_t w = write(fd_, data, size);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) {
-        Abandon();
-        return;
-      }
-      data += w;
-      size -= static_cast<size_t>(w);
-      written_ += w;
+    if (!WriteFully(fd_, std::string_view(data, size))) {
+      Abandon();
+      return;
     }
+    written_ += static_cast<int64_t>(size);
   }
 
   void Commit() {
@@ -352,22 +369,25 @@ std::string ShardCache::PathFor(const std::string& url) const {
   return Cat(dir_, "/", sigv4::Sha256Hex(url));
 }
 
+void ShardCache::ScanOnFirstUse() {
+  if (!FirstOpenInProcess(dir_)) return;
+  // A scan when the ledger says the directory is over this process's
+  // limit, or was not scanned for a while (stale downloads), or cannot say:
+  // not one per process, which a node's hundreds of workers starting
+  // together over tens of thousands of shards could not afford.
+  LedgerLock ledger(dir_);
+  const std::optional<Ledger> known =
+      ledger.fd() >= 0 ? ReadLedger(ledger.fd()) : std::optional<Ledger>();
+  if (!known.has_value() || time(nullptr) - known->scanned >= kCleanupInterval ||
+      (size_limit_ > 0 && known->bytes > size_limit_)) {
+    Scan(ledger.fd(), "");
+  }
+}
+
 absl::StatusOr<std::unique_ptr<ByteStream>> ShardCache::Open(const std::string& url, int64_t offset,
                                                              const OpenRemote& open_remote,
                                                              const Revalidate& revalidate) {
-  if (FirstOpenInProcess(dir_)) {
-    // A scan when the ledger says the directory is over this process's
-    // limit, or was not scanned for a while (stale downloads), or cannot say:
-    // not one per process, which a node's hundreds of workers starting
-    // together over tens of thousands of shards could not afford.
-    LedgerLock ledger(dir_);
-    const std::optional<Ledger> known =
-        ledger.fd() >= 0 ? ReadLedger(ledger.fd()) : std::optional<Ledger>();
-    if (!known.has_value() || time(nullptr) - known->scanned >= kCleanupInterval ||
-        (size_limit_ > 0 && known->bytes > size_limit_)) {
-      Scan(ledger.fd(), "");
-    }
-  }
+  ScanOnFirstUse();
   const std::string path = PathFor(url);
   const std::string part = Cat(path, kPartSuffix);
   std::optional<ObjectInfo> current;
@@ -475,6 +495,63 @@ bool ShardCache::Install(int part_fd, const std::string& part, const std::string
     WriteLedger(ledger.fd(), *known);
   }
   return true;
+}
+
+void ShardCache::Keep(const std::string& key, std::string_view version, std::string_view bytes) {
+  if (version.find('\n') != std::string_view::npos) return;
+  ScanOnFirstUse();
+  if (!MakeDirectories(dir_).ok()) return;
+  const std::string path = PathFor(key);
+  const std::string part = Cat(path, kPartSuffix);
+  const int fd = OpenFd(part, O_RDWR | O_CREAT, 0644);
+  if (fd < 0) return;
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0 || !Linked(fd, part)) {
+    CloseUnlocked(fd);  // another process is writing it
+    return;
+  }
+  const std::string head = Cat(version, "\n");
+  const int64_t size = static_cast<int64_t>(head.size() + bytes.size());
+  if (ftruncate(fd, 0) != 0 || !WriteFully(fd, head) || !WriteFully(fd, bytes) ||
+      fdatasync(fd) != 0 ||
+      !Install(fd, part, path, Cat("url ", key, "\netag ", version, "\nsize ", size, "\n"), size)) {
+    unlink(part.c_str());
+    CloseUnlocked(fd);
+    return;
+  }
+  close(fd);  // unlocked by Install
+}
+
+std::optional<std::string> ShardCache::Kept(const std::string& key, std::string_view version) {
+  ScanOnFirstUse();
+  const std::string path = PathFor(key);
+  const int fd = OpenFd(path, O_RDONLY);
+  if (fd < 0) return std::nullopt;
+  std::optional<std::string> kept;
+  struct stat st;
+  if (Lock(fd, LOCK_SH) && Linked(fd, path) && fstat(fd, &st) == 0) {
+    std::string text(static_cast<size_t>(st.st_size), '\0');
+    const size_t eol = PreadFully(fd, text) ? text.find('\n') : std::string::npos;
+    if (eol != std::string::npos && std::string_view(text).substr(0, eol) == version) {
+      text.erase(0, eol + 1);
+      kept = std::move(text);
+      futimens(fd, nullptr);  // most recently used
+    }
+  }
+  CloseUnlocked(fd);
+  return kept;
+}
+
+void ShardCache::Forget(const std::string& key) {
+  const std::string path = PathFor(key);
+  LedgerLock ledger(dir_);
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0 || unlink(path.c_str()) != 0) return;
+  unlink(Cat(path, kMetaSuffix).c_str());
+  std::optional<Ledger> known =
+      ledger.fd() >= 0 ? ReadLedger(ledger.fd()) : std::optional<Ledger>();
+  if (!known.has_value()) return;  // the next scan writes it anew
+  known->bytes = AddBytes(known->bytes, -static_cast<int64_t>(st.st_size));
+  WriteLedger(ledger.fd(), *known);
 }
 
 void ShardCache::Evict(const std::string& keep) {

@@ -10,7 +10,8 @@
 // Files, for H = hex SHA-256 of the URL: H (a complete copy), H.meta (its
 // URL, ETag and size), H.part (a download in progress, locked by its writer);
 // and .size (the ledger: the complete files' total and the last scan's time,
-// whose flock orders downloads' renames and scans).
+// whose flock orders downloads' renames and scans). What Keep stores (a
+// remote shard's index) is a complete file too, named by the hash of its key.
 //
 // Thread safety: thread-safe (it holds no state but its directory).
 #pragma once
@@ -18,7 +19,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "io/remote_stream.h"
@@ -78,7 +81,25 @@ class ShardCache : public std::enable_shared_from_this<ShardCache> {
   // PathFor is the complete copy's path for `url`.
   std::string PathFor(const std::string& url) const;
 
+  // Keep stores `bytes` under `key`, a name no URL has (say, "index of
+  // <url>"), for `version`, one line that says which version of its source
+  // the bytes are of. The file (PathFor(key), its first line the version)
+  // is put in place as a download is (Install): counted, and evicted least
+  // recently used with the copies. Best effort: when the file cannot be
+  // written (a full disk), or another process is writing it, nothing is kept.
+  void Keep(const std::string& key, std::string_view version, std::string_view bytes);
+  // Kept returns what Keep stored under `key` for `version`, and marks it
+  // most recently used; nullopt when nothing is kept, or only for another
+  // version, or it cannot be read.
+  std::optional<std::string> Kept(const std::string& key, std::string_view version);
+  // Forget removes what Keep stored under `key` (a kept index that proved
+  // wrong), so that the next reader asks the server again.
+  void Forget(const std::string& key);
+
  private:
+  // ScanOnFirstUse scans the directory at the first use of it in this
+  // process when the ledger says to (see Open).
+  void ScanOnFirstUse();
   // Scan is Evict's work; `ledger` is the ledger's locked descriptor, or -1
   // (nothing written).
   void Scan(int ledger, const std::string& keep);

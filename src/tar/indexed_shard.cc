@@ -26,6 +26,8 @@ namespace wds {
 namespace {
 
 constexpr int64_t kBlock = 512;
+// What a remote shard's index is kept as in the cache (RemoteOpener::Keep).
+constexpr std::string_view kKeptIndex = "index";
 
 // Compression names the compression whose magic number starts `head`, or
 // returns nullopt (a tar's first bytes are a member name).
@@ -226,9 +228,22 @@ absl::StatusOr<std::unique_ptr<IndexedShard>> IndexedShard::Open(std::string_vie
   // version this read finds is the one every later read asks for.
   WDS_ASSIGN_OR_RETURN(shard->version_, remote.ReadRange(url, 0, {first}));
   WDS_RETURN_IF_ERROR(CompressionError(url, head, true));
-  // The index is read from the server too: a cached one may be of another version.
+  // The index the cache keeps for this version of the shard, else the
+  // server's (never a cached copy of the sidecar or the shard, which may be
+  // of another version), then kept for the next process.
+  if (std::optional<std::string> kept = remote.Kept(url, kKeptIndex, shard->version_)) {
+    absl::StatusOr<ShardIndex> index = ShardIndex::Parse(*kept, url);
+    if (index.ok() && CheckInside(*index, shard->version_.size, url, url).ok()) {
+      shard->index_ = *std::move(index);
+      return shard;
+    }
+    remote.Forget(url, kKeptIndex);
+  }
   WDS_ASSIGN_OR_RETURN(shard->index_, RemoteIndex(url, remote.AsUncachedOpener()));
   WDS_RETURN_IF_ERROR(CheckInside(shard->index_, shard->version_.size, SidecarUrl(url), url));
+  if (absl::StatusOr<std::string> text = shard->index_.ToText(); text.ok()) {
+    remote.Keep(url, kKeptIndex, shard->version_, *text);
+  }
   return shard;
 }
 
@@ -300,7 +315,13 @@ absl::Status IndexedShard::ReadRemote(int64_t i, size_t first, size_t last,
                             WithoutUrl(ToStd(read.status().message()), url_)));
   }
   for (size_t j = first; j <= last; ++j) {
-    WDS_RETURN_IF_ERROR(CheckHeader(headers[j - first].data(), s.members[j]));
+    absl::Status header = CheckHeader(headers[j - first].data(), s.members[j]);
+    if (!header.ok()) {
+      // A kept index that proved wrong (a sidecar mended since it was kept)
+      // is not offered to the next opening.
+      remote_->Forget(url_, kKeptIndex);
+      return header;
+    }
   }
   return absl::OkStatus();
 }

@@ -31,6 +31,7 @@
 #include "util/test_util.h"
 #include "wds/base/interrupt.h"
 #include "wds/internal/base/strings.h"
+#include "wds/internal/io/directories.h"
 #include "wds/io/remote.h"
 #include "wds/tar/shard_index.h"
 
@@ -717,6 +718,132 @@ TEST_F(ShardCacheTest, ASkipWhileCachingIsReadIntoTheCache) {
   EXPECT_EQ(*(*hit)->Skip(299'000), 299'000);
   EXPECT_EQ(*ReadAll(**hit), bodies_[0].substr(299'000));
   EXPECT_EQ(server_.requests(), 1);
+}
+
+// --- What is kept beside the copies (a remote shard's index): RemoteOpener::Keep
+
+// KeptName is the file that holds what is kept for `url` under `what`.
+std::string KeptName(const std::string& url, const std::string& what) {
+  return Hash(Cat(what, " of ", url));
+}
+
+TEST_F(ShardCacheTest, WhatIsKeptIsReadBackForItsVersionAlone) {
+  const RemoteOpener remote(options_);
+  const ObjectVersion v1{"\"v1\"", "Tue, 15 Nov 1994 12:45:26 GMT", 300'000};
+  remote.Keep(url(0), "index", v1, "the index\nof 0\n");
+  EXPECT_EQ(remote.Kept(url(0), "index", v1), "the index\nof 0\n");
+  // Another ETag, time or size, another name, another URL: nothing.
+  for (const ObjectVersion& other :
+       {ObjectVersion{"\"v2\"", v1.last_modified, v1.size}, ObjectVersion{v1.etag, "", v1.size},
+        ObjectVersion{v1.etag, v1.last_modified, 299'999}}) {
+    EXPECT_EQ(remote.Kept(url(0), "index", other), std::nullopt) << other.etag;
+  }
+  EXPECT_EQ(remote.Kept(url(0), "other", v1), std::nullopt);
+  EXPECT_EQ(remote.Kept(url(1), "index", v1), std::nullopt);
+  // One file (its first line the version) with its .meta, counted as a copy is.
+  const std::string name = KeptName(url(0), "index");
+  const std::string kept =
+      "etag \"v1\" modified Tue, 15 Nov 1994 12:45:26 GMT size 300000\nthe index\nof 0\n";
+  EXPECT_THAT(Names(options_.cache_dir), ElementsAre(name, name + ".meta"));
+  EXPECT_EQ(testing::ReadFile(Cat(options_.cache_dir, "/", name)), kept);
+  EXPECT_EQ(testing::ReadFile(Cat(options_.cache_dir, "/", name, ".meta")),
+            Cat("url index of ", url(0), "\netag ", kept.substr(0, kept.find('\n')), "\nsize ",
+                kept.size(), "\n"));
+  EXPECT_EQ(Ledger(), Cat("bytes ", kept.size(), "\nscanned ", Scanned(), "\n"));
+  // Another version replaces it, and the count.
+  const ObjectVersion v2{"\"v2\"", v1.last_modified, 300'000};
+  remote.Keep(url(0), "index", v2, "2");
+  EXPECT_EQ(remote.Kept(url(0), "index", v1), std::nullopt);
+  EXPECT_EQ(remote.Kept(url(0), "index", v2), "2");
+  const std::string kept2 = "etag \"v2\" modified Tue, 15 Nov 1994 12:45:26 GMT size 300000\n2";
+  EXPECT_EQ(testing::ReadFile(Cat(options_.cache_dir, "/", name)), kept2);
+  EXPECT_EQ(Ledger(), Cat("bytes ", kept2.size(), "\nscanned ", Scanned(), "\n"));
+  // Another process (another opener of the directory) reads it.
+  EXPECT_EQ(RemoteOpener(options_).Kept(url(0), "index", v2), "2");
+  EXPECT_EQ(server_.requests(), 0);
+}
+
+TEST_F(ShardCacheTest, NothingIsKeptWithoutACacheOrAVersionThatTellsItFromAnother) {
+  const ObjectVersion v1{"\"v1\"", "", 300'000};
+  RemoteOptions uncached = options_;
+  uncached.cache_dir.clear();
+  const RemoteOpener none(uncached);
+  none.Keep(url(0), "index", v1, "x");
+  EXPECT_EQ(none.Kept(url(0), "index", v1), std::nullopt);
+  EXPECT_FALSE(fs::exists(options_.cache_dir));
+  const RemoteOpener remote(options_);
+  for (const ObjectVersion& blind :
+       {ObjectVersion{"", "", 300'000}, ObjectVersion{"\"v1\"", "", -1},
+        ObjectVersion{"\"v1\nx\"", "", 1}}) {
+    remote.Keep(url(0), "index", blind, "x");
+    EXPECT_EQ(remote.Kept(url(0), "index", blind), std::nullopt) << blind.etag;
+  }
+  EXPECT_FALSE(fs::exists(Cat(options_.cache_dir, "/", KeptName(url(0), "index"))));
+  // Last-Modified alone, with the size, tells versions apart.
+  const ObjectVersion dated{"", "Tue, 15 Nov 1994 12:45:26 GMT", 3};
+  remote.Keep(url(0), "index", dated, "abc");
+  EXPECT_EQ(remote.Kept(url(0), "index", dated), "abc");
+}
+
+TEST_F(ShardCacheTest, AKeepWhileAnotherProcessWritesItKeepsNothingAndLeavesTheirs) {
+  const RemoteOpener remote(options_);
+  const ObjectVersion v1{"\"v1\"", "", 300'000};
+  ASSERT_TRUE(MakeDirectories(options_.cache_dir).ok());
+  const std::string part = Cat(options_.cache_dir, "/", KeptName(url(0), "index"), ".part");
+  const int fd = open(part.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, "theirs", 6), 6);
+  ASSERT_EQ(flock(fd, LOCK_EX), 0);
+  remote.Keep(url(0), "index", v1, "ours");
+  EXPECT_EQ(remote.Kept(url(0), "index", v1), std::nullopt);
+  EXPECT_EQ(testing::ReadFile(part), "theirs");
+  close(fd);
+  // Their lock gone, the next Keep takes the .part over.
+  remote.Keep(url(0), "index", v1, "ours");
+  EXPECT_EQ(remote.Kept(url(0), "index", v1), "ours");
+  EXPECT_FALSE(fs::exists(part));
+}
+
+TEST_F(ShardCacheTest, KeptFilesAreEvictedWithTheCopiesLeastRecentlyUsedFirst) {
+  options_.cache_size = 700'000;  // two of the three objects
+  const RemoteOpener remote(options_);
+  const ObjectVersion v1{"\"v1\"", "", 300'000};
+  remote.Keep(url(1), "index", v1, std::string(300'000, 'i'));
+  Opener open = remote.AsOpener();
+  ExpectFetch(0, open);
+  const std::string kept = Cat(options_.cache_dir, "/", KeptName(url(1), "index"));
+  fs::last_write_time(kept, fs::last_write_time(kept) - std::chrono::seconds(20));
+  Age(0, 10);
+  // A read of what is kept makes it the most recently used.
+  EXPECT_EQ(remote.Kept(url(1), "index", v1), std::string(300'000, 'i'));
+  ExpectFetch(2, open);
+  EXPECT_FALSE(fs::exists(cached(0)));
+  EXPECT_FALSE(fs::exists(cached(0) + ".meta"));
+  EXPECT_TRUE(fs::exists(kept));
+  // Unused the longest, it goes next.
+  fs::last_write_time(kept, fs::last_write_time(kept) - std::chrono::seconds(60));
+  ExpectFetch(0, open);
+  EXPECT_FALSE(fs::exists(kept));
+  EXPECT_FALSE(fs::exists(kept + ".meta"));
+  EXPECT_EQ(remote.Kept(url(1), "index", v1), std::nullopt);
+}
+
+TEST_F(ShardCacheTest, ForgetRemovesWhatWasKeptAndItsCount) {
+  const RemoteOpener remote(options_);
+  const ObjectVersion v1{"\"v1\"", "", 300'000};
+  ExpectFetch(0, remote.AsOpener());
+  remote.Keep(url(0), "index", v1, "abc");
+  remote.Forget(url(0), "index");
+  EXPECT_EQ(remote.Kept(url(0), "index", v1), std::nullopt);
+  EXPECT_THAT(Names(options_.cache_dir), ElementsAre(Hash(url(0)), Hash(url(0)) + ".meta"));
+  EXPECT_EQ(Ledger(), Cat("bytes 300000\nscanned ", Scanned(), "\n"));
+  // Forgetting what is not kept, or without a cache, changes nothing.
+  remote.Forget(url(1), "index");
+  RemoteOptions uncached = options_;
+  uncached.cache_dir.clear();
+  RemoteOpener(uncached).Forget(url(0), "index");
+  EXPECT_THAT(Names(options_.cache_dir), ElementsAre(Hash(url(0)), Hash(url(0)) + ".meta"));
+  EXPECT_EQ(Ledger(), Cat("bytes 300000\nscanned ", Scanned(), "\n"));
 }
 
 // wds-shard index over remote shards scans 16 at a time: each request waits

@@ -566,14 +566,15 @@ TEST_F(RemoteIndexedShardTest, TheSidecarOfAUrlWithAQueryKeepsTheQueryAtItsEnd) 
   EXPECT_EQ(SidecarUrl("/data/odd?name.tar"), "/data/odd?name.tar.idx");  // a local name
 }
 
-TEST_F(RemoteIndexedShardTest, NeitherIndexNorSamplesComeFromTheCache) {
-  // A cached sidecar, or a cached copy, may be of another version.
+TEST_F(RemoteIndexedShardTest, TheIndexIsKeptInTheCacheForTheShardsVersionAndNothingElseIsRead) {
   RemoteOptions o = testing::FastRemoteOptions();
   o.cache_dir = dir_.path() + "/cache";
   const RemoteOpener cached(o);
-  const std::string url = Put(MakeTar(Entries()), false);
+  const std::string tar = MakeTar(Entries());
+  const std::string url = Put(tar, false);
   {
-    // A reader that fills the cache with the whole shard.
+    // A reader that fills the cache with the whole shard: a copy that may be
+    // of another version, which neither the index nor the samples come from.
     std::unique_ptr<ByteStream> stream = cached.AsOpener()(url).value();
     char buffer[4096];
     while (stream->Read(buffer, sizeof buffer).value() > 0) {
@@ -585,8 +586,83 @@ TEST_F(RemoteIndexedShardTest, NeitherIndexNorSamplesComeFromTheCache) {
   std::vector<FaultRequest> log = server_.log();
   ASSERT_EQ(log.size(), 5u);  // then: first block, sidecar (404), scan, sample 0
   EXPECT_EQ(log[1].headers["range"], "bytes=0-511");
+  EXPECT_EQ(log[2].target, "/s.tar.idx");
   EXPECT_EQ(log[3].headers.count("range"), 0u);
   EXPECT_THAT(log[4].headers["range"], ::testing::StartsWith("bytes="));
+
+  // Another process of the machine (an opener of its own): the first block
+  // tells the version, whose index the cache keeps.
+  const RemoteOpener other(o);
+  std::unique_ptr<IndexedShard> again = IndexedShard::Open(url, other).value();
+  ASSERT_EQ(server_.log().size(), 6u);
+  EXPECT_EQ(server_.log()[5].headers["range"], "bytes=0-511");
+  EXPECT_EQ(again->index().ToText().value(), shard->index().ToText().value());
+  EXPECT_EQ(again->version().etag, "\"v1\"");
+  for (int64_t i = 0; i < 4; ++i) {
+    ExpectSameSample(again->Read(i).value(), shard->Read(i).value(), url);
+  }
+
+  // A new version of the shard is indexed anew, and its index kept.
+  std::vector<TarEntry> entries = Entries();
+  entries.push_back({"e.txt", "new"});
+  server_.Put("/s.tar", MakeTar(entries), "\"v2\"");
+  const size_t before = server_.log().size();
+  std::unique_ptr<IndexedShard> v2 = IndexedShard::Open(url, other).value();
+  EXPECT_EQ(v2->size(), 5);
+  EXPECT_EQ(server_.log().size(), before + 3);  // first block, sidecar (404), scan
+  EXPECT_EQ(IndexedShard::Open(url, cached).value()->size(), 5);
+  EXPECT_EQ(server_.log().size(), before + 4);
+  EXPECT_EQ(testing::FieldText(v2->Read(4).value(), "txt"), "new");
+}
+
+TEST_F(RemoteIndexedShardTest, AKeptIndexThatProvesWrongIsDroppedAndTheSidecarAskedForAgain) {
+  RemoteOptions o = testing::FastRemoteOptions();
+  o.cache_dir = dir_.path() + "/cache";
+  const RemoteOpener cached(o);
+  // The sidecar of another shard with the same sizes, which the first
+  // opening keeps.
+  const std::string url = Put(MakeTar(Entries()), true);
+  std::vector<TarEntry> other = Entries();
+  other[1].name = "z.jpg";
+  const std::string right = MakeTar(other);
+  server_.Put("/s.tar", right);
+  std::unique_ptr<IndexedShard> shard = IndexedShard::Open(url, cached).value();
+  const std::string kept = Cat(o.cache_dir, "/", testing::Sha256(Cat("index of ", url)));
+  ASSERT_TRUE(std::ifstream(kept).good());
+  absl::StatusOr<Sample> s = shard->Read(0);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(s.status().message(), HasSubstr("is the index from another version of the shard?"));
+  EXPECT_FALSE(std::ifstream(kept).good());
+  // The sidecar mended on the server is what the next opening reads.
+  server_.Put("/s.tar.idx", ScanShard(dir_.Write("right.tar", right)).value().ToText().value());
+  const size_t before = server_.log().size();
+  std::unique_ptr<IndexedShard> mended = IndexedShard::Open(url, cached).value();
+  ASSERT_EQ(server_.log().size(), before + 2);
+  EXPECT_EQ(server_.log()[before + 1].target, "/s.tar.idx");
+  EXPECT_EQ(testing::FieldText(mended->Read(0).value(), "jpg"), "jpeg");
+  EXPECT_EQ(mended->Key(0), "z");
+  EXPECT_TRUE(std::ifstream(kept).good());
+}
+
+TEST_F(RemoteIndexedShardTest, AKeptIndexThatCannotBeReadOrLiesOutsideTheShardIsAskedForAgain) {
+  RemoteOptions o = testing::FastRemoteOptions();
+  o.cache_dir = dir_.path() + "/cache";
+  const RemoteOpener cached(o);
+  const std::string tar = MakeTar(Entries());
+  const std::string url = Put(tar, true);
+  const std::string want = IndexedShard::Open(url, cached).value()->index().ToText().value();
+  const std::string kept = Cat(o.cache_dir, "/", testing::Sha256(Cat("index of ", url)));
+  const std::string version = testing::ReadFile(kept).substr(0, testing::ReadFile(kept).find('\n'));
+  for (const std::string& bad :
+       {std::string("not an index\n"), Cat("v1.2 1\n", "jpg ", tar.size(), " 4 a.jpg\n")}) {
+    std::ofstream(kept, std::ios::trunc) << version << "\n" << bad;
+    const size_t before = server_.log().size();
+    std::unique_ptr<IndexedShard> shard = IndexedShard::Open(url, cached).value();
+    ASSERT_EQ(server_.log().size(), before + 2) << bad;  // first block, sidecar
+    EXPECT_EQ(shard->index().ToText().value(), want);
+    EXPECT_EQ(testing::ReadFile(kept), Cat(version, "\n", want));
+  }
 }
 
 TEST_F(RemoteIndexedShardTest, ACopyForAnotherOpenerAsksForNothingAndKeepsTheVersion) {

@@ -212,6 +212,23 @@ class RemoteOpener {
   // always (what may have changed since it was cached: an index).
   Opener AsUncachedOpener() const;
 
+  // Keep stores `bytes`, made from the remote object `url` at `version`
+  // (its index, say; `what` names it), in the cache directory, where the
+  // machine's processes share it until it is evicted with the cached copies
+  // (least recently used). Nothing is kept without a cache directory, or
+  // for a version without a size and an ETag or Last-Modified, which could
+  // not tell it from another.
+  void Keep(std::string_view url, std::string_view what, const ObjectVersion& version,
+            std::string_view bytes) const;
+  // Kept returns what Keep stored for `url` and `what` at exactly `version`
+  // (ETag, Last-Modified and size); nullopt when nothing of that version is
+  // kept, or there is no cache directory.
+  [[nodiscard]] std::optional<std::string> Kept(std::string_view url, std::string_view what,
+                                                const ObjectVersion& version) const;
+  // Forget drops what Keep stored for `url` and `what`, whatever its
+  // version: what proved wrong is asked of the server again next time.
+  void Forget(std::string_view url, std::string_view what) const;
+
  private:
   std::shared_ptr<RemoteSession> session_;
 };

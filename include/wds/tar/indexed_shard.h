@@ -59,10 +59,15 @@ class IndexedShard {
   // requests; any other URL as Open(url). Opening costs a request for the
   // object's first block (an uncompressed tar, as above) and one for its
   // index: "<url>.idx" when the server has one that names the members, else
-  // a scan of the whole object (read once, nothing kept but the index);
-  // neither goes through the opener's cache, which ranges never fill or
-  // read. The first answer's version (ObjectVersion: ETag, Last-Modified,
-  // size) is the one every later read asks for and checks, so a shard
+  // a scan of the whole object (read once); neither goes through the
+  // opener's cache of copies, which ranges never fill or read. With a cache
+  // directory, the index is kept there for this version of the shard
+  // (RemoteOpener::Keep), and a later Open, in any process of the machine,
+  // reads it from there instead (the first block's request still tells the
+  // version); a member's header that does not match the index (a sidecar
+  // mended since) drops it from there. The first answer's version
+  // (ObjectVersion: ETag, Last-Modified, size) is the one every later read
+  // asks for and checks, so a shard
   // replaced meanwhile is an Aborted error naming it rather than another
   // version's bytes (except what ObjectVersion says passes unseen; the
   // header checks below stand then). Members past the object's end are
