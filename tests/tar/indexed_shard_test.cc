@@ -394,6 +394,12 @@ class RemoteIndexedShardTest : public ::testing::Test {
   absl::StatusOr<std::unique_ptr<IndexedShard>> Open(const std::string& url) {
     return IndexedShard::Open(url, opener_);
   }
+  // CachedOptions are the opener's options with a cache directory.
+  RemoteOptions CachedOptions() const {
+    RemoteOptions o = testing::FastRemoteOptions();
+    o.cache_dir = dir_.path() + "/cache";
+    return o;
+  }
   // Ranges lists the Range headers of requests [from, to) for /s.tar.
   std::vector<std::string> Ranges(size_t from) const {
     std::vector<std::string> ranges;
@@ -567,8 +573,7 @@ TEST_F(RemoteIndexedShardTest, TheSidecarOfAUrlWithAQueryKeepsTheQueryAtItsEnd) 
 }
 
 TEST_F(RemoteIndexedShardTest, TheIndexIsKeptInTheCacheForTheShardsVersionAndNothingElseIsRead) {
-  RemoteOptions o = testing::FastRemoteOptions();
-  o.cache_dir = dir_.path() + "/cache";
+  const RemoteOptions o = CachedOptions();
   const RemoteOpener cached(o);
   const std::string tar = MakeTar(Entries());
   const std::string url = Put(tar, false);
@@ -616,8 +621,7 @@ TEST_F(RemoteIndexedShardTest, TheIndexIsKeptInTheCacheForTheShardsVersionAndNot
 }
 
 TEST_F(RemoteIndexedShardTest, AKeptIndexThatProvesWrongIsDroppedAndTheSidecarAskedForAgain) {
-  RemoteOptions o = testing::FastRemoteOptions();
-  o.cache_dir = dir_.path() + "/cache";
+  const RemoteOptions o = CachedOptions();
   const RemoteOpener cached(o);
   // The sidecar of another shard with the same sizes, which the first
   // opening keeps.
@@ -646,8 +650,7 @@ TEST_F(RemoteIndexedShardTest, AKeptIndexThatProvesWrongIsDroppedAndTheSidecarAs
 }
 
 TEST_F(RemoteIndexedShardTest, AKeptIndexThatCannotBeReadOrLiesOutsideTheShardIsAskedForAgain) {
-  RemoteOptions o = testing::FastRemoteOptions();
-  o.cache_dir = dir_.path() + "/cache";
+  const RemoteOptions o = CachedOptions();
   const RemoteOpener cached(o);
   const std::string tar = MakeTar(Entries());
   const std::string url = Put(tar, true);
