@@ -12,7 +12,7 @@
 namespace wdspy {
 namespace {
 
-// Held while a thread makes its Python thread state, and across a fork
+// Held while a thread makes or deletes its Python thread state, and across a fork
 // (kGuardThreadStates only).
 std::mutex& ThreadStateMutex() {
   static auto* mu = new std::mutex;  // never destroyed: threads may outlive exit
@@ -133,15 +133,30 @@ ScopedGil::ScopedGil() {
   }
 }
 
-ScopedGil::~ScopedGil() {
+ScopedGil::~ScopedGil() noexcept(false) {
   if (held_before_ || refused_) return;
   if (made_ == nullptr) {
     PyEval_SaveThread();
     return;
   }
-  // Deleted holding the GIL, which a forking thread holds: no fork overlaps.
   PyThreadState_Clear(made_);
+  // PyThreadState_DeleteCurrent releases the GIL and then frees the thread
+  // state. Under 3.11's tracemalloc that free takes tracemalloc's table lock
+  // without the GIL: a fork meanwhile (the forking thread has the GIL by
+  // then) would leave that lock held in the child, whose first allocation
+  // would wait for it forever. So the deletion runs under the lock the fork
+  // waits for, taken as the GIL's holders take it: without waiting, else
+  // with the GIL released while waiting.
+  std::unique_lock<std::mutex> lock(ThreadStateMutex(), std::defer_lock);
+  if constexpr (kGuardThreadStates) {
+    if (!lock.try_lock()) {
+      PyEval_SaveThread();
+      lock.lock();
+      TakeGil(made_);
+    }
+  }
   PyThreadState_DeleteCurrent();
+  if (lock.owns_lock()) lock.unlock();
   LeaveGate();
 }
 

@@ -65,8 +65,11 @@ bool PythonIsUsable();
 // the child deadlocked in os.fork (CPython gh-112275, fixed in 3.12 and in
 // late 3.11 releases, which a module built for 3.11 cannot tell apart; from
 // 3.13 the forking thread holds the runtime's lock itself across the fork,
-// and such a lock of ours would deadlock it). Native code takes the GIL with
-// ScopedGil only.
+// and such a lock of ours would deadlock it). Under the same lock it deletes
+// the thread state: 3.11 frees it after releasing the GIL, and under
+// tracemalloc that free takes tracemalloc's table lock, which a fork
+// meanwhile would leave held in the child (its first allocation then waits
+// forever). Native code takes the GIL with ScopedGil only.
 //
 // Once the interpreter is exiting (the module's atexit hook has run) a
 // native thread (one without a Python thread state) is refused: the scope is
@@ -77,7 +80,8 @@ bool PythonIsUsable();
 class ScopedGil {
  public:
   ScopedGil();
-  ~ScopedGil();
+  // May throw abi::__forced_unwind, as ScopedGilRelease's destructor (below).
+  ~ScopedGil() noexcept(false);
   ScopedGil(const ScopedGil&) = delete;
   ScopedGil& operator=(const ScopedGil&) = delete;
 
