@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <list>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "errors.h"
+#include "python_schemes.h"
 #include "wds/base/interrupt.h"
 #include "wds/internal/base/strings.h"
 #include "wds/io/remote.h"
@@ -25,11 +27,15 @@ namespace {
 
 // The registry of descriptors opened here. Heap-allocated and never freed:
 // it must outlive every stream, including those destroyed at exit. Its lock
-// also guards the RemoteAccess sessions and the list of RemoteAccesses (the
-// fork handlers hold it).
+// also guards the RemoteAccess sessions, the list of RemoteAccesses and the
+// schemes Python opens (the fork handlers hold it).
 struct Registry {
   std::mutex mu;
   std::set<int> fds;
+  // The schemes gopen_schemes hands to Python (SetPythonSchemes), and
+  // whether its "__default__" opens the schemes it does not list.
+  std::set<std::string, std::less<>> python_schemes;
+  bool python_default = false;
 };
 
 Registry& Fds() {
@@ -251,8 +257,46 @@ const char* VariableOf(const std::string& option) {
   return nullptr;
 }
 
+// SchemeOf is the scheme gopen_schemes is asked about for `url`, in lower
+// case: "pipe" for pipe:, the text before "://" when it is a scheme (a
+// letter, then letters, digits, "+", "-" or "."), else "" (a local path,
+// file:).
+std::string SchemeOf(std::string_view url) {
+  if (wds::StartsWith(url, "pipe:")) return "pipe";
+  const size_t end = url.find("://");
+  if (end == std::string_view::npos || end == 0 ||
+      !std::isalpha(static_cast<unsigned char>(url[0]))) {
+    return "";
+  }
+  const std::string_view scheme = url.substr(0, end);
+  const bool valid = std::all_of(scheme.begin(), scheme.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.';
+  });
+  return valid ? wds::AsciiLower(scheme) : "";
+}
+
+// PythonScheme is the scheme of `url` when Python opens it (see
+// python_schemes.h): one gopen_schemes hands to Python, or any scheme the
+// native reader does not read while its "__default__" was replaced.
+std::optional<std::string> PythonScheme(std::string_view url) {
+  std::string scheme = SchemeOf(url);
+  if (scheme.empty() || scheme == "file") return std::nullopt;
+  std::lock_guard<std::mutex> lock(Fds().mu);
+  if (Fds().python_schemes.count(scheme) != 0) return scheme;
+  const bool native = scheme == "pipe" || wds::IsRemoteUrl(url);
+  if (!native && Fds().python_default) return scheme;
+  return std::nullopt;
+}
+
 absl::StatusOr<std::unique_ptr<wds::ByteStream>> Open(const RemoteAccess& remote,
-                                                      std::string_view url) {
+                                                      std::string_view listed) {
+  if (listed == "-") return wds::OpenUrl(listed);
+  absl::StatusOr<std::string> rewritten = RewrittenUrl(listed);
+  if (!rewritten.ok()) return rewritten.status();
+  const std::string_view url = *rewritten;
+  if (std::optional<std::string> scheme = PythonScheme(url)) {
+    return OpenThroughPython(std::string(listed), *rewritten, *scheme);
+  }
   if (url == "-" || wds::StartsWith(url, "pipe:")) return wds::OpenUrl(url);
   if (wds::IsRemoteUrl(url)) return remote.Open(url);
   std::string_view path = url;
@@ -264,7 +308,8 @@ absl::StatusOr<std::unique_ptr<wds::ByteStream>> Open(const RemoteAccess& remote
              scheme != std::string_view::npos && path.find('/') > scheme) {
     return absl::UnimplementedError(
         wds::Cat(url, ": no handler for the URL scheme \"", path.substr(0, scheme),
-                 "\" (local paths, file:, pipe:, -, http:, https:, s3: and gs: are read)"));
+                 "\" (local paths, file:, pipe:, -, http:, https:, s3: and gs: are read natively; "
+                 "register a reader of others in webdataset_cpp.gopen_schemes)"));
   }
   return OpenLocal(std::string(url), std::string(path));
 }
@@ -399,6 +444,13 @@ wds::Opener PythonOpener(std::shared_ptr<const RemoteAccess> remote) {
     remote = SharedAccess(std::move(options), std::move(error));
   }
   return [remote = std::move(remote)](std::string_view url) { return Open(*remote, url); };
+}
+
+void SetPythonSchemes(const std::vector<std::string>& schemes, bool python_default) {
+  std::lock_guard<std::mutex> lock(Fds().mu);
+  Fds().python_schemes.clear();
+  for (const std::string& s : schemes) Fds().python_schemes.insert(wds::AsciiLower(s));
+  Fds().python_default = python_default;
 }
 
 void BeforeFork() { Fds().mu.lock(); }

@@ -7,7 +7,10 @@
 // signed for S3, optionally through the shared cache) as its RemoteAccess
 // says. A file that cannot be opened is an errno error (FileNotFoundError
 // in Python) naming it; a remote error carries its URL (RemoteStatus in
-// errors.h), so that a 404 is FileNotFoundError too.
+// errors.h), so that a 404 is FileNotFoundError too. As the reference's
+// gopen, it first rewrites a URL by GOPEN_REWRITE when that is set, and
+// hands a URL whose scheme webdataset_cpp.gopen_schemes gives to a Python
+// handler to that handler (python_schemes.h).
 //
 // Fork safety (torch DataLoader workers are forked): no native thread exists
 // unless a webdataset_cpp.Loader is being iterated or a call fans out remote
@@ -28,7 +31,9 @@
 #include <unistd.h>
 
 #include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "wds/io/byte_stream.h"
 #include "wds/io/remote.h"
@@ -42,6 +47,11 @@ class RemoteAccess;
 // PythonOpener opens URLs as described above; `remote` null means the
 // RemoteAccess of the environment's options (RemoteAccess::FromPython(None)).
 wds::Opener PythonOpener(std::shared_ptr<const RemoteAccess> remote = nullptr);
+
+// SetPythonSchemes says which URL schemes Python opens (python_schemes.h):
+// `schemes`, and, when `python_default`, every scheme not read natively.
+// webdataset_cpp.gopen.gopen_schemes calls it at each change.
+void SetPythonSchemes(const std::vector<std::string>& schemes, bool python_default);
 
 // Fork handlers (pthread_atfork, in shards.cc): before takes the descriptor registry's
 // lock so that no other thread holds it across the fork.

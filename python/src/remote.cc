@@ -3,10 +3,12 @@
 // resumed, retried reading and the shared cache; and the check of
 // webdataset_cpp.RemoteOptions' values.
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "errors.h"
 #include "opener.h"
@@ -89,6 +91,8 @@ void RegisterRemote(py::module_& m) {
       .def("close", &UrlReader::Close)
       .def_property_readonly("closed", &UrlReader::closed)
       .def_property_readonly("url", &UrlReader::url);
+  m.def("_set_python_schemes", &SetPythonSchemes, py::arg("schemes"), py::arg("python_default"),
+        "Which URL schemes shards are opened with through gopen_schemes (its table calls this).");
   m.def(
       "check_remote_options", [](py::handle given) { RemoteAccess::Check(given); },
       py::arg("options"),

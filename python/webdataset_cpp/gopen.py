@@ -287,10 +287,65 @@ def gopen_error(url, *args, **kw):
     raise ValueError(f"{url}: no gopen handler defined")
 
 
-gopen_schemes = dict(__default__=gopen_error, pipe=gopen_pipe, http=gopen_remote,
-                     https=gopen_remote, s3=gopen_remote, gs=gopen_remote, sftp=gopen_curl,
-                     ftps=gopen_curl, scp=gopen_curl, ais=gopen_ais, htgs=gopen_htgs,
-                     hf=gopen_hf)
+# The schemes shards are read natively with, and their handlers here.
+_NATIVE_HANDLERS = dict(pipe=gopen_pipe, http=gopen_remote, https=gopen_remote, s3=gopen_remote,
+                        gs=gopen_remote)
+
+
+class _Schemes(dict):
+    """gopen's table of handlers by URL scheme, as the reference's. Shards
+    are opened by it too: each change tells the native reader which schemes
+    to hand to their handler here (those it does not read itself, and those
+    of its own given another handler; ``"__default__"``, when replaced,
+    takes every scheme it does not read)."""
+
+    def _changed(self):
+        python = [s for s, h in self.items()
+                  if s != "__default__" and _NATIVE_HANDLERS.get(s) is not h]
+        _core._set_python_schemes(python, self.get("__default__", gopen_error) is not gopen_error)
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        self._changed()
+
+    def __delitem__(self, key):
+        super().__delitem__(key)
+        self._changed()
+
+    def __ior__(self, other):
+        super().__ior__(other)
+        self._changed()
+        return self
+
+    def update(self, *args, **kw):
+        super().update(*args, **kw)
+        self._changed()
+
+    def setdefault(self, key, default=None):
+        value = super().setdefault(key, default)
+        self._changed()
+        return value
+
+    def pop(self, *args):
+        value = super().pop(*args)
+        self._changed()
+        return value
+
+    def popitem(self):
+        item = super().popitem()
+        self._changed()
+        return item
+
+    def clear(self):
+        super().clear()
+        self._changed()
+
+
+gopen_schemes = _Schemes(__default__=gopen_error, pipe=gopen_pipe, http=gopen_remote,
+                         https=gopen_remote, s3=gopen_remote, gs=gopen_remote, sftp=gopen_curl,
+                         ftps=gopen_curl, scp=gopen_curl, ais=gopen_ais, htgs=gopen_htgs,
+                         hf=gopen_hf)
+gopen_schemes._changed()
 
 for _scheme in os.environ.get("USE_AIS_FOR", "").split(":"):
     if _scheme:

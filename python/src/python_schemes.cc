@@ -1,0 +1,134 @@
+#include "python_schemes.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "errors.h"
+#include "py_ref.h"
+#include "wds/internal/base/strings.h"
+
+namespace wdspy {
+namespace {
+
+// kChunk is the least a read asks Python for: each read takes the GIL.
+constexpr size_t kChunk = size_t{1} << 20;
+
+// WithUrl appends `url` to the args of the exception being handled, as the
+// reference's url_opener does, and keeps it for Python.
+absl::Status WithUrl(py::error_already_set& e, const std::string& url) {
+  try {
+    py::object args = e.value().attr("args");
+    e.value().attr("args") = py::tuple(args) + py::make_tuple(url);
+  } catch (py::error_already_set&) {
+    // Args that cannot be extended: the exception as it was.
+  }
+  return StorePythonError(e);
+}
+
+// PythonFileStream reads a Python file object; see OpenThroughPython.
+class PythonFileStream : public wds::ByteStream {
+ public:
+  // REQUIRES: the GIL is held.
+  PythonFileStream(std::string url, py::handle file) : url_(std::move(url)), file_(file) {}
+  ~PythonFileStream() override {
+    if (finished_ || !PythonIsUsable()) return;
+    ScopedGil gil;
+    if (!gil) return;  // exiting: the file object is leaked (PyRef)
+    try {
+      if (py::hasattr(file_.get(), "close")) file_.get().attr("close")();
+    } catch (py::error_already_set&) {
+      // Dropped unfinished: what its close says is not asked for.
+    }
+    file_.Reset();
+  }
+
+  absl::StatusOr<size_t> Read(void* buffer, size_t size) override {
+    if (size == 0) return 0;
+    if (held_.size() == held_at_) {
+      held_.clear();
+      held_at_ = 0;
+      ScopedGil gil;
+      if (!gil) return PythonIsExiting();
+      try {
+        py::object data = file_.get().attr("read")(std::max(size, kChunk));
+        if (data.is_none()) {
+          return absl::FailedPreconditionError(
+              wds::Cat(url_,
+                       ": its file object's read() returned None (a non-blocking stream "
+                       "with no data; gopen handlers return blocking ones)"));
+        }
+        // bytes as a rule; any other bytes-like object is copied into one.
+        auto bytes = py::reinterpret_steal<py::object>(PyBytes_FromObject(data.ptr()));
+        if (!bytes) throw py::error_already_set();
+        held_.assign(PyBytes_AS_STRING(bytes.ptr()),
+                     static_cast<size_t>(PyBytes_GET_SIZE(bytes.ptr())));
+      } catch (py::error_already_set& e) {
+        return WithUrl(e, url_);
+      }
+      if (held_.empty()) return 0;
+    }
+    const size_t n = std::min(size, held_.size() - held_at_);
+    std::memcpy(buffer, held_.data() + held_at_, n);
+    held_at_ += n;
+    return n;
+  }
+
+  absl::Status Finish() override {
+    finished_ = true;
+    ScopedGil gil;
+    if (!gil) return PythonIsExiting();
+    try {
+      if (py::hasattr(file_.get(), "close")) file_.get().attr("close")();
+      file_.Reset();
+    } catch (py::error_already_set& e) {
+      file_.Reset();
+      return WithUrl(e, url_);
+    }
+    return absl::OkStatus();
+  }
+
+  const std::string& url() const override { return url_; }
+
+ private:
+  std::string url_;
+  PyRef file_;
+  // What the last read() returned beyond what the caller took.
+  std::string held_;
+  size_t held_at_ = 0;
+  bool finished_ = false;
+};
+
+}  // namespace
+
+absl::StatusOr<std::string> RewrittenUrl(std::string_view url) {
+  const char* rules = std::getenv("GOPEN_REWRITE");
+  if (rules == nullptr) return std::string(url);
+  ScopedGil gil;
+  if (!gil) return PythonIsExiting();
+  try {
+    return py::module_::import("webdataset_cpp.gopen")
+        .attr("rewrite_url")(std::string(url))
+        .cast<std::string>();
+  } catch (py::error_already_set& e) {
+    return WithUrl(e, std::string(url));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<wds::ByteStream>> OpenThroughPython(std::string url,
+                                                                   const std::string& opened,
+                                                                   const std::string& scheme) {
+  ScopedGil gil;
+  if (!gil) return PythonIsExiting();
+  try {
+    py::object schemes = py::module_::import("webdataset_cpp.gopen").attr("gopen_schemes");
+    py::object handler = schemes.attr("get")(scheme, schemes["__default__"]);
+    py::object file = handler(opened, "rb", 8192);
+    return std::make_unique<PythonFileStream>(std::move(url), file);
+  } catch (py::error_already_set& e) {
+    return WithUrl(e, url);
+  }
+}
+
+}  // namespace wdspy
