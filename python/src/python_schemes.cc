@@ -31,7 +31,8 @@ absl::Status WithUrl(py::error_already_set& e, const std::string& url) {
 class PythonFileStream : public wds::ByteStream {
  public:
   // REQUIRES: the GIL is held.
-  PythonFileStream(std::string url, py::handle file) : url_(std::move(url)), file_(file) {}
+  PythonFileStream(std::string url, py::handle file)
+      : url_(std::move(url)), file_(file), readinto_(py::hasattr(file, "readinto")) {}
   ~PythonFileStream() override {
     if (finished_ || !PythonIsUsable()) return;
     ScopedGil gil;
@@ -46,24 +47,22 @@ class PythonFileStream : public wds::ByteStream {
 
   absl::StatusOr<size_t> Read(void* buffer, size_t size) override {
     if (size == 0) return 0;
-    if (held_.size() == held_at_) {
-      held_.clear();
-      held_at_ = 0;
+    if (held_at_ == held_.size()) {
       ScopedGil gil;
       if (!gil) return PythonIsExiting();
       try {
-        py::object data = file_.get().attr("read")(std::max(size, kChunk));
-        if (data.is_none()) {
-          return absl::FailedPreconditionError(
-              wds::Cat(url_,
-                       ": its file object's read() returned None (a non-blocking stream "
-                       "with no data; gopen handlers return blocking ones)"));
+        // A reader's usual 1 MiB goes straight into its buffer (one copy).
+        if (size >= kChunk && readinto_) {
+          try {
+            return ReadInto(buffer, size);
+          } catch (py::error_already_set& e) {
+            // io.RawIOBase's own readinto, for a stream that defines read().
+            if (!e.matches(PyExc_NotImplementedError)) throw;
+            readinto_ = false;
+          }
         }
-        // bytes as a rule; any other bytes-like object is copied into one.
-        auto bytes = py::reinterpret_steal<py::object>(PyBytes_FromObject(data.ptr()));
-        if (!bytes) throw py::error_already_set();
-        held_.assign(PyBytes_AS_STRING(bytes.ptr()),
-                     static_cast<size_t>(PyBytes_GET_SIZE(bytes.ptr())));
+        absl::Status filled = Fill(size);
+        if (!filled.ok()) return filled;
       } catch (py::error_already_set& e) {
         return WithUrl(e, url_);
       }
@@ -92,11 +91,53 @@ class PythonFileStream : public wds::ByteStream {
   const std::string& url() const override { return url_; }
 
  private:
+  // ReadInto has the file object's readinto fill `buffer`. REQUIRES: the
+  // GIL is held; throws py::error_already_set.
+  absl::StatusOr<size_t> ReadInto(void* buffer, size_t size) {
+    py::memoryview view = py::memoryview::from_memory(buffer, static_cast<py::ssize_t>(size));
+    py::object n = file_.get().attr("readinto")(view);
+    // The buffer is the caller's: released, the view that the file object
+    // may have kept can no longer reach it (as CPython's BufferedReader
+    // does after its raw stream's readinto).
+    view.attr("release")();
+    if (n.is_none()) return NoData("readinto");
+    const auto count = n.cast<py::ssize_t>();
+    if (count < 0 || static_cast<size_t>(count) > size) {
+      return absl::FailedPreconditionError(wds::Cat(
+          url_, ": its file object's readinto() returned ", count, " for ", size, " bytes"));
+    }
+    return static_cast<size_t>(count);
+  }
+
+  // Fill replaces held_ with what read() returns for at least `size` bytes
+  // (kChunk). REQUIRES: the GIL is held; throws py::error_already_set.
+  absl::Status Fill(size_t size) {
+    held_.clear();
+    held_at_ = 0;
+    py::object data = file_.get().attr("read")(std::max(size, kChunk));
+    if (data.is_none()) return NoData("read");
+    // bytes as a rule; any other bytes-like object is copied into one.
+    auto bytes = py::reinterpret_steal<py::object>(PyBytes_FromObject(data.ptr()));
+    if (!bytes) throw py::error_already_set();
+    held_.assign(PyBytes_AS_STRING(bytes.ptr()),
+                 static_cast<size_t>(PyBytes_GET_SIZE(bytes.ptr())));
+    return absl::OkStatus();
+  }
+
+  absl::Status NoData(std::string_view method) const {
+    return absl::FailedPreconditionError(
+        wds::Cat(url_, ": its file object's ", method,
+                 "() returned None (a non-blocking stream with no data; gopen handlers return "
+                 "blocking ones)"));
+  }
+
   std::string url_;
   PyRef file_;
   // What the last read() returned beyond what the caller took.
   std::string held_;
   size_t held_at_ = 0;
+  // readinto_: the file object has a readinto that works.
+  bool readinto_;
   bool finished_ = false;
 };
 
