@@ -371,7 +371,9 @@ def test_a_gloo_group_wins_over_the_environment_and_agrees_on_steps(uneven, tmp_
     assert [r["split"] for r in ranks] == [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]]
     assert [r["single_node_only"] for r in ranks] == [
         "you need to add an explicit nodesplitter to your input pipeline for multi-node "
-        "training"] * 2
+        f"training (rank {r} of 2): nodesplitter=wds.split_by_node shares the shards out among "
+        "the ranks; nodesplitter=None has every rank read every shard (with resampled=True, or "
+        "a shard list of its own)" for r in range(2)]
     drop = [r["drop"] for r in ranks]
     wrap = [r["wrap"] for r in ranks]
     # drop: every rank runs the smaller count; no sample twice.

@@ -3,6 +3,7 @@ tarfile and the C++ reader (wds-shard ls)."""
 
 import json
 import os
+import re
 import subprocess
 import tarfile
 import zlib
@@ -282,8 +283,11 @@ def test_single_node_only_refuses_several_ranks(shards, monkeypatch):
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
     ds = wds.WebDataset(shards, shardshuffle=False)
-    with pytest.raises(ValueError, match="^you need to add an explicit nodesplitter to your "
-                                         "input pipeline for multi-node training$"):
+    with pytest.raises(ValueError, match=re.escape(
+            "you need to add an explicit nodesplitter to your input pipeline for multi-node "
+            "training (rank 1 of 2): nodesplitter=wds.split_by_node shares the shards out among "
+            "the ranks; nodesplitter=None has every rank read every shard (with resampled=True, "
+            "or a shard list of its own)")):
         next(iter(ds))
     split = wds.WebDataset(shards, shardshuffle=False, nodesplitter=wds.split_by_node)
     assert {s["__url__"] for s in split} == {shards[1], shards[3]}

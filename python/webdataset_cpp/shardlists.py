@@ -446,11 +446,13 @@ def split_by_node(src, group=None):
 def single_node_only(src, group=None):
     """Passes everything through in a one-rank job; an error otherwise (the
     default nodesplitter, so that no rank silently reads every shard)."""
-    _, world_size = node_info(group)
+    rank, world_size = node_info(group)
     if world_size > 1:
         raise ValueError(
             "you need to add an explicit nodesplitter to your input pipeline for multi-node "
-            "training")
+            f"training (rank {rank} of {world_size}): nodesplitter=wds.split_by_node shares "
+            "the shards out among the ranks; nodesplitter=None has every rank read every shard "
+            "(with resampled=True, or a shard list of its own)")
     yield from src
 
 
