@@ -193,6 +193,11 @@ std::string SessionKey(const wds::RemoteOptions& o, const absl::Status& environm
   Field(key, int{o.verify_tls});
   Field(key, static_cast<int>(o.http_version));
   Field(key, o.user_agent);
+  Field(key, o.http_headers.size());
+  for (const auto& [name, value] : o.http_headers) {
+    Field(key, name);
+    Field(key, value);
+  }
   Field(key, o.s3_endpoint);
   Field(key, o.s3_region);
   Field(key, static_cast<int>(o.s3_addressing));
@@ -366,6 +371,14 @@ void Apply(wds::RemoteOptions& o, const std::string& name, py::handle value) {
     o.max_attempts = static_cast<int>(AtLeast(value, "max_attempts", 1));
   } else if (name == "max_retry_time") {
     o.max_retry_time = Seconds<milliseconds>(value, "max_retry_time", 0, false);
+  } else if (name == "http_headers") {
+    o.http_headers.clear();
+    for (py::handle pair : value) {
+      auto [header, text] = pair.cast<std::pair<std::string, std::string>>();
+      o.http_headers.emplace_back(std::move(header), std::move(text));
+    }
+    absl::Status valid = wds::CheckHttpHeaders(o.http_headers, "RemoteOptions");
+    if (!valid.ok()) throw py::value_error(std::string(wds::ToStd(valid.message())));
   } else {
     throw py::type_error(wds::Cat("RemoteOptions: no option named '", name, "'"));
   }

@@ -20,6 +20,7 @@ import urllib.request
 import warnings
 
 import pytest
+import torch
 
 import webdataset_cpp as wds
 from conftest import write_shards
@@ -748,6 +749,34 @@ def test_gs_requests_carry_the_bearer_token(server, local_samples, monkeypatch):
     log = server.log()
     assert [e["path"] for e in log] == [f"/bucket/{n}" for n in NAMES]
     assert {e["headers"]["authorization"] for e in log} == {"Bearer ya29.token"}
+
+
+def test_http_headers_go_with_every_request_and_stay_out_of_repr(server, local_samples):
+    options = wds.RemoteOptions(http_headers={"Authorization": "Bearer hf_secret", "X-Tag": "t"},
+                                max_attempts=3)
+    assert options.http_headers == (("Authorization", "Bearer hf_secret"), ("X-Tag", "t"))
+    assert "hf_secret" not in repr(options)
+    server.fault(NAMES[1], cut_after=4_000)
+    dataset = remote(server, remote=options)
+    assert samples_of(dataset) == local_samples
+    loader = torch.utils.data.DataLoader(dataset, num_workers=2, batch_size=None,
+                                         multiprocessing_context="spawn")
+    assert len(list(loader)) == len(local_samples)  # the options pickle with their headers
+    log = server.log()
+    assert len(log) == 2 * len(NAMES) + 1 and log[2]["headers"]["range"] == "bytes=4000-"
+    assert {(e["headers"]["authorization"], e["headers"]["x-tag"]) for e in log} == {
+        ("Bearer hf_secret", "t")}
+    # Pairs, in order, are taken as a dict is; bad ones are named without their value.
+    assert wds.RemoteOptions(http_headers=[("A", "1"), ("A", "2")]).http_headers == (
+        ("A", "1"), ("A", "2"))
+    with pytest.raises(ValueError, match=re.escape(
+            "RemoteOptions: the value of the HTTP header X-Token holds a line break or a NUL")):
+        wds.RemoteOptions(http_headers={"X-Token": "secret\r\nHost: x"})
+    with pytest.raises(ValueError, match="RemoteOptions: the HTTP header Range is set by the "
+                                         "reader itself"):
+        wds.RemoteOptions(http_headers={"Range": "bytes=0-"})
+    with pytest.raises(TypeError, match="http_headers names and values are str"):
+        wds.RemoteOptions(http_headers={"X-Count": 3})
 
 
 @pytest.fixture(scope="module")

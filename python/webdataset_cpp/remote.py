@@ -47,6 +47,12 @@ class RemoteOptions:
         (10).
     max_retry_time: seconds from the first of a run of failures to giving
         up (300).
+    http_headers: headers sent with every request for an http(s):// URL
+        (not s3:// or gs://), a dict or (name, value) pairs: a token, say,
+        {"Authorization": "Bearer hf_..."}. After a redirect to another host
+        an Authorization or Cookie header is dropped, the others are sent.
+        Kept as a tuple of pairs; left out of repr() (values may be
+        secrets) (none).
     """
 
     cache_dir: Optional[str] = None
@@ -59,8 +65,16 @@ class RemoteOptions:
     low_speed_time: Optional[float] = None
     max_attempts: Optional[int] = None
     max_retry_time: Optional[float] = None
+    http_headers: Optional[tuple] = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self):
+        if self.http_headers is not None:
+            pairs = self.http_headers.items() if isinstance(self.http_headers, dict) else \
+                self.http_headers
+            pairs = tuple((name, value) for name, value in pairs)
+            if not all(isinstance(n, str) and isinstance(v, str) for n, v in pairs):
+                raise TypeError("RemoteOptions: http_headers names and values are str")
+            object.__setattr__(self, "http_headers", pairs)
         _core.check_remote_options(self._native())
 
     def _native(self):

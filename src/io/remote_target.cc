@@ -1,6 +1,8 @@
 // RemoteTarget: URL schemes to HTTP endpoints and authentication.
 #include "io/remote_target.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <ctime>
@@ -136,6 +138,34 @@ absl::StatusOr<std::optional<sigv4::Credentials>> AwsCredentialSource::Get() {
   return *found_;
 }
 
+absl::Status CheckHttpHeaders(const std::vector<std::pair<std::string, std::string>>& headers,
+                              std::string_view url) {
+  // RFC 9110's token characters.
+  constexpr std::string_view kTokenPunctuation = "!#$%&'*+-.^_`|~";
+  for (const auto& [name, value] : headers) {
+    const bool token = !name.empty() && std::all_of(name.begin(), name.end(), [&](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) ||
+             kTokenPunctuation.find(c) != std::string_view::npos;
+    });
+    if (!token) {
+      return absl::InvalidArgumentError(
+          Cat(url, ": the HTTP header name '", name, "' is not an HTTP token"));
+    }
+    const std::string lower = AsciiLower(name);
+    if (lower == "range" || lower == "if-match" || lower == "if-unmodified-since" ||
+        lower == "host") {
+      return absl::InvalidArgumentError(
+          Cat(url, ": the HTTP header ", name, " is set by the reader itself"));
+    }
+    if (value.find_first_of("\r\n", 0, 3) != std::string::npos) {
+      // The value is not quoted: it may be a secret.
+      return absl::InvalidArgumentError(
+          Cat(url, ": the value of the HTTP header ", name, " holds a line break or a NUL"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<RemoteTarget> RemoteTarget::Resolve(std::string_view url,
                                                    const RemoteOptions& options,
                                                    AwsCredentialSource& credentials) {
@@ -146,8 +176,10 @@ absl::StatusOr<RemoteTarget> RemoteTarget::Resolve(std::string_view url,
   const std::string_view rest =
       scheme_end == std::string_view::npos ? url : url.substr(scheme_end + 3);
   if (scheme == "http" || scheme == "https") {
+    if (absl::Status s = CheckHttpHeaders(options.http_headers, url); !s.ok()) return s;
     t.http_url_ = std::string(url);
     t.follow_redirects_ = true;
+    t.extra_headers_ = options.http_headers;
     return t;
   }
   if (scheme != "s3" && scheme != "gs") {
@@ -221,6 +253,7 @@ HttpRequest RemoteTarget::Request(bool head,
     if (auth_ == Auth::kBearer)
       request.headers.emplace_back("Authorization", Cat("Bearer ", bearer_));
   }
+  request.headers.insert(request.headers.end(), extra_headers_.begin(), extra_headers_.end());
   return request;
 }
 

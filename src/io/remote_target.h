@@ -75,6 +75,8 @@ class RemoteTarget {
   std::string region_;
   std::string bearer_;
   bool follow_redirects_ = false;
+  // RemoteOptions::http_headers, for http(s) URLs.
+  std::vector<std::pair<std::string, std::string>> extra_headers_;
 };
 
 }  // namespace wds

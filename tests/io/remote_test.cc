@@ -576,6 +576,73 @@ TEST_F(RemoteStreamTest, GcsBearerTokenIsSent) {
   EXPECT_EQ(server_.log()[0].headers["authorization"], "Bearer ya29.secret");
 }
 
+TEST_F(RemoteStreamTest, HttpHeadersGoWithEveryRequestForHttpUrls) {
+  RemoteOptions o = Fast();
+  o.http_headers = {{"Authorization", "Bearer hf_secret"}, {"X-Api-Key", "k1"}};
+  FirstThen({.close_after = 300'001});  // the resumed request carries them too
+  ExpectExact(o);
+  char part[10];
+  ASSERT_TRUE(RemoteOpener(o).ReadRange(url(), 5, {absl::MakeSpan(part)}).ok());
+  std::vector<FaultRequest> log = server_.log();
+  ASSERT_EQ(log.size(), 3u);
+  for (const FaultRequest& r : log) {
+    EXPECT_EQ(r.headers.at("authorization"), "Bearer hf_secret");
+    EXPECT_EQ(r.headers.at("x-api-key"), "k1");
+  }
+  EXPECT_EQ(log[1].headers.at("range"), "bytes=300001-");
+  EXPECT_EQ(log[2].headers.at("range"), "bytes=5-14");
+}
+
+TEST_F(RemoteStreamTest, HttpHeadersAreNotSentForS3OrGcs) {
+  RemoteOptions o = Fast();
+  o.http_headers = {{"X-Api-Key", "k1"}};
+  o.s3_endpoint = o.gcs_endpoint = Cat("http://127.0.0.1:", server_.port());
+  server_.Put("/bucket/x.tar", "bytes");
+  ASSERT_EQ(Fetch("s3://bucket/x.tar", o).value(), "bytes");
+  ASSERT_EQ(Fetch("gs://bucket/x.tar", o).value(), "bytes");
+  for (const FaultRequest& r : server_.log()) EXPECT_EQ(r.headers.count("x-api-key"), 0u);
+}
+
+TEST_F(RemoteStreamTest, ARedirectToAnotherHostDropsAuthorizationAndKeepsOtherHeaders) {
+  FaultServer other;
+  other.Put("/moved.tar", "moved bytes");
+  const std::string moved = Cat("http://localhost:", other.port(), "/moved.tar");
+  server_.SetPlanner([moved](const FaultRequest&) {
+    return FaultPlan{.status = 302, .extra_headers = Cat("Location: ", moved, "\r\n")};
+  });
+  RemoteOptions o = Fast();
+  o.http_headers = {{"Authorization", "Bearer hf_secret"}, {"X-Api-Key", "k1"}};
+  ASSERT_EQ(Fetch(url(), o).value(), "moved bytes");
+  EXPECT_EQ(server_.log().at(0).headers.at("authorization"), "Bearer hf_secret");
+  const FaultRequest& there = other.log().at(0);
+  EXPECT_EQ(there.headers.count("authorization"), 0u);
+  EXPECT_EQ(there.headers.at("x-api-key"), "k1");
+}
+
+TEST_F(RemoteStreamTest, BadHttpHeadersAreInvalidArgumentNamingTheHeaderNotItsValue) {
+  const std::vector<std::pair<std::vector<std::pair<std::string, std::string>>, std::string>>
+      cases = {
+          {{{"Bad Name", "v"}}, "the HTTP header name 'Bad Name' is not an HTTP token"},
+          {{{"", "v"}}, "the HTTP header name '' is not an HTTP token"},
+          {{{"range", "bytes=0-"}}, "the HTTP header range is set by the reader itself"},
+          {{{"If-Match", "x"}}, "the HTTP header If-Match is set by the reader itself"},
+          {{{"X-Token", "secret\r\nHost: evil"}},
+           "the value of the HTTP header X-Token holds a line break or a NUL"},
+          {{{"X-Token", std::string("a\0b", 3)}},
+           "the value of the HTTP header X-Token holds a line break or a NUL"},
+      };
+  for (const auto& [headers, message] : cases) {
+    RemoteOptions o = Fast();
+    o.http_headers = headers;
+    absl::Status s = Fetch(url(), o).status();
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+    EXPECT_EQ(Message(s), Cat(url(), ": ", message));
+    EXPECT_EQ(Message(s).find("secret"), std::string::npos);
+  }
+  EXPECT_EQ(server_.requests(), 0);
+  EXPECT_TRUE(CheckHttpHeaders({{"X-Ok", "any value: with colons"}}, "here").ok());
+}
+
 TEST_F(RemoteStreamTest, AwsSessionTokenIsSentAndSigned) {
   RemoteOptions o = Fast();
   o.s3_endpoint = Cat("http://127.0.0.1:", server_.port());

@@ -24,6 +24,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/types/span.h"
@@ -98,6 +99,14 @@ struct RemoteOptions {
   HttpVersion http_version = HttpVersion::kDefault;
   // user_agent is sent with every request.
   std::string user_agent = "webdataset-cpp";
+  // http_headers go with every request for an http(s):// URL (not s3:// or
+  // gs://, which authenticate their own way): a token, say, {"Authorization",
+  // "Bearer hf_..."}. After a redirect to another host, libcurl drops an
+  // Authorization or Cookie header and sends the others. Values never appear
+  // in errors. A name that is not an HTTP token, one the reader sets itself
+  // (Range, If-Match, If-Unmodified-Since, Host), or a value with a line
+  // break is InvalidArgument naming the header, at the first request.
+  std::vector<std::pair<std::string, std::string>> http_headers;
   // --- S3
   // s3_endpoint: e.g. "http://127.0.0.1:9000" for an S3-compatible store
   // [AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL]; empty means AWS.
@@ -145,6 +154,12 @@ struct RemoteOptions {
   [[nodiscard]] static absl::StatusOr<RemoteOptions> ParseFromEnvironment(
       const std::vector<std::string>& skip = {});
 };
+
+// CheckHttpHeaders says whether `headers` may be RemoteOptions::http_headers:
+// InvalidArgument naming `source` (a URL, say) and the header, never its
+// value, as described there.
+[[nodiscard]] absl::Status CheckHttpHeaders(
+    const std::vector<std::pair<std::string, std::string>>& headers, std::string_view source);
 
 // IsRemoteUrl is true for http://, https://, s3:// and gs:// URLs.
 bool IsRemoteUrl(std::string_view url);
