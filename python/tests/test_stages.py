@@ -1,6 +1,7 @@
 """The stages and fluent methods, epochs and handlers."""
 
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -243,6 +244,61 @@ def test_random_mix_is_seeded_and_follows_its_probabilities():
     assert both[:len(short)] == short  # the same choices until the first source ran out
     with pytest.raises(ValueError, match="RandomMix: 2 datasets but 1 probs"):
         wds.RandomMix([[0], [1]], probs=[1])
+
+
+def test_random_mix_resumes_exactly_from_its_state(shards):
+    def mix(longest=True):
+        first = wds.WebDataset(shards[:2], shardshuffle=False, seed=1).shuffle(5)
+        second = wds.WebDataset(shards[2:], shardshuffle=10, seed=2)
+        return wds.RandomMix([first, second], probs=[1, 2], longest=longest, seed=7)
+
+    for longest in (True, False):
+        reference = mix(longest)
+        full = [s["__key__"] for s in reference]
+        then = [s["__key__"] for s in reference]  # the next epoch
+        assert len(full) == (40 if longest else len(full)) and len(set(full)) == len(full)
+        for cut in sorted({0, 1, 13, len(full) - 1, len(full)}):
+            interrupted = mix(longest)
+            it = iter(interrupted)
+            head = [next(it)["__key__"] for _ in range(cut)]
+            state = pickle.loads(pickle.dumps(interrupted.state_dict()))
+            resumed = mix(longest)
+            resumed.load_state_dict(state)
+            assert head + [s["__key__"] for s in resumed] == full, (longest, cut)
+            # The iteration after the resumed one is the next epoch's.
+            assert [s["__key__"] for s in resumed] == then
+    assert not mix(False).state_dict()["started"]
+    # A dataset's own refusal (here: other shards) comes from the iteration.
+    interrupted = mix()
+    next(iter(interrupted))
+    swapped = wds.RandomMix([wds.WebDataset(shards[2:], shardshuffle=False, seed=1).shuffle(5),
+                             wds.WebDataset(shards[:2], shardshuffle=10, seed=2)],
+                            probs=[1, 2], longest=True, seed=7)
+    swapped.load_state_dict(interrupted.state_dict())
+    with pytest.raises(ValueError, match="the state was taken with another pipeline"):
+        next(iter(swapped))
+
+
+def test_random_mix_states_it_cannot_record_or_continue_are_named(shards):
+    unseeded = wds.RandomMix([wds.WebDataset(shards[:1], shardshuffle=False)])
+    state = unseeded.state_dict()
+    assert state["resumable"] is False
+    with pytest.raises(ValueError, match=re.escape(
+            "this state records no position to resume from: RandomMix without seed= draws from "
+            "Python's global random, which no state can replay")):
+        unseeded.load_state_dict(state)
+    lists = wds.RandomMix([[1, 2], [3]], seed=1)
+    next(iter(lists))
+    assert lists.state_dict()["reason"] == "RandomMix: dataset 0 (list) has no state_dict()"
+    seeded = wds.RandomMix([wds.WebDataset(shards[:1], shardshuffle=False)], seed=1)
+    next(iter(seeded))
+    other = wds.RandomMix([wds.WebDataset(shards[:1], shardshuffle=False)], seed=2)
+    with pytest.raises(ValueError, match="the state was taken with another RandomMix"):
+        other.load_state_dict(seeded.state_dict())
+    with pytest.raises(ValueError, match="not a RandomMix state"):
+        other.load_state_dict(seeded.datasets[0].state_dict())
+    with pytest.raises(ValueError, match="RandomMix state version 9 is unknown"):
+        other.load_state_dict(dict(seeded.state_dict(), version=9))
 
 
 def test_mixing_and_helpers():
