@@ -133,30 +133,26 @@ ScopedGil::ScopedGil() {
   }
 }
 
-ScopedGil::~ScopedGil() noexcept(false) {
+ScopedGil::~ScopedGil() {
   if (held_before_ || refused_) return;
   if (made_ == nullptr) {
     PyEval_SaveThread();
     return;
   }
   PyThreadState_Clear(made_);
-  // PyThreadState_DeleteCurrent releases the GIL and then frees the thread
-  // state. Under 3.11's tracemalloc that free takes tracemalloc's table lock
-  // without the GIL: a fork meanwhile (the forking thread has the GIL by
-  // then) would leave that lock held in the child, whose first allocation
-  // would wait for it forever. So the deletion runs under the lock the fork
-  // waits for, taken as the GIL's holders take it: without waiting, else
-  // with the GIL released while waiting.
-  std::unique_lock<std::mutex> lock(ThreadStateMutex(), std::defer_lock);
-  if constexpr (kGuardThreadStates) {
-    if (!lock.try_lock()) {
-      PyEval_SaveThread();
-      lock.lock();
-      TakeGil(made_);
-    }
+  // Deleting a thread state frees it, and under 3.11's tracemalloc that free
+  // takes tracemalloc's table lock without the GIL (PyThreadState_DeleteCurrent
+  // frees after releasing the GIL): a fork meanwhile would leave that lock
+  // held in the child, whose first allocation would wait for it forever. So
+  // the state is deleted under the lock the fork waits for, which the GIL's
+  // holders never wait for: the GIL goes first, and PyThreadState_Delete
+  // needs none.
+  PyEval_SaveThread();
+  {
+    std::unique_lock<std::mutex> lock(ThreadStateMutex(), std::defer_lock);
+    if constexpr (kGuardThreadStates) lock.lock();
+    PyThreadState_Delete(made_);
   }
-  PyThreadState_DeleteCurrent();
-  if (lock.owns_lock()) lock.unlock();
   LeaveGate();
 }
 

@@ -80,8 +80,7 @@ bool PythonIsUsable();
 class ScopedGil {
  public:
   ScopedGil();
-  // May throw abi::__forced_unwind, as ScopedGilRelease's destructor (below).
-  ~ScopedGil() noexcept(false);
+  ~ScopedGil();
   ScopedGil(const ScopedGil&) = delete;
   ScopedGil& operator=(const ScopedGil&) = delete;
 
