@@ -150,6 +150,18 @@ absl::Status CheckInside(const ShardIndex& index, int64_t size, std::string_view
   return absl::OkStatus();
 }
 
+// FirstHeaderFits says whether `head`, a tar's first block, fits the member
+// of `index` whose header it is (the one whose data starts at offset 512),
+// when the index lists that member (a metadata member is not listed).
+bool FirstHeaderFits(const ShardIndex& index, const unsigned char* head) {
+  for (const IndexSample& s : index.samples) {
+    for (const IndexMember& m : s.members) {
+      if (m.offset == kBlock) return HeaderFits(head, m);
+    }
+  }
+  return true;
+}
+
 // WithoutUrl is `message` without a leading "<url>: ".
 std::string_view WithoutUrl(std::string_view message, std::string_view url) {
   if (StartsWith(message, url) && StartsWith(message.substr(url.size()), ": ")) {
@@ -233,7 +245,8 @@ absl::StatusOr<std::unique_ptr<IndexedShard>> IndexedShard::Open(std::string_vie
   // of another version), then kept for the next process.
   if (std::optional<std::string> kept = remote.Kept(url, kKeptIndex, shard->version_)) {
     absl::StatusOr<ShardIndex> index = ShardIndex::Parse(*kept, url);
-    if (index.ok() && CheckInside(*index, shard->version_.size, url, url).ok()) {
+    if (index.ok() && CheckInside(*index, shard->version_.size, url, url).ok() &&
+        FirstHeaderFits(*index, head)) {
       shard->index_ = *std::move(index);
       return shard;
     }

@@ -668,6 +668,29 @@ TEST_F(RemoteIndexedShardTest, AKeptIndexThatCannotBeReadOrLiesOutsideTheShardIs
   }
 }
 
+TEST_F(RemoteIndexedShardTest, AKeptIndexWhoseFirstMemberIsNotTheShardsIsAskedForAgain) {
+  const RemoteOptions o = CachedOptions();
+  const RemoteOpener cached(o);
+  // (ustar: the first block is the first member's header, not a pax record.)
+  const std::string tar = MakeTar({{"a.txt", "x"}, {"b.txt", "yy"}}, TarFormat::kUstar);
+  const std::string url = Put(tar, true);
+  const std::string want = IndexedShard::Open(url, cached).value()->index().ToText().value();
+  const std::string kept = Cat(o.cache_dir, "/", testing::Sha256(Cat("index of ", url)));
+  const std::string version = testing::ReadFile(kept).substr(0, testing::ReadFile(kept).find('\n'));
+  // The index of a shard of the same sizes whose first member is another
+  // (a sidecar mended since it was kept, say).
+  const std::string other =
+      dir_.Write("other.tar", MakeTar({{"c.txt", "x"}, {"b.txt", "yy"}}, TarFormat::kUstar));
+  std::ofstream(kept, std::ios::trunc) << version << "\n"
+                                       << ScanShard(other).value().ToText().value();
+  const size_t before = server_.log().size();
+  std::unique_ptr<IndexedShard> shard = IndexedShard::Open(url, cached).value();
+  ASSERT_EQ(server_.log().size(), before + 2);  // first block, sidecar
+  EXPECT_EQ(shard->index().ToText().value(), want);
+  EXPECT_EQ(shard->Key(0), "a");
+  EXPECT_EQ(testing::ReadFile(kept), Cat(version, "\n", want));
+}
+
 TEST_F(RemoteIndexedShardTest, ACopyForAnotherOpenerAsksForNothingAndKeepsTheVersion) {
   const std::string tar = MakeTar(Entries());
   const std::string url = Put(tar, true);

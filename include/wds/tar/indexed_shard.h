@@ -64,8 +64,9 @@ class IndexedShard {
   // directory, the index is kept there for this version of the shard
   // (RemoteOpener::Keep), and a later Open, in any process of the machine,
   // reads it from there instead (the first block's request still tells the
-  // version); a member's header that does not match the index (a sidecar
-  // mended since) drops it from there. The first answer's version
+  // version); a kept index that does not fit the first block, or a
+  // member's header read later, is dropped from there (a sidecar rewritten
+  // while the shard stays the same is otherwise not noticed). The first answer's version
   // (ObjectVersion: ETag, Last-Modified, size) is the one every later read
   // asks for and checks, so a shard
   // replaced meanwhile is an Aborted error naming it rather than another
