@@ -50,7 +50,8 @@ class RemoteOptions:
     http_headers: headers sent with every request for an http(s):// URL
         (not s3:// or gs://), a dict or (name, value) pairs: a token, say,
         {"Authorization": "Bearer hf_..."}. After a redirect to another host
-        an Authorization or Cookie header is dropped, the others are sent.
+        or port an Authorization or Cookie header is dropped, the others are
+        sent: put a secret in Authorization.
         Kept as a tuple of pairs; left out of repr() (values may be
         secrets) (none).
     """

@@ -151,11 +151,31 @@ absl::Status CheckHttpHeaders(const std::vector<std::pair<std::string, std::stri
       return absl::InvalidArgumentError(
           Cat(url, ": the HTTP header name '", name, "' is not an HTTP token"));
     }
+    // Set by the reader (a range, the version it reads), or by libcurl for
+    // the transfer; Accept-Encoding would bring bytes the reader does not
+    // decompress.
+    static constexpr std::string_view kReserved[] = {"range",
+                                                     "if-match",
+                                                     "if-unmodified-since",
+                                                     "if-none-match",
+                                                     "if-modified-since",
+                                                     "if-range",
+                                                     "host",
+                                                     "accept-encoding",
+                                                     "te",
+                                                     "content-length",
+                                                     "transfer-encoding",
+                                                     "connection",
+                                                     "expect",
+                                                     "upgrade"};
     const std::string lower = AsciiLower(name);
-    if (lower == "range" || lower == "if-match" || lower == "if-unmodified-since" ||
-        lower == "host") {
+    if (std::find(std::begin(kReserved), std::end(kReserved), lower) != std::end(kReserved)) {
       return absl::InvalidArgumentError(
           Cat(url, ": the HTTP header ", name, " is set by the reader itself"));
+    }
+    if (value.empty()) {
+      // libcurl would take "Name:" as "send no such header".
+      return absl::InvalidArgumentError(Cat(url, ": the HTTP header ", name, " has no value"));
     }
     if (value.find_first_of("\r\n", 0, 3) != std::string::npos) {
       // The value is not quoted: it may be a secret.

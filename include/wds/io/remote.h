@@ -101,11 +101,14 @@ struct RemoteOptions {
   std::string user_agent = "webdataset-cpp";
   // http_headers go with every request for an http(s):// URL (not s3:// or
   // gs://, which authenticate their own way): a token, say, {"Authorization",
-  // "Bearer hf_..."}. After a redirect to another host, libcurl drops an
-  // Authorization or Cookie header and sends the others. Values never appear
-  // in errors. A name that is not an HTTP token, one the reader sets itself
-  // (Range, If-Match, If-Unmodified-Since, Host), or a value with a line
-  // break is InvalidArgument naming the header, at the first request.
+  // "Bearer hf_..."}. After a redirect to another host or port, libcurl
+  // drops an Authorization or Cookie header and sends the others: put a
+  // secret in Authorization. Values never appear in errors. A name that is
+  // not an HTTP token, one the reader or libcurl sets (Range, the If-*
+  // preconditions, Host, Accept-Encoding, TE, Content-Length,
+  // Transfer-Encoding, Connection, Expect, Upgrade), an empty value, or a
+  // value with a line break is InvalidArgument naming the header, at the
+  // first request.
   std::vector<std::pair<std::string, std::string>> http_headers;
   // --- S3
   // s3_endpoint: e.g. "http://127.0.0.1:9000" for an S3-compatible store
