@@ -18,6 +18,7 @@ namespace {
 
 constexpr char kErrnoPayload[] = "webdataset_cpp/errno";
 constexpr char kPathPayload[] = "webdataset_cpp/path";
+constexpr char kReasonPayload[] = "webdataset_cpp/reason";
 constexpr char kRemotePayload[] = "webdataset_cpp/remote-url";
 
 // PendingError is a Python exception on its way through native stages.
@@ -171,10 +172,12 @@ std::optional<py::object> KindException(const absl::Status& status) {
 
 }  // namespace
 
-absl::Status ErrnoStatus(int err, std::string_view path, std::string_view what) {
+absl::Status ErrnoStatus(int err, std::string_view path, std::string_view what,
+                         std::string_view reason) {
   absl::Status status = absl::ErrnoToStatus(err, wds::ToAbsl(what));
   status.SetPayload(kErrnoPayload, absl::Cord(std::to_string(err)));
   status.SetPayload(kPathPayload, absl::Cord(wds::ToAbsl(path)));
+  if (!reason.empty()) status.SetPayload(kReasonPayload, absl::Cord(wds::ToAbsl(reason)));
   return status;
 }
 
@@ -227,7 +230,9 @@ py::object ExceptionFromStatus(const absl::Status& status, Phase phase) {
   if (auto err = status.GetPayload(kErrnoPayload)) {
     auto path = status.GetPayload(kPathPayload);
     const int number = std::stoi(std::string(*err));
-    return OsError(number, std::strerror(number), path ? std::string(*path) : "");
+    auto reason = status.GetPayload(kReasonPayload);
+    return OsError(number, reason ? std::string(*reason) : std::strerror(number),
+                   path ? std::string(*path) : "");
   }
   return Make(TypeFor(status.code(), phase), Message(status));
 }

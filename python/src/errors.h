@@ -54,7 +54,10 @@ enum class Phase { kSetup, kData };
 
 // ErrnoStatus is the error of a failed system call on `path`; it converts to
 // OSError(err, strerror(err), path), so a missing shard is FileNotFoundError.
-absl::Status ErrnoStatus(int err, std::string_view path, std::string_view what);
+// A non-empty `reason` replaces strerror(err) there (what a Python handler
+// said of the failure).
+absl::Status ErrnoStatus(int err, std::string_view path, std::string_view what,
+                         std::string_view reason = {});
 
 // RemoteStatus marks `status` (unless ok or Cancelled) as the error of the
 // remote URL `url`, for the exception types above; code and message stay.

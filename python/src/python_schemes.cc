@@ -1,6 +1,7 @@
 #include "python_schemes.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -25,6 +26,21 @@ absl::Status WithUrl(py::error_already_set& e, const std::string& url) {
     // Args that cannot be extended: the exception as it was.
   }
   return StorePythonError(e);
+}
+
+// OsErrorText is what an OSError says after its "[Errno n] ": its strerror
+// and, when it has one, its file name ("No such file or directory: 'ais'").
+std::string OsErrorText(py::handle error) {
+  try {
+    py::object strerror = error.attr("strerror");
+    py::object filename = error.attr("filename");
+    if (strerror.is_none()) return py::str(error).cast<std::string>();
+    std::string text = py::str(strerror).cast<std::string>();
+    if (!filename.is_none()) text += wds::Cat(": ", py::repr(filename).cast<std::string>());
+    return text;
+  } catch (py::error_already_set&) {
+    return "(an OSError whose text cannot be read)";
+  }
 }
 
 // PythonFileStream reads a Python file object; see OpenThroughPython.
@@ -95,13 +111,22 @@ class PythonFileStream : public wds::ByteStream {
   // GIL is held; throws py::error_already_set.
   absl::StatusOr<size_t> ReadInto(void* buffer, size_t size) {
     py::memoryview view = py::memoryview::from_memory(buffer, static_cast<py::ssize_t>(size));
+    // The buffer is the caller's: released after the call, also when it
+    // raises, the view the file object may have kept can no longer reach
+    // it, as CPython's BufferedReader does after a raw stream's readinto (a
+    // slice of the view it kept could: file objects must not keep them).
+    struct Release {
+      py::memoryview& view;
+      ~Release() {
+        PyObject* done = PyObject_CallMethod(view.ptr(), "release", nullptr);
+        if (done == nullptr) PyErr_Clear();  // a slice still exported: nothing more to do
+        Py_XDECREF(done);
+      }
+    } release{view};
     py::object n = file_.get().attr("readinto")(view);
-    // The buffer is the caller's: released, the view that the file object
-    // may have kept can no longer reach it (as CPython's BufferedReader
-    // does after its raw stream's readinto).
-    view.attr("release")();
     if (n.is_none()) return NoData("readinto");
-    const auto count = n.cast<py::ssize_t>();
+    const Py_ssize_t count = PyNumber_AsSsize_t(n.ptr(), PyExc_OverflowError);
+    if (count == -1 && PyErr_Occurred()) throw py::error_already_set();
     if (count < 0 || static_cast<size_t>(count) > size) {
       return absl::FailedPreconditionError(wds::Cat(
           url_, ": its file object's readinto() returned ", count, " for ", size, " bytes"));
@@ -168,6 +193,15 @@ absl::StatusOr<std::unique_ptr<wds::ByteStream>> OpenThroughPython(std::string u
     py::object file = handler(opened, "rb", 8192);
     return std::make_unique<PythonFileStream>(std::move(url), file);
   } catch (py::error_already_set& e) {
+    // A missing or forbidden file, as Python says it, is what the native
+    // openers say: a sidecar looked for and absent, a shard that cannot be
+    // opened (FileNotFoundError / PermissionError naming the URL).
+    const bool missing = e.matches(PyExc_FileNotFoundError);
+    if (missing || e.matches(PyExc_PermissionError)) {
+      // Its own words (which file: a command's, say) stay in the message.
+      const std::string said = OsErrorText(e.value());
+      return ErrnoStatus(missing ? ENOENT : EACCES, url, wds::Cat(url, ": ", said), said);
+    }
     return WithUrl(e, url);
   }
 }

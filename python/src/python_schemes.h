@@ -38,9 +38,12 @@ namespace py = pybind11;
 // (url, "rb", 8192), and reads the file object it returns: by readinto
 // where it has one, else by read, the GIL taken for each call. Finish closes
 // it, which checks what its close checks (a pipe's exit status). The stream's
-// url() is `url`. Errors: the handler's exception, or that of a read or of
-// close, with the URL appended to its args as the reference's url_opener
-// appends it, kept for Python (StorePythonError); PythonIsExiting.
+// url() is `url`. Errors: a FileNotFoundError or PermissionError of the
+// handler is NotFound or PermissionDenied naming `url` (FileNotFoundError /
+// PermissionError in Python; a sidecar so answered is absent); any other
+// exception of the handler, of a read or of close, with the URL appended to
+// its args as the reference's url_opener appends it, is kept for Python
+// (StorePythonError); PythonIsExiting.
 [[nodiscard]] absl::StatusOr<std::unique_ptr<wds::ByteStream>> OpenThroughPython(
     std::string url, const std::string& opened, const std::string& scheme);
 

@@ -155,9 +155,18 @@ def test_errors_of_opening_reading_and_closing_name_the_url_and_go_to_the_handle
         raise PermissionError(13, "denied")
 
     schemes["myproto"] = failing_open
-    with pytest.raises(PermissionError) as caught:
+    with pytest.raises(PermissionError) as caught:  # as the native openers name it
+        next(iter(wds.WebDataset(urls[0], shardshuffle=False)))
+    assert caught.value.filename == urls[0]
+
+    def other_open(url, mode="rb", bufsize=8192):
+        raise ConnectionError("the store is down")
+
+    schemes["myproto"] = other_open
+    with pytest.raises(ConnectionError, match="the store is down") as caught:
         next(iter(wds.WebDataset(urls[0], shardshuffle=False)))
     assert caught.value.args[-1] == urls[0]  # as the reference's url_opener adds it
+    schemes["myproto"] = failing_open
     with pytest.warns(UserWarning):
         assert list(wds.WebDataset(urls[:2], shardshuffle=False, empty_check=False,
                                    handler=wds.warn_and_continue)) == []
@@ -183,6 +192,60 @@ def test_errors_of_opening_reading_and_closing_name_the_url_and_go_to_the_handle
             seen.append(s["__key__"])
     assert caught.value.args[-1] == urls[0]
     assert seen == [f"s0_{i:03d}" for i in range(9)]
+
+
+def test_counts_go_through_a_replaced_handler_and_its_missing_sidecars(schemes, shards,
+                                                                       tmp_path):
+    handler = schemes["http"] = Opened(prefix="http://example.invalid")
+    url = f"http://example.invalid{shards[0]}"
+    # No sidecar: open() says FileNotFoundError, so the shard is scanned.
+    assert wds.count_samples(url) == 10
+    assert handler.urls == [url + ".idx", url]
+    # A sidecar: read through the handler, the shard not opened.
+    copy = tmp_path / "indexed.tar"
+    copy.write_bytes(open(shards[0], "rb").read())
+    wds.write_index(str(copy))
+    indexed = f"http://example.invalid{copy}"
+    assert wds.count_samples(indexed) == 10
+    assert handler.urls[2:] == [indexed + ".idx"]
+    # Another error of the handler is the count's error.
+    schemes["http"] = lambda u, *a: (_ for _ in ()).throw(ConnectionError("down"))
+    with pytest.raises(ConnectionError, match="down"):
+        wds.count_samples(url)
+
+
+def test_a_readinto_that_misbehaves_is_an_error_naming_the_url(schemes, local):
+    class Odd(io.RawIOBase):
+        def readable(self):
+            return True
+
+        def readinto(self, buffer):
+            return 1.5
+
+    schemes["myproto"] = lambda url, *a: Odd()
+    url = next(iter(local))
+    with pytest.raises(TypeError) as caught:
+        next(iter(wds.WebDataset(url, shardshuffle=False)))
+    assert caught.value.args[-1] == url
+
+    class TooMuch(Odd):
+        def readinto(self, buffer):
+            return len(buffer) + 1
+
+    schemes["myproto"] = lambda url, *a: TooMuch()
+    with pytest.raises(ValueError, match=re.escape(
+            f"{url}: its file object's readinto() returned 1048577 for 1048576 bytes")):
+        next(iter(wds.WebDataset(url, shardshuffle=False)))
+
+
+def test_only_the_modules_table_opens_shards(schemes, local):
+    import copy
+
+    url = next(iter(local))
+    mine = copy.copy(schemes)
+    mine["myproto"] = Opened()  # a copy: the native reader is not told
+    with pytest.raises(ValueError, match="no handler for the URL scheme"):
+        next(iter(wds.WebDataset(url, shardshuffle=False)))
 
 
 def test_a_handler_returning_none_from_read_is_named(schemes, local):
@@ -219,5 +282,47 @@ def test_gopen_rewrite_applies_to_shards_which_keep_their_listed_url(schemes, lo
 def test_built_in_handlers_of_schemes_without_a_native_reader_are_used(schemes):
     # ais:// runs the AIStore CLI, as the reference's handler does (not
     # installed here: its error, no longer "no handler").
-    with pytest.raises(FileNotFoundError, match="'ais'"):
+    with pytest.raises(FileNotFoundError, match=re.escape(
+            "[Errno 2] No such file or directory: 'ais': 'ais://bucket/x.tar'")) as caught:
         next(iter(wds.WebDataset("ais://bucket/x.tar", shardshuffle=False)))
+    assert caught.value.filename == "ais://bucket/x.tar"  # the shard, its handler's words kept
+
+
+def test_hf_urls_are_read_natively_with_the_token_in_a_header(schemes, shards, tmp_path,
+                                                              monkeypatch):
+    import shutil
+    import sys
+    import types
+
+    from test_remote import Server
+
+    root = tmp_path / "www"
+    root.mkdir()
+    shutil.copy(shards[0], root / "train-0.tar")
+    server = Server(str(root), str(tmp_path))
+    try:
+        # What huggingface_hub answers (it is not installed here): the file's
+        # https URL on the Hub, and the user's token.
+        hub = types.ModuleType("huggingface_hub")
+
+        class HfFileSystem:
+            def resolve_path(self, url):
+                assert url.startswith("hf://datasets/org/name/")
+                return types.SimpleNamespace(repo_id="org/name", repo_type="dataset",
+                                             revision="main",
+                                             path_in_repo=url.split("/", 5)[5])
+
+        hub.HfFileSystem = HfFileSystem
+        hub.get_token = lambda: "hf_secret"
+        hub.hf_hub_url = lambda repo_id, filename, repo_type, revision: server.url(filename)
+        monkeypatch.setitem(sys.modules, "huggingface_hub", hub)
+        keys = [s["__key__"] for s in wds.WebDataset("hf://datasets/org/name/train-0.tar",
+                                                     shardshuffle=False)]
+        assert keys == [f"s0_{i:03d}" for i in range(10)]
+        assert [e["headers"]["authorization"] for e in server.log()] == ["Bearer hf_secret"]
+        # No command line holds it, and an error does not name it.
+        with pytest.raises(FileNotFoundError) as caught:
+            next(iter(wds.WebDataset("hf://datasets/org/name/missing.tar", shardshuffle=False)))
+        assert "hf_secret" not in str(caught.value) and "missing.tar" in str(caught.value)
+    finally:
+        server.stop()

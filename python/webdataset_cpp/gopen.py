@@ -20,6 +20,7 @@ a ValueError naming the URL.
 b'abc'
 """
 
+import dataclasses
 import io
 import os
 import re
@@ -31,7 +32,7 @@ from urllib.parse import urlparse
 from urllib.request import url2pathname
 
 from . import _core, utils
-from .remote import native_options
+from .remote import RemoteOptions, native_options
 
 # Extra context the reference adds to its verbose output (kept for scripts that set it).
 info = {}
@@ -255,8 +256,11 @@ def gopen_htgs(url, mode="rb", bufsize=8192, **kw):
     return _command(args, mode, bufsize, [141, 23], [141, 26])
 
 
-def gopen_hf(url, mode="rb", bufsize=8192, **kw):
-    """Reads an hf:// URL (Hugging Face Hub; needs huggingface_hub) with curl."""
+def gopen_hf(url, mode="rb", bufsize=8192, remote=None, **kw):
+    """Reads an hf:// URL (Hugging Face Hub; needs huggingface_hub): the
+    file's https URL, read natively with the token in an Authorization header
+    (the reference runs curl with the token on its command line, where
+    ps and its error messages show it)."""
     _check_mode(mode)
     if mode[0] == "w":
         raise ValueError(f"{url}: {mode}: cannot write")
@@ -265,9 +269,13 @@ def gopen_hf(url, mode="rb", bufsize=8192, **kw):
     path = HfFileSystem().resolve_path(url)
     http_url = hf_hub_url(repo_id=path.repo_id, filename=path.path_in_repo,
                           repo_type=path.repo_type, revision=path.revision)
-    args = ["curl", "--connect-timeout", "30", "--retry", "30", "--retry-delay", "2", "-f", "-s",
-            "-L", "-H", f"Authorization:Bearer {get_token()}", http_url]
-    return _command(args, mode, bufsize, [141, 23], [141, 26])
+    options = remote if remote is not None else RemoteOptions()
+    token = get_token()
+    if token:
+        headers = dict(options.http_headers or ())
+        headers["Authorization"] = f"Bearer {token}"
+        options = dataclasses.replace(options, http_headers=headers)
+    return gopen_remote(http_url, "rb", bufsize, remote=options)
 
 
 def gopen_remote(url, mode="rb", bufsize=8192, remote=None, **kw):
@@ -297,9 +305,12 @@ class _Schemes(dict):
     are opened by it too: each change tells the native reader which schemes
     to hand to their handler here (those it does not read itself, and those
     of its own given another handler; ``"__default__"``, when replaced,
-    takes every scheme it does not read)."""
+    takes every scheme it does not read). Change this table in place: a
+    copy, or another dict bound to the module's name, opens no shard."""
 
     def _changed(self):
+        if self is not globals().get("gopen_schemes", self):
+            return  # a copy: only the module's table opens shards
         python = [s for s, h in self.items()
                   if s != "__default__" and _NATIVE_HANDLERS.get(s) is not h]
         _core._set_python_schemes(python, self.get("__default__", gopen_error) is not gopen_error)
