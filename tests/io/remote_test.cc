@@ -617,7 +617,7 @@ TEST_F(RemoteStreamTest, ARedirectToAnotherHostDropsAuthorizationAndKeepsOtherHe
   EXPECT_EQ(server_.log().at(0).headers.at("authorization"), "Bearer hf_secret");
   EXPECT_EQ(server_.log().at(0).headers.at("cookie"), "session=s");
   // (Another host name and another port: libcurl drops them for either.)
-  const FaultRequest& there = other.log().at(0);
+  const FaultRequest there = other.log().at(0);
   EXPECT_EQ(there.headers.count("authorization"), 0u);
   EXPECT_EQ(there.headers.count("cookie"), 0u);
   EXPECT_EQ(there.headers.at("x-api-key"), "k1");
