@@ -478,6 +478,11 @@ def test_getitems_is_getitem_of_each_index(served, shards):
 
 
 def test_getitems_opens_a_batchs_shards_at_once(served):
+    # Each shard's first answer is held back a moment, so that four opens in
+    # flight at once need four connections however the threads are scheduled
+    # (an open that ended first would hand its connection to the next).
+    for s in range(4):
+        served.fault(f"shard-00000{s}.tar", stall=0.5, stall_after=0)
     dataset = _ranged(served, lru_size=2, read_threads=4)
     batch = dataset.__getitems__([35, 5, 25, 15, 6])
     assert [s[".txt"].read() for s in batch] == [b"text 35", b"text 5", b"text 25", b"text 15",
@@ -509,6 +514,8 @@ def test_getitems_calls_a_subclasss_get_shard(served):
             return super().get_shard(index)
 
     dataset = Counted(served.url("index.json"), remote_reads="ranges", transformations=[])
+    for s in range(2):  # held back, so that the two opens overlap (see above)
+        served.fault(f"shard-00000{s}.tar", stall=0.5, stall_after=0)
     assert [s["__key__"] for s in dataset.__getitems__([12, 3])] == ["s1_002", "s0_003"]
     assert calls == [12, 3]
     firsts = [e for e in served.log() if e["headers"].get("range") == "bytes=0-511"]
