@@ -51,6 +51,14 @@ class RoundRobin(IterableDataset):
         return round_robin_longest(*sources) if self.longest else round_robin_shortest(*sources)
 
 
+def _probs(probs, count):
+    """The probabilities of `count` sources: `probs`, else uniform."""
+    probs = [1.0] * count if probs is None else list(probs)
+    if len(probs) != count:
+        raise ValueError(f"RandomMix: {count} datasets but {len(probs)} probs")
+    return probs
+
+
 class _Mixing:
     """One iteration of random_samples: the live sources (and their indexes
     among the datasets), their probabilities and the random generator, which
@@ -58,10 +66,7 @@ class _Mixing:
 
     def __init__(self, sources, probs, longest, rng, indexes=None):
         self.sources = list(sources)
-        self.probs = [1.0] * len(self.sources) if probs is None else list(probs)
-        if len(self.probs) != len(self.sources):
-            raise ValueError(f"RandomMix: {len(self.sources)} datasets but {len(self.probs)} "
-                             "probs")
+        self.probs = _probs(probs, len(self.sources))
         self.indexes = list(range(len(self.sources))) if indexes is None else list(indexes)
         self.longest = longest
         self.rng = rng
@@ -118,9 +123,7 @@ class RandomMix(IterableDataset):
     def __init__(self, datasets, probs=None, longest=False, seed=None):
         super().__init__()
         self.datasets = datasets
-        self.probs = [1.0] * len(datasets) if probs is None else list(probs)
-        if len(self.probs) != len(datasets):
-            raise ValueError(f"RandomMix: {len(datasets)} datasets but {len(self.probs)} probs")
+        self.probs = _probs(probs, len(datasets))
         self.longest = longest
         self.seed = seed
         self._mixing = None  # the latest iteration in this process

@@ -310,6 +310,8 @@ std::optional<std::string> RemoteOpener::Kept(std::string_view url, std::string_
   return session_->cache()->Kept(KeptKey(url, what), *line);
 }
 
+bool RemoteOpener::keeps() const { return session_->cache() != nullptr; }
+
 void RemoteOpener::Forget(std::string_view url, std::string_view what) const {
   if (session_->cache() != nullptr) session_->cache()->Forget(KeptKey(url, what));
 }

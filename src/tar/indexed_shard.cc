@@ -254,8 +254,10 @@ absl::StatusOr<std::unique_ptr<IndexedShard>> IndexedShard::Open(std::string_vie
   }
   WDS_ASSIGN_OR_RETURN(shard->index_, RemoteIndex(url, remote.AsUncachedOpener()));
   WDS_RETURN_IF_ERROR(CheckInside(shard->index_, shard->version_.size, SidecarUrl(url), url));
-  if (absl::StatusOr<std::string> text = shard->index_.ToText(); text.ok()) {
-    remote.Keep(url, kKeptIndex, shard->version_, *text);
+  if (remote.keeps()) {
+    if (absl::StatusOr<std::string> text = shard->index_.ToText(); text.ok()) {
+      remote.Keep(url, kKeptIndex, shard->version_, *text);
+    }
   }
   return shard;
 }

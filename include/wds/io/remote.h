@@ -238,6 +238,9 @@ class RemoteOpener {
   // not tell it from another.
   void Keep(std::string_view url, std::string_view what, const ObjectVersion& version,
             std::string_view bytes) const;
+  // keeps says whether Keep stores anything (there is a cache directory), so
+  // that a caller makes what it would keep only then.
+  bool keeps() const;
   // Kept returns what Keep stored for `url` and `what` at exactly `version`
   // (ETag, Last-Modified and size); nullopt when nothing of that version is
   // kept, or there is no cache directory.
