@@ -115,14 +115,32 @@ void HttpTransfer::Configure(const HttpRequest& request, const RemoteOptions& li
   for (const auto& [name, value] : request.headers) {
     headers_ = curl_slist_append(headers_, Cat(name, ": ", value).c_str());
   }
+  // No "Expect: 100-continue" before a body: libcurl would wait up to a
+  // second for an interim answer that some servers never send.
+  if (!request.method.empty()) headers_ = curl_slist_append(headers_, "Expect:");
   // Options persist on a handle between requests: every one that varies is
   // set each time.
   CURL* e = easy_;
   curl_easy_setopt(e, CURLOPT_URL, request.url.c_str());
-  if (request.head) {
-    curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+  uploading_ = !request.method.empty();
+  uploaded_ = 0;
+  if (uploading_) {
+    // A POST's body from memory, sent under the method's name (libcurl
+    // copies the name, not the body). An empty body still needs a pointer:
+    // a null one would make libcurl read the body from stdin.
+    static constexpr char kNoBody[] = "";
+    curl_easy_setopt(e, CURLOPT_NOBODY, 0L);
+    curl_easy_setopt(e, CURLOPT_POST, 1L);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDS, request.body.empty() ? kNoBody : request.body.data());
+    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(request.body.size()));
+    curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, request.method.c_str());
   } else {
-    curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+    curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, nullptr);
+    if (request.head) {
+      curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+    } else {
+      curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+    }
   }
   curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers_);
   curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &HttpTransfer::OnWrite);
@@ -296,6 +314,15 @@ void HttpTransfer::Pump(bool for_headers) {
       for_headers ? headers_done_ : (dest_filled_ > 0 || pending_pos_ < pending_.size());
   if (news || paused_) return;
   const auto now = std::chrono::steady_clock::now();
+  if (uploading_) {
+    // Sending the body is progress too: a long upload is not a stall.
+    curl_off_t sent = 0;
+    curl_easy_getinfo(easy_, CURLINFO_SIZE_UPLOAD_T, &sent);
+    if (sent > uploaded_) {
+      uploaded_ = sent;
+      last_progress_ = now;
+    }
+  }
   const auto idle = now - last_progress_;
   if (idle >= stall_timeout_) {
     stalled_ = true;

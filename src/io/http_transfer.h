@@ -1,6 +1,7 @@
 // HttpTransfer: one HTTP request at a time on a reusable libcurl handle,
-// its body pulled by the caller's thread (libcurl's multi interface, paused
-// when the reader falls behind; no thread of its own).
+// its response body pulled by the caller's thread (libcurl's multi
+// interface, paused when the reader falls behind; no thread of its own). A
+// request may send a body from memory (PUT, POST: uploads).
 //
 //   HttpTransfer transfer;                       // keeps its connection between requests
 //   absl::Status s = transfer.Begin(request, limits);   // waits for the response headers
@@ -43,6 +44,11 @@ struct HttpRequest {
   std::string url;
   // head sends HEAD instead of GET.
   bool head = false;
+  // method, when not empty, replaces GET or HEAD ("PUT", "POST", "DELETE"),
+  // and `body` is sent with it. The caller keeps the body's bytes alive
+  // until the response has been read.
+  std::string method;
+  std::string_view body;
   // headers are sent as "Name: value" lines.
   std::vector<std::pair<std::string, std::string>> headers;
   bool follow_redirects = false;
@@ -131,6 +137,10 @@ class HttpTransfer {
   std::chrono::milliseconds stall_timeout_{0};
   size_t read_ahead_ = 0;
   bool follow_redirects_ = false;
+  // uploading_ is true while a request sends a body; uploaded_ is how much
+  // of it libcurl has sent (progress, for the stall check).
+  bool uploading_ = false;
+  curl_off_t uploaded_ = 0;
   bool attached_ = false;
   bool headers_done_ = false;
   bool done_ = false;

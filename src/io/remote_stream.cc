@@ -19,15 +19,6 @@ constexpr size_t kMaxIdleTransfers = 16;
 // The longest server message quoted in an error.
 constexpr size_t kMaxQuoted = 300;
 
-// Between returns the text between <tag> and </tag> in `body`, or "".
-std::string_view Between(std::string_view body, std::string_view open, std::string_view close) {
-  const size_t a = body.find(open);
-  if (a == std::string_view::npos) return {};
-  const size_t b = body.find(close, a + open.size());
-  if (b == std::string_view::npos) return {};
-  return body.substr(a + open.size(), b - a - open.size());
-}
-
 std::string Collapse(std::string_view text) {
   std::string out;
   bool space = false;
@@ -55,8 +46,16 @@ std::string ServerMessage(std::string_view body) {
 
 bool IsStrongEtag(const std::string& etag) { return !etag.empty() && !StartsWith(etag, "W/"); }
 
-// Backoff sleeps for `delay`, waking every kInterruptCheckInterval to ask
-// the thread's interrupt check, if it has one (a wait may last minutes).
+}  // namespace
+
+std::string_view Between(std::string_view body, std::string_view open, std::string_view close) {
+  const size_t a = body.find(open);
+  if (a == std::string_view::npos) return {};
+  const size_t b = body.find(close, a + open.size());
+  if (b == std::string_view::npos) return {};
+  return body.substr(a + open.size(), b - a - open.size());
+}
+
 absl::Status Backoff(std::chrono::milliseconds delay) {
   const auto until = std::chrono::steady_clock::now() + delay;
   if (!InterruptCheckInstalled()) {
@@ -70,8 +69,6 @@ absl::Status Backoff(std::chrono::milliseconds delay) {
   }
   return absl::OkStatus();
 }
-
-}  // namespace
 
 std::unique_ptr<HttpTransfer> TransferPool::Take() {
   {

@@ -160,6 +160,13 @@ std::chrono::milliseconds RetryAfter(const std::string& value);
 // do not retry together), and never less than `retry_after`.
 std::chrono::milliseconds BackoffDelay(int failures, const RemoteOptions& options,
                                        std::chrono::milliseconds retry_after, std::mt19937_64& rng);
+// Between returns the text between `open` and `close` (an XML element's
+// tags, "<Code>" and "</Code>") in `body`, or "".
+std::string_view Between(std::string_view body, std::string_view open, std::string_view close);
+// Backoff sleeps for `delay`, waking every kInterruptCheckInterval to ask
+// the thread's interrupt check, if it has one (a wait may last minutes),
+// and returns that check's error.
+absl::Status Backoff(std::chrono::milliseconds delay);
 // kMinProgress is the least an attempt must deliver, without being cut for
 // slowness, to end a run of failures (see wds/io/remote.h).
 inline constexpr int64_t kMinProgress = 64 << 10;

@@ -258,14 +258,41 @@ absl::StatusOr<RemoteTarget> RemoteTarget::Resolve(std::string_view url,
 HttpRequest RemoteTarget::Request(bool head,
                                   std::vector<std::pair<std::string, std::string>> headers) const {
   HttpRequest request;
-  request.url = http_url_;
   request.head = head;
+  Authenticate(head ? "HEAD" : "GET", {}, std::move(headers), sigv4::kEmptyPayloadHash, request);
+  return request;
+}
+
+HttpRequest RemoteTarget::Send(std::string method,
+                               const std::vector<std::pair<std::string, std::string>>& query,
+                               std::vector<std::pair<std::string, std::string>> headers,
+                               std::string_view body) const {
+  HttpRequest request;
+  request.method = std::move(method);
+  request.body = body;
+  const std::string payload_hash =
+      auth_ == Auth::kSigV4 ? sigv4::Sha256Hex(body) : std::string(sigv4::kEmptyPayloadHash);
+  Authenticate(request.method, query, std::move(headers), payload_hash, request);
+  return request;
+}
+
+void RemoteTarget::Authenticate(const std::string& method,
+                                const std::vector<std::pair<std::string, std::string>>& query,
+                                std::vector<std::pair<std::string, std::string>> headers,
+                                std::string_view payload_hash, HttpRequest& request) const {
+  request.url = http_url_;
+  for (size_t i = 0; i < query.size(); ++i) {
+    request.url += Cat(i == 0 ? "?" : "&", sigv4::UriEncode(query[i].first, false), "=",
+                       sigv4::UriEncode(query[i].second, false));
+  }
   request.follow_redirects = follow_redirects_;
   if (auth_ == Auth::kSigV4) {
     sigv4::Request r;
-    r.method = head ? "HEAD" : "GET";
+    r.method = method;
     r.path = path_;
+    r.query = query;
     r.headers = std::move(headers);
+    r.payload_hash = std::string(payload_hash);
     sigv4::SignS3(r, host_, credentials_, region_, sigv4::AmzDate(std::time(nullptr)));
     request.headers = std::move(r.headers);
   } else {
@@ -274,7 +301,6 @@ HttpRequest RemoteTarget::Request(bool head,
       request.headers.emplace_back("Authorization", Cat("Bearer ", bearer_));
   }
   request.headers.insert(request.headers.end(), extra_headers_.begin(), extra_headers_.end());
-  return request;
 }
 
 }  // namespace wds

@@ -59,12 +59,29 @@ class RemoteTarget {
   // Request builds a GET (or HEAD) with `headers`, signed at this moment when
   // the target signs (a fresh signature for every attempt).
   HttpRequest Request(bool head, std::vector<std::pair<std::string, std::string>> headers) const;
+  // Send builds a `method` request ("PUT", "POST", "DELETE") with `query`
+  // (decoded name/value pairs, percent-encoded here), `headers` and `body`,
+  // signed like Request with the body's SHA-256 as its payload hash, so that
+  // S3 refuses a body that changed on the way. The request refers to `body`.
+  HttpRequest Send(std::string method,
+                   const std::vector<std::pair<std::string, std::string>>& query,
+                   std::vector<std::pair<std::string, std::string>> headers,
+                   std::string_view body) const;
+  // signs is true when requests carry credentials (SigV4 or a bearer token).
+  bool signs() const { return auth_ != Auth::kNone; }
 
   // http_url is the URL requests go to.
   const std::string& http_url() const { return http_url_; }
 
  private:
   enum class Auth { kNone, kSigV4, kBearer };
+
+  // Authenticate fills request's URL (with `query`), headers and
+  // redirect policy for a `method` request, signed when the target signs.
+  void Authenticate(const std::string& method,
+                    const std::vector<std::pair<std::string, std::string>>& query,
+                    std::vector<std::pair<std::string, std::string>> headers,
+                    std::string_view payload_hash, HttpRequest& request) const;
 
   std::string http_url_;
   // host ("host[:port]") and path (decoded) are what SigV4 signs.

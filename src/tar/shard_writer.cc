@@ -1,9 +1,11 @@
 #include "wds/tar/shard_writer.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <utility>
 
@@ -12,6 +14,7 @@
 #include "wds/internal/io/atomic_file.h"
 #include "wds/internal/tar/shard_roller.h"
 #include "wds/internal/tar/tar_grouping.h"
+#include "wds/io/remote_upload.h"
 #include "wds/tar/shard_index.h"
 
 namespace wds {
@@ -48,6 +51,23 @@ IndexSample ToIndexSample(const std::vector<WrittenMember>& written) {
         {std::string(split.has_value() ? split->field : ""), m.data_offset, m.size, m.name});
   }
   return sample;
+}
+
+// StagingFile creates an empty file in `dir` (empty: $TMPDIR, else /tmp)
+// to write a remote shard into, and returns its path.
+absl::StatusOr<std::string> StagingFile(const std::string& dir) {
+  std::string base = dir;
+  if (base.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    base = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+  }
+  std::string path = Cat(base, "/wds-shard-XXXXXX");
+  const int fd = mkstemp(path.data());
+  if (fd < 0) {
+    return absl::ErrnoToStatus(errno, Cat(base, ": cannot create a file to stage a shard in"));
+  }
+  close(fd);
+  return path;
 }
 
 }  // namespace
@@ -98,10 +118,14 @@ struct ShardWriter::State {
       : pattern(std::move(p)),
         options(std::move(o)),
         roller(options.maxcount, options.maxsize),
-        next_number(options.first_shard) {}
+        next_number(options.first_shard),
+        remote(IsRemoteUrl(pattern)) {}
 
   absl::Status StartShard();
   absl::Status FinishShard();
+  // Publish gives the finished temporary file its final name: a rename, or
+  // an upload (the index, if any, deleted before and written after).
+  absl::Status Publish(const std::string& index_text);
   absl::Status Fail(absl::Status status);
   void Abort();
 
@@ -115,6 +139,8 @@ struct ShardWriter::State {
   absl::Status error;
   bool closed = false;
   int64_t next_number;
+  // remote: the pattern is a URL; shards are staged, then uploaded.
+  bool remote;
   int64_t shards_written = 0;
   int64_t samples_written = 0;
 };
@@ -138,7 +164,11 @@ absl::Status ShardWriter::State::StartShard() {
   current.path = *std::move(path);
   current.number = next_number++;
   index.samples.clear();
-  temp_path = TemporaryPath(current.path);
+  if (remote) {
+    WDS_ASSIGN_OR_RETURN(temp_path, StagingFile(options.staging_dir));
+  } else {
+    temp_path = TemporaryPath(current.path);
+  }
   absl::StatusOr<std::unique_ptr<TarWriter>> created = TarWriter::Create(temp_path, options.tar);
   if (!created.ok()) {
     temp_path.clear();
@@ -166,20 +196,36 @@ absl::Status ShardWriter::State::FinishShard() {
           Cat(current.path, ": cannot index: ", ToStd(text.status().message())));
     }
     index_text = *std::move(text);
-    // A stale sidecar must never sit beside the new shard.
-    std::remove(IndexPath(current.path).c_str());
   }
-  if (std::rename(temp_path.c_str(), current.path.c_str()) != 0) {
-    return absl::ErrnoToStatus(errno,
-                               Cat(current.path, ": cannot rename ", temp_path, " into place"));
-  }
-  temp_path.clear();
-  ++shards_written;
-  if (options.write_index) {
-    WDS_RETURN_IF_ERROR(WriteFileAtomically(IndexPath(current.path), index_text));
-  }
+  WDS_RETURN_IF_ERROR(Publish(index_text));
   if (options.on_close) WDS_RETURN_IF_ERROR(options.on_close(current));
   return absl::OkStatus();
+}
+
+absl::Status ShardWriter::State::Publish(const std::string& index_text) {
+  const std::string index_path = IndexPath(current.path);
+  if (!remote) {
+    // A stale sidecar must never sit beside the new shard.
+    if (options.write_index) std::remove(index_path.c_str());
+    if (std::rename(temp_path.c_str(), current.path.c_str()) != 0) {
+      return absl::ErrnoToStatus(errno,
+                                 Cat(current.path, ": cannot rename ", temp_path, " into place"));
+    }
+    temp_path.clear();
+    ++shards_written;
+    if (options.write_index) WDS_RETURN_IF_ERROR(WriteFileAtomically(index_path, index_text));
+    return absl::OkStatus();
+  }
+  const RemoteOptions& o = *options.remote;
+  if (options.write_index) WDS_RETURN_IF_ERROR(DeleteRemoteObject(index_path, o));
+  WDS_RETURN_IF_ERROR(UploadFile(temp_path, current.path, o));
+  std::remove(temp_path.c_str());
+  temp_path.clear();
+  ++shards_written;
+  if (!options.write_index) return absl::OkStatus();
+  WDS_ASSIGN_OR_RETURN(std::unique_ptr<RemoteUpload> upload, RemoteUpload::Create(index_path, o));
+  WDS_RETURN_IF_ERROR(upload->Write(index_text));
+  return upload->Close();
 }
 
 absl::StatusOr<std::unique_ptr<ShardWriter>> ShardWriter::Create(std::string pattern,
@@ -188,6 +234,14 @@ absl::StatusOr<std::unique_ptr<ShardWriter>> ShardWriter::Create(std::string pat
   if (options.maxcount <= 0 || options.maxsize <= 0) {
     return absl::InvalidArgumentError(Cat(pattern, ": maxcount and maxsize must be positive (got ",
                                           options.maxcount, " and ", options.maxsize, ")"));
+  }
+  if (IsRemoteUrl(pattern)) {
+    if (!options.remote.has_value()) {
+      WDS_ASSIGN_OR_RETURN(options.remote, RemoteOptions::ParseFromEnvironment());
+    }
+    // Checks the URL, the options and the credentials; sends nothing.
+    WDS_ASSIGN_OR_RETURN(const std::string first, FormatShardName(pattern, options.first_shard));
+    WDS_RETURN_IF_ERROR(RemoteUpload::Create(first, *options.remote).status());
   }
   return std::unique_ptr<ShardWriter>(
       new ShardWriter(std::make_unique<State>(std::move(pattern), std::move(options))));

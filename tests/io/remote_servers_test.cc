@@ -17,8 +17,10 @@
 #include "util/test_util.h"
 #include "wds/internal/base/strings.h"
 #include "wds/io/remote.h"
+#include "wds/io/remote_upload.h"
 #include "wds/pipeline/pipeline.h"
 #include "wds/pipeline/web_dataset.h"
+#include "wds/tar/shard_writer.h"
 
 namespace wds {
 namespace {
@@ -307,6 +309,107 @@ TEST_F(S3Test, SignedReadsOfTheShardSetAreByteExact) {
       MakeOpener(S3())("s3://shards/odd name+é=1.tar");
   ASSERT_TRUE(odd.ok()) << odd.status();
   EXPECT_EQ(Sha256(*ReadAll(**odd)), Sha256(shards_.tar(2)));
+}
+
+// --- Writing: what RemoteUpload sends, s3rver checks (signatures) and stores,
+// and AWS's own client reads back.
+
+TEST_F(S3Test, UploadsInOnePutAndInPartsReadBackExactlyThroughAwsClient) {
+  RemoteOptions o = S3();
+  o.upload_part_size = int64_t{5} << 20;
+  const std::string small = RandomBytes(1000, 1);
+  const std::string large = RandomBytes((size_t{5} << 20) * 2 + 3, 2);
+  for (const auto& [key, data] : std::vector<std::pair<std::string, std::string>>{
+           {"up/small.tar", small}, {"up/large.tar", large}, {"up/odd name+é=1.bin", small}}) {
+    absl::StatusOr<std::unique_ptr<RemoteUpload>> up =
+        RemoteUpload::Create("s3://shards/" + key, o);
+    ASSERT_TRUE(up.ok()) << up.status();
+    // Writes of an odd size, so parts fill in the middle of one.
+    for (size_t at = 0; at < data.size(); at += 700'001) {
+      ASSERT_TRUE((*up)->Write(std::string_view(data).substr(at, 700'001)).ok()) << key;
+    }
+    ASSERT_TRUE((*up)->Close().ok()) << key;
+    EXPECT_EQ((*up)->parts(), data.size() > 1000 ? 3 : 0) << key;
+    absl::StatusOr<std::string> got = server_->Get("shards", key);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(Sha256(*got), Sha256(data)) << key;
+  }
+}
+
+TEST_F(S3Test, AnUploadWithAWrongSecretFailsAndLeavesNoObject) {
+  absl::StatusOr<std::unique_ptr<RemoteUpload>> up =
+      RemoteUpload::Create("s3://shards/up/refused.tar", S3("wrongsecret"));
+  ASSERT_TRUE(up.ok()) << up.status();
+  ASSERT_TRUE((*up)->Write("abc").ok());
+  const absl::Status s = (*up)->Close();
+  EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+  EXPECT_EQ(Message(s),
+            "s3://shards/up/refused.tar: sending the object (3 bytes): HTTP 403 Forbidden: "
+            "SignatureDoesNotMatch: The request signature we calculated does not match the "
+            "signature you provided. Check your key and signing method.");
+  EXPECT_TRUE(absl::IsNotFound(MakeOpener(S3())("s3://shards/up/refused.tar").status()));
+}
+
+TEST_F(S3Test, AShardWriterUploadsTheShardsAndIndexesALocalOneWrites) {
+  const std::vector<Sample> samples = *ReadPipeline(shards_.local_pattern(), OpenUrl);
+  testing::TempDir local, staging;
+  auto write = [&](const std::string& pattern, ShardWriterOptions o) {
+    o.maxcount = 70;
+    o.write_index = true;
+    absl::StatusOr<std::unique_ptr<ShardWriter>> w = ShardWriter::Create(pattern, o);
+    EXPECT_TRUE(w.ok()) << w.status();
+    for (const Sample& s : samples) EXPECT_TRUE((*w)->Write(s).ok());
+    EXPECT_TRUE((*w)->Close().ok());
+    return (*w)->shards_written();
+  };
+  ASSERT_EQ(write(local.path() + "/part-%02d.tar", {}), 3);
+  ShardWriterOptions remote;
+  remote.remote = S3();
+  remote.staging_dir = staging.path();
+  std::vector<std::string> closed;
+  remote.on_close = [&](const ShardInfo& shard) {
+    closed.push_back(shard.path);
+    return absl::OkStatus();
+  };
+  ASSERT_EQ(write("s3://shards/out/part-%02d.tar", remote), 3);
+  EXPECT_EQ(closed,
+            (std::vector<std::string>{"s3://shards/out/part-00.tar", "s3://shards/out/part-01.tar",
+                                      "s3://shards/out/part-02.tar"}));
+  for (int n = 0; n < 3; ++n) {
+    for (const std::string suffix : {"", ".idx"}) {
+      const std::string name = Cat("part-0", n, ".tar", suffix);
+      absl::StatusOr<std::string> got = server_->Get("shards", "out/" + name);
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_EQ(*got, testing::ReadFile(Cat(local.path(), "/", name))) << name;
+    }
+  }
+  EXPECT_TRUE(fs::is_empty(staging.path()));
+  ExpectSameSamples(*ReadPipeline("s3://shards/out/part-{00..02}.tar", MakeOpener(S3())), samples);
+}
+
+TEST_F(S3Test, AShardWriterWhoseUploadFailsSaysSoAndLeavesNothing) {
+  const std::vector<Sample> samples = *ReadPipeline(shards_.local_pattern(), OpenUrl);
+  testing::TempDir staging;
+  ShardWriterOptions o;
+  o.remote = S3("wrongsecret");
+  o.staging_dir = staging.path();
+  absl::StatusOr<std::unique_ptr<ShardWriter>> w =
+      ShardWriter::Create("s3://shards/bad/part-%02d.tar", o);
+  ASSERT_TRUE(w.ok()) << w.status();
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE((*w)->Write(samples[i]).ok());
+  EXPECT_FALSE(fs::is_empty(staging.path()));  // the shard being written
+  const absl::Status s = (*w)->Close();
+  EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+  EXPECT_THAT(Message(s), StartsWith("s3://shards/bad/part-00.tar: sending the object ("));
+  EXPECT_TRUE(fs::is_empty(staging.path()));
+  EXPECT_EQ((*w)->shards_written(), 0);
+  EXPECT_TRUE(absl::IsNotFound(MakeOpener(S3())("s3://shards/bad/part-00.tar").status()));
+
+  // Only s3:// is written in-process; the error comes at Create.
+  o.remote = S3();
+  EXPECT_EQ(Message(ShardWriter::Create("gs://shards/part-%02d.tar", o).status()),
+            "gs://shards/part-00.tar: only s3:// URLs are written in-process (write others "
+            "through a command, pipe:gsutil cp - gs://... or pipe:curl -T - https://...)");
 }
 
 TEST_F(S3Test, AWrongSecretIsAClear403) {

@@ -13,6 +13,9 @@
 //   node tests/s3/s3.js put --endpoint URL --access-key ID --secret-key KEY
 //        --bucket B --key K --file PATH
 //     Uploads one object (to replace it while a test reads it).
+//   node tests/s3/s3.js get --endpoint URL --access-key ID --secret-key KEY
+//        --bucket B --key K --file PATH
+//     Downloads one object into PATH (to check what a test uploaded).
 //
 // Installed by scripts/deps.sh (`npm ci` in tests/s3).
 'use strict';
@@ -22,7 +25,7 @@ const os = require('node:os');
 const path = require('node:path');
 const S3rver = require('@20minutes/s3rver');
 const AWSAccount = require('@20minutes/s3rver/lib/models/account');
-const { S3Client, PutObjectCommand } = require('@aws-sdk/client-s3');
+const { S3Client, PutObjectCommand, GetObjectCommand } = require('@aws-sdk/client-s3');
 
 function parseArgs(argv) {
   const args = { keys: [] };
@@ -114,10 +117,16 @@ async function put(args) {
   );
 }
 
+async function get(args) {
+  const s3 = client(args.endpoint, args.keys[0]);
+  const answer = await s3.send(new GetObjectCommand({ Bucket: args.bucket, Key: args.key }));
+  fs.writeFileSync(args.file, await answer.Body.transformToByteArray());
+}
+
 const [command, ...rest] = process.argv.slice(2);
-const commands = { serve, put };
+const commands = { serve, put, get };
 if (!commands[command]) {
-  console.error('usage: s3.js serve|put ...');
+  console.error('usage: s3.js serve|put|get ...');
   process.exit(2);
 }
 commands[command](parseArgs(rest)).catch((err) => {

@@ -191,6 +191,16 @@ void FaultServer::Serve(int fd) {
       size_t v = line.find_first_not_of(' ', colon + 1);
       request.headers[name] = v == std::string::npos ? "" : line.substr(v);
     }
+    if (auto length = request.headers.find("content-length"); length != request.headers.end()) {
+      const size_t size = std::stoull(length->second);
+      while (in.size() < size) {
+        const ssize_t n = recv(fd, buffer, sizeof(buffer), 0);
+        if (n <= 0) return CloseConnection(fd);
+        in.append(buffer, static_cast<size_t>(n));
+      }
+      request.body = in.substr(0, size);
+      in.erase(0, size);
+    }
     request.index = requests_++;
     Planner planner;
     {
@@ -489,6 +499,18 @@ absl::Status S3Server::Put(const std::string& bucket, const std::string& key,
   const int status = put.Wait();
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return absl::OkStatus();
   return absl::InternalError(Cat("uploading ", bucket, "/", key, " failed: ", ReadFile(log)));
+}
+
+absl::StatusOr<std::string> S3Server::Get(const std::string& bucket, const std::string& key) {
+  const std::string file = Cat(dir_, "/get.bin");
+  const std::string log = Cat(dir_, "/get.log");
+  Subprocess get({FindProgram("node"), "--no-warnings", Cat(WDS_SOURCE_DIR, "/tests/s3/s3.js"),
+                  "get", "--endpoint", endpoint(), "--access-key", keys_.at(0).id, "--secret-key",
+                  keys_.at(0).secret, "--bucket", bucket, "--key", key, "--file", file},
+                 {}, log, log);
+  const int status = get.Wait();
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return ReadFile(file);
+  return absl::InternalError(Cat("downloading ", bucket, "/", key, " failed: ", ReadFile(log)));
 }
 
 S3Server::~S3Server() {

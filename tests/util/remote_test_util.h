@@ -34,6 +34,7 @@ struct FaultRequest {
   std::string target;
   std::map<std::string, std::string> headers;  // lower-case names
   int index = 0;                               // 0-based, over all connections
+  std::string body;                            // as framed by Content-Length
 };
 
 struct FaultPlan {
@@ -182,6 +183,8 @@ class S3Server {
   std::string endpoint() const;
   // Put uploads `data` as bucket/key with AWS's client (replacing it).
   absl::Status Put(const std::string& bucket, const std::string& key, const std::string& data);
+  // Get downloads bucket/key with AWS's client.
+  absl::StatusOr<std::string> Get(const std::string& bucket, const std::string& key);
 
  private:
   S3Server() = default;

@@ -135,6 +135,12 @@ struct RemoteOptions {
   // gcs_hmac: GCS HMAC keys, used through the S3-compatible interface
   // (SigV4, region "auto") [WDS_GCS_HMAC_ACCESS_ID, WDS_GCS_HMAC_SECRET].
   std::optional<AwsCredentials> gcs_hmac;
+  // --- uploads (wds/io/remote_upload.h)
+  // upload_part_size: the size of a multipart upload's parts (S3 allows 5
+  // MiB to 5 GiB), doubled after every 1,000 parts so that an object of any
+  // size fits S3's 10,000 parts; an object smaller than one part goes up in
+  // one PUT. Each upload buffers one part in memory.
+  int64_t upload_part_size = int64_t{16} << 20;
   // --- cache
   // cache_dir: empty means no cache [WDS_CACHE]; created when missing.
   std::string cache_dir;

@@ -17,6 +17,13 @@
 // failed, removes its temporary file: an error leaves the shards finished
 // before it and nothing else.
 //
+// An s3:// pattern ("s3://bucket/train-%06d.tar") writes each shard to a
+// temporary file in `staging_dir` and uploads it when complete
+// (wds/io/remote_upload.h: one PUT, or a multipart upload), so the object
+// appears whole or not at all; its index sidecar (write_index) goes up
+// after it, and a stale one is deleted before it. Other remote URLs are
+// InvalidArgument at Create.
+//
 // Rolling: a shard ends before the sample that would make it hold more than
 // `maxcount` samples, or more than `maxsize` bytes of uncompressed tar. The
 // size rule uses an upper bound of a sample's tar bytes that depends only on
@@ -30,6 +37,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,13 +45,14 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "wds/base/sample.h"
+#include "wds/io/remote.h"
 #include "wds/tar/tar_writer.h"
 
 namespace wds {
 
 // ShardInfo describes a finished shard.
 struct ShardInfo {
-  // path is the final name.
+  // path is the final name (a URL for an s3:// pattern).
   std::string path;
   // number is the value formatted into the pattern.
   int64_t number = 0;
@@ -71,6 +80,11 @@ struct ShardWriterOptions {
   // on_close runs after each shard got its final name; an error it returns
   // is returned by the Write or Close that finished the shard.
   std::function<absl::Status(const ShardInfo&)> on_close;
+  // For an s3:// pattern: the remote options (nullopt: from the
+  // environment), and the directory shards are staged in (empty: $TMPDIR,
+  // else /tmp), which needs room for one shard.
+  std::optional<RemoteOptions> remote;
+  std::string staging_dir;
 };
 
 // FormatShardName formats `pattern`, which holds exactly one printf integer

@@ -1,0 +1,409 @@
+// RemoteUpload: one PUT, or an S3 multipart upload (initiate, parts,
+// complete; abort on failure), each request retried as reads are.
+#include "wds/io/remote_upload.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <functional>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "io/http_transfer.h"
+#include "io/remote_stream.h"
+#include "io/remote_target.h"
+#include "wds/internal/base/status_macros.h"
+#include "wds/internal/base/strings.h"
+
+namespace wds {
+namespace {
+
+constexpr int64_t kMinPartSize = int64_t{5} << 20;
+constexpr int64_t kMaxPartSize = int64_t{5} << 30;
+constexpr int kMaxParts = 10000;
+// Parts double in size after every kPartsPerSize of them.
+constexpr int kPartsPerSize = 1000;
+// The most of a successful answer's body read (S3 answers with short XML).
+constexpr size_t kMaxAnswerBody = 1 << 20;
+// S3 error codes that a later attempt may not meet.
+constexpr std::string_view kTransientCodes[] = {"InternalError", "SlowDown", "ServiceUnavailable",
+                                                "RequestTimeout"};
+
+using Pairs = std::vector<std::pair<std::string, std::string>>;
+
+// XmlUnescape decodes the five predefined entities of XML text.
+std::string XmlUnescape(std::string_view text) {
+  static constexpr std::pair<std::string_view, char> kEntities[] = {
+      {"&quot;", '"'}, {"&amp;", '&'},   {"&lt;", '<'},
+      {"&gt;", '>'},   {"&apos;", '\''}, {"&#34;", '"'}};
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    bool decoded = false;
+    if (text[i] == '&') {
+      for (const auto& [entity, c] : kEntities) {
+        if (text.substr(i, entity.size()) == entity) {
+          out.push_back(c);
+          i += entity.size();
+          decoded = true;
+          break;
+        }
+      }
+    }
+    if (!decoded) out.push_back(text[i++]);
+  }
+  return out;
+}
+
+std::string XmlEscape(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '&') {
+      out += "&amp;";
+    } else if (c == '<') {
+      out += "&lt;";
+    } else if (c == '>') {
+      out += "&gt;";
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+// Answer is a successful response and its body.
+struct Answer {
+  HttpResponse response;
+  std::string body;
+};
+
+// Exchanger sends one object's requests on one connection, each retried
+// after transient failures.
+class Exchanger {
+ public:
+  Exchanger(std::string url, RemoteTarget target, const RemoteOptions& options)
+      : url_(std::move(url)),
+        target_(std::move(target)),
+        options_(options),
+        jitter_(std::random_device{}()) {}
+
+  const std::string& url() const { return url_; }
+  const RemoteTarget& target() const { return target_; }
+
+  // Exchange sends the request `make` builds (signed anew for each attempt)
+  // until an answer is a success (2xx, or `also_ok`) or an error that is not
+  // transient. `what` names the step in errors ("sending part 3").
+  absl::StatusOr<Answer> Exchange(std::string_view what, const std::function<HttpRequest()>& make,
+                                  long also_ok = 0) {
+    int failures = 0;
+    const auto since = std::chrono::steady_clock::now();
+    while (true) {
+      std::string retry_after;
+      absl::Status error = Attempt(make(), also_ok, retry_after);
+      if (error.ok()) return std::move(answer_);
+      ++failures;
+      const std::string last(ToStd(error.message()));
+      if (!absl::IsUnavailable(error))
+        return absl::Status(error.code(), Cat(url_, ": ", what, ": ", last));
+      auto give_up = [&](std::string_view why) {
+        return absl::UnavailableError(Cat(url_, ": ", what, ": giving up after ", failures,
+                                          " failed attempt(s) in a row", why,
+                                          "; last error: ", last));
+      };
+      if (transfer_.unresolved()) {
+        return give_up(" (a host name that does not resolve is not retried)");
+      }
+      if (failures >= options_.max_attempts) return give_up("");
+      const auto delay = BackoffDelay(failures, options_, RetryAfter(retry_after), jitter_);
+      if (std::chrono::steady_clock::now() + delay - since > options_.max_retry_time) {
+        return give_up(Cat(" (the next wait, ", delay.count(), " ms, would pass max_retry_time of ",
+                           options_.max_retry_time.count(), " ms)"));
+      }
+      if (absl::Status waited = Backoff(delay); !waited.ok()) {
+        return absl::Status(waited.code(), Cat(url_, ": ", what, ": ", ToStd(waited.message())));
+      }
+    }
+  }
+
+ private:
+  // Attempt sends `request` once; ok fills answer_. Errors are Unavailable
+  // when another attempt may succeed.
+  absl::Status Attempt(const HttpRequest& request, long also_ok, std::string& retry_after) {
+    WDS_RETURN_IF_ERROR(transfer_.Begin(request, options_));
+    const HttpResponse& r = transfer_.response();
+    retry_after = r.retry_after;
+    const bool ok = (r.status >= 200 && r.status < 300) || r.status == also_ok;
+    if (!ok) {
+      // HttpStatusError names the URL; the caller adds it again with the step.
+      absl::Status status = HttpStatusError("", r);
+      return absl::Status(status.code(), std::string(ToStd(status.message()).substr(2)));
+    }
+    answer_ = Answer{r, ""};
+    char chunk[16 << 10];
+    while (answer_.body.size() < kMaxAnswerBody) {
+      absl::StatusOr<size_t> n = transfer_.Read(chunk, sizeof(chunk));
+      if (!n.ok()) return n.status();
+      if (*n == 0) break;
+      answer_.body.append(chunk, *n);
+    }
+    // S3 may answer a completion 200 and then report its failure in the
+    // body, sent while it worked.
+    if (std::string_view error = Between(answer_.body, "<Error>", "</Error>"); !error.empty()) {
+      const std::string code(Between(error, "<Code>", "</Code>"));
+      const std::string message = Cat("HTTP ", r.status, " with an error: ", code, ": ",
+                                      XmlUnescape(Between(error, "<Message>", "</Message>")));
+      const bool transient = std::find(std::begin(kTransientCodes), std::end(kTransientCodes),
+                                       code) != std::end(kTransientCodes);
+      return transient ? absl::UnavailableError(message) : absl::UnknownError(message);
+    }
+    return absl::OkStatus();
+  }
+
+  std::string url_;
+  RemoteTarget target_;
+  const RemoteOptions& options_;
+  HttpTransfer transfer_;
+  Answer answer_;
+  std::mt19937_64 jitter_;
+};
+
+absl::StatusOr<RemoteTarget> ResolveForWriting(const std::string& url,
+                                               const RemoteOptions& options) {
+  if (!StartsWith(url, "s3://")) {
+    return absl::InvalidArgumentError(
+        Cat(url,
+            ": only s3:// URLs are written in-process (write others through a command, "
+            "pipe:gsutil cp - gs://... or pipe:curl -T - https://...)"));
+  }
+  AwsCredentialSource credentials(options);
+  return RemoteTarget::Resolve(url, options, credentials);
+}
+
+}  // namespace
+
+struct RemoteUpload::State {
+  State(std::string url, RemoteTarget target, const RemoteOptions& o)
+      : options(o), exchanger(std::move(url), std::move(target), options) {}
+
+  // PartSize is the size of part `number` (1-based).
+  int64_t PartSize(int number) const {
+    const int doublings = (number - 1) / kPartsPerSize;
+    return std::min(kMaxPartSize, options.upload_part_size << std::min(doublings, 20));
+  }
+  absl::Status Initiate();
+  absl::Status SendPart();
+  absl::Status Complete();
+  absl::Status PutWhole();
+  // AbortUpload tells the store to drop the multipart upload's parts.
+  absl::Status AbortUpload();
+  // Fail records `status` as the upload's error, aborting the upload.
+  absl::Status Fail(absl::Status status);
+
+  RemoteOptions options;
+  Exchanger exchanger;
+  std::string part;
+  std::string upload_id;
+  std::vector<std::string> part_etags;
+  int64_t size = 0;
+  std::string etag;
+  absl::Status error;
+  bool closed = false;
+};
+
+absl::Status RemoteUpload::State::Initiate() {
+  WDS_ASSIGN_OR_RETURN(Answer answer, exchanger.Exchange("starting a multipart upload", [&] {
+    return exchanger.target().Send("POST", {{"uploads", ""}},
+                                   {{"Content-Type", "application/octet-stream"}}, "");
+  }));
+  upload_id = XmlUnescape(Between(answer.body, "<UploadId>", "</UploadId>"));
+  if (upload_id.empty()) {
+    return absl::UnknownError(
+        Cat(exchanger.url(), ": starting a multipart upload: the answer names no UploadId"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RemoteUpload::State::SendPart() {
+  if (upload_id.empty()) WDS_RETURN_IF_ERROR(Initiate());
+  const int number = static_cast<int>(part_etags.size()) + 1;
+  const std::string what = Cat("sending part ", number, " (", part.size(), " bytes)");
+  WDS_ASSIGN_OR_RETURN(Answer answer, exchanger.Exchange(what, [&] {
+    return exchanger.target().Send("PUT", {{"partNumber", Cat(number)}, {"uploadId", upload_id}},
+                                   {{"Content-Type", "application/octet-stream"}}, part);
+  }));
+  if (answer.response.etag.empty()) {
+    return absl::UnknownError(Cat(exchanger.url(), ": ", what, ": the answer has no ETag"));
+  }
+  part_etags.push_back(answer.response.etag);
+  part.clear();
+  return absl::OkStatus();
+}
+
+absl::Status RemoteUpload::State::Complete() {
+  std::string xml = "<CompleteMultipartUpload>";
+  for (size_t i = 0; i < part_etags.size(); ++i) {
+    xml += Cat("<Part><PartNumber>", i + 1, "</PartNumber><ETag>", XmlEscape(part_etags[i]),
+               "</ETag></Part>");
+  }
+  xml += "</CompleteMultipartUpload>";
+  WDS_ASSIGN_OR_RETURN(
+      Answer answer,
+      exchanger.Exchange(
+          Cat("completing the multipart upload of ", part_etags.size(), " parts"), [&] {
+            return exchanger.target().Send("POST", {{"uploadId", upload_id}},
+                                           {{"Content-Type", "application/xml"}}, xml);
+          }));
+  etag = XmlUnescape(Between(answer.body, "<ETag>", "</ETag>"));
+  upload_id.clear();
+  return absl::OkStatus();
+}
+
+absl::Status RemoteUpload::State::PutWhole() {
+  WDS_ASSIGN_OR_RETURN(Answer answer,
+                       exchanger.Exchange(Cat("sending the object (", part.size(), " bytes)"), [&] {
+                         return exchanger.target().Send(
+                             "PUT", {}, {{"Content-Type", "application/octet-stream"}}, part);
+                       }));
+  etag = answer.response.etag;
+  return absl::OkStatus();
+}
+
+absl::Status RemoteUpload::State::AbortUpload() {
+  if (upload_id.empty()) return absl::OkStatus();
+  // A 404 (NoSuchUpload): nothing is left to drop.
+  absl::StatusOr<Answer> answer = exchanger.Exchange(
+      "aborting the multipart upload",
+      [&] {
+        return exchanger.target().Send("DELETE", {{"uploadId", upload_id}}, {}, "");
+      },
+      404);
+  if (!answer.ok()) {
+    return absl::Status(answer.status().code(),
+                        Cat(ToStd(answer.status().message()), " (upload ID ", upload_id,
+                            ": its parts stay stored until it is aborted)"));
+  }
+  upload_id.clear();
+  return absl::OkStatus();
+}
+
+absl::Status RemoteUpload::State::Fail(absl::Status status) {
+  absl::Status aborted = AbortUpload();
+  if (!aborted.ok()) {
+    status = absl::Status(status.code(),
+                          Cat(ToStd(status.message()), "; then ", ToStd(aborted.message())));
+  }
+  part = std::string();
+  error = status;
+  return status;
+}
+
+absl::StatusOr<std::unique_ptr<RemoteUpload>> RemoteUpload::Create(std::string url,
+                                                                   const RemoteOptions& options) {
+  if (options.upload_part_size < kMinPartSize || options.upload_part_size > kMaxPartSize) {
+    return absl::InvalidArgumentError(Cat(url, ": upload_part_size must be from ", kMinPartSize,
+                                          " to ", kMaxPartSize, " bytes (S3's limits), got ",
+                                          options.upload_part_size));
+  }
+  WDS_ASSIGN_OR_RETURN(RemoteTarget target, ResolveForWriting(url, options));
+  return std::unique_ptr<RemoteUpload>(
+      new RemoteUpload(std::make_unique<State>(std::move(url), std::move(target), options)));
+}
+
+RemoteUpload::RemoteUpload(std::unique_ptr<State> state) : state_(std::move(state)) {}
+
+RemoteUpload::~RemoteUpload() {
+  if (!state_->closed) Abort();
+}
+
+absl::Status RemoteUpload::Write(std::string_view data) {
+  State& s = *state_;
+  if (!s.error.ok()) return s.error;
+  if (s.closed) return absl::FailedPreconditionError(Cat(url(), ": write after Close"));
+  while (!data.empty()) {
+    const int number = static_cast<int>(s.part_etags.size()) + 1;
+    if (number > kMaxParts) {
+      return s.Fail(absl::OutOfRangeError(Cat(url(), ": the object passes S3's limit of ",
+                                              kMaxParts, " parts (", s.size, " bytes so far)")));
+    }
+    const int64_t part_size = s.PartSize(number);
+    if (s.part.capacity() < static_cast<size_t>(part_size)) s.part.reserve(part_size);
+    const size_t n = std::min(data.size(), static_cast<size_t>(part_size) - s.part.size());
+    s.part.append(data.substr(0, n));
+    data.remove_prefix(n);
+    s.size += static_cast<int64_t>(n);
+    if (s.part.size() == static_cast<size_t>(part_size)) {
+      if (absl::Status sent = s.SendPart(); !sent.ok()) return s.Fail(sent);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RemoteUpload::Close() {
+  State& s = *state_;
+  if (s.closed || !s.error.ok()) {
+    s.closed = true;
+    return s.error;
+  }
+  s.closed = true;
+  absl::Status status;
+  if (s.upload_id.empty()) {
+    status = s.PutWhole();
+  } else {
+    if (!s.part.empty()) status = s.SendPart();
+    if (status.ok()) status = s.Complete();
+  }
+  if (!status.ok()) return s.Fail(status);
+  s.part = std::string();
+  return absl::OkStatus();
+}
+
+void RemoteUpload::Abort() {
+  State& s = *state_;
+  // A closed upload either made its object or failed, and then aborted.
+  if (!s.closed && s.error.ok()) {
+    (void)s.Fail(absl::CancelledError(Cat(url(), ": the upload was aborted")));
+  }
+  s.closed = true;
+}
+
+const std::string& RemoteUpload::url() const { return state_->exchanger.url(); }
+int64_t RemoteUpload::size() const { return state_->size; }
+int RemoteUpload::parts() const { return static_cast<int>(state_->part_etags.size()); }
+const std::string& RemoteUpload::etag() const { return state_->etag; }
+
+absl::Status UploadFile(const std::string& path, const std::string& url,
+                        const RemoteOptions& options) {
+  WDS_ASSIGN_OR_RETURN(std::unique_ptr<RemoteUpload> upload, RemoteUpload::Create(url, options));
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::ErrnoToStatus(errno, Cat(path, ": cannot open to upload"));
+  std::vector<char> buffer(size_t{1} << 20);
+  absl::Status status;
+  while (status.ok()) {
+    const ssize_t n = read(fd, buffer.data(), buffer.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      status = absl::ErrnoToStatus(errno, Cat(path, ": cannot read to upload"));
+    } else if (n == 0) {
+      break;
+    } else {
+      status = upload->Write(std::string_view(buffer.data(), static_cast<size_t>(n)));
+    }
+  }
+  close(fd);
+  if (!status.ok()) return status;  // the upload is aborted as it is destroyed
+  return upload->Close();
+}
+
+absl::Status DeleteRemoteObject(const std::string& url, const RemoteOptions& options) {
+  WDS_ASSIGN_OR_RETURN(RemoteTarget target, ResolveForWriting(url, options));
+  Exchanger exchanger(url, std::move(target), options);
+  return exchanger
+      .Exchange(
+          "deleting the object", [&] { return exchanger.target().Send("DELETE", {}, {}, ""); }, 404)
+      .status();
+}
+
+}  // namespace wds

@@ -1,0 +1,364 @@
+// RemoteUpload against the in-process fault server playing S3 (FakeS3
+// below): the requests of a single PUT and of a multipart upload, signed
+// payloads, retries of transient failures, and on every other failure an
+// error naming the URL and the step, with the upload aborted.
+#include "wds/io/remote_upload.h"
+
+#include <map>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "io/remote_stream.h"
+#include "io/sigv4.h"
+#include "util/remote_test_util.h"
+#include "wds/internal/base/strings.h"
+
+namespace wds {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::wds::testing::FaultPlan;
+using ::wds::testing::FaultRequest;
+using ::wds::testing::FaultServer;
+
+constexpr int64_t kPart = int64_t{5} << 20;
+
+std::string RandomBytes(size_t size, uint32_t seed = 11) {
+  std::mt19937 rng(seed);
+  std::string out(size, '\0');
+  for (char& c : out) c = static_cast<char>(rng());
+  return out;
+}
+
+std::string Message(const absl::Status& s) { return std::string(ToStd(s.message())); }
+
+// FakeS3 answers as S3 does: an upload ID to "?uploads", an ETag per part,
+// the parts joined (in the order the completion lists them) at completion,
+// 204 to an abort. `fault`, when set, may answer a request instead.
+class FakeS3 {
+ public:
+  std::function<std::optional<FaultPlan>(const FaultRequest&)> fault;
+
+  FaultPlan Answer(const FaultRequest& r) {
+    if (fault) {
+      if (std::optional<FaultPlan> plan = fault(r); plan.has_value()) return *plan;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    FaultPlan plan;
+    plan.status = 200;
+    const std::string& t = r.target;
+    if (r.method == "POST" && EndsWith(t, "?uploads=")) {
+      plan.body =
+          "<?xml version=\"1.0\"?><InitiateMultipartUploadResult><Bucket>b</Bucket>"
+          "<Key>k.tar</Key><UploadId>up&amp;1</UploadId></InitiateMultipartUploadResult>";
+    } else if (r.method == "PUT" && t.find("partNumber=") != std::string::npos) {
+      const int number = std::stoi(t.substr(t.find("partNumber=") + 11));
+      parts_[number] = r.body;
+      plan.extra_headers = Cat("ETag: \"p", number, "\"\r\n");
+    } else if (r.method == "POST" && t.find("uploadId=") != std::string::npos) {
+      std::string_view xml = r.body;
+      object_.clear();
+      while (!Between(xml, "<PartNumber>", "</PartNumber>").empty()) {
+        const int number = std::stoi(std::string(Between(xml, "<PartNumber>", "</PartNumber>")));
+        const std::string_view etag = Between(xml, "<ETag>", "</ETag>");
+        if (etag != Cat("\"p", number, "\"")) {
+          plan.status = 400;
+          plan.body = "<Error><Code>InvalidPart</Code><Message>bad etag</Message></Error>";
+          return plan;
+        }
+        object_ += parts_[number];
+        xml.remove_prefix(xml.find("</Part>") + 7);
+      }
+      completed_ = true;
+      plan.body =
+          "<CompleteMultipartUploadResult><ETag>&quot;joined-3&quot;</ETag>"
+          "</CompleteMultipartUploadResult>";
+    } else if (r.method == "DELETE") {
+      plan.status = 204;
+    } else if (r.method == "PUT") {
+      object_ = r.body;
+      completed_ = true;
+      plan.extra_headers = "ETag: \"whole\"\r\n";
+    } else {
+      plan.status = 405;
+    }
+    return plan;
+  }
+
+  std::string object() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return completed_ ? object_ : "(none)";
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<int, std::string> parts_;
+  std::string object_;
+  bool completed_ = false;
+};
+
+class RemoteUploadTest : public ::testing::Test {
+ protected:
+  RemoteUploadTest() {
+    server_.SetPlanner([this](const FaultRequest& r) { return s3_.Answer(r); });
+    options_ = testing::FastRemoteOptions();
+    options_.s3_endpoint = Cat("http://127.0.0.1:", server_.port());
+    options_.aws_credentials = AwsCredentials{"AKID", "secret", ""};
+    options_.upload_part_size = kPart;
+  }
+
+  std::unique_ptr<RemoteUpload> Create(const std::string& url = "s3://b/k.tar") {
+    absl::StatusOr<std::unique_ptr<RemoteUpload>> up = RemoteUpload::Create(url, options_);
+    EXPECT_TRUE(up.ok()) << up.status();
+    return up.ok() ? *std::move(up) : nullptr;
+  }
+
+  // Requests lists "METHOD target" of every request.
+  std::vector<std::string> Requests() const {
+    std::vector<std::string> out;
+    for (const FaultRequest& r : server_.log()) out.push_back(Cat(r.method, " ", r.target));
+    return out;
+  }
+
+  FaultServer server_;
+  FakeS3 s3_;
+  RemoteOptions options_;
+};
+
+TEST_F(RemoteUploadTest, AnObjectSmallerThanAPartGoesUpInOneSignedPut) {
+  const std::string data = RandomBytes(1000);
+  std::unique_ptr<RemoteUpload> up = Create();
+  ASSERT_TRUE(up->Write(data.substr(0, 10)).ok());
+  ASSERT_TRUE(up->Write(data.substr(10)).ok());
+  EXPECT_THAT(Requests(), IsEmpty());  // nothing is sent before Close
+  ASSERT_TRUE(up->Close().ok());
+  EXPECT_THAT(Requests(), ElementsAre("PUT /b/k.tar"));
+  EXPECT_EQ(s3_.object(), data);
+  EXPECT_EQ(up->etag(), "\"whole\"");
+  EXPECT_EQ(up->size(), 1000);
+  EXPECT_EQ(up->parts(), 0);
+  const FaultRequest put = server_.log()[0];
+  EXPECT_EQ(put.headers.at("x-amz-content-sha256"), sigv4::Sha256Hex(data));
+  EXPECT_THAT(put.headers.at("authorization"), HasSubstr("AWS4-HMAC-SHA256 Credential=AKID/"));
+  EXPECT_EQ(put.headers.at("content-type"), "application/octet-stream");
+  EXPECT_EQ(put.headers.count("expect"), 0u);
+}
+
+TEST_F(RemoteUploadTest, AnEmptyObjectIsOnePutOfNothing) {
+  std::unique_ptr<RemoteUpload> up = Create();
+  ASSERT_TRUE(up->Close().ok());
+  EXPECT_THAT(Requests(), ElementsAre("PUT /b/k.tar"));
+  EXPECT_EQ(s3_.object(), "");
+  EXPECT_EQ(server_.log()[0].headers.at("content-length"), "0");
+}
+
+TEST_F(RemoteUploadTest, ALargerObjectGoesUpInPartsSentAsTheyFill) {
+  const std::string data = RandomBytes(2 * kPart + 2'000'007);
+  std::unique_ptr<RemoteUpload> up = Create();
+  // Writes of an odd size, so parts fill in the middle of one.
+  for (size_t at = 0; at < data.size(); at += 999'983) {
+    ASSERT_TRUE(up->Write(std::string_view(data).substr(at, 999'983)).ok());
+    if (at + 999'983 < static_cast<size_t>(kPart)) EXPECT_THAT(Requests(), IsEmpty());
+  }
+  EXPECT_EQ(Requests().size(), 3u);  // started, and two full parts sent
+  ASSERT_TRUE(up->Close().ok());
+  EXPECT_THAT(
+      Requests(),
+      ElementsAre("POST /b/k.tar?uploads=", "PUT /b/k.tar?partNumber=1&uploadId=up%261",
+                  "PUT /b/k.tar?partNumber=2&uploadId=up%261",
+                  "PUT /b/k.tar?partNumber=3&uploadId=up%261", "POST /b/k.tar?uploadId=up%261"));
+  EXPECT_EQ(s3_.object(), data);
+  EXPECT_EQ(up->parts(), 3);
+  EXPECT_EQ(up->etag(), "\"joined-3\"");
+  const std::vector<FaultRequest> log = server_.log();
+  EXPECT_EQ(log[1].body.size(), static_cast<size_t>(kPart));
+  EXPECT_EQ(log[3].body.size(), 2'000'007u);
+  for (const FaultRequest& r : log) {
+    EXPECT_EQ(r.headers.at("x-amz-content-sha256"), sigv4::Sha256Hex(r.body)) << r.target;
+  }
+  EXPECT_EQ(log[4].headers.at("content-type"), "application/xml");
+}
+
+TEST_F(RemoteUploadTest, TransientFailuresOfEveryStepAreRetried) {
+  std::map<std::string, int> seen;
+  s3_.fault = [&](const FaultRequest& r) -> std::optional<FaultPlan> {
+    const std::string step = r.target.find("partNumber=2") != std::string::npos ? "part2"
+                             : r.target.find("uploads") != std::string::npos    ? "start"
+                             : r.method == "POST"                               ? "complete"
+                                                                                : "";
+    if (step.empty() || seen[step]++ > 0) return std::nullopt;
+    FaultPlan plan;
+    if (step == "start") {
+      plan.status = 503;
+      plan.extra_headers = "Retry-After: 0\r\n";
+    } else if (step == "part2") {
+      plan.no_response = true;  // the connection closes without an answer
+    } else {
+      // S3's way: 200, then the failure in the body.
+      plan.status = 200;
+      plan.body = "<Error><Code>InternalError</Code><Message>try again</Message></Error>";
+    }
+    return plan;
+  };
+  const std::string data = RandomBytes(2 * kPart + 5);
+  std::unique_ptr<RemoteUpload> up = Create();
+  ASSERT_TRUE(up->Write(data).ok());
+  ASSERT_TRUE(up->Close().ok()) << up->Close();
+  EXPECT_EQ(s3_.object(), data);
+  EXPECT_EQ(seen["start"], 2);
+  EXPECT_EQ(seen["part2"], 2);
+  EXPECT_EQ(seen["complete"], 2);
+}
+
+TEST_F(RemoteUploadTest, APermanentFailureNamesTheStepAndAbortsTheUpload) {
+  s3_.fault = [](const FaultRequest& r) -> std::optional<FaultPlan> {
+    if (r.target.find("partNumber=2") == std::string::npos) return std::nullopt;
+    FaultPlan plan;
+    plan.status = 403;
+    plan.body = "<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>";
+    return plan;
+  };
+  std::unique_ptr<RemoteUpload> up = Create();
+  const absl::Status failed = up->Write(RandomBytes(2 * kPart));
+  EXPECT_TRUE(absl::IsPermissionDenied(failed)) << failed;
+  EXPECT_EQ(Message(failed),
+            "s3://b/k.tar: sending part 2 (5242880 bytes): HTTP 403 Planned: AccessDenied: Access "
+            "Denied");
+  EXPECT_EQ(Requests().back(), "DELETE /b/k.tar?uploadId=up%261");
+  // Every later call gives the same error, and sends nothing.
+  const size_t requests = Requests().size();
+  EXPECT_EQ(up->Write("more"), failed);
+  EXPECT_EQ(up->Close(), failed);
+  up.reset();
+  EXPECT_EQ(Requests().size(), requests);
+  EXPECT_EQ(s3_.object(), "(none)");
+}
+
+TEST_F(RemoteUploadTest, ACompletionRefusedInsideA200IsAnErrorAndAborts) {
+  s3_.fault = [](const FaultRequest& r) -> std::optional<FaultPlan> {
+    if (r.method != "POST" || r.target.find("uploadId=") == std::string::npos) return std::nullopt;
+    FaultPlan plan;
+    plan.status = 200;
+    plan.body =
+        "<?xml version=\"1.0\"?>\n<Error><Code>InvalidPart</Code><Message>One or more "
+        "of the specified parts could not be found.</Message></Error>";
+    return plan;
+  };
+  std::unique_ptr<RemoteUpload> up = Create();
+  ASSERT_TRUE(up->Write(RandomBytes(kPart + 1)).ok());
+  const absl::Status failed = up->Close();
+  EXPECT_EQ(Message(failed),
+            "s3://b/k.tar: completing the multipart upload of 2 parts: HTTP 200 with an error: "
+            "InvalidPart: One or more of the specified parts could not be found.");
+  EXPECT_EQ(Requests().back(), "DELETE /b/k.tar?uploadId=up%261");
+  EXPECT_EQ(s3_.object(), "(none)");
+}
+
+TEST_F(RemoteUploadTest, AnAbortThatFailsIsAddedToTheErrorWithTheUploadId) {
+  s3_.fault = [](const FaultRequest& r) -> std::optional<FaultPlan> {
+    if (r.target.find("partNumber=2") == std::string::npos && r.method != "DELETE") {
+      return std::nullopt;
+    }
+    FaultPlan plan;
+    plan.status = 403;
+    plan.body = "<Error><Code>AccessDenied</Code><Message>no</Message></Error>";
+    return plan;
+  };
+  std::unique_ptr<RemoteUpload> up = Create();
+  const absl::Status failed = up->Write(RandomBytes(2 * kPart));
+  EXPECT_TRUE(absl::IsPermissionDenied(failed)) << failed;
+  EXPECT_EQ(Message(failed),
+            "s3://b/k.tar: sending part 2 (5242880 bytes): HTTP 403 Planned: AccessDenied: no; "
+            "then s3://b/k.tar: aborting the multipart upload: HTTP 403 Planned: AccessDenied: "
+            "no (upload ID up&1: its parts stay stored until it is aborted)");
+}
+
+TEST_F(RemoteUploadTest, DestroyingAnUnclosedUploadAbortsIt) {
+  std::unique_ptr<RemoteUpload> up = Create();
+  ASSERT_TRUE(up->Write(RandomBytes(kPart + 10)).ok());
+  up.reset();
+  EXPECT_EQ(Requests().back(), "DELETE /b/k.tar?uploadId=up%261");
+  EXPECT_EQ(s3_.object(), "(none)");
+
+  // With no part sent yet, nothing was started, and nothing is sent.
+  const size_t requests = Requests().size();
+  up = Create();
+  ASSERT_TRUE(up->Write("abc").ok());
+  up->Abort();
+  EXPECT_TRUE(absl::IsCancelled(up->Close()));
+  EXPECT_EQ(Message(up->Write("x")), "s3://b/k.tar: the upload was aborted");
+  up.reset();
+  EXPECT_EQ(Requests().size(), requests);
+}
+
+TEST_F(RemoteUploadTest, AnAbortAfterCloseLeavesTheObject) {
+  std::unique_ptr<RemoteUpload> up = Create();
+  ASSERT_TRUE(up->Write("abc").ok());
+  ASSERT_TRUE(up->Close().ok());
+  up->Abort();
+  EXPECT_TRUE(up->Close().ok());
+  EXPECT_THAT(Requests(), ElementsAre("PUT /b/k.tar"));
+  EXPECT_EQ(s3_.object(), "abc");
+}
+
+TEST_F(RemoteUploadTest, TransientFailuresThatLastGiveUpAfterMaxAttempts) {
+  s3_.fault = [](const FaultRequest&) -> std::optional<FaultPlan> {
+    FaultPlan plan;
+    plan.status = 503;
+    plan.body = "<Error><Code>SlowDown</Code><Message>Reduce your rate</Message></Error>";
+    return plan;
+  };
+  options_.max_attempts = 3;
+  std::unique_ptr<RemoteUpload> up = Create();
+  ASSERT_TRUE(up->Write("abc").ok());
+  const absl::Status failed = up->Close();
+  EXPECT_TRUE(absl::IsUnavailable(failed)) << failed;
+  EXPECT_EQ(Message(failed),
+            "s3://b/k.tar: sending the object (3 bytes): giving up after 3 failed attempt(s) in a "
+            "row; last error: HTTP 503 Planned: SlowDown: Reduce your rate");
+  EXPECT_EQ(Requests().size(), 3u);
+}
+
+TEST_F(RemoteUploadTest, CreateRefusesWhatItCannotWrite) {
+  for (const std::string url : {"gs://b/k.tar", "https://example.com/k.tar", "pipe:cat"}) {
+    absl::StatusOr<std::unique_ptr<RemoteUpload>> up = RemoteUpload::Create(url, options_);
+    EXPECT_TRUE(absl::IsInvalidArgument(up.status())) << url;
+    EXPECT_THAT(Message(up.status()), HasSubstr(Cat(url, ": only s3:// URLs are written")));
+  }
+  EXPECT_EQ(Message(RemoteUpload::Create("s3://b", options_).status()),
+            "s3://b: no object key (expected scheme://bucket/key)");
+  options_.upload_part_size = (int64_t{5} << 20) - 1;
+  EXPECT_EQ(Message(RemoteUpload::Create("s3://b/k", options_).status()),
+            "s3://b/k: upload_part_size must be from 5242880 to 5368709120 bytes (S3's limits), "
+            "got 5242879");
+  EXPECT_THAT(Requests(), IsEmpty());
+}
+
+TEST_F(RemoteUploadTest, DeleteRemoteObjectTakesAMissingObjectAsDeleted) {
+  EXPECT_TRUE(DeleteRemoteObject("s3://b/k.tar.idx", options_).ok());
+  s3_.fault = [](const FaultRequest&) -> std::optional<FaultPlan> {
+    FaultPlan plan;
+    plan.status = 404;
+    plan.body = "<Error><Code>NoSuchKey</Code><Message>none</Message></Error>";
+    return plan;
+  };
+  EXPECT_TRUE(DeleteRemoteObject("s3://b/k.tar.idx", options_).ok());
+  s3_.fault = [](const FaultRequest&) -> std::optional<FaultPlan> {
+    FaultPlan plan;
+    plan.status = 403;
+    return plan;
+  };
+  EXPECT_EQ(Message(DeleteRemoteObject("s3://b/k.tar.idx", options_)),
+            "s3://b/k.tar.idx: deleting the object: HTTP 403 Planned");
+  EXPECT_THAT(Requests(),
+              ElementsAre("DELETE /b/k.tar.idx", "DELETE /b/k.tar.idx", "DELETE /b/k.tar.idx"));
+}
+
+}  // namespace
+}  // namespace wds
