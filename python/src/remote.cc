@@ -14,6 +14,7 @@
 #include "opener.h"
 #include "py_ref.h"
 #include "wds/internal/base/strings.h"
+#include "wds/io/remote_upload.h"
 
 namespace wdspy {
 namespace {
@@ -80,9 +81,106 @@ class UrlReader {
   bool finished_ = false;
 };
 
+// Upload writes one s3:// object (wds/io/remote_upload.h); gopen(url, "wb")
+// wraps it. Sends release the GIL and run Python's signal handlers.
+class Upload {
+ public:
+  Upload(const std::string& url, py::handle remote) : url_(url) {
+    std::shared_ptr<const RemoteAccess> access = RemoteAccess::FromPython(remote);
+    absl::StatusOr<std::unique_ptr<wds::RemoteUpload>> upload =
+        wds::RemoteUpload::Create(url, access->options());
+    if (!upload.ok()) RaiseStatus(upload.status(), Phase::kData);
+    upload_ = ProcessLocal<wds::RemoteUpload>(*std::move(upload));
+  }
+  // An upload dropped unclosed is aborted (without the GIL).
+  ~Upload() { Abort(); }
+  Upload(const Upload&) = delete;
+  Upload& operator=(const Upload&) = delete;
+
+  // Write sends (or gathers) the bytes of a buffer; returns how many.
+  size_t Write(py::buffer buffer) {
+    py::buffer_info info = buffer.request();
+    if (!PyBuffer_IsContiguous(info.view(), 'C')) {
+      throw py::value_error(wds::Cat(url_, ": write takes a contiguous buffer"));
+    }
+    const size_t size = static_cast<size_t>(info.size * info.itemsize);
+    wds::RemoteUpload* upload = Get("write to");
+    Run([&] { return upload->Write(std::string_view(static_cast<const char*>(info.ptr), size)); });
+    return size;
+  }
+
+  // Close makes the object appear (a second Close does nothing).
+  void Close() {
+    if (closed_) return;
+    wds::RemoteUpload* upload = Get("close");
+    closed_ = true;
+    Run([&] { return upload->Close(); });
+  }
+
+  // Abort gives the upload up; nothing appears.
+  void Abort() {
+    if (closed_ || upload_.inherited() || !upload_) return;
+    closed_ = true;
+    wds::RemoteUpload* upload = upload_.get();
+    ScopedGilRelease release;
+    upload->Abort();
+  }
+
+  bool closed() const { return closed_; }
+  const std::string& url() const { return url_; }
+  int64_t size() const { return upload_ ? upload_->size() : 0; }
+  int parts() const { return upload_ ? upload_->parts() : 0; }
+  std::string etag() const { return upload_ ? upload_->etag() : ""; }
+
+ private:
+  wds::RemoteUpload* Get(const char* what) {
+    if (upload_.inherited()) {
+      throw py::value_error(wds::Cat(url_, ": this upload was started before the process ",
+                                     "forked; start it again in this process"));
+    }
+    if (closed_ || !upload_) throw py::value_error(wds::Cat(url_, ": ", what, " a closed upload"));
+    return upload_.get();
+  }
+
+  template <typename F>
+  void Run(F send) {
+    absl::Status status;
+    SignalCheck signals;
+    {
+      ScopedGilRelease release;
+      wds::ScopedInterruptCheck check(signals.check());
+      status = send();
+    }
+    if (signals.raised()) {
+      Abort();
+      signals.RethrowIfRaised();
+    }
+    if (!status.ok()) {
+      closed_ = true;  // the upload failed, and was aborted
+      RaiseStatus(status, Phase::kData);
+    }
+  }
+
+  std::string url_;
+  ProcessLocal<wds::RemoteUpload> upload_;
+  bool closed_ = false;
+};
+
 }  // namespace
 
 void RegisterRemote(py::module_& m) {
+  py::class_<Upload>(m, "RemoteUpload",
+                     "One s3:// object written in-process (a PUT, or a multipart upload).")
+      .def(py::init<const std::string&, py::handle>(), py::arg("url"),
+           py::arg("remote") = py::none())
+      .def("write", &Upload::Write, py::arg("data"))
+      .def("close", &Upload::Close)
+      .def("abort", &Upload::Abort)
+      .def_property_readonly("closed", &Upload::closed)
+      .def_property_readonly("url", &Upload::url)
+      .def_property_readonly("size", &Upload::size)
+      .def_property_readonly("parts", &Upload::parts)
+      .def_property_readonly("etag", &Upload::etag);
   py::class_<UrlReader>(m, "UrlReader",
                         "The bytes of one URL (remote URLs through the native remote reader).")
       .def(py::init<const std::string&, py::handle>(), py::arg("url"),

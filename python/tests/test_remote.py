@@ -825,3 +825,95 @@ def test_s3_through_s3rver_checks_the_signatures(s3rver, local_samples, monkeypa
         list(wds.WebDataset("s3://shards/shard-000000.tar", shardshuffle=False))
     assert denied.value.filename == "s3://shards/shard-000000.tar"
     assert denied.value.strerror.startswith("HTTP 403 Forbidden: SignatureDoesNotMatch: ")
+
+
+def s3_env(monkeypatch, endpoint, secret="s3testsecret"):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "S3TESTKEY")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+
+
+def aws_get(endpoint, key, tmp_path):
+    """bucket shards' `key` as AWS's own JavaScript client downloads it."""
+    out = tmp_path / "got.bin"
+    subprocess.run(["node", "--no-warnings", os.path.join(ROOT, "tests", "s3", "s3.js"), "get",
+                    "--endpoint", endpoint, "--access-key", "S3TESTKEY", "--secret-key",
+                    "s3testsecret", "--bucket", "shards", "--key", key, "--file", str(out)],
+                   check=True, capture_output=True)
+    return out.read_bytes()
+
+
+def test_gopen_writes_s3_objects_in_parts_and_gives_up_on_an_exception(s3rver, monkeypatch,
+                                                                          tmp_path):
+    s3_env(monkeypatch, s3rver)
+    data = os.urandom((5 << 20) * 2 + 3)
+    options = wds.RemoteOptions(upload_part_size=5 << 20)
+    with wds.gopen("s3://shards/up/a.bin", "wb", remote=options) as stream:
+        assert stream.writable()
+        assert stream.write(data[:1000]) == 1000
+        stream.write(memoryview(data)[1000:])
+        assert stream._upload.parts == 2  # the third goes up at close
+    assert stream.closed and stream._upload.parts == 3
+    assert aws_get(s3rver, "up/a.bin", tmp_path) == data
+    with wds.gopen("s3://shards/up/a.bin") as stream:
+        assert stream.read() == data
+
+    # An exception inside the with-block: nothing appears.
+    with pytest.raises(RuntimeError, match="stop"):
+        with wds.gopen("s3://shards/up/b.bin", "wb", remote=options) as stream:
+            stream.write(data)
+            raise RuntimeError("stop")
+    assert stream.closed
+    with pytest.raises(FileNotFoundError):
+        wds.gopen("s3://shards/up/b.bin").read()
+    with pytest.raises(ValueError, match="s3://shards/up/b.bin: write to a closed upload"):
+        stream._upload.write(b"x")
+    with pytest.raises(ValueError, match="upload_part_size must be at least 5242880"):
+        wds.RemoteOptions(upload_part_size=1 << 20)
+
+
+def test_an_s3_upload_refused_raises_naming_the_url_and_leaves_nothing(s3rver, monkeypatch):
+    s3_env(monkeypatch, s3rver, secret="wrongsecret")
+    stream = wds.gopen("s3://shards/up/refused.bin", "wb")
+    stream.write(b"abc")  # gathered: nothing is sent before close
+    with pytest.raises(PermissionError) as denied:
+        stream.close()
+    assert str(denied.value).startswith(
+        "s3://shards/up/refused.bin: sending the object (3 bytes): HTTP 403 Forbidden: "
+        "SignatureDoesNotMatch: ")
+    assert stream.closed
+    with pytest.raises(PermissionError):
+        wds.TarWriter("s3://shards/up/refused.tar").close()
+    s3_env(monkeypatch, s3rver)
+    for key in ("up/refused.bin", "up/refused.tar"):
+        with pytest.raises(FileNotFoundError):
+            wds.gopen(f"s3://shards/{key}").read()
+
+
+def test_shard_and_tar_writers_write_s3_as_they_write_files(s3rver, local_samples, monkeypatch,
+                                                             tmp_path):
+    s3_env(monkeypatch, s3rver)
+    local = tmp_path / "local"
+    local.mkdir()
+    written = []
+    for pattern in (str(local / "part-%02d.tar"), "s3://shards/out/part-%02d.tar"):
+        with wds.ShardWriter(pattern, maxcount=15, index=True, verbose=0,
+                             post=written.append) as sink:
+            for sample in local_samples:
+                sink.write(sample)
+        assert sink.shard == 3
+    assert written[3:] == [f"s3://shards/out/part-{n:02d}.tar" for n in range(3)]
+    for n in range(3):
+        for suffix in ("", ".idx"):
+            name = f"part-{n:02d}.tar{suffix}"
+            assert aws_get(s3rver, f"out/{name}", tmp_path) == (local / name).read_bytes()
+    assert samples_of(wds.WebDataset("s3://shards/out/part-{00..02}.tar",
+                                     shardshuffle=False)) == local_samples
+
+    with wds.TarWriter("s3://shards/out/one.tar") as sink:
+        for sample in local_samples[:5]:
+            sink.write(sample)
+    with wds.TarWriter(str(local / "one.tar")) as sink:
+        for sample in local_samples[:5]:
+            sink.write(sample)
+    assert aws_get(s3rver, "out/one.tar", tmp_path) == (local / "one.tar").read_bytes()

@@ -4,11 +4,12 @@
 Reading http(s)://, s3:// and gs:// goes through the native remote reader,
 as shards do (resumed byte-exactly after faults, retried, S3 signed, cached
 when a cache directory is set; ``remote=RemoteOptions(...)`` sets it up),
-where the reference runs curl or gsutil. Writing ("wb") http(s) and gs
-still pipes to curl and gsutil. A pipe: command that exits non-zero raises
-OSError naming the command when its stream is read to the end or closed
-(the reference checks only when a read or write finds the command already
-exited, so it can miss a failure).
+where the reference runs curl or gsutil. Writing ("wb") s3:// is native
+too (NativeWriter: the object appears whole at close, or not at all);
+writing http(s) and gs still pipes to curl and gsutil. A pipe: command
+that exits non-zero raises OSError naming the command when its stream is
+read to the end or closed (the reference checks only when a read or write
+finds the command already exited, so it can miss a failure).
 
 While ``webdataset_cpp.utils.enforce_security`` is true (set from
 WDS_SECURE, or at run time), gopen refuses what the reference's refuses:
@@ -216,6 +217,43 @@ class NativeReader(io.RawIOBase):
         super().close()
 
 
+class NativeWriter(io.RawIOBase):
+    """An s3:// object written by the native uploader (_core.RemoteUpload):
+    one signed PUT, or a multipart upload sent part by part, each request
+    retried. The object appears, whole, at close(); abort(), or leaving a
+    with-block by an exception, gives it up, and nothing appears."""
+
+    def __init__(self, url, remote=None):
+        super().__init__()
+        self.name = url
+        self._upload = _core.RemoteUpload(url, native_options(remote))
+
+    def writable(self):
+        return True
+
+    def write(self, data):
+        return self._upload.write(data)
+
+    def abort(self):
+        """Gives the upload up: nothing appears, and the parts sent are dropped."""
+        self._upload.abort()
+        super().close()
+
+    def close(self):
+        if self.closed:
+            return
+        try:
+            self._upload.close()
+        finally:
+            super().close()
+
+    def __exit__(self, exc_type, exc, trace):
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
 def _command(args, mode, bufsize, read_status, write_status):
     return Pipe(args, mode=mode, bufsize=bufsize,
                 ignore_status=read_status if mode[0] == "r" else write_status)
@@ -280,14 +318,15 @@ def gopen_hf(url, mode="rb", bufsize=8192, remote=None, **kw):
 
 def gopen_remote(url, mode="rb", bufsize=8192, remote=None, **kw):
     """Reads http(s)://, s3:// and gs:// with the native remote reader
-    (buffered); writes http(s) with curl and gs with gsutil."""
+    (buffered); writes s3:// natively (NativeWriter), http(s) with curl and
+    gs with gsutil."""
     if mode == "rb":
         raw = NativeReader(url, remote)
         return io.BufferedReader(raw, buffer_size=max(bufsize, 1 << 16))
     if url.startswith("gs://"):
         return gopen_gsutil(url, mode, bufsize, **kw)
     if url.startswith("s3://"):
-        raise ValueError(f"{url}: gopen cannot write s3:// URLs (pipe:aws s3 cp - {url} can)")
+        return NativeWriter(url, remote)
     return gopen_curl(url, mode, bufsize, **kw)
 
 

@@ -47,6 +47,9 @@ class RemoteOptions:
         (10).
     max_retry_time: seconds from the first of a run of failures to giving
         up (300).
+    upload_part_size: bytes per part of an s3:// multipart upload, 5 MiB
+        to 5 GiB (S3's limits), doubled after every 1,000 parts; an object
+        smaller than one part goes up in one PUT (16 MiB).
     http_headers: headers sent with every request for an http(s):// URL
         (not s3:// or gs://), a dict or (name, value) pairs: a token, say,
         {"Authorization": "Bearer hf_..."}. After a redirect to another host
@@ -66,6 +69,7 @@ class RemoteOptions:
     low_speed_time: Optional[float] = None
     max_attempts: Optional[int] = None
     max_retry_time: Optional[float] = None
+    upload_part_size: Optional[int] = None
     http_headers: Optional[tuple] = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self):

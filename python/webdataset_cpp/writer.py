@@ -10,7 +10,7 @@ tiff/tif -> PIL (ndarrays in uint8 or float in [0, 1]). A ``.gz`` suffix
 gzips the encoded value.
 
 Outputs are local paths, "-" (standard output), binary file objects, and the
-URLs gopen writes (``pipe:CMD``, http(s) with curl, gs with gsutil): a
+URLs gopen writes (``pipe:CMD``, s3:// natively, http(s) with curl, gs with gsutil): a
 ``pipe:`` command receives the archive as it is written, and an exit status
 other than 0 (or 141, SIGPIPE) raises OSError naming the command at the
 latest when the writer closes. ShardWriter takes ``pattern % n`` URLs alike
@@ -47,7 +47,8 @@ import subprocess
 import tempfile
 
 from . import _core
-from .gopen import _refuse_if_secure, gopen, local_path
+from .gopen import _refuse_if_secure, gopen, gopen_remote, gopen_schemes, local_path, rewrite_url
+from .remote import native_options
 
 # imageencoder's format names that PIL spells differently.
 _PIL_FORMATS = {"JPG": "JPEG", "IMG": "PPM", "IMAGE": "PPM", "PBM": "PPM", "PGM": "PPM",
@@ -338,7 +339,9 @@ class _Output:
 
     def finish(self, close_writer):
         """Runs close_writer(), then delivers the archive (closes the pipe,
-        whose command's status is checked, or copies into the stream)."""
+        whose command's status is checked, or copies into the stream). A
+        stream of ours that can be given up (an s3:// upload) is, when this
+        fails before it is closed."""
         try:
             try:
                 close_writer()
@@ -349,16 +352,24 @@ class _Output:
                 self.pipe.close()
             elif self.stream is not None:
                 with open(self.path, "rb") as f:
-                    shutil.copyfileobj(f, self.stream)
+                    shutil.copyfileobj(f, self.stream, 1 << 20)
                 if self.owns_stream:
                     self.stream.close()
+        except BaseException:
+            self._give_up()
+            raise
         finally:
             if self.temporary:
                 os.unlink(self.path)
 
+    def _give_up(self):
+        if self.owns_stream and hasattr(self.stream, "abort") and not self.stream.closed:
+            self.stream.abort()
+
     def abandon(self):
         """Undoes what __init__ did, for a native writer that failed to start."""
         try:
+            self._give_up()
             if self.pipe is not None:
                 self.pipe.close()
         except OSError:
@@ -366,6 +377,14 @@ class _Output:
         finally:
             if self.temporary:
                 os.unlink(self.path)
+
+
+def _native_s3(pattern):
+    """Whether shards of `pattern` go to s3:// through the native writer: the
+    gopen handler of s3 is the built-in one, and GOPEN_REWRITE leaves the
+    pattern as it is."""
+    return (pattern.startswith("s3://") and gopen_schemes.get("s3") is gopen_remote
+            and rewrite_url(pattern) == pattern)
 
 
 class _NativeWriter:
@@ -477,16 +496,19 @@ class ShardWriter(_NativeWriter):
     doc), each at most maxcount samples and maxsize bytes of tar.
 
     post(fname) runs after each shard is complete; verbose prints one line per
-    shard. index=True writes a .idx sidecar beside each (local) shard
+    shard. index=True writes a .idx sidecar beside each local or s3:// shard
     (equalization reads sample counts from it). opener(fname) returns the
-    stream a shard is written to. Of TarWriter's arguments, which the
+    stream a shard is written to. An s3:// pattern is written by the native
+    writer: each shard staged in $TMPDIR and uploaded when complete (it
+    appears whole or not at all), with remote=RemoteOptions(...) for the
+    upload (upload_part_size, retries). Of TarWriter's arguments, which the
     reference passes on, user, group and mode must keep their defaults, format
     is ignored and keep_meta is not supported.
     """
 
     def __init__(self, pattern, maxcount=100000, maxsize=3e9, post=None, start_shard=0,
                  verbose=1, opener=None, encoder=True, compress=None, mtime=None, index=False,
-                 **kw):
+                 remote=None, **kw):
         if kw.pop("keep_meta", False):
             raise ValueError("ShardWriter(keep_meta=True) is not supported")
         # The reference passes these on to TarWriter; they are checked (or, for
@@ -507,6 +529,13 @@ class ShardWriter(_NativeWriter):
         self.total = 0
         self.pattern, self.maxcount, self.maxsize, self.opener = pattern, maxcount, maxsize, opener
         path = local_path(pattern) if opener is None else None
+        if opener is None and _native_s3(pattern):
+            self._writer = _core.ShardWriter(
+                pattern, maxcount=int(maxcount), maxsize=int(maxsize),
+                compression=_compression(compress, pattern),
+                mtime=0 if mtime is None else int(mtime), first_shard=start_shard, index=index,
+                on_close=self._closed_shard, remote=native_options(remote))
+            return
         if path is None:
             if index:
                 raise ValueError(f"ShardWriter(index=True) writes local shards only, "

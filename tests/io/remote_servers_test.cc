@@ -515,6 +515,33 @@ TEST_F(S3Test, WdsShardReadsS3WithTheEnvironmentsCredentials) {
                                     "SignatureDoesNotMatch"));
 }
 
+TEST_F(S3Test, WdsShardCreateUploadsWhatItWritesLocally) {
+  testing::TempDir work;
+  const std::string inputs =
+      Cat(shards_.docroot(), "/shards/shard-0.tar ", shards_.docroot(), "/shards/shard-1.tar");
+  const std::string create =
+      Cat(testing::ToolPath("wds-shard"), " create --maxcount 40 --index --workers 2 --output ");
+  testing::ToolRun local =
+      testing::RunCaptured(work.path(), Cat(create, "out/t-%02d.tar ", inputs));
+  ASSERT_EQ(local.status, 0) << local.err;
+  testing::ToolRun remote = testing::RunCaptured(
+      work.path(),
+      Cat(Env(), "TMPDIR=", work.path(), " ", create, "s3://shards/made/t-%02d.tar ", inputs));
+  ASSERT_EQ(remote.status, 0) << remote.err;
+  EXPECT_THAT(remote.err, HasSubstr("wrote 3 shard(s), 100 samples"));
+  EXPECT_THAT(remote.err, HasSubstr("s3://shards/made/t-00.tar .. s3://shards/made/t-02.tar"));
+  for (const std::string name :
+       {"t-00.tar", "t-01.tar", "t-02.tar", "t-00.tar.idx", "t-02.tar.idx", "t-shardindex.json"}) {
+    absl::StatusOr<std::string> got = server_->Get("shards", "made/" + name);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(*got, testing::ReadFile(Cat(work.path(), "/out/", name))) << name;
+  }
+  // Nothing staged is left behind.
+  for (const auto& entry : fs::directory_iterator(work.path())) {
+    EXPECT_FALSE(wds::StartsWith(entry.path().filename().string(), "wds-shard-")) << entry.path();
+  }
+}
+
 TEST_F(S3Test, AProfileOfASharedCredentialsFileIsRead) {
   testing::TempDir work;
   work.Write("credentials",

@@ -12,6 +12,10 @@
 // dataset index) and a DALI sidecar per shard; for an ImageFolder,
 // "<prefix>-classes.txt": one class name per line, line N (from 0) naming
 // class index N.
+//
+// An s3:// pattern uploads each finished shard (ShardWriter stages it in
+// $TMPDIR first) and the files beside it; credentials and endpoint come
+// from the environment (AWS_*), as for reading.
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -36,6 +40,8 @@
 #include "wds/internal/base/strings.h"
 #include "wds/internal/io/atomic_file.h"
 #include "wds/internal/tar/shard_roller.h"
+#include "wds/io/remote.h"
+#include "wds/io/remote_upload.h"
 #include "wds/tar/shard_index.h"
 #include "wds/tar/shard_writer.h"
 
@@ -333,13 +339,22 @@ absl::Status Shuffle(Input& input, uint64_t seed) {
   return absl::OkStatus();
 }
 
+// WriteOutput writes `text` to `path`, a local file or an s3:// object.
+absl::Status WriteOutput(const std::string& path, std::string_view text) {
+  if (!IsRemoteUrl(path)) return WriteFileAtomically(path, text);
+  absl::StatusOr<std::unique_ptr<RemoteUpload>> upload = RemoteUpload::Create(path);
+  if (!upload.ok()) return upload.status();
+  if (absl::Status s = (*upload)->Write(text); !s.ok()) return s;
+  return (*upload)->Close();
+}
+
 absl::Status WriteSidecars(const CreateOptions& o, const Input& input,
                            const std::vector<ShardInfo>& shards, std::vector<std::string>& notes) {
   if (!input.classes.empty()) {
     std::string text;
     for (const std::string& name : input.classes) text += name + "\n";
     const std::string path = BesidePath(o.pattern, "classes.txt");
-    if (absl::Status s = WriteFileAtomically(path, text); !s.ok()) return s;
+    if (absl::Status s = WriteOutput(path, text); !s.ok()) return s;
     notes.push_back("classes: " + path);
   }
   if (!o.writer.write_index) return absl::OkStatus();
@@ -351,7 +366,7 @@ absl::Status WriteSidecars(const CreateOptions& o, const Input& input,
     // The shards lie beside the JSON: their URLs are relative to it.
     index.shards.push_back({s.path.substr(dir.size()), s.samples, s.file_bytes});
   }
-  if (absl::Status s = index.Save(path); !s.ok()) return s;
+  if (absl::Status s = WriteOutput(path, index.ToJson()); !s.ok()) return s;
   notes.push_back("index: " + path);
   return absl::OkStatus();
 }
@@ -436,7 +451,7 @@ int Finish(const CreateOptions& o, Input& input, Creator& creator, Progress& pro
   if (std::string skipped = input.samples->notes(); !skipped.empty()) notes.push_back(skipped);
   absl::StatusOr<std::string> after = FormatShardName(o.pattern, shards.back().number + 1);
   struct stat st;
-  if (after.ok() && stat(after->c_str(), &st) == 0) {
+  if (after.ok() && !IsRemoteUrl(*after) && stat(after->c_str(), &st) == 0) {
     notes.push_back(*after + " is left from an earlier run and is not part of this output");
   }
   PrintSummary(shards, progress.seconds(), notes);
@@ -466,8 +481,10 @@ int RunCreate(int argc, char** argv) {
       return ExitStatus("create: " + std::string(s.message()));
     }
   }
-  if (absl::Status s = CreateOutputDirectory(options.pattern); !s.ok()) return Fail(s);
-  RemoveStaleTemporaries(options.pattern);
+  if (!IsRemoteUrl(options.pattern)) {
+    if (absl::Status s = CreateOutputDirectory(options.pattern); !s.ok()) return Fail(s);
+    RemoveStaleTemporaries(options.pattern);
+  }
   Progress progress(input->samples->total());
   Creator creator(options, progress);
   absl::Status status = creator.Run(*input->samples);
