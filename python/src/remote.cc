@@ -93,12 +93,13 @@ class Upload {
     upload_ = ProcessLocal<wds::RemoteUpload>(*std::move(upload));
   }
   // An upload dropped unclosed is aborted (without the GIL).
-  ~Upload() { Abort(); }
+  ~Upload() { AbortNow(); }
   Upload(const Upload&) = delete;
   Upload& operator=(const Upload&) = delete;
 
   // Write sends (or gathers) the bytes of a buffer; returns how many.
   size_t Write(py::buffer buffer) {
+    Busy busy(this);
     py::buffer_info info = buffer.request();
     if (!PyBuffer_IsContiguous(info.view(), 'C')) {
       throw py::value_error(wds::Cat(url_, ": write takes a contiguous buffer"));
@@ -112,6 +113,7 @@ class Upload {
   // Close makes the object appear (a second Close does nothing).
   void Close() {
     if (closed_) return;
+    Busy busy(this);
     wds::RemoteUpload* upload = Get("close");
     closed_ = true;
     Run([&] { return upload->Close(); });
@@ -119,11 +121,8 @@ class Upload {
 
   // Abort gives the upload up; nothing appears.
   void Abort() {
-    if (closed_ || upload_.inherited() || !upload_) return;
-    closed_ = true;
-    wds::RemoteUpload* upload = upload_.get();
-    ScopedGilRelease release;
-    upload->Abort();
+    Busy busy(this);
+    AbortNow();
   }
 
   bool closed() const { return closed_; }
@@ -133,6 +132,31 @@ class Upload {
   std::string etag() const { return upload_ ? upload_->etag() : ""; }
 
  private:
+  void AbortNow() {
+    if (closed_ || upload_.inherited() || !upload_) return;
+    closed_ = true;
+    wds::RemoteUpload* upload = upload_.get();
+    ScopedGilRelease release;
+    upload->Abort();
+  }
+
+  // Busy marks a call in progress: the upload is not thread-safe, and a
+  // call releases the GIL while it sends.
+  class Busy {
+   public:
+    explicit Busy(Upload* self) : self_(self) {
+      if (self_->busy_) {
+        throw py::value_error(
+            wds::Cat(self_->url_, ": the upload is in use by another call (another thread)"));
+      }
+      self_->busy_ = true;
+    }
+    ~Busy() { self_->busy_ = false; }
+
+   private:
+    Upload* self_;
+  };
+
   wds::RemoteUpload* Get(const char* what) {
     if (upload_.inherited()) {
       throw py::value_error(wds::Cat(url_, ": this upload was started before the process ",
@@ -152,7 +176,7 @@ class Upload {
       status = send();
     }
     if (signals.raised()) {
-      Abort();
+      AbortNow();
       signals.RethrowIfRaised();
     }
     if (!status.ok()) {
@@ -164,6 +188,7 @@ class Upload {
   std::string url_;
   ProcessLocal<wds::RemoteUpload> upload_;
   bool closed_ = false;
+  bool busy_ = false;  // changed with the GIL held
 };
 
 }  // namespace

@@ -130,20 +130,19 @@ class ShardWriter {
     wds::Sample sample;
     sample.Append(std::string(wds::kKeyField), key);
     for (const auto& [name, data] : fields) sample.Set(name, BytesView(data));
-    absl::Status status;
-    {
-      ScopedGilRelease release;
-      status = writer_->Write(sample);
-    }
-    ThrowIfError(status);
+    Run([&] { return writer_->Write(sample); });
   }
 
   void Close() {
     if (!writer_) return;
     absl::Status status;
-    {
-      ScopedGilRelease release;
-      status = writer_->Close();
+    try {
+      Run([&] { return writer_->Close(); });
+    } catch (...) {
+      shards_ = writer_->shards_written();
+      samples_ = writer_->samples_written();
+      writer_.reset();
+      throw;
     }
     shards_ = writer_->shards_written();
     samples_ = writer_->samples_written();
@@ -155,6 +154,22 @@ class ShardWriter {
   int64_t samples() const { return writer_ ? writer_->samples_written() : samples_; }
 
  private:
+  // Run calls `step` without the GIL, running Python's signal handlers while
+  // it waits (an s3:// shard's upload): Ctrl-C ends the wait, the shard is
+  // not published, and the handler's exception is raised.
+  template <typename F>
+  void Run(F step) {
+    absl::Status status;
+    SignalCheck signals;
+    {
+      ScopedGilRelease release;
+      wds::ScopedInterruptCheck check(signals.check());
+      status = step();
+    }
+    signals.RethrowIfRaised();
+    ThrowIfError(status);
+  }
+
   ProcessLocal<wds::ShardWriter> writer_;
   int64_t shards_ = 0;
   int64_t samples_ = 0;

@@ -6,14 +6,17 @@ signatures. Every read must give the samples of the local files, byte for
 byte; every failure the documented exception naming the URL."""
 
 import errno
+import gc
 import hashlib
 import json
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -917,3 +920,63 @@ def test_shard_and_tar_writers_write_s3_as_they_write_files(s3rver, local_sample
         for sample in local_samples[:5]:
             sink.write(sample)
     assert aws_get(s3rver, "out/one.tar", tmp_path) == (local / "one.tar").read_bytes()
+
+
+def test_s3_writers_dropped_unclosed_publish_nothing(s3rver, monkeypatch, tmp_path):
+    s3_env(monkeypatch, s3rver)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    stream = wds.gopen("s3://shards/up/dropped.bin", "wb")
+    stream.write(b"half of it")
+    del stream  # without close(): IOBase's finalizer would have completed it
+    gc.collect()
+    sink = wds.TarWriter("s3://shards/up/dropped.tar")
+    sink.write({"__key__": "a", "txt": "hello"})
+    assert len(list(tmp_path.iterdir())) == 1  # the archive, staged
+    del sink
+    gc.collect()
+    assert list(tmp_path.iterdir()) == []
+    for key in ("up/dropped.bin", "up/dropped.tar"):
+        with pytest.raises(FileNotFoundError):
+            wds.gopen(f"s3://shards/{key}").read()
+
+
+def test_ctrl_c_ends_a_shard_upload_waiting_on_a_silent_server(monkeypatch, tmp_path):
+    # A server that accepts and reads, and never answers.
+    listener = socket.create_server(("127.0.0.1", 0))
+    held = []
+
+    def accept():
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            held.append(connection)
+
+    threading.Thread(target=accept, daemon=True).start()
+    s3_env(monkeypatch, f"http://127.0.0.1:{listener.getsockname()[1]}")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+
+    def interrupt(*args):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    sink = wds.ShardWriter("s3://shards/out/silent-%02d.tar", verbose=0,
+                           remote=wds.RemoteOptions(stall_timeout=20, max_attempts=1))
+    sink.write({"__key__": "a", "txt": "hello"})
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGUSR1))
+    start = time.monotonic()
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            sink.close()  # uploads the shard: waits on the server
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGUSR1, previous)
+        listener.close()
+        for connection in held:
+            connection.close()
+    # Raised soon after the signal, though the server was silent for the
+    # upload's 20 s stall timeout; the staged shard is gone.
+    assert time.monotonic() - start < 5
+    assert list(tmp_path.iterdir()) == []

@@ -220,8 +220,9 @@ class NativeReader(io.RawIOBase):
 class NativeWriter(io.RawIOBase):
     """An s3:// object written by the native uploader (_core.RemoteUpload):
     one signed PUT, or a multipart upload sent part by part, each request
-    retried. The object appears, whole, at close(); abort(), or leaving a
-    with-block by an exception, gives it up, and nothing appears."""
+    retried. The object appears, whole, at close(); abort(), leaving a
+    with-block by an exception, or dropping the writer unclosed gives it
+    up, and nothing appears. One thread at a time."""
 
     def __init__(self, url, remote=None):
         super().__init__()
@@ -252,6 +253,13 @@ class NativeWriter(io.RawIOBase):
             self.close()
         else:
             self.abort()
+
+    def __del__(self):
+        # Dropped unclosed: given up, never published half-written (IOBase's
+        # finalizer would close, and so complete, it).
+        if not self.closed and hasattr(self, "_upload"):
+            self._upload.abort()
+        io.RawIOBase.close(self)
 
 
 def _command(args, mode, bufsize, read_status, write_status):

@@ -292,6 +292,7 @@ class _Output:
     def __init__(self, fileobj):
         self.stream = None  # receives the temporary file at close
         self.owns_stream = False
+        self.done = False  # finish() or abandon() ran
         self.pipe = None  # a gopen stream the native writer writes through its descriptor
         self.temporary = False
         if isinstance(fileobj, os.PathLike):
@@ -359,6 +360,7 @@ class _Output:
             self._give_up()
             raise
         finally:
+            self.done = True
             if self.temporary:
                 os.unlink(self.path)
 
@@ -375,7 +377,20 @@ class _Output:
         except OSError:
             pass  # the writer's own error is the one to report
         finally:
+            self.done = True
             if self.temporary:
+                os.unlink(self.path)
+
+    def __del__(self):
+        # A TarWriter dropped unclosed: its archive is never delivered (an
+        # s3:// upload is given up), and the temporary file goes.
+        if getattr(self, "done", True):
+            return
+        self.done = True
+        try:
+            self._give_up()
+        finally:
+            if self.temporary and os.path.exists(self.path):
                 os.unlink(self.path)
 
 

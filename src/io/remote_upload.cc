@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <random>
 #include <utility>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "io/http_transfer.h"
 #include "io/remote_stream.h"
 #include "io/remote_target.h"
+#include "wds/base/interrupt.h"
 #include "wds/internal/base/status_macros.h"
 #include "wds/internal/base/strings.h"
 
@@ -29,11 +31,17 @@ constexpr int kMaxParts = 10000;
 constexpr int kPartsPerSize = 1000;
 // The most of a successful answer's body read (S3 answers with short XML).
 constexpr size_t kMaxAnswerBody = 1 << 20;
+// An abort's attempts and retry time (see Exchanger::Exchange).
+constexpr int kBriefAttempts = 2;
+constexpr std::chrono::milliseconds kBriefWait{5'000};
 // S3 error codes that a later attempt may not meet.
 constexpr std::string_view kTransientCodes[] = {"InternalError", "SlowDown", "ServiceUnavailable",
                                                 "RequestTimeout"};
 
-using Pairs = std::vector<std::pair<std::string, std::string>>;
+bool IsTransientCode(std::string_view code) {
+  return std::find(std::begin(kTransientCodes), std::end(kTransientCodes), code) !=
+         std::end(kTransientCodes);
+}
 
 // XmlUnescape decodes the five predefined entities of XML text.
 std::string XmlUnescape(std::string_view text) {
@@ -88,6 +96,7 @@ class Exchanger {
       : url_(std::move(url)),
         target_(std::move(target)),
         options_(options),
+        brief_(Brief(options)),
         jitter_(std::random_device{}()) {}
 
   const std::string& url() const { return url_; }
@@ -96,13 +105,21 @@ class Exchanger {
   // Exchange sends the request `make` builds (signed anew for each attempt)
   // until an answer is a success (2xx, or `also_ok`) or an error that is not
   // transient. `what` names the step in errors ("sending part 3").
+  //
+  // A `brief` exchange (an abort, which must also end when an interrupt
+  // already ended the upload) ignores the thread's interrupt check, and is
+  // bounded instead: at most kBriefAttempts attempts, kBriefWait to
+  // connect, of silence, and of retrying.
   absl::StatusOr<Answer> Exchange(std::string_view what, const std::function<HttpRequest()>& make,
-                                  long also_ok = 0) {
+                                  long also_ok = 0, bool brief = false) {
+    std::optional<ScopedInterruptCheck> unstoppable;
+    if (brief) unstoppable.emplace([] { return absl::OkStatus(); });
+    const RemoteOptions& limits = brief ? brief_ : options_;
     int failures = 0;
     const auto since = std::chrono::steady_clock::now();
     while (true) {
       std::string retry_after;
-      absl::Status error = Attempt(make(), also_ok, retry_after);
+      absl::Status error = Attempt(make(), limits, also_ok, retry_after);
       if (error.ok()) return std::move(answer_);
       ++failures;
       const std::string last(ToStd(error.message()));
@@ -116,11 +133,11 @@ class Exchanger {
       if (transfer_.unresolved()) {
         return give_up(" (a host name that does not resolve is not retried)");
       }
-      if (failures >= options_.max_attempts) return give_up("");
-      const auto delay = BackoffDelay(failures, options_, RetryAfter(retry_after), jitter_);
-      if (std::chrono::steady_clock::now() + delay - since > options_.max_retry_time) {
+      if (failures >= limits.max_attempts) return give_up("");
+      const auto delay = BackoffDelay(failures, limits, RetryAfter(retry_after), jitter_);
+      if (std::chrono::steady_clock::now() + delay - since > limits.max_retry_time) {
         return give_up(Cat(" (the next wait, ", delay.count(), " ms, would pass max_retry_time of ",
-                           options_.max_retry_time.count(), " ms)"));
+                           limits.max_retry_time.count(), " ms)"));
       }
       if (absl::Status waited = Backoff(delay); !waited.ok()) {
         return absl::Status(waited.code(), Cat(url_, ": ", what, ": ", ToStd(waited.message())));
@@ -131,15 +148,21 @@ class Exchanger {
  private:
   // Attempt sends `request` once; ok fills answer_. Errors are Unavailable
   // when another attempt may succeed.
-  absl::Status Attempt(const HttpRequest& request, long also_ok, std::string& retry_after) {
-    WDS_RETURN_IF_ERROR(transfer_.Begin(request, options_));
+  absl::Status Attempt(const HttpRequest& request, const RemoteOptions& limits, long also_ok,
+                       std::string& retry_after) {
+    WDS_RETURN_IF_ERROR(transfer_.Begin(request, limits));
     const HttpResponse& r = transfer_.response();
     retry_after = r.retry_after;
     const bool ok = (r.status >= 200 && r.status < 300) || r.status == also_ok;
     if (!ok) {
       // HttpStatusError names the URL; the caller adds it again with the step.
       absl::Status status = HttpStatusError("", r);
-      return absl::Status(status.code(), std::string(ToStd(status.message()).substr(2)));
+      // S3's 400 RequestTimeout (it waited too long for the body) is worth
+      // another attempt, whatever the status says.
+      const absl::StatusCode code = IsTransientCode(Between(r.body, "<Code>", "</Code>"))
+                                        ? absl::StatusCode::kUnavailable
+                                        : status.code();
+      return absl::Status(code, std::string(ToStd(status.message()).substr(2)));
     }
     answer_ = Answer{r, ""};
     char chunk[16 << 10];
@@ -155,16 +178,23 @@ class Exchanger {
       const std::string code(Between(error, "<Code>", "</Code>"));
       const std::string message = Cat("HTTP ", r.status, " with an error: ", code, ": ",
                                       XmlUnescape(Between(error, "<Message>", "</Message>")));
-      const bool transient = std::find(std::begin(kTransientCodes), std::end(kTransientCodes),
-                                       code) != std::end(kTransientCodes);
-      return transient ? absl::UnavailableError(message) : absl::UnknownError(message);
+      return IsTransientCode(code) ? absl::UnavailableError(message) : absl::UnknownError(message);
     }
     return absl::OkStatus();
   }
 
   std::string url_;
   RemoteTarget target_;
+  static RemoteOptions Brief(RemoteOptions o) {
+    o.max_attempts = std::min(o.max_attempts, kBriefAttempts);
+    o.max_retry_time = std::min<std::chrono::milliseconds>(o.max_retry_time, kBriefWait);
+    o.stall_timeout = std::min<std::chrono::milliseconds>(o.stall_timeout, kBriefWait);
+    o.connect_timeout = std::min<std::chrono::milliseconds>(o.connect_timeout, kBriefWait);
+    return o;
+  }
+
   const RemoteOptions& options_;
+  RemoteOptions brief_;
   HttpTransfer transfer_;
   Answer answer_;
   std::mt19937_64 jitter_;
@@ -196,6 +226,9 @@ struct RemoteUpload::State {
   absl::Status Initiate();
   absl::Status SendPart();
   absl::Status Complete();
+  // CompletedBefore decides on a completion refused with a 404: an earlier
+  // attempt may have completed the upload.
+  absl::Status CompletedBefore(const std::string& what, const HttpResponse& refusal);
   absl::Status PutWhole();
   // AbortUpload tells the store to drop the multipart upload's parts.
   absl::Status AbortUpload();
@@ -249,14 +282,43 @@ absl::Status RemoteUpload::State::Complete() {
                "</ETag></Part>");
   }
   xml += "</CompleteMultipartUpload>";
-  WDS_ASSIGN_OR_RETURN(
-      Answer answer,
-      exchanger.Exchange(
-          Cat("completing the multipart upload of ", part_etags.size(), " parts"), [&] {
-            return exchanger.target().Send("POST", {{"uploadId", upload_id}},
-                                           {{"Content-Type", "application/xml"}}, xml);
-          }));
+  const std::string what = Cat("completing the multipart upload of ", part_etags.size(), " parts");
+  WDS_ASSIGN_OR_RETURN(Answer answer, exchanger.Exchange(
+                                          what,
+                                          [&] {
+                                            return exchanger.target().Send(
+                                                "POST", {{"uploadId", upload_id}},
+                                                {{"Content-Type", "application/xml"}}, xml);
+                                          },
+                                          404));
+  if (answer.response.status == 404) return CompletedBefore(what, answer.response);
   etag = XmlUnescape(Between(answer.body, "<ETag>", "</ETag>"));
+  upload_id.clear();
+  return absl::OkStatus();
+}
+
+absl::Status RemoteUpload::State::CompletedBefore(const std::string& what,
+                                                  const HttpResponse& refusal) {
+  // A completion whose answer was lost is retried, and the retry finds the
+  // upload gone: the object is there if it has this upload's size and a
+  // multipart ETag of as many parts ("<md5 of the parts' md5s>-N").
+  const std::string error = Cat(exchanger.url(), ": ", what, ": ",
+                                ToStd(HttpStatusError("", refusal).message()).substr(2));
+  if (Between(refusal.body, "<Code>", "</Code>") != "NoSuchUpload") {
+    return absl::NotFoundError(error);
+  }
+  absl::StatusOr<Answer> head = exchanger.Exchange(
+      "checking the object", [&] { return exchanger.target().Request(/*head=*/true, {}); });
+  const std::string parts_suffix = Cat("-", part_etags.size(), "\"");
+  if (!head.ok() || head->response.content_length != size ||
+      !EndsWith(head->response.etag, parts_suffix)) {
+    return absl::NotFoundError(
+        Cat(error, " (and the object is not this upload's: ",
+            head.ok() ? Cat(head->response.content_length, " bytes, ETag ", head->response.etag)
+                      : std::string(ToStd(head.status().message())),
+            ")"));
+  }
+  etag = head->response.etag;
   upload_id.clear();
   return absl::OkStatus();
 }
@@ -279,7 +341,7 @@ absl::Status RemoteUpload::State::AbortUpload() {
       [&] {
         return exchanger.target().Send("DELETE", {{"uploadId", upload_id}}, {}, "");
       },
-      404);
+      404, /*brief=*/true);
   if (!answer.ok()) {
     return absl::Status(answer.status().code(),
                         Cat(ToStd(answer.status().message()), " (upload ID ", upload_id,
@@ -328,13 +390,16 @@ absl::Status RemoteUpload::Write(std::string_view data) {
       return s.Fail(absl::OutOfRangeError(Cat(url(), ": the object passes S3's limit of ",
                                               kMaxParts, " parts (", s.size, " bytes so far)")));
     }
-    const int64_t part_size = s.PartSize(number);
-    if (s.part.capacity() < static_cast<size_t>(part_size)) s.part.reserve(part_size);
-    const size_t n = std::min(data.size(), static_cast<size_t>(part_size) - s.part.size());
+    const size_t part_size = static_cast<size_t>(s.PartSize(number));
+    const size_t n = std::min(data.size(), part_size - s.part.size());
+    if (s.part.capacity() < s.part.size() + n) {
+      // Grown as data comes (a small object holds little), at most to a part.
+      s.part.reserve(std::min(part_size, std::max(2 * s.part.capacity(), s.part.size() + n)));
+    }
     s.part.append(data.substr(0, n));
     data.remove_prefix(n);
     s.size += static_cast<int64_t>(n);
-    if (s.part.size() == static_cast<size_t>(part_size)) {
+    if (s.part.size() == part_size) {
       if (absl::Status sent = s.SendPart(); !sent.ok()) return s.Fail(sent);
     }
   }

@@ -171,6 +171,7 @@ absl::Status ShardWriter::State::StartShard() {
   }
   absl::StatusOr<std::unique_ptr<TarWriter>> created = TarWriter::Create(temp_path, options.tar);
   if (!created.ok()) {
+    if (remote) std::remove(temp_path.c_str());  // made by StagingFile
     temp_path.clear();
     return created.status();
   }

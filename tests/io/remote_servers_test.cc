@@ -530,8 +530,8 @@ TEST_F(S3Test, WdsShardCreateUploadsWhatItWritesLocally) {
   ASSERT_EQ(remote.status, 0) << remote.err;
   EXPECT_THAT(remote.err, HasSubstr("wrote 3 shard(s), 100 samples"));
   EXPECT_THAT(remote.err, HasSubstr("s3://shards/made/t-00.tar .. s3://shards/made/t-02.tar"));
-  for (const std::string name :
-       {"t-00.tar", "t-01.tar", "t-02.tar", "t-00.tar.idx", "t-02.tar.idx", "t-shardindex.json"}) {
+  for (const std::string name : {"t-00.tar", "t-01.tar", "t-02.tar", "t-00.tar.idx", "t-01.tar.idx",
+                                 "t-02.tar.idx", "t-shardindex.json"}) {
     absl::StatusOr<std::string> got = server_->Get("shards", "made/" + name);
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_EQ(*got, testing::ReadFile(Cat(work.path(), "/out/", name))) << name;

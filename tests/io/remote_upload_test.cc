@@ -4,10 +4,14 @@
 // error naming the URL and the step, with the upload aborted.
 #include "wds/io/remote_upload.h"
 
+#include <atomic>
+#include <chrono>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -15,7 +19,10 @@
 #include "io/remote_stream.h"
 #include "io/sigv4.h"
 #include "util/remote_test_util.h"
+#include "util/test_util.h"
+#include "wds/base/interrupt.h"
 #include "wds/internal/base/strings.h"
+#include "wds/tar/shard_writer.h"
 
 namespace wds {
 namespace {
@@ -44,6 +51,12 @@ std::string Message(const absl::Status& s) { return std::string(ToStd(s.message(
 class FakeS3 {
  public:
   std::function<std::optional<FaultPlan>(const FaultRequest&)> fault;
+  // drop_completion_answers: that many completions are made, and their
+  // answers lost (the connection closes).
+  int drop_completion_answers = 0;
+  // server, when set, serves a completed object (HEAD, GET) with the ETag
+  // S3 gives one of N parts: "<hex>-N".
+  FaultServer* server = nullptr;
 
   FaultPlan Answer(const FaultRequest& r) {
     if (fault) {
@@ -62,6 +75,13 @@ class FakeS3 {
       parts_[number] = r.body;
       plan.extra_headers = Cat("ETag: \"p", number, "\"\r\n");
     } else if (r.method == "POST" && t.find("uploadId=") != std::string::npos) {
+      if (completed_) {
+        plan.status = 404;
+        plan.body =
+            "<Error><Code>NoSuchUpload</Code><Message>The specified upload does not "
+            "exist.</Message></Error>";
+        return plan;
+      }
       std::string_view xml = r.body;
       object_.clear();
       while (!Between(xml, "<PartNumber>", "</PartNumber>").empty()) {
@@ -76,9 +96,13 @@ class FakeS3 {
         xml.remove_prefix(xml.find("</Part>") + 7);
       }
       completed_ = true;
-      plan.body =
-          "<CompleteMultipartUploadResult><ETag>&quot;joined-3&quot;</ETag>"
-          "</CompleteMultipartUploadResult>";
+      const std::string etag = Cat("\"0123abcd-", parts_.size(), "\"");
+      if (server != nullptr) server->Put(t.substr(0, t.find('?')), object_, etag);
+      plan.no_response = drop_completion_answers-- > 0;
+      plan.body = Cat("<CompleteMultipartUploadResult><ETag>&quot;0123abcd-", parts_.size(),
+                      "&quot;</ETag></CompleteMultipartUploadResult>");
+    } else if (r.method == "HEAD" || r.method == "GET") {
+      plan.status = 0;  // the server's object, if any
     } else if (r.method == "DELETE") {
       plan.status = 204;
     } else if (r.method == "PUT") {
@@ -175,7 +199,7 @@ TEST_F(RemoteUploadTest, ALargerObjectGoesUpInPartsSentAsTheyFill) {
                   "PUT /b/k.tar?partNumber=3&uploadId=up%261", "POST /b/k.tar?uploadId=up%261"));
   EXPECT_EQ(s3_.object(), data);
   EXPECT_EQ(up->parts(), 3);
-  EXPECT_EQ(up->etag(), "\"joined-3\"");
+  EXPECT_EQ(up->etag(), "\"0123abcd-3\"");
   const std::vector<FaultRequest> log = server_.log();
   EXPECT_EQ(log[1].body.size(), static_cast<size_t>(kPart));
   EXPECT_EQ(log[3].body.size(), 2'000'007u);
@@ -258,6 +282,110 @@ TEST_F(RemoteUploadTest, ACompletionRefusedInsideA200IsAnErrorAndAborts) {
             "InvalidPart: One or more of the specified parts could not be found.");
   EXPECT_EQ(Requests().back(), "DELETE /b/k.tar?uploadId=up%261");
   EXPECT_EQ(s3_.object(), "(none)");
+}
+
+TEST_F(RemoteUploadTest, ACompletionWhoseAnswerWasLostIsFoundDoneByItsRetry) {
+  // The completion is made and its answer lost; the retry is told the upload
+  // is gone (NoSuchUpload), and the object's size and multipart ETag show
+  // that it was this upload that completed.
+  s3_.drop_completion_answers = 1;
+  s3_.server = &server_;
+  const std::string data = RandomBytes(kPart + 7);
+  std::unique_ptr<RemoteUpload> up = Create();
+  ASSERT_TRUE(up->Write(data).ok());
+  ASSERT_TRUE(up->Close().ok());
+  EXPECT_EQ(up->etag(), "\"0123abcd-2\"");
+  EXPECT_THAT(
+      Requests(),
+      ElementsAre("POST /b/k.tar?uploads=", "PUT /b/k.tar?partNumber=1&uploadId=up%261",
+                  "PUT /b/k.tar?partNumber=2&uploadId=up%261", "POST /b/k.tar?uploadId=up%261",
+                  "POST /b/k.tar?uploadId=up%261", "HEAD /b/k.tar"));
+  EXPECT_EQ(s3_.object(), data);
+}
+
+TEST_F(RemoteUploadTest, AnUploadGoneWithoutItsObjectIsNotFound) {
+  // NoSuchUpload at completion, and the object there is another one (an
+  // older object of the key, of another size): the upload failed.
+  server_.Put("/b/k.tar", "older object", "\"0123abcd-2\"");
+  s3_.fault = [](const FaultRequest& r) -> std::optional<FaultPlan> {
+    if (r.method != "POST" || r.target.find("uploadId=") == std::string::npos) return std::nullopt;
+    FaultPlan plan;
+    plan.status = 404;
+    plan.body = "<Error><Code>NoSuchUpload</Code><Message>gone</Message></Error>";
+    return plan;
+  };
+  std::unique_ptr<RemoteUpload> up = Create();
+  ASSERT_TRUE(up->Write(RandomBytes(kPart + 7)).ok());
+  const absl::Status failed = up->Close();
+  EXPECT_TRUE(absl::IsNotFound(failed)) << failed;
+  EXPECT_EQ(Message(failed),
+            "s3://b/k.tar: completing the multipart upload of 2 parts: HTTP 404 Planned: "
+            "NoSuchUpload: gone (and the object is not this upload's: 12 bytes, ETag "
+            "\"0123abcd-2\")");
+}
+
+TEST_F(RemoteUploadTest, S3sRequestTimeoutIsRetriedThoughItIsA400) {
+  int refused = 0;
+  s3_.fault = [&](const FaultRequest& r) -> std::optional<FaultPlan> {
+    if (r.method != "PUT" || refused++ > 0) return std::nullopt;
+    FaultPlan plan;
+    plan.status = 400;
+    plan.body =
+        "<Error><Code>RequestTimeout</Code><Message>Your socket connection to the "
+        "server was not read from or written to within the timeout period.</Message>"
+        "</Error>";
+    return plan;
+  };
+  std::unique_ptr<RemoteUpload> up = Create();
+  ASSERT_TRUE(up->Write("abc").ok());
+  ASSERT_TRUE(up->Close().ok());
+  EXPECT_THAT(Requests(), ElementsAre("PUT /b/k.tar", "PUT /b/k.tar"));
+  EXPECT_EQ(s3_.object(), "abc");
+}
+
+TEST_F(RemoteUploadTest, AnInterruptEndsTheUploadAndTheAbortIsStillSent) {
+  std::atomic<bool> answer_part2{false};
+  s3_.fault = [&](const FaultRequest& r) -> std::optional<FaultPlan> {
+    if (r.target.find("partNumber=2") == std::string::npos) return std::nullopt;
+    // Part 2 waits for an answer the test gives only after the interrupt.
+    while (!answer_part2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return std::nullopt;
+  };
+  std::unique_ptr<RemoteUpload> up = Create();
+  std::atomic<bool> stop{false};
+  absl::Status failed;
+  {
+    ScopedInterruptCheck check(
+        [&] { return stop ? absl::CancelledError("stopped by the test") : absl::OkStatus(); });
+    std::thread stopper([&] {
+      while (server_.log().size() < 3) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      stop = true;
+    });
+    failed = up->Write(RandomBytes(2 * kPart));
+    stopper.join();
+  }
+  answer_part2 = true;
+  EXPECT_TRUE(absl::IsCancelled(failed)) << failed;
+  EXPECT_EQ(Message(failed), "s3://b/k.tar: sending part 2 (5242880 bytes): stopped by the test");
+  EXPECT_EQ(Requests().back(), "DELETE /b/k.tar?uploadId=up%261");
+}
+
+TEST_F(RemoteUploadTest, AShardWriterThatCannotStartAShardLeavesNoStagingFile) {
+  testing::TempDir staging;
+  ShardWriterOptions o;
+  o.remote = options_;
+  o.staging_dir = staging.path();
+  o.tar.compression = TarCompression::kGzip;
+  o.tar.level = 42;
+  absl::StatusOr<std::unique_ptr<ShardWriter>> w = ShardWriter::Create("s3://b/x-%02d.tar.gz", o);
+  ASSERT_TRUE(w.ok()) << w.status();
+  Sample sample;
+  sample.Set("__key__", std::string("a"));
+  sample.Set("txt", std::string("hello"));
+  const absl::Status failed = (*w)->Write(sample);
+  EXPECT_TRUE(absl::IsInvalidArgument(failed)) << failed;
+  EXPECT_TRUE(std::filesystem::is_empty(staging.path()));
+  EXPECT_THAT(Requests(), IsEmpty());
 }
 
 TEST_F(RemoteUploadTest, AnAbortThatFailsIsAddedToTheErrorWithTheUploadId) {

@@ -35,6 +35,7 @@
 #include "commands.h"
 #include "common.h"
 #include "inputs.h"
+#include "wds/base/interrupt.h"
 #include "wds/base/random.h"
 #include "wds/internal/base/bounded_queue.h"
 #include "wds/internal/base/strings.h"
@@ -53,7 +54,8 @@ constexpr char kUsage[] =
     "  INPUT: a directory tree, an ImageFolder root (--format imagefolder), a listing\n"
     "         (.tsv: KEY<TAB>FIELD=PATH...; .jsonl: {\"__key__\": KEY, FIELD: PATH, ...}),\n"
     "         or tar shards / '-' for a tar stream on standard input (re-sharding)\n"
-    "  --output PATTERN       shard names with one integer conversion: out/train-%06d.tar\n"
+    "  --output PATTERN       shard names with one integer conversion: out/train-%06d.tar,\n"
+    "                         or s3://bucket/train-%06d.tar (staged in $TMPDIR, then uploaded)\n"
     "  --maxcount N           samples per shard (default 100000)\n"
     "  --maxsize SIZE         uncompressed tar bytes per shard: 512M, 3G (default 3e9)\n"
     "  --compress none|gz|zst[:LEVEL]   default: from the pattern's suffix (.gz, .zst)\n"
@@ -250,7 +252,15 @@ class Creator {
     return absl::OkStatus();
   }
 
+  // StopOnSignal is the interrupt check of a thread that writes shards: an
+  // upload (an s3:// pattern) waiting on its server ends at a signal, and
+  // its shard is not published.
+  static absl::Status StopOnSignal() {
+    return Interrupted() ? InterruptedError() : absl::OkStatus();
+  }
+
   absl::Status RunSequential(SampleInput& input) {
+    ScopedInterruptCheck check(&StopOnSignal);
     absl::StatusOr<std::unique_ptr<ShardWriter>> writer =
         ShardWriter::Create(options_.pattern, WriterOptions());
     if (!writer.ok()) return writer.status();
@@ -280,6 +290,7 @@ class Creator {
   }
 
   void Work(JobQueue& queue) {
+    ScopedInterruptCheck check(&StopOnSignal);
     while (std::optional<Job> job = queue.Pop()) {
       if (error_.failed()) continue;
       if (absl::Status s = WriteJob(*job); !s.ok()) error_.Set(s);
