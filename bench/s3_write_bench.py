@@ -5,9 +5,10 @@ random .bin and a .cls, written by wds.ShardWriter with --maxcount samples
 per shard
 
   local     to files in a temporary directory (no upload: the floor);
-  native    to s3://bench/native/part-%04d.tar (each shard staged, then
+  native-1  to s3://bench/.../part-%04d.tar (each shard staged, then
             uploaded by the native writer: one PUT, or a multipart upload
-            of --part-mib parts);
+            of --part-mib parts), one part in flight at a time;
+  native-4  the same with upload_concurrency=4 (the default);
   aws-sdk   the local shards uploaded afterwards by AWS's JavaScript SDK
             (PutObject, one process per shard, as tests/s3/s3.js does),
             timed on its own, plus the local write.
@@ -16,12 +17,22 @@ Each round writes everything once; medians of --rounds, the order rotating.
 s3rver is one JavaScript process that writes every object to its own
 directory, so the figures are a ratio on one server, not what S3 takes.
 
+--emulate CONN_MB_S,LATENCY_MS replaces s3rver by a stand-in for S3's
+network: a threaded server in this process that answers the upload
+requests after LATENCY_MS, reads each connection's body at CONN_MB_S at most
+(a single connection's limit, which is what concurrent parts overcome),
+checks no signature and keeps nothing; the paths are then local and
+native-1/2/4/8 (upload_concurrency).
+
   bench/s3_write_bench.py [--samples 2000] [--bytes 100000] [--maxcount 500]
                           [--part-mib 16] [--rounds 3] [--build build]
+                          [--emulate 50,20]
 """
 
 import argparse
 import glob
+import http.server
+import threading
 import os
 import shutil
 import statistics
@@ -54,6 +65,64 @@ def start_s3rver(work):
         return process, f"http://127.0.0.1:{int(f.read())}"
 
 
+class Emulator(http.server.BaseHTTPRequestHandler):
+    """S3's upload requests, answered after a latency, bodies read at a rate."""
+
+    protocol_version = "HTTP/1.1"
+    rate = 50e6  # bytes/s per connection
+    latency = 0.02
+
+    def log_message(self, *args):
+        pass
+
+    def _drain(self):
+        left = int(self.headers.get("Content-Length", 0))
+        start = time.perf_counter()
+        read = 0
+        while left > 0:
+            chunk = self.rfile.read(min(left, 1 << 20))
+            left -= len(chunk)
+            read += len(chunk)
+            ahead = read / self.rate - (time.perf_counter() - start)
+            if ahead > 0:
+                time.sleep(ahead)
+        time.sleep(self.latency)
+
+    def _answer(self, status, body=b"", headers=()):
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):
+        self._drain()
+        if "uploads" in self.path:
+            self._answer(200, b"<InitiateMultipartUploadResult><UploadId>u1</UploadId>"
+                              b"</InitiateMultipartUploadResult>")
+        else:
+            self._answer(200, b"<CompleteMultipartUploadResult><ETag>&quot;x-1&quot;</ETag>"
+                              b"</CompleteMultipartUploadResult>")
+
+    def do_PUT(self):
+        self._drain()
+        self._answer(200, headers=[("ETag", '"p"')])
+
+    def do_DELETE(self):
+        self._drain()
+        self._answer(204)
+
+
+def start_emulator(spec):
+    rate, latency = (float(x) for x in spec.split(","))
+    Emulator.rate, Emulator.latency = rate * 1e6, latency / 1e3
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Emulator)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--samples", type=int, default=2000)
@@ -62,6 +131,7 @@ def main():
     parser.add_argument("--part-mib", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
+    parser.add_argument("--emulate", default=None)
     args = parser.parse_args()
     sys.path.insert(0, os.path.join(args.build, "python"))
     import webdataset_cpp as wds
@@ -70,10 +140,12 @@ def main():
                for i in range(args.samples)]
     megabytes = args.samples * args.bytes / 1e6
     work = tempfile.mkdtemp(prefix="s3-write-bench-")
-    server, endpoint = start_s3rver(work)
+    if args.emulate:
+        emulator, endpoint = start_emulator(args.emulate)
+    else:
+        server, endpoint = start_s3rver(work)
     os.environ.update(AWS_ENDPOINT_URL=endpoint, AWS_ACCESS_KEY_ID=KEY,
                       AWS_SECRET_ACCESS_KEY=SECRET, TMPDIR=work)
-    remote = wds.RemoteOptions(upload_part_size=args.part_mib << 20)
 
     def write(pattern, **kw):
         with wds.ShardWriter(pattern, maxcount=args.maxcount, verbose=0, **kw) as sink:
@@ -86,8 +158,12 @@ def main():
         write(os.path.join(out, "part-%04d.tar"))
         shutil.rmtree(out)
 
-    def native(n):
-        write(f"s3://bench/native{n}/part-%04d.tar", remote=remote)
+    def native(concurrency):
+        def run(n):
+            remote = wds.RemoteOptions(upload_part_size=args.part_mib << 20,
+                                       upload_concurrency=concurrency)
+            write(f"s3://bench/native{concurrency}-{n}/part-%04d.tar", remote=remote)
+        return run
 
     def aws_sdk(n):
         out = os.path.join(work, f"sdk{n}")
@@ -100,7 +176,11 @@ def main():
                            check=True)
         shutil.rmtree(out)
 
-    paths = {"local": local, "native": native, "aws-sdk": aws_sdk}
+    if args.emulate:
+        paths = {"local": local, **{f"native-{c}": native(c) for c in (1, 2, 4, 8)}}
+    else:
+        paths = {"local": local, "native-1": native(1), "native-4": native(4),
+                 "aws-sdk": aws_sdk}
     times = {name: [] for name in paths}
     try:
         for r in range(args.rounds):
@@ -110,11 +190,16 @@ def main():
                 paths[name](r)
                 times[name].append(time.perf_counter() - start)
     finally:
-        server.terminate()
-        server.wait(timeout=10)
+        if args.emulate:
+            emulator.shutdown()
+        else:
+            server.terminate()
+            server.wait(timeout=10)
         shutil.rmtree(work, ignore_errors=True)
+    where = f"emulated S3 ({args.emulate} MB/s,ms)" if args.emulate else "s3rver"
     print(f"{args.samples} samples of {args.bytes} bytes ({megabytes:.0f} MB), "
-          f"{args.maxcount} per shard, parts of {args.part_mib} MiB; medians of {args.rounds}")
+          f"{args.maxcount} per shard, parts of {args.part_mib} MiB, to {where}; "
+          f"medians of {args.rounds}")
     print(f"{'path':<10}{'seconds':>10}{'MB/s':>10}")
     for name, seconds in times.items():
         median = statistics.median(seconds)

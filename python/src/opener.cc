@@ -199,6 +199,7 @@ std::string SessionKey(const wds::RemoteOptions& o, const absl::Status& environm
     Field(key, value);
   }
   Field(key, o.upload_part_size);
+  Field(key, o.upload_concurrency);
   Field(key, o.s3_endpoint);
   Field(key, o.s3_region);
   Field(key, static_cast<int>(o.s3_addressing));
@@ -374,9 +375,16 @@ void Apply(wds::RemoteOptions& o, const std::string& name, py::handle value) {
     o.max_retry_time = Seconds<milliseconds>(value, "max_retry_time", 0, false);
   } else if (name == "upload_part_size") {
     o.upload_part_size = AtLeast(value, "upload_part_size", int64_t{5} << 20);
+    // As RemoteUpload::Create checks it, but when the options are made.
     if (o.upload_part_size > (int64_t{5} << 30)) {
       throw py::value_error(wds::Cat("RemoteOptions: upload_part_size must be at most ",
                                      int64_t{5} << 30, " (S3's limit), got ", o.upload_part_size));
+    }
+  } else if (name == "upload_concurrency") {
+    o.upload_concurrency = static_cast<int>(AtLeast(value, "upload_concurrency", 1));
+    if (o.upload_concurrency > 64) {
+      throw py::value_error(wds::Cat("RemoteOptions: upload_concurrency must be at most 64, got ",
+                                     o.upload_concurrency));
     }
   } else if (name == "http_headers") {
     o.http_headers.clear();

@@ -123,8 +123,8 @@ class RemoteAccess {
   // entries of `given` (a dict, as webdataset_cpp.RemoteOptions' _native()
   // makes it, or None): cache_dir, cache_size, ca_file, verify_tls, connect_timeout,
   // stall_timeout, low_speed_limit, low_speed_time, max_attempts,
-  // max_retry_time (times in seconds), upload_part_size, http_headers. An unknown name is a
-  // TypeError, a value out of range a ValueError. REQUIRES: the GIL is held.
+  // max_retry_time (times in seconds), upload_part_size, upload_concurrency, http_headers. An
+  // unknown name is a TypeError, a value out of range a ValueError. REQUIRES: the GIL is held.
   static std::shared_ptr<const RemoteAccess> FromPython(py::handle given);
   // Check raises as FromPython would for `given`, reading no environment.
   static void Check(py::handle given);

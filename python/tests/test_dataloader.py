@@ -1,8 +1,10 @@
 """torch DataLoader workers (fork and spawn): each runs its own native chain,
 the shards are split between them, and epochs move on."""
 
+import gc
 import multiprocessing
 import pickle
+import time
 
 import pytest
 import torch
@@ -86,6 +88,13 @@ def _child_state(conn, it):
 
 
 def test_a_forked_child_inherits_no_open_shard(shards):
+    # An earlier test's iterator may still hold a shard until it is collected
+    # (or its thread ends): start from none open.
+    deadline = time.monotonic() + 10
+    while _core._open_shard_descriptors() != 0 and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.05)
+    assert _core._open_shard_descriptors() == 0
     it = iter(wds.WebDataset(shards, shardshuffle=False))
     next(it)
     assert _core._open_shard_descriptors() == 1

@@ -50,6 +50,9 @@ class RemoteOptions:
     upload_part_size: bytes per part of an s3:// multipart upload, 5 MiB
         to 5 GiB (S3's limits), doubled after every 1,000 parts; an object
         smaller than one part goes up in one PUT (16 MiB).
+    upload_concurrency: parts of one s3:// upload sent at once, each on a
+        connection of its own, while the next fills; an upload holds up to
+        upload_concurrency + 1 parts in memory (4).
     http_headers: headers sent with every request for an http(s):// URL
         (not s3:// or gs://), a dict or (name, value) pairs: a token, say,
         {"Authorization": "Bearer hf_..."}. After a redirect to another host
@@ -70,6 +73,7 @@ class RemoteOptions:
     max_attempts: Optional[int] = None
     max_retry_time: Optional[float] = None
     upload_part_size: Optional[int] = None
+    upload_concurrency: Optional[int] = None
     http_headers: Optional[tuple] = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self):

@@ -6,11 +6,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <random>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -27,6 +32,7 @@ namespace {
 constexpr int64_t kMinPartSize = int64_t{5} << 20;
 constexpr int64_t kMaxPartSize = int64_t{5} << 30;
 constexpr int kMaxParts = 10000;
+constexpr int kMaxConcurrency = 64;
 // Parts double in size after every kPartsPerSize of them.
 constexpr int kPartsPerSize = 1000;
 // The most of a successful answer's body read (S3 answers with short XML).
@@ -214,9 +220,27 @@ absl::StatusOr<RemoteTarget> ResolveForWriting(const std::string& url,
 
 }  // namespace
 
+// Sender sends one part at a time on a thread of its own, over its own
+// connection; an upload reuses its senders (and their buffers) part after
+// part.
+struct Sender {
+  Sender(const std::string& url, const RemoteTarget& target, const RemoteOptions& options)
+      : exchanger(url, target, options) {}
+
+  Exchanger exchanger;
+  std::string bytes;
+  int number = 0;
+  std::thread thread;
+  // Set by the thread when it ends: its result, and the part's ETag.
+  absl::Status status;
+  std::string etag;
+  bool done = false;  // guarded by State::mu
+};
+
 struct RemoteUpload::State {
   State(std::string url, RemoteTarget target, const RemoteOptions& o)
       : options(o), exchanger(std::move(url), std::move(target), options) {}
+  ~State() { StopSenders(); }
 
   // PartSize is the size of part `number` (1-based).
   int64_t PartSize(int number) const {
@@ -224,7 +248,16 @@ struct RemoteUpload::State {
     return std::min(kMaxPartSize, options.upload_part_size << std::min(doublings, 20));
   }
   absl::Status Initiate();
+  // SendPart hands the full `part` to a sender, first waiting for the
+  // oldest one in flight when upload_concurrency are.
   absl::Status SendPart();
+  // Send runs on a sender's thread.
+  void Send(Sender& sender);
+  // Reap waits for the oldest part in flight and takes its result; the
+  // caller's interrupt check can end the wait.
+  absl::Status Reap();
+  // StopSenders cancels the parts in flight and waits for their threads.
+  void StopSenders();
   absl::Status Complete();
   // CompletedBefore decides on a completion refused with a 404: an earlier
   // attempt may have completed the upload.
@@ -239,7 +272,15 @@ struct RemoteUpload::State {
   Exchanger exchanger;
   std::string part;
   std::string upload_id;
+  // part_etags[n - 1] is part n's ETag, once it was sent.
   std::vector<std::string> part_etags;
+  int parts_started = 0;
+  std::deque<std::unique_ptr<Sender>> in_flight;  // oldest first
+  std::vector<std::unique_ptr<Sender>> idle;
+  std::mutex mu;
+  std::condition_variable sender_done;
+  // cancel ends the senders' requests (their interrupt check).
+  std::atomic<bool> cancel{false};
   int64_t size = 0;
   std::string etag;
   absl::Status error;
@@ -261,18 +302,83 @@ absl::Status RemoteUpload::State::Initiate() {
 
 absl::Status RemoteUpload::State::SendPart() {
   if (upload_id.empty()) WDS_RETURN_IF_ERROR(Initiate());
-  const int number = static_cast<int>(part_etags.size()) + 1;
-  const std::string what = Cat("sending part ", number, " (", part.size(), " bytes)");
-  WDS_ASSIGN_OR_RETURN(Answer answer, exchanger.Exchange(what, [&] {
-    return exchanger.target().Send("PUT", {{"partNumber", Cat(number)}, {"uploadId", upload_id}},
-                                   {{"Content-Type", "application/octet-stream"}}, part);
-  }));
-  if (answer.response.etag.empty()) {
-    return absl::UnknownError(Cat(exchanger.url(), ": ", what, ": the answer has no ETag"));
+  while (static_cast<int>(in_flight.size()) >= options.upload_concurrency) {
+    WDS_RETURN_IF_ERROR(Reap());
   }
-  part_etags.push_back(answer.response.etag);
+  std::unique_ptr<Sender> sender;
+  if (idle.empty()) {
+    sender = std::make_unique<Sender>(exchanger.url(), exchanger.target(), options);
+  } else {
+    sender = std::move(idle.back());
+    idle.pop_back();
+  }
+  sender->number = ++parts_started;
+  sender->done = false;
+  sender->bytes.swap(part);  // `part` takes the sender's old buffer
   part.clear();
+  Sender* s = sender.get();
+  in_flight.push_back(std::move(sender));
+  s->thread = std::thread([this, s] { Send(*s); });
   return absl::OkStatus();
+}
+
+void RemoteUpload::State::Send(Sender& sender) {
+  ScopedInterruptCheck check([this] {
+    return cancel ? absl::CancelledError("the upload was given up") : absl::OkStatus();
+  });
+  const std::string what =
+      Cat("sending part ", sender.number, " (", sender.bytes.size(), " bytes)");
+  absl::StatusOr<Answer> answer = sender.exchanger.Exchange(what, [&] {
+    return sender.exchanger.target().Send(
+        "PUT", {{"partNumber", Cat(sender.number)}, {"uploadId", upload_id}},
+        {{"Content-Type", "application/octet-stream"}}, sender.bytes);
+  });
+  absl::Status status = answer.status();
+  if (answer.ok() && answer->response.etag.empty()) {
+    status = absl::UnknownError(Cat(exchanger.url(), ": ", what, ": the answer has no ETag"));
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  sender.status = std::move(status);
+  if (answer.ok()) sender.etag = answer->response.etag;
+  sender.done = true;
+  sender_done.notify_all();
+}
+
+absl::Status RemoteUpload::State::Reap() {
+  Sender& oldest = *in_flight.front();
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    while (!oldest.done) {
+      sender_done.wait_for(lock, kInterruptCheckInterval);
+      if (oldest.done) break;
+      lock.unlock();
+      absl::Status go_on = CheckInterrupt();
+      lock.lock();
+      if (!go_on.ok()) {
+        return absl::Status(go_on.code(), Cat(exchanger.url(), ": sending part ", oldest.number,
+                                              ": ", ToStd(go_on.message())));
+      }
+    }
+  }
+  oldest.thread.join();
+  absl::Status status = std::move(oldest.status);
+  if (status.ok()) {
+    if (part_etags.size() < static_cast<size_t>(oldest.number)) part_etags.resize(oldest.number);
+    part_etags[oldest.number - 1] = std::move(oldest.etag);
+  }
+  oldest.bytes.clear();
+  idle.push_back(std::move(in_flight.front()));
+  in_flight.pop_front();
+  return status;
+}
+
+void RemoteUpload::State::StopSenders() {
+  cancel = true;
+  for (std::unique_ptr<Sender>& sender : in_flight) {
+    if (sender->thread.joinable()) sender->thread.join();
+  }
+  in_flight.clear();
+  idle.clear();
 }
 
 absl::Status RemoteUpload::State::Complete() {
@@ -352,6 +458,8 @@ absl::Status RemoteUpload::State::AbortUpload() {
 }
 
 absl::Status RemoteUpload::State::Fail(absl::Status status) {
+  // Every part has ended before the abort, so that none is stored after it.
+  StopSenders();
   absl::Status aborted = AbortUpload();
   if (!aborted.ok()) {
     status = absl::Status(status.code(),
@@ -369,6 +477,10 @@ absl::StatusOr<std::unique_ptr<RemoteUpload>> RemoteUpload::Create(std::string u
                                           " to ", kMaxPartSize, " bytes (S3's limits), got ",
                                           options.upload_part_size));
   }
+  if (options.upload_concurrency < 1 || options.upload_concurrency > kMaxConcurrency) {
+    return absl::InvalidArgumentError(Cat(url, ": upload_concurrency must be from 1 to ",
+                                          kMaxConcurrency, ", got ", options.upload_concurrency));
+  }
   WDS_ASSIGN_OR_RETURN(RemoteTarget target, ResolveForWriting(url, options));
   return std::unique_ptr<RemoteUpload>(
       new RemoteUpload(std::make_unique<State>(std::move(url), std::move(target), options)));
@@ -385,7 +497,7 @@ absl::Status RemoteUpload::Write(std::string_view data) {
   if (!s.error.ok()) return s.error;
   if (s.closed) return absl::FailedPreconditionError(Cat(url(), ": write after Close"));
   while (!data.empty()) {
-    const int number = static_cast<int>(s.part_etags.size()) + 1;
+    const int number = s.parts_started + 1;
     if (number > kMaxParts) {
       return s.Fail(absl::OutOfRangeError(Cat(url(), ": the object passes S3's limit of ",
                                               kMaxParts, " parts (", s.size, " bytes so far)")));
@@ -418,6 +530,7 @@ absl::Status RemoteUpload::Close() {
     status = s.PutWhole();
   } else {
     if (!s.part.empty()) status = s.SendPart();
+    while (status.ok() && !s.in_flight.empty()) status = s.Reap();
     if (status.ok()) status = s.Complete();
   }
   if (!status.ok()) return s.Fail(status);

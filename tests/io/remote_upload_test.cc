@@ -135,6 +135,9 @@ class RemoteUploadTest : public ::testing::Test {
     options_.s3_endpoint = Cat("http://127.0.0.1:", server_.port());
     options_.aws_credentials = AwsCredentials{"AKID", "secret", ""};
     options_.upload_part_size = kPart;
+    // One part in flight at a time, so that requests come in order (the
+    // concurrency test sets more).
+    options_.upload_concurrency = 1;
   }
 
   std::unique_ptr<RemoteUpload> Create(const std::string& url = "s3://b/k.tar") {
@@ -150,8 +153,9 @@ class RemoteUploadTest : public ::testing::Test {
     return out;
   }
 
-  FaultServer server_;
+  // s3_ outlives server_, whose threads may still be answering through it.
   FakeS3 s3_;
+  FaultServer server_;
   RemoteOptions options_;
 };
 
@@ -190,7 +194,6 @@ TEST_F(RemoteUploadTest, ALargerObjectGoesUpInPartsSentAsTheyFill) {
     ASSERT_TRUE(up->Write(std::string_view(data).substr(at, 999'983)).ok());
     if (at + 999'983 < static_cast<size_t>(kPart)) EXPECT_THAT(Requests(), IsEmpty());
   }
-  EXPECT_EQ(Requests().size(), 3u);  // started, and two full parts sent
   ASSERT_TRUE(up->Close().ok());
   EXPECT_THAT(
       Requests(),
@@ -207,6 +210,35 @@ TEST_F(RemoteUploadTest, ALargerObjectGoesUpInPartsSentAsTheyFill) {
     EXPECT_EQ(r.headers.at("x-amz-content-sha256"), sigv4::Sha256Hex(r.body)) << r.target;
   }
   EXPECT_EQ(log[4].headers.at("content-type"), "application/xml");
+}
+
+TEST_F(RemoteUploadTest, PartsGoUpAtOnceAndAreListedInOrder) {
+  // Part 1's answer waits until part 3 has arrived: three parts in flight.
+  options_.upload_concurrency = 3;
+  std::atomic<bool> third{false};
+  std::atomic<bool> waited_too_long{false};
+  s3_.fault = [&](const FaultRequest& r) -> std::optional<FaultPlan> {
+    if (r.target.find("partNumber=3&") != std::string::npos) third = true;
+    if (r.target.find("partNumber=1&") != std::string::npos) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (!third && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+      waited_too_long = !third;
+    }
+    return std::nullopt;
+  };
+  const std::string data = RandomBytes(4 * kPart + 999);
+  std::unique_ptr<RemoteUpload> up = Create();
+  ASSERT_TRUE(up->Write(data).ok());
+  ASSERT_TRUE(up->Close().ok());
+  EXPECT_FALSE(waited_too_long);
+  EXPECT_EQ(up->parts(), 5);
+  EXPECT_EQ(s3_.object(), data);
+  const std::string complete = server_.log().back().body;
+  EXPECT_EQ(complete.find("<PartNumber>1</PartNumber><ETag>\"p1\"</ETag>"),
+            std::string("<CompleteMultipartUpload><Part>").size());
+  EXPECT_LT(complete.find("<PartNumber>4<"), complete.find("<PartNumber>5<"));
 }
 
 TEST_F(RemoteUploadTest, TransientFailuresOfEveryStepAreRetried) {
@@ -249,7 +281,9 @@ TEST_F(RemoteUploadTest, APermanentFailureNamesTheStepAndAbortsTheUpload) {
     return plan;
   };
   std::unique_ptr<RemoteUpload> up = Create();
-  const absl::Status failed = up->Write(RandomBytes(2 * kPart));
+  // Part 2 is sent as the Write ends; its failure comes with the next call.
+  ASSERT_TRUE(up->Write(RandomBytes(2 * kPart)).ok());
+  const absl::Status failed = up->Close();
   EXPECT_TRUE(absl::IsPermissionDenied(failed)) << failed;
   EXPECT_EQ(Message(failed),
             "s3://b/k.tar: sending part 2 (5242880 bytes): HTTP 403 Planned: AccessDenied: Access "
@@ -344,11 +378,12 @@ TEST_F(RemoteUploadTest, S3sRequestTimeoutIsRetriedThoughItIsA400) {
 }
 
 TEST_F(RemoteUploadTest, AnInterruptEndsTheUploadAndTheAbortIsStillSent) {
-  std::atomic<bool> answer_part2{false};
-  s3_.fault = [&](const FaultRequest& r) -> std::optional<FaultPlan> {
+  // Shared: the server's thread may look at it after the test body ended.
+  auto answer_part2 = std::make_shared<std::atomic<bool>>(false);
+  s3_.fault = [answer_part2](const FaultRequest& r) -> std::optional<FaultPlan> {
     if (r.target.find("partNumber=2") == std::string::npos) return std::nullopt;
     // Part 2 waits for an answer the test gives only after the interrupt.
-    while (!answer_part2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    while (!*answer_part2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     return std::nullopt;
   };
   std::unique_ptr<RemoteUpload> up = Create();
@@ -361,12 +396,14 @@ TEST_F(RemoteUploadTest, AnInterruptEndsTheUploadAndTheAbortIsStillSent) {
       while (server_.log().size() < 3) std::this_thread::sleep_for(std::chrono::milliseconds(5));
       stop = true;
     });
-    failed = up->Write(RandomBytes(2 * kPart));
+    // Part 2 is sent as the Write ends; Close waits for it.
+    EXPECT_TRUE(up->Write(RandomBytes(2 * kPart)).ok());
+    failed = up->Close();
     stopper.join();
   }
-  answer_part2 = true;
+  *answer_part2 = true;
   EXPECT_TRUE(absl::IsCancelled(failed)) << failed;
-  EXPECT_EQ(Message(failed), "s3://b/k.tar: sending part 2 (5242880 bytes): stopped by the test");
+  EXPECT_EQ(Message(failed), "s3://b/k.tar: sending part 2: stopped by the test");
   EXPECT_EQ(Requests().back(), "DELETE /b/k.tar?uploadId=up%261");
 }
 
@@ -399,7 +436,8 @@ TEST_F(RemoteUploadTest, AnAbortThatFailsIsAddedToTheErrorWithTheUploadId) {
     return plan;
   };
   std::unique_ptr<RemoteUpload> up = Create();
-  const absl::Status failed = up->Write(RandomBytes(2 * kPart));
+  ASSERT_TRUE(up->Write(RandomBytes(2 * kPart)).ok());
+  const absl::Status failed = up->Close();
   EXPECT_TRUE(absl::IsPermissionDenied(failed)) << failed;
   EXPECT_EQ(Message(failed),
             "s3://b/k.tar: sending part 2 (5242880 bytes): HTTP 403 Planned: AccessDenied: no; "
@@ -465,6 +503,10 @@ TEST_F(RemoteUploadTest, CreateRefusesWhatItCannotWrite) {
   EXPECT_EQ(Message(RemoteUpload::Create("s3://b/k", options_).status()),
             "s3://b/k: upload_part_size must be from 5242880 to 5368709120 bytes (S3's limits), "
             "got 5242879");
+  options_.upload_part_size = kPart;
+  options_.upload_concurrency = 0;
+  EXPECT_EQ(Message(RemoteUpload::Create("s3://b/k", options_).status()),
+            "s3://b/k: upload_concurrency must be from 1 to 64, got 0");
   EXPECT_THAT(Requests(), IsEmpty());
 }
 

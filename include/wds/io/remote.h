@@ -139,8 +139,12 @@ struct RemoteOptions {
   // upload_part_size: the size of a multipart upload's parts (S3 allows 5
   // MiB to 5 GiB), doubled after every 1,000 parts so that an object of any
   // size fits S3's 10,000 parts; an object smaller than one part goes up in
-  // one PUT. Each upload buffers one part in memory.
+  // one PUT.
   int64_t upload_part_size = int64_t{16} << 20;
+  // upload_concurrency: parts of one upload sent at once, each on a thread
+  // and a connection of its own, while the writer fills the next part; an
+  // upload holds up to upload_concurrency + 1 parts in memory.
+  int upload_concurrency = 4;
   // --- cache
   // cache_dir: empty means no cache [WDS_CACHE]; created when missing.
   std::string cache_dir;

@@ -9,8 +9,10 @@
 //
 // Bytes are gathered into parts of RemoteOptions::upload_part_size. An
 // object smaller than one part goes up in one PUT at Close; a larger one as
-// an S3 multipart upload, each part sent as it fills (so one part is held in
-// memory) and the upload completed at Close. Either way the object appears,
+// an S3 multipart upload, each part sent as it fills, by a thread of its own
+// while the writer fills the next (up to upload_concurrency parts at once,
+// so up to upload_concurrency + 1 parts are held in memory), and the upload
+// completed at Close. Either way the object appears,
 // whole, only when Close succeeds: a reader never sees part of it, and an
 // object it replaces stays readable until then.
 //
@@ -20,7 +22,8 @@
 // checks each body against the SHA-256 in its signature.
 //
 // Failure: the first error of a Write or Close is returned, naming the URL
-// and the step (a part's number), and every later call returns it. The
+// and the step (a part's number; a part's failure is returned by the Write
+// or Close that next waits for it), and every later call returns it. The
 // multipart upload is then aborted, as it is when an unclosed upload is
 // destroyed or Abort is called, so that its parts are not kept (and billed)
 // by the store. An abort that fails is added to the error's message with the
@@ -67,7 +70,8 @@ class RemoteUpload {
   const std::string& url() const;
   // size is how many bytes were written.
   int64_t size() const;
-  // parts is how many parts were sent (0 for an object sent in one PUT).
+  // parts is how many parts were sent and acknowledged (all of them after
+  // Close; 0 for an object sent in one PUT).
   int parts() const;
   // etag is the object's ETag once Close succeeded.
   const std::string& etag() const;
