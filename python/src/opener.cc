@@ -381,11 +381,12 @@ void Apply(wds::RemoteOptions& o, const std::string& name, py::handle value) {
                                      int64_t{5} << 30, " (S3's limit), got ", o.upload_part_size));
     }
   } else if (name == "upload_concurrency") {
-    o.upload_concurrency = static_cast<int>(AtLeast(value, "upload_concurrency", 1));
-    if (o.upload_concurrency > 64) {
-      throw py::value_error(wds::Cat("RemoteOptions: upload_concurrency must be at most 64, got ",
-                                     o.upload_concurrency));
+    const int64_t concurrency = AtLeast(value, "upload_concurrency", 1);
+    if (concurrency > 64) {
+      throw py::value_error(
+          wds::Cat("RemoteOptions: upload_concurrency must be at most 64, got ", concurrency));
     }
+    o.upload_concurrency = static_cast<int>(concurrency);
   } else if (name == "http_headers") {
     o.http_headers.clear();
     for (py::handle pair : value) {

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "io/remote_stream.h"
 #include "io/remote_target.h"
 #include "wds/base/interrupt.h"
+#include "wds/internal/base/signals_blocked.h"
 #include "wds/internal/base/status_macros.h"
 #include "wds/internal/base/strings.h"
 
@@ -256,15 +258,18 @@ struct RemoteUpload::State {
   // Reap waits for the oldest part in flight and takes its result; the
   // caller's interrupt check can end the wait.
   absl::Status Reap();
-  // StopSenders cancels the parts in flight and waits for their threads.
-  void StopSenders();
+  // StopSenders cancels the parts in flight and waits for their threads,
+  // and frees every sender; true when a part was in flight.
+  bool StopSenders();
   absl::Status Complete();
   // CompletedBefore decides on a completion refused with a 404: an earlier
   // attempt may have completed the upload.
   absl::Status CompletedBefore(const std::string& what, const HttpResponse& refusal);
   absl::Status PutWhole();
-  // AbortUpload tells the store to drop the multipart upload's parts.
-  absl::Status AbortUpload();
+  // AbortUpload tells the store to drop the multipart upload's parts; twice
+  // when `again`: a part cancelled after its body was sent may still be
+  // stored after the first (S3 says an abort may need repeating).
+  absl::Status AbortUpload(bool again = false);
   // Fail records `status` as the upload's error, aborting the upload.
   absl::Status Fail(absl::Status status);
 
@@ -317,8 +322,18 @@ absl::Status RemoteUpload::State::SendPart() {
   sender->bytes.swap(part);  // `part` takes the sender's old buffer
   part.clear();
   Sender* s = sender.get();
+  try {
+    // Senders take no asynchronous signals: the writer's thread handles them.
+    const SignalsBlocked senders_take_no_signals;
+    s->thread = std::thread([this, s] { Send(*s); });
+  } catch (const std::system_error& e) {
+    part.swap(s->bytes);  // the part is the writer's again
+    --parts_started;
+    idle.push_back(std::move(sender));
+    return absl::ResourceExhaustedError(
+        Cat(exchanger.url(), ": cannot start a thread to send a part: ", e.what()));
+  }
   in_flight.push_back(std::move(sender));
-  s->thread = std::thread([this, s] { Send(*s); });
   return absl::OkStatus();
 }
 
@@ -372,13 +387,15 @@ absl::Status RemoteUpload::State::Reap() {
   return status;
 }
 
-void RemoteUpload::State::StopSenders() {
+bool RemoteUpload::State::StopSenders() {
+  const bool any = !in_flight.empty();
   cancel = true;
   for (std::unique_ptr<Sender>& sender : in_flight) {
     if (sender->thread.joinable()) sender->thread.join();
   }
   in_flight.clear();
   idle.clear();
+  return any;
 }
 
 absl::Status RemoteUpload::State::Complete() {
@@ -439,15 +456,19 @@ absl::Status RemoteUpload::State::PutWhole() {
   return absl::OkStatus();
 }
 
-absl::Status RemoteUpload::State::AbortUpload() {
+absl::Status RemoteUpload::State::AbortUpload(bool again) {
   if (upload_id.empty()) return absl::OkStatus();
   // A 404 (NoSuchUpload): nothing is left to drop.
-  absl::StatusOr<Answer> answer = exchanger.Exchange(
-      "aborting the multipart upload",
-      [&] {
-        return exchanger.target().Send("DELETE", {{"uploadId", upload_id}}, {}, "");
-      },
-      404, /*brief=*/true);
+  auto abort = [&] {
+    return exchanger.Exchange(
+        "aborting the multipart upload",
+        [&] {
+          return exchanger.target().Send("DELETE", {{"uploadId", upload_id}}, {}, "");
+        },
+        404, /*brief=*/true);
+  };
+  absl::StatusOr<Answer> answer = abort();
+  if (answer.ok() && again) answer = abort();
   if (!answer.ok()) {
     return absl::Status(answer.status().code(),
                         Cat(ToStd(answer.status().message()), " (upload ID ", upload_id,
@@ -458,9 +479,10 @@ absl::Status RemoteUpload::State::AbortUpload() {
 }
 
 absl::Status RemoteUpload::State::Fail(absl::Status status) {
-  // Every part has ended before the abort, so that none is stored after it.
-  StopSenders();
-  absl::Status aborted = AbortUpload();
+  // Every part has ended before the abort (a cancelled one may still have
+  // reached the store: the abort is then sent again).
+  const bool cancelled = StopSenders();
+  absl::Status aborted = AbortUpload(cancelled);
   if (!aborted.ok()) {
     status = absl::Status(status.code(),
                           Cat(ToStd(status.message()), "; then ", ToStd(aborted.message())));
@@ -535,6 +557,7 @@ absl::Status RemoteUpload::Close() {
   }
   if (!status.ok()) return s.Fail(status);
   s.part = std::string();
+  s.idle.clear();  // their buffers and connections
   return absl::OkStatus();
 }
 

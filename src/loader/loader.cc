@@ -20,6 +20,7 @@
 #include "wds/gpu/gpu_decode.h"
 #include "wds/internal/base/bounded_queue.h"
 #include "wds/internal/base/resume_channel.h"
+#include "wds/internal/base/signals_blocked.h"
 #include "wds/internal/base/status_macros.h"
 #include "wds/internal/base/strings.h"
 #include "wds/internal/base/worker_wiring.h"
@@ -27,31 +28,6 @@
 
 namespace wds {
 namespace {
-
-// SignalsBlocked blocks the asynchronous signals in the calling thread while
-// it lives, so that the threads it starts inherit that mask: a SIGINT or
-// SIGTERM sent to the process then goes to one of the application's threads,
-// never to a worker (runtimes such as Python's run their signal handlers
-// only in the main thread, which a signal taken by a worker would not wake).
-// The signals a thread raises itself stay deliverable.
-class SignalsBlocked {
- public:
-  SignalsBlocked() {
-    sigset_t blocked;
-    sigfillset(&blocked);
-    for (int s : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGSYS, SIGPIPE}) {
-      sigdelset(&blocked, s);
-    }
-    pthread_sigmask(SIG_BLOCK, &blocked, &previous_);
-  }
-  ~SignalsBlocked() { pthread_sigmask(SIG_SETMASK, &previous_, nullptr); }
-
-  SignalsBlocked(const SignalsBlocked&) = delete;
-  SignalsBlocked& operator=(const SignalsBlocked&) = delete;
-
- private:
-  sigset_t previous_;
-};
 
 // Entry is what a worker hands to the consumer: an item, its end (ok and
 // empty) or its error.

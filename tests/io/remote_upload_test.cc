@@ -4,6 +4,7 @@
 // error naming the URL and the step, with the upload aborted.
 #include "wds/io/remote_upload.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -194,6 +195,8 @@ TEST_F(RemoteUploadTest, ALargerObjectGoesUpInPartsSentAsTheyFill) {
     ASSERT_TRUE(up->Write(std::string_view(data).substr(at, 999'983)).ok());
     if (at + 999'983 < static_cast<size_t>(kPart)) EXPECT_THAT(Requests(), IsEmpty());
   }
+  // Filling part 2 waited for part 1: it went up before Close.
+  EXPECT_GE(Requests().size(), 2u);
   ASSERT_TRUE(up->Close().ok());
   EXPECT_THAT(
       Requests(),
@@ -215,16 +218,21 @@ TEST_F(RemoteUploadTest, ALargerObjectGoesUpInPartsSentAsTheyFill) {
 TEST_F(RemoteUploadTest, PartsGoUpAtOnceAndAreListedInOrder) {
   // Part 1's answer waits until part 3 has arrived: three parts in flight.
   options_.upload_concurrency = 3;
+  // Part 4 may go only once part 1 was answered: never more than three.
   std::atomic<bool> third{false};
   std::atomic<bool> waited_too_long{false};
+  std::atomic<bool> first_answered{false};
+  std::atomic<bool> fourth_too_soon{false};
   s3_.fault = [&](const FaultRequest& r) -> std::optional<FaultPlan> {
     if (r.target.find("partNumber=3&") != std::string::npos) third = true;
+    if (r.target.find("partNumber=4&") != std::string::npos) fourth_too_soon = !first_answered;
     if (r.target.find("partNumber=1&") != std::string::npos) {
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
       while (!third && std::chrono::steady_clock::now() < deadline) {
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
       }
       waited_too_long = !third;
+      first_answered = true;
     }
     return std::nullopt;
   };
@@ -233,12 +241,79 @@ TEST_F(RemoteUploadTest, PartsGoUpAtOnceAndAreListedInOrder) {
   ASSERT_TRUE(up->Write(data).ok());
   ASSERT_TRUE(up->Close().ok());
   EXPECT_FALSE(waited_too_long);
+  EXPECT_FALSE(fourth_too_soon);
   EXPECT_EQ(up->parts(), 5);
   EXPECT_EQ(s3_.object(), data);
   const std::string complete = server_.log().back().body;
   EXPECT_EQ(complete.find("<PartNumber>1</PartNumber><ETag>\"p1\"</ETag>"),
             std::string("<CompleteMultipartUpload><Part>").size());
   EXPECT_LT(complete.find("<PartNumber>4<"), complete.find("<PartNumber>5<"));
+}
+
+TEST_F(RemoteUploadTest, APartFailingWhileOthersAreInFlightEndsThemAllThenAbortsTwice) {
+  // Part 3 is refused while parts 1 and 2 wait for that refusal; parts 4
+  // and 5 are started meanwhile. The failure cancels what is in flight, and
+  // the abort, sent once they all ended, is sent again (a part cancelled
+  // after its body was sent may still be stored after the first).
+  options_.upload_concurrency = 3;
+  auto refused = std::make_shared<std::atomic<bool>>(false);
+  s3_.fault = [refused](const FaultRequest& r) -> std::optional<FaultPlan> {
+    if (r.target.find("partNumber=3&") != std::string::npos) {
+      *refused = true;
+      FaultPlan plan;
+      plan.status = 403;
+      plan.body = "<Error><Code>AccessDenied</Code><Message>no</Message></Error>";
+      return plan;
+    }
+    if (r.target.find("partNumber=1&") != std::string::npos ||
+        r.target.find("partNumber=2&") != std::string::npos) {
+      while (!*refused) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return std::nullopt;
+  };
+  std::unique_ptr<RemoteUpload> up = Create();
+  ASSERT_TRUE(up->Write(RandomBytes(4 * kPart + 10)).ok());
+  const absl::Status failed = up->Close();
+  EXPECT_EQ(Message(failed),
+            "s3://b/k.tar: sending part 3 (5242880 bytes): HTTP 403 Planned: AccessDenied: no");
+  const std::vector<std::string> requests = Requests();
+  ASSERT_GE(requests.size(), 2u);
+  EXPECT_EQ(requests[requests.size() - 2], "DELETE /b/k.tar?uploadId=up%261");
+  EXPECT_EQ(requests.back(), "DELETE /b/k.tar?uploadId=up%261");
+  // Parts 1 to 3 reached the server (4 and 5 may have been cancelled before
+  // they did), and every part that did came before the first abort.
+  const auto first_delete =
+      std::find(requests.begin(), requests.end(), "DELETE /b/k.tar?uploadId=up%261");
+  for (int n = 1; n <= 3; ++n) {
+    EXPECT_NE(std::find(requests.begin(), first_delete,
+                        Cat("PUT /b/k.tar?partNumber=", n, "&uploadId=up%261")),
+              first_delete)
+        << n;
+  }
+  EXPECT_EQ(std::count_if(first_delete, requests.end(),
+                          [](const std::string& r) { return StartsWith(r, "PUT "); }),
+            0);
+  EXPECT_EQ(s3_.object(), "(none)");
+}
+
+TEST_F(RemoteUploadTest, DestroyingAnUploadWithPartsInFlightCancelsThemThenAborts) {
+  options_.upload_concurrency = 3;
+  auto answer = std::make_shared<std::atomic<bool>>(false);
+  s3_.fault = [answer](const FaultRequest& r) -> std::optional<FaultPlan> {
+    if (r.target.find("partNumber=") == std::string::npos) return std::nullopt;
+    while (!*answer) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    return std::nullopt;
+  };
+  std::unique_ptr<RemoteUpload> up = Create();
+  ASSERT_TRUE(up->Write(RandomBytes(3 * kPart)).ok());  // three parts in flight, unanswered
+  while (Requests().size() < 4) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  up.reset();  // returns: the parts' requests are abandoned, not answered
+  *answer = true;
+  EXPECT_THAT(Requests(),
+              ElementsAre("POST /b/k.tar?uploads=", ::testing::StartsWith("PUT "),
+                          ::testing::StartsWith("PUT "), ::testing::StartsWith("PUT "),
+                          "DELETE /b/k.tar?uploadId=up%261", "DELETE /b/k.tar?uploadId=up%261"));
+  EXPECT_EQ(s3_.object(), "(none)");
 }
 
 TEST_F(RemoteUploadTest, TransientFailuresOfEveryStepAreRetried) {
