@@ -46,6 +46,14 @@ std::string RandomBytes(size_t size, uint32_t seed = 11) {
 
 std::string Message(const absl::Status& s) { return std::string(ToStd(s.message())); }
 
+// S3Error is S3's answer of `status` with an error `code` and `message`.
+FaultPlan S3Error(int status, std::string_view code, std::string_view message) {
+  FaultPlan plan;
+  plan.status = status;
+  plan.body = Cat("<Error><Code>", code, "</Code><Message>", message, "</Message></Error>");
+  return plan;
+}
+
 // FakeS3 answers as S3 does: an upload ID to "?uploads", an ETag per part,
 // the parts joined (in the order the completion lists them) at completion,
 // 204 to an abort. `fault`, when set, may answer a request instead.
@@ -260,10 +268,7 @@ TEST_F(RemoteUploadTest, APartFailingWhileOthersAreInFlightEndsThemAllThenAborts
   s3_.fault = [refused](const FaultRequest& r) -> std::optional<FaultPlan> {
     if (r.target.find("partNumber=3&") != std::string::npos) {
       *refused = true;
-      FaultPlan plan;
-      plan.status = 403;
-      plan.body = "<Error><Code>AccessDenied</Code><Message>no</Message></Error>";
-      return plan;
+      return S3Error(403, "AccessDenied", "no");
     }
     if (r.target.find("partNumber=1&") != std::string::npos ||
         r.target.find("partNumber=2&") != std::string::npos) {
@@ -350,10 +355,7 @@ TEST_F(RemoteUploadTest, TransientFailuresOfEveryStepAreRetried) {
 TEST_F(RemoteUploadTest, APermanentFailureNamesTheStepAndAbortsTheUpload) {
   s3_.fault = [](const FaultRequest& r) -> std::optional<FaultPlan> {
     if (r.target.find("partNumber=2") == std::string::npos) return std::nullopt;
-    FaultPlan plan;
-    plan.status = 403;
-    plan.body = "<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>";
-    return plan;
+    return S3Error(403, "AccessDenied", "Access Denied");
   };
   std::unique_ptr<RemoteUpload> up = Create();
   // Part 2 is sent as the Write ends; its failure comes with the next call.
@@ -418,10 +420,7 @@ TEST_F(RemoteUploadTest, AnUploadGoneWithoutItsObjectIsNotFound) {
   server_.Put("/b/k.tar", "older object", "\"0123abcd-2\"");
   s3_.fault = [](const FaultRequest& r) -> std::optional<FaultPlan> {
     if (r.method != "POST" || r.target.find("uploadId=") == std::string::npos) return std::nullopt;
-    FaultPlan plan;
-    plan.status = 404;
-    plan.body = "<Error><Code>NoSuchUpload</Code><Message>gone</Message></Error>";
-    return plan;
+    return S3Error(404, "NoSuchUpload", "gone");
   };
   std::unique_ptr<RemoteUpload> up = Create();
   ASSERT_TRUE(up->Write(RandomBytes(kPart + 7)).ok());
@@ -505,10 +504,7 @@ TEST_F(RemoteUploadTest, AnAbortThatFailsIsAddedToTheErrorWithTheUploadId) {
     if (r.target.find("partNumber=2") == std::string::npos && r.method != "DELETE") {
       return std::nullopt;
     }
-    FaultPlan plan;
-    plan.status = 403;
-    plan.body = "<Error><Code>AccessDenied</Code><Message>no</Message></Error>";
-    return plan;
+    return S3Error(403, "AccessDenied", "no");
   };
   std::unique_ptr<RemoteUpload> up = Create();
   ASSERT_TRUE(up->Write(RandomBytes(2 * kPart)).ok());
@@ -550,10 +546,7 @@ TEST_F(RemoteUploadTest, AnAbortAfterCloseLeavesTheObject) {
 
 TEST_F(RemoteUploadTest, TransientFailuresThatLastGiveUpAfterMaxAttempts) {
   s3_.fault = [](const FaultRequest&) -> std::optional<FaultPlan> {
-    FaultPlan plan;
-    plan.status = 503;
-    plan.body = "<Error><Code>SlowDown</Code><Message>Reduce your rate</Message></Error>";
-    return plan;
+    return S3Error(503, "SlowDown", "Reduce your rate");
   };
   options_.max_attempts = 3;
   std::unique_ptr<RemoteUpload> up = Create();
@@ -588,10 +581,7 @@ TEST_F(RemoteUploadTest, CreateRefusesWhatItCannotWrite) {
 TEST_F(RemoteUploadTest, DeleteRemoteObjectTakesAMissingObjectAsDeleted) {
   EXPECT_TRUE(DeleteRemoteObject("s3://b/k.tar.idx", options_).ok());
   s3_.fault = [](const FaultRequest&) -> std::optional<FaultPlan> {
-    FaultPlan plan;
-    plan.status = 404;
-    plan.body = "<Error><Code>NoSuchKey</Code><Message>none</Message></Error>";
-    return plan;
+    return S3Error(404, "NoSuchKey", "none");
   };
   EXPECT_TRUE(DeleteRemoteObject("s3://b/k.tar.idx", options_).ok());
   s3_.fault = [](const FaultRequest&) -> std::optional<FaultPlan> {
