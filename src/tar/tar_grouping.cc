@@ -63,11 +63,24 @@ bool IsWritableKey(std::string_view key) {
 
 absl::StatusOr<std::unique_ptr<ShardSampleReader>> ShardSampleReader::Open(
     std::unique_ptr<ByteStream> stream, ShardSampleReaderOptions options) {
+  auto decision = std::make_shared<Decision>();
+  if (options.member_name) {
+    // The hook is asked as the tar reader meets the member's header; an
+    // error reads the data (Next reports it as before).
+    options.tar.want = [hook = options.member_name, decision](std::string_view name) {
+      if (IsMetadataName(name)) return true;
+      decision->answer = hook(name);
+      decision->made = true;
+      return !decision->answer.ok() || decision->answer->has_value();
+    };
+  }
   absl::StatusOr<std::unique_ptr<TarReader>> reader =
       TarReader::Open(std::move(stream), options.tar);
   if (!reader.ok()) return reader.status();
-  return std::unique_ptr<ShardSampleReader>(
+  auto out = std::unique_ptr<ShardSampleReader>(
       new ShardSampleReader(*std::move(reader), std::move(options)));
+  out->decision_ = std::move(decision);
+  return out;
 }
 
 ShardSampleReader::ShardSampleReader(std::unique_ptr<TarReader> reader,
@@ -103,7 +116,11 @@ absl::StatusOr<std::optional<GroupedSample>> ShardSampleReader::Next() {
     TarMember& m = **member;
     std::string_view name = m.name;
     if (options_.member_name && !IsMetadataName(name)) {
-      absl::StatusOr<std::optional<std::string>> renamed = options_.member_name(name);
+      // Asked already, before the data was read (Open), unless the reader
+      // reads no data at all.
+      absl::StatusOr<std::optional<std::string>> renamed =
+          decision_->made ? std::move(decision_->answer) : options_.member_name(name);
+      decision_->made = false;
       if (!renamed.ok()) {
         pending_error_ = renamed.status();
         if (!current_.members.empty()) return std::exchange(current_, {});

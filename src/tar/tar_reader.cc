@@ -596,7 +596,8 @@ absl::StatusOr<std::optional<TarMember>> TarReader::State::ReadNext() {
           Cat(stream->url(), ": member ", name, " at offset ", member.offset, " is ", member.size,
               " bytes, more than max_member_size ", options.max_member_size));
     }
-    if (options.read_data) {
+    const bool read = options.read_data && (!options.want || options.want(name));
+    if (read) {
       absl::StatusOr<Buffer> data = ReadData(name, member.offset, member.size);
       if (!data.ok()) {
         failed_name = name;
@@ -605,7 +606,7 @@ absl::StatusOr<std::optional<TarMember>> TarReader::State::ReadNext() {
       member.data = *std::move(data);
     }
     member.name = name;
-    if (!options.read_data) {
+    if (!read) {
       entry_name = member.name;
       entry_offset = member.offset;
     }

@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "util/test_util.h"
+#include "wds/internal/base/strings.h"
 #include "wds/io/byte_stream.h"
 #include "wds/pipeline/pipeline.h"
 #include "wds/pipeline/web_dataset.h"
@@ -55,6 +56,52 @@ absl::StatusOr<std::vector<Sample>> Read(const std::string& tar, MemberNameHook 
   ctx.errors = std::move(errors);
   std::unique_ptr<SampleStream> stream = pipeline->Open(ctx);
   return testing::Drain(*stream);
+}
+
+TEST(MemberNameHookTest, MembersItDropsAreSkippedUnread) {
+  // select_files keeping the small fields of samples with a 4 MiB one: the
+  // big members are moved past (ByteStream::Skip), not read, and the hook
+  // is asked once per member.
+  std::vector<testing::TarEntry> entries;
+  for (const std::string key : {"a", "b", "c"}) {
+    entries.push_back({key + ".bin", std::string(4 << 20, key[0])});
+    entries.push_back({key + ".txt", "text of " + key});
+  }
+  const std::string tar = MakeTar(entries);
+  for (const bool drop : {true, false}) {
+    int64_t read = 0, skipped = 0;
+    int calls = 0;
+    ShardSampleReaderOptions options;
+    options.member_name = [&](std::string_view name) -> Hooked {
+      ++calls;
+      if (drop && name.substr(name.size() - 4) == ".bin") return std::nullopt;
+      return std::string(name);
+    };
+    absl::StatusOr<std::unique_ptr<ShardSampleReader>> reader =
+        ShardSampleReader::Open(std::make_unique<testing::CountingStream>(
+                                    MemoryStream("mem://s.tar", tar), &read, &skipped),
+                                options);
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    std::vector<std::string> got;
+    while (true) {
+      absl::StatusOr<std::optional<GroupedSample>> sample = (*reader)->Next();
+      ASSERT_TRUE(sample.ok()) << sample.status();
+      if (!sample->has_value()) break;
+      for (const auto& [field, member] : (*sample)->members) {
+        got.push_back(Cat((*sample)->key, ".", field, "=", member.data.size()));
+      }
+    }
+    EXPECT_EQ(calls, 6);
+    EXPECT_EQ(read + skipped, static_cast<int64_t>(tar.size()));
+    if (drop) {
+      EXPECT_THAT(got, ElementsAre("a.txt=9", "b.txt=9", "c.txt=9"));
+      EXPECT_LT(read, 4 << 20);  // less than one big member
+    } else {
+      EXPECT_THAT(got, ElementsAre("a.bin=4194304", "a.txt=9", "b.bin=4194304", "b.txt=9",
+                                   "c.bin=4194304", "c.txt=9"));
+      EXPECT_GT(read, 3 * (4 << 20));
+    }
+  }
 }
 
 TEST(MemberNameHookTest, SkipsAndRenamesBeforeGrouping) {

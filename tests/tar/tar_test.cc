@@ -459,30 +459,6 @@ TEST(TarReaderTest, CorruptStoredGzipBlockIsCaughtByTheChecksum) {
   EXPECT_THAT(Message(r.status), HasSubstr("incorrect data check"));
 }
 
-// CountingStream counts what its reader reads and skips.
-class CountingStream : public ByteStream {
- public:
-  CountingStream(std::unique_ptr<ByteStream> inner, int64_t* read, int64_t* skipped)
-      : inner_(std::move(inner)), read_(read), skipped_(skipped) {}
-  absl::StatusOr<size_t> Read(void* buffer, size_t size) override {
-    absl::StatusOr<size_t> n = inner_->Read(buffer, size);
-    if (n.ok()) *read_ += static_cast<int64_t>(*n);
-    return n;
-  }
-  absl::StatusOr<int64_t> Skip(int64_t size) override {
-    absl::StatusOr<int64_t> n = inner_->Skip(size);
-    if (n.ok()) *skipped_ += *n;
-    return n;
-  }
-  absl::Status Finish() override { return inner_->Finish(); }
-  const std::string& url() const override { return inner_->url(); }
-
- private:
-  std::unique_ptr<ByteStream> inner_;
-  int64_t* read_;
-  int64_t* skipped_;
-};
-
 TEST(TarReaderTest, WithoutDataMembersCarrySizesAndDataOffsets) {
   Members r =
       ReadMembers(MemoryStream("mem://shard", UstarTar(ThreeMembers())), {.read_data = false});
@@ -512,12 +488,37 @@ TEST(TarReaderTest, WithoutDataSkipsMemberDataInsteadOfReadingIt) {
   int64_t read = 0;
   int64_t skipped = 0;
   Members r = ReadMembers(
-      std::make_unique<CountingStream>(MemoryStream("mem://shard", tar), &read, &skipped),
+      std::make_unique<testing::CountingStream>(MemoryStream("mem://shard", tar), &read, &skipped),
       {.read_data = false});
   ASSERT_TRUE(r.status.ok()) << r.status;
   EXPECT_THAT(Names(r.members), ElementsAre("a.bin", "b.bin", "c.bin"));
   EXPECT_EQ(read + skipped, static_cast<int64_t>(tar.size()));
   EXPECT_LT(read, static_cast<int64_t>(tar.size()) / 2);
+}
+
+TEST(TarReaderTest, WantSkipsTheDataOfTheMembersItRefuses) {
+  const std::string big = RandomBytes(4 << 20);
+  const std::string tar = UstarTar({{"a.bin", big}, {"a.txt", "A"}, {"b.bin", big}});
+  int64_t read = 0;
+  int64_t skipped = 0;
+  std::vector<std::string> asked;
+  TarReaderOptions options;
+  options.want = [&](std::string_view name) {
+    asked.emplace_back(name);
+    return name != "a.bin";
+  };
+  Members r = ReadMembers(
+      std::make_unique<testing::CountingStream>(MemoryStream("mem://shard", tar), &read, &skipped),
+      options);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_THAT(asked, ElementsAre("a.bin", "a.txt", "b.bin"));
+  ASSERT_THAT(Names(r.members), ElementsAre("a.bin", "a.txt", "b.bin"));
+  EXPECT_TRUE(r.members[0].data.empty());
+  EXPECT_EQ(r.members[0].size, 4 << 20);
+  EXPECT_EQ(r.members[1].data.view(), "A");
+  EXPECT_EQ(r.members[2].data.view(), big);
+  EXPECT_EQ(read + skipped, static_cast<int64_t>(tar.size()));
+  EXPECT_LT(read, static_cast<int64_t>(tar.size()) * 2 / 3);
 }
 
 TEST(TarReaderTest, WithoutDataATruncatedMemberIsDataLossNamingIt) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -10,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "wds/base/stage.h"
+#include "wds/io/byte_stream.h"
 
 namespace wds::testing {
 
@@ -89,6 +91,30 @@ class ScopedEnv {
  private:
   const char* name_;
   std::optional<std::string> old_;
+};
+
+// CountingStream counts what its reader reads and skips.
+class CountingStream : public ByteStream {
+ public:
+  CountingStream(std::unique_ptr<ByteStream> inner, int64_t* read, int64_t* skipped)
+      : inner_(std::move(inner)), read_(read), skipped_(skipped) {}
+  absl::StatusOr<size_t> Read(void* buffer, size_t size) override {
+    absl::StatusOr<size_t> n = inner_->Read(buffer, size);
+    if (n.ok()) *read_ += static_cast<int64_t>(*n);
+    return n;
+  }
+  absl::StatusOr<int64_t> Skip(int64_t size) override {
+    absl::StatusOr<int64_t> n = inner_->Skip(size);
+    if (n.ok()) *skipped_ += *n;
+    return n;
+  }
+  absl::Status Finish() override { return inner_->Finish(); }
+  const std::string& url() const override { return inner_->url(); }
+
+ private:
+  std::unique_ptr<ByteStream> inner_;
+  int64_t* read_;
+  int64_t* skipped_;
 };
 
 }  // namespace wds::testing

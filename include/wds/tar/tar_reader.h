@@ -70,6 +70,11 @@ inline constexpr size_t kDefaultReadBufferSize = size_t{1} << 20;
 struct TarReaderOptions {
   // read_data = false skips every member's data (TarMember::data is empty).
   bool read_data = true;
+  // want, if set, is asked for each member's name just before Next returns
+  // it: false skips that member's data (its TarMember::data is empty), which
+  // a file or a remote stream then moves past without reading
+  // (ByteStream::Skip), as with read_data = false.
+  std::function<bool(std::string_view name)> want;
   // max_member_size is the largest member accepted: a header announcing more
   // is a ResourceExhausted error naming the member, before anything is
   // allocated for it. Below it, memory is reserved no faster than bytes

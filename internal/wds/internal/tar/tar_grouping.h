@@ -70,9 +70,9 @@ struct ShardSampleReaderOptions {
   // the stream).
   std::function<bool(const TarMember&)> on_skipped;
   // member_name, if set, is asked for the name of each member that is not a
-  // metadata name (the reference checks those on the tar's name first):
-  // nullopt skips the member (on_skipped does not see it), a name is split
-  // and grouped in place of the member's own (which the member keeps, for
+  // metadata name (the reference checks those on the tar's name first),
+  // before the member's data is read: nullopt skips the member, unread (on_skipped does not see
+  // it), a name is split and grouped in place of the member's own (which the member keeps, for
   // messages). Its error ends the shard with it, after the sample in
   // progress (complete up to that member, as the reference's end-of-shard
   // marker completes it); the reader holding that choice (TarSamples) may
@@ -111,6 +111,18 @@ class ShardSampleReader {
   bool ended_ = false;
   // renamed_ holds the member_name hook's answer while it is split.
   std::string renamed_;
+
+ public:
+  // Decision is the member_name hook's answer for the member the tar reader
+  // is about to return, asked (TarReaderOptions::want) before its data is
+  // read, so that a member the hook drops is skipped unread.
+  struct Decision {
+    bool made = false;
+    absl::StatusOr<std::optional<std::string>> answer;
+  };
+
+ private:
+  std::shared_ptr<Decision> decision_;
 };
 
 }  // namespace wds
