@@ -62,6 +62,11 @@ RECIPES = {
     "repeat": lambda p: (wds.WebDataset(p, shardshuffle=100, seed=5).shuffle(8, initial=3)
                          .decode("rgb8").to_tuple("jpg", "cls", "__key__").batched(5)
                          .repeat(2)),
+    # shards drawn with replacement, seeded (OpenCLIP's --dataset-resampled)
+    "resampled": lambda p: (wds.WebDataset(p, resampled=True, shardshuffle=False, seed=5)
+                            .shuffle(8, initial=3)
+                            .decode("rgb8").to_tuple("jpg", "cls", "__key__").batched(4)
+                            .with_epoch(12)),
     # samples, not batches; no shuffle buffer; the reference's shard order
     "samples": lambda p: (wds.WebDataset(p, shardshuffle=False).decode("rgb8")
                           .to_tuple("jpg", "cls", "__key__").map_tuple(None, None, lambda k: [k])),
@@ -235,14 +240,15 @@ class Snapshots(torch.utils.data.IterableDataset):
             yield worker, (tuple(keys), np.asarray(labels).tobytes()), self.dataset.state_dict()
 
 
-@pytest.mark.parametrize("context", ["fork", "spawn"])
-def test_dataloader_workers_resume_from_their_states(shards, context):
+@pytest.mark.parametrize("context,recipe", [("fork", "batched"), ("spawn", "batched"),
+                                            ("fork", "resampled")])
+def test_dataloader_workers_resume_from_their_states(shards, context, recipe):
     """Real worker processes: the states travel from the workers to the main
     process with the items (as StatefulDataLoader's snapshots do), the main
     process keeps each worker's state of the last item it took, and new
-    workers continue from them."""
+    workers continue from them (each worker draws its own resampled shards)."""
     def loader(states=None):
-        return torch.utils.data.DataLoader(Snapshots(RECIPES["batched"](shards), states),
+        return torch.utils.data.DataLoader(Snapshots(RECIPES[recipe](shards), states),
                                            batch_size=None, num_workers=2,
                                            multiprocessing_context=context)
 
@@ -378,8 +384,6 @@ def unrecordable(pattern):
     return [
         (wds.DataPipeline(python_source, wds.batched(2)),
          r"the pipeline must start with the native shard source"),
-        (wds.WebDataset(pattern, resampled=True, shardshuffle=False).batched(2).with_epoch(6),
-         r"resampled shards have no position to record"),
         (base(pattern).batched(2).unbatched(), r"unbatched holds items between its outputs"),
         (base(pattern).listed(2).unlisted(), r"unlisted holds items between its outputs"),
         (base(pattern).slice(5), r"the slice stage keeps a position a state cannot record"),

@@ -458,9 +458,6 @@ def resume_recipe(stages, ctx):
             "SimpleShardList, epoch_shuffle, split_by_node, split_by_worker and "
             "tarfile_to_samples with a native handler); the position of a Python source cannot "
             "be recorded")
-    if first.source.resampled:
-        raise Unrecordable("resampled shards have no position to record (draws are endless); "
-                           "resume them by epoch")
     if not isinstance(first.source.tar.core_handler(), str):
         raise Unrecordable("a Python handler callable reads the shards one at a time, which a "
                            "state cannot record (use a named handler such as warn_and_continue)")

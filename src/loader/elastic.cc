@@ -73,6 +73,11 @@ absl::StatusOr<Leftover> OpenLeftover(const Pipeline& pipeline, const JobStateDa
   Rewire(ctx).resume = resume;
   std::unique_ptr<SampleStream> stream = pipeline.OpenPass(ctx);
   absl::Status error = resume->error;
+  if (error.ok() && resume->pass_samples == kEndlessPass) {
+    error = absl::FailedPreconditionError(
+        "its pass never ends (shards drawn with replacement), so what it left cannot be shared "
+        "out: resume with the same ranks and workers, or from the start of an epoch");
+  }
   if (error.ok() && resume->pass_samples < 0) {
     // The source could not plan its pass; its first Next() says why
     // without reading a sample.

@@ -193,9 +193,8 @@ absl::StatusOr<Pipeline> WebDataset(std::vector<std::string> urls, WebDatasetOpt
     catalog = std::make_shared<ShardCatalog>(options.opener, options.dataset_index);
   }
   std::shared_ptr<ShardCatalog> counts_for_restore =
-      options.resampled    ? nullptr
-      : catalog != nullptr ? catalog
-                           : std::make_shared<ShardCatalog>(options.opener, options.dataset_index);
+      catalog != nullptr ? catalog
+                         : std::make_shared<ShardCatalog>(options.opener, options.dataset_index);
   std::string recipe =
       Cat("webdataset(", shards->size(), " shards ", UrlsHash(*shards), ",seed ", options.seed,
           ",shuffle ", int{options.shardshuffle}, ",split ", int(split), ",resampled ",
@@ -227,9 +226,11 @@ absl::StatusOr<Pipeline> WebDataset(std::vector<std::string> urls, WebDatasetOpt
       if (slices->ok()) pass_samples = SampleCount(**slices);
       url_stream = SlicesStream(*std::move(slices));
     }
+    // Shards drawn with replacement without a count never end.
+    const bool endless = options.resampled && !options.nshards.has_value() && !slices.has_value();
     std::unique_ptr<SampleStream> stream =
         TarSamples(std::move(url_stream), options.opener, options.handler, ctx,
-                   options.max_member_size, counts_for_restore, options.member_name);
+                   options.max_member_size, counts_for_restore, options.member_name, endless);
     if (resume != nullptr) resume->position.pass_samples = pass_samples;
     return stream;
   };

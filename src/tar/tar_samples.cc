@@ -16,14 +16,34 @@
 namespace wds {
 namespace {
 
+// ThenStream yields `first`'s slices, then `then`'s.
+class ThenStream : public UrlStream {
+ public:
+  ThenStream(std::unique_ptr<UrlStream> first, std::unique_ptr<UrlStream> then)
+      : first_(std::move(first)), then_(std::move(then)) {}
+  absl::StatusOr<std::optional<ShardSlice>> Next() override {
+    if (first_ != nullptr) {
+      absl::StatusOr<std::optional<ShardSlice>> slice = first_->Next();
+      if (!slice.ok() || slice->has_value()) return slice;
+      first_.reset();
+    }
+    return then_->Next();
+  }
+
+ private:
+  std::unique_ptr<UrlStream> first_;
+  std::unique_ptr<UrlStream> then_;
+};
+
 constexpr std::string_view kStageName = "tar";
 
 class TarSampleStream : public SampleStream {
  public:
   TarSampleStream(std::unique_ptr<UrlStream> urls, Opener opener, Handler handler,
                   WorkerContext ctx, int64_t max_member_size, std::shared_ptr<ShardCatalog> catalog,
-                  MemberNameHook member_name)
-      : max_member_size_(max_member_size),
+                  MemberNameHook member_name, bool endless)
+      : endless_(endless),
+        max_member_size_(max_member_size),
         catalog_(std::move(catalog)),
         member_name_(std::move(member_name)),
         urls_(std::move(urls)),
@@ -98,6 +118,7 @@ class TarSampleStream : public SampleStream {
   // NameMember asks member_name_ for `name`, handing its error to the handler.
   absl::StatusOr<std::optional<std::string>> NameMember(std::string_view name);
 
+  const bool endless_;
   const int64_t max_member_size_;
   const std::shared_ptr<ShardCatalog> catalog_;
   const MemberNameHook member_name_;
@@ -135,6 +156,8 @@ void TarSampleStream::PlanRestore(ResumeChannel& resume) {
   restore_at_ = resume.restore->source_out;
   int64_t total = 0;
   while (true) {
+    // An endless pass is planned up to the slice holding the position.
+    if (endless_ && total > restore_at_) break;
     absl::StatusOr<std::optional<ShardSlice>> slice = urls_->Next();
     if (!slice.ok()) {
       restore_error_ = slice.status();
@@ -156,6 +179,10 @@ void TarSampleStream::PlanRestore(ResumeChannel& resume) {
     }
     total += (*slice)->end - (*slice)->begin;
     pass_slices_.push_back(**std::move(slice));
+  }
+  if (endless_) {
+    resume.pass_samples = kEndlessPass;
+    return;
   }
   resume.pass_samples = total;
   resume.planned_slices = std::make_shared<const std::vector<ShardSlice>>(pass_slices_);
@@ -219,7 +246,9 @@ absl::Status TarSampleStream::Restore() {
     if (skip > 0) slice.begin += skip;
     rest.push_back(std::move(slice));
   }
-  urls_ = SlicesStream(std::move(rest));
+  // An endless source goes on after the slices planned.
+  urls_ = endless_ ? std::make_unique<ThenStream>(SlicesStream(std::move(rest)), std::move(urls_))
+                   : SlicesStream(std::move(rest));
   resume.position.source_out = start;
   pass_slices_.clear();
   return absl::OkStatus();
@@ -383,10 +412,10 @@ std::unique_ptr<SampleStream> TarSamples(std::unique_ptr<UrlStream> urls, Opener
                                          Handler handler, const WorkerContext& ctx,
                                          int64_t max_member_size,
                                          std::shared_ptr<ShardCatalog> catalog,
-                                         MemberNameHook member_name) {
+                                         MemberNameHook member_name, bool endless) {
   return std::make_unique<TarSampleStream>(std::move(urls), std::move(opener), handler, ctx,
                                            max_member_size, std::move(catalog),
-                                           std::move(member_name));
+                                           std::move(member_name), endless);
 }
 
 }  // namespace wds

@@ -32,6 +32,10 @@ namespace wds {
 // samples than its count, is a DataLoss error naming it and the counts (a
 // stale index). REQUIRES: catalog != nullptr when a slice has begin > 0.
 //
+// `endless` says that `urls` never ends (shards drawn with replacement): a
+// restore then plans the pass only up to the checkpoint's position and goes
+// on with `urls` after it.
+//
 // `member_name`, if set, renames or skips members before grouping
 // (ShardSampleReaderOptions::member_name). Its errors go to `handler` one
 // member at a time, as the reference's tar_file_iterator hands them over:
@@ -50,6 +54,7 @@ std::unique_ptr<SampleStream> TarSamples(std::unique_ptr<UrlStream> urls, Opener
                                          Handler handler, const WorkerContext& ctx,
                                          int64_t max_member_size = kDefaultMaxMemberSize,
                                          std::shared_ptr<ShardCatalog> catalog = nullptr,
-                                         MemberNameHook member_name = nullptr);
+                                         MemberNameHook member_name = nullptr,
+                                         bool endless = false);
 
 }  // namespace wds

@@ -152,6 +152,44 @@ TEST(ResumeTest, ShuffleBufferDecodeAndBatchesOverThreeWorkers) {
   ExpectExactResume(r, 1);
 }
 
+TEST(ResumeTest, ShardsDrawnWithReplacementResumeExactly) {
+  // An endless source (resampled, no nshards): a restore replays the seeded
+  // draws up to the checkpoint and reads on from there; shards are counted
+  // from their sidecars, or by reading them.
+  for (const bool sidecars : {true, false}) {
+    SCOPED_TRACE(sidecars ? "sidecars" : "no sidecars");
+    TempDir dir;
+    Recipe r{WriteShards(dir, kSizes, Compression::kNone, sidecars)};
+    r.source = {.seed = 3, .resampled = true, .allow_empty = true};
+    r.shuffle = 6;
+    r.batch = 3;
+    r.length = 13;
+    r.loader = {.workers = 2, .prefetch = 2};
+    ExpectExactResume(r, 2);
+  }
+}
+
+TEST(ResumeTest, AnEndlessPassIsNotSharedOutByAnElasticResume) {
+  TempDir dir;
+  Recipe r{WriteShards(dir, kSizes, Compression::kNone, true)};
+  r.source = {.seed = 3, .resampled = true, .allow_empty = true};
+  r.shuffle = 6;
+  r.length = 20;
+  r.loader = {.workers = 2, .prefetch = 2};
+  std::string job;
+  {
+    Loader first(r.Build(), r.loader);
+    ASSERT_EQ(Take(first, 5).size(), 5u);
+    job = first.JobState({first.State().value()}).value();
+  }
+  r.loader.workers = 3;
+  Loader other(r.Build(), r.loader);
+  const absl::Status refused = other.Restore(job);
+  EXPECT_TRUE(absl::IsFailedPrecondition(refused)) << refused;
+  EXPECT_THAT(std::string(refused.message()),
+              HasSubstr("its pass never ends (shards drawn with replacement)"));
+}
+
 TEST(ResumeTest, SampleSplitAcrossRanksWithLengthOverSeveralPasses) {
   TempDir dir;
   Recipe r{WriteShards(dir, kSizes, Compression::kGzip, true)};

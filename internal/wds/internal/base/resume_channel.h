@@ -14,6 +14,9 @@
 
 namespace wds {
 
+// kEndlessPass is ResumeChannel::pass_samples of a pass that never ends.
+inline constexpr int64_t kEndlessPass = INT64_MAX;
+
 // ShardSlice is a part of a shard (wds/shards/shard_list.h); the channel
 // only hands lists of them between the loader and the tar source.
 struct ShardSlice;
@@ -50,6 +53,7 @@ struct ResumeChannel {
   // in the pass) of the samples its buffer held, in buffer order, which the
   // source yields first, and the ordinal it continues from.
   int64_t pass_samples = -1;
+  // (kEndlessPass: a source that never ends, shards drawn with replacement.)
   std::vector<int64_t> replay;
   int64_t continue_at = -1;
   // sources and shuffles count the stages of the open pass (`counted_pass`;
