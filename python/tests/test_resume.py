@@ -67,6 +67,10 @@ RECIPES = {
                             .shuffle(8, initial=3)
                             .decode("rgb8").to_tuple("jpg", "cls", "__key__").batched(4)
                             .with_epoch(12)),
+    # the same drawn by ResampledShards (nshards: sys.maxsize) in a DataPipeline
+    "resampled_shards": lambda p: wds.DataPipeline(
+        wds.ResampledShards(p, seed=7), wds.tarfile_to_samples(), wds.shuffle(8, initial=3, seed=2),
+        wds.decode("rgb8"), wds.to_tuple("jpg", "cls", "__key__"), wds.batched(4)).with_epoch(10),
     # samples, not batches; no shuffle buffer; the reference's shard order
     "samples": lambda p: (wds.WebDataset(p, shardshuffle=False).decode("rgb8")
                           .to_tuple("jpg", "cls", "__key__").map_tuple(None, None, lambda k: [k])),
@@ -384,6 +388,8 @@ def unrecordable(pattern):
     return [
         (wds.DataPipeline(python_source, wds.batched(2)),
          r"the pipeline must start with the native shard source"),
+        (wds.WebDataset(pattern, resampled=True, shardshuffle=False).batched(2).with_epoch(6),
+         r"shards resampled without a seed are drawn anew every run"),
         (base(pattern).batched(2).unbatched(), r"unbatched holds items between its outputs"),
         (base(pattern).listed(2).unlisted(), r"unlisted holds items between its outputs"),
         (base(pattern).slice(5), r"the slice stage keeps a position a state cannot record"),

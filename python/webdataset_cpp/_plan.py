@@ -458,6 +458,11 @@ def resume_recipe(stages, ctx):
             "SimpleShardList, epoch_shuffle, split_by_node, split_by_worker and "
             "tarfile_to_samples with a native handler); the position of a Python source cannot "
             "be recorded")
+    resampler = first.source.resampler
+    if resampler is not None and not resampler.repeatable():
+        raise Unrecordable("shards resampled without a seed are drawn anew every run, which no "
+                           "state can replay: give the dataset a seed (WebDataset(seed=...), "
+                           "$WDS_SEED) or ResampledShards(seed=...)")
     if not isinstance(first.source.tar.core_handler(), str):
         raise Unrecordable("a Python handler callable reads the shards one at a time, which a "
                            "state cannot record (use a named handler such as warn_and_continue)")

@@ -75,8 +75,8 @@ absl::StatusOr<Leftover> OpenLeftover(const Pipeline& pipeline, const JobStateDa
   absl::Status error = resume->error;
   if (error.ok() && resume->pass_samples == kEndlessPass) {
     error = absl::FailedPreconditionError(
-        "its pass never ends (shards drawn with replacement), so what it left cannot be shared "
-        "out: resume with the same ranks and workers, or from the start of an epoch");
+        "its pass draws shards with replacement, so what it left cannot be shared out: resume "
+        "with the same ranks and workers, or from the start of an epoch");
   }
   if (error.ok() && resume->pass_samples < 0) {
     // The source could not plan its pass; its first Next() says why

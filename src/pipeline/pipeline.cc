@@ -226,11 +226,11 @@ absl::StatusOr<Pipeline> WebDataset(std::vector<std::string> urls, WebDatasetOpt
       if (slices->ok()) pass_samples = SampleCount(**slices);
       url_stream = SlicesStream(*std::move(slices));
     }
-    // Shards drawn with replacement without a count never end.
-    const bool endless = options.resampled && !options.nshards.has_value() && !slices.has_value();
+    // Shards drawn with replacement (forever, without nshards).
+    const bool drawn = options.resampled && !slices.has_value();
     std::unique_ptr<SampleStream> stream =
         TarSamples(std::move(url_stream), options.opener, options.handler, ctx,
-                   options.max_member_size, counts_for_restore, options.member_name, endless);
+                   options.max_member_size, counts_for_restore, options.member_name, drawn);
     if (resume != nullptr) resume->position.pass_samples = pass_samples;
     return stream;
   };

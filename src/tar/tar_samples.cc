@@ -41,8 +41,8 @@ class TarSampleStream : public SampleStream {
  public:
   TarSampleStream(std::unique_ptr<UrlStream> urls, Opener opener, Handler handler,
                   WorkerContext ctx, int64_t max_member_size, std::shared_ptr<ShardCatalog> catalog,
-                  MemberNameHook member_name, bool endless)
-      : endless_(endless),
+                  MemberNameHook member_name, bool drawn)
+      : drawn_(drawn),
         max_member_size_(max_member_size),
         catalog_(std::move(catalog)),
         member_name_(std::move(member_name)),
@@ -118,7 +118,8 @@ class TarSampleStream : public SampleStream {
   // NameMember asks member_name_ for `name`, handing its error to the handler.
   absl::StatusOr<std::optional<std::string>> NameMember(std::string_view name);
 
-  const bool endless_;
+  // drawn_: the source draws shards (with replacement), perhaps forever.
+  const bool drawn_;
   const int64_t max_member_size_;
   const std::shared_ptr<ShardCatalog> catalog_;
   const MemberNameHook member_name_;
@@ -155,15 +156,20 @@ void TarSampleStream::PlanRestore(ResumeChannel& resume) {
   restoring_ = true;
   restore_at_ = resume.restore->source_out;
   int64_t total = 0;
+  bool ended = false;
   while (true) {
-    // An endless pass is planned up to the slice holding the position.
-    if (endless_ && total > restore_at_) break;
+    // Drawn shards are planned up to the slice holding the position: the
+    // source had not ended there, so neither will the shuffle's replay.
+    if (drawn_ && total > restore_at_) break;
     absl::StatusOr<std::optional<ShardSlice>> slice = urls_->Next();
     if (!slice.ok()) {
       restore_error_ = slice.status();
       return;
     }
-    if (!slice->has_value()) break;
+    if (!slice->has_value()) {
+      ended = true;
+      break;
+    }
     if ((*slice)->end < 0) {
       if (catalog_ == nullptr) {
         restore_error_ = absl::FailedPreconditionError(
@@ -180,8 +186,8 @@ void TarSampleStream::PlanRestore(ResumeChannel& resume) {
     total += (*slice)->end - (*slice)->begin;
     pass_slices_.push_back(**std::move(slice));
   }
-  if (endless_) {
-    resume.pass_samples = kEndlessPass;
+  if (!ended) {
+    resume.pass_samples = kEndlessPass;  // not known: as if endless
     return;
   }
   resume.pass_samples = total;
@@ -246,9 +252,9 @@ absl::Status TarSampleStream::Restore() {
     if (skip > 0) slice.begin += skip;
     rest.push_back(std::move(slice));
   }
-  // An endless source goes on after the slices planned.
-  urls_ = endless_ ? std::make_unique<ThenStream>(SlicesStream(std::move(rest)), std::move(urls_))
-                   : SlicesStream(std::move(rest));
+  // Drawn shards go on after the slices planned.
+  urls_ = drawn_ ? std::make_unique<ThenStream>(SlicesStream(std::move(rest)), std::move(urls_))
+                 : SlicesStream(std::move(rest));
   resume.position.source_out = start;
   pass_slices_.clear();
   return absl::OkStatus();
@@ -412,10 +418,10 @@ std::unique_ptr<SampleStream> TarSamples(std::unique_ptr<UrlStream> urls, Opener
                                          Handler handler, const WorkerContext& ctx,
                                          int64_t max_member_size,
                                          std::shared_ptr<ShardCatalog> catalog,
-                                         MemberNameHook member_name, bool endless) {
+                                         MemberNameHook member_name, bool drawn) {
   return std::make_unique<TarSampleStream>(std::move(urls), std::move(opener), handler, ctx,
                                            max_member_size, std::move(catalog),
-                                           std::move(member_name), endless);
+                                           std::move(member_name), drawn);
 }
 
 }  // namespace wds

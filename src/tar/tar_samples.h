@@ -32,9 +32,10 @@ namespace wds {
 // samples than its count, is a DataLoss error naming it and the counts (a
 // stale index). REQUIRES: catalog != nullptr when a slice has begin > 0.
 //
-// `endless` says that `urls` never ends (shards drawn with replacement): a
-// restore then plans the pass only up to the checkpoint's position and goes
-// on with `urls` after it.
+// `drawn` says that `urls` draws shards with replacement (perhaps forever):
+// a restore then plans the pass only up to the checkpoint's position and
+// goes on with `urls` after it; unless `urls` ended there, the pass's size
+// is then unknown (kEndlessPass), which an elastic resume refuses.
 //
 // `member_name`, if set, renames or skips members before grouping
 // (ShardSampleReaderOptions::member_name). Its errors go to `handler` one
@@ -54,7 +55,6 @@ std::unique_ptr<SampleStream> TarSamples(std::unique_ptr<UrlStream> urls, Opener
                                          Handler handler, const WorkerContext& ctx,
                                          int64_t max_member_size = kDefaultMaxMemberSize,
                                          std::shared_ptr<ShardCatalog> catalog = nullptr,
-                                         MemberNameHook member_name = nullptr,
-                                         bool endless = false);
+                                         MemberNameHook member_name = nullptr, bool drawn = false);
 
 }  // namespace wds

@@ -166,6 +166,10 @@ TEST(ResumeTest, ShardsDrawnWithReplacementResumeExactly) {
     r.length = 13;
     r.loader = {.workers = 2, .prefetch = 2};
     ExpectExactResume(r, 2);
+    // A count of draws (nshards): the pass ends, at every stop point too.
+    r.source.nshards = 3;
+    r.length.reset();
+    ExpectExactResume(r, 1);
   }
 }
 
@@ -187,7 +191,8 @@ TEST(ResumeTest, AnEndlessPassIsNotSharedOutByAnElasticResume) {
   const absl::Status refused = other.Restore(job);
   EXPECT_TRUE(absl::IsFailedPrecondition(refused)) << refused;
   EXPECT_THAT(std::string(refused.message()),
-              HasSubstr("its pass never ends (shards drawn with replacement)"));
+              HasSubstr("its pass draws shards with replacement, so what it left cannot be "
+                        "shared out"));
 }
 
 TEST(ResumeTest, SampleSplitAcrossRanksWithLengthOverSeveralPasses) {

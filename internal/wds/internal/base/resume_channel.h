@@ -14,7 +14,8 @@
 
 namespace wds {
 
-// kEndlessPass is ResumeChannel::pass_samples of a pass that never ends.
+// kEndlessPass is ResumeChannel::pass_samples of a pass whose size is not
+// known (shards drawn with replacement, perhaps forever).
 inline constexpr int64_t kEndlessPass = INT64_MAX;
 
 // ShardSlice is a part of a shard (wds/shards/shard_list.h); the channel
@@ -53,7 +54,8 @@ struct ResumeChannel {
   // in the pass) of the samples its buffer held, in buffer order, which the
   // source yields first, and the ordinal it continues from.
   int64_t pass_samples = -1;
-  // (kEndlessPass: a source that never ends, shards drawn with replacement.)
+  // (kEndlessPass: not known, shards drawn with replacement planned only up
+  // to the position.)
   std::vector<int64_t> replay;
   int64_t continue_at = -1;
   // sources and shuffles count the stages of the open pass (`counted_pass`;
