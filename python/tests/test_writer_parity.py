@@ -241,7 +241,8 @@ def test_shard_writer_writes_to_pipe_urls_as_to_files(tmp_path):
         with open(tmp_path / "a" / name, "rb") as a, open(tmp_path / "b" / name, "rb") as b:
             assert a.read() == b.read(), name
     assert posted == [f"pipe:cat > {tmp_path}/b/{name}" for name in files]
-    with pytest.raises(ValueError, match=r"^ShardWriter\(index=True\) writes local shards only"):
+    with pytest.raises(ValueError,
+                       match=r"^ShardWriter\(index=True\) writes local and s3:// shards only"):
         wds.ShardWriter("pipe:cat > x-%d.tar", index=True)
 
 

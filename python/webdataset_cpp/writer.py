@@ -553,7 +553,7 @@ class ShardWriter(_NativeWriter):
             return
         if path is None:
             if index:
-                raise ValueError(f"ShardWriter(index=True) writes local shards only, "
+                raise ValueError(f"ShardWriter(index=True) writes local and s3:// shards only, "
                                  f"not {pattern!r}")
             self._writer = _StreamShards(pattern, maxcount, maxsize, compress, mtime,
                                          start_shard, opener, self._closed_shard)
