@@ -2,9 +2,6 @@
 // complete; abort on failure), each request retried as reads are.
 #include "wds/io/remote_upload.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -21,6 +18,7 @@
 #include <vector>
 
 #include "io/http_transfer.h"
+#include "io/local_url.h"
 #include "io/remote_stream.h"
 #include "io/remote_target.h"
 #include "wds/base/interrupt.h"
@@ -578,23 +576,22 @@ const std::string& RemoteUpload::etag() const { return state_->etag; }
 absl::Status UploadFile(const std::string& path, const std::string& url,
                         const RemoteOptions& options) {
   WDS_ASSIGN_OR_RETURN(std::unique_ptr<RemoteUpload> upload, RemoteUpload::Create(url, options));
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::ErrnoToStatus(errno, Cat(path, ": cannot open to upload"));
+  WDS_ASSIGN_OR_RETURN(std::unique_ptr<ByteStream> file, OpenLocalUrl(path));
   std::vector<char> buffer(size_t{1} << 20);
-  absl::Status status;
-  while (status.ok()) {
-    const ssize_t n = read(fd, buffer.data(), buffer.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      status = absl::ErrnoToStatus(errno, Cat(path, ": cannot read to upload"));
-    } else if (n == 0) {
-      break;
-    } else {
-      status = upload->Write(std::string_view(buffer.data(), static_cast<size_t>(n)));
-    }
+  while (true) {
+    // An error returns: the upload is aborted as it is destroyed.
+    WDS_ASSIGN_OR_RETURN(size_t n, file->Read(buffer.data(), buffer.size()));
+    if (n == 0) break;
+    WDS_RETURN_IF_ERROR(upload->Write(std::string_view(buffer.data(), n)));
   }
-  close(fd);
-  if (!status.ok()) return status;  // the upload is aborted as it is destroyed
+  WDS_RETURN_IF_ERROR(file->Finish());
+  return upload->Close();
+}
+
+absl::Status UploadBytes(std::string_view bytes, const std::string& url,
+                         const RemoteOptions& options) {
+  WDS_ASSIGN_OR_RETURN(std::unique_ptr<RemoteUpload> upload, RemoteUpload::Create(url, options));
+  WDS_RETURN_IF_ERROR(upload->Write(bytes));
   return upload->Close();
 }
 

@@ -224,9 +224,7 @@ absl::Status ShardWriter::State::Publish(const std::string& index_text) {
   temp_path.clear();
   ++shards_written;
   if (!options.write_index) return absl::OkStatus();
-  WDS_ASSIGN_OR_RETURN(std::unique_ptr<RemoteUpload> upload, RemoteUpload::Create(index_path, o));
-  WDS_RETURN_IF_ERROR(upload->Write(index_text));
-  return upload->Close();
+  return UploadBytes(index_text, index_path, o);
 }
 
 absl::StatusOr<std::unique_ptr<ShardWriter>> ShardWriter::Create(std::string pattern,

@@ -352,11 +352,7 @@ absl::Status Shuffle(Input& input, uint64_t seed) {
 
 // WriteOutput writes `text` to `path`, a local file or an s3:// object.
 absl::Status WriteOutput(const std::string& path, std::string_view text) {
-  if (!IsRemoteUrl(path)) return WriteFileAtomically(path, text);
-  absl::StatusOr<std::unique_ptr<RemoteUpload>> upload = RemoteUpload::Create(path);
-  if (!upload.ok()) return upload.status();
-  if (absl::Status s = (*upload)->Write(text); !s.ok()) return s;
-  return (*upload)->Close();
+  return IsRemoteUrl(path) ? UploadBytes(text, path) : WriteFileAtomically(path, text);
 }
 
 absl::Status WriteSidecars(const CreateOptions& o, const Input& input,

@@ -88,6 +88,11 @@ class RemoteUpload {
     const std::string& path, const std::string& url,
     const RemoteOptions& options = RemoteOptions::FromEnvironment());
 
+// UploadBytes writes `bytes` to the s3:// object `url` (a sidecar, an index).
+[[nodiscard]] absl::Status UploadBytes(
+    std::string_view bytes, const std::string& url,
+    const RemoteOptions& options = RemoteOptions::FromEnvironment());
+
 // DeleteRemoteObject removes the s3:// object `url`, retried as an upload's
 // requests are; an object that does not exist is no error.
 [[nodiscard]] absl::Status DeleteRemoteObject(

@@ -111,8 +111,6 @@ class ShardSampleReader {
   bool ended_ = false;
   // renamed_ holds the member_name hook's answer while it is split.
   std::string renamed_;
-
- public:
   // Decision is the member_name hook's answer for the member the tar reader
   // is about to return, asked (TarReaderOptions::want) before its data is
   // read, so that a member the hook drops is skipped unread.
@@ -120,8 +118,6 @@ class ShardSampleReader {
     bool made = false;
     absl::StatusOr<std::optional<std::string>> answer;
   };
-
- private:
   std::shared_ptr<Decision> decision_;
 };
 
