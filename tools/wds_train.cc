@@ -270,6 +270,10 @@ Options ParseOptions(int argc, char** argv) {
     } else if (flag == "--equalize") {
       absl::StatusOr<wds::EqualizePolicy> policy = wds::ParseEqualizePolicy(value);
       if (!policy.ok()) Die(Message(policy.status()));
+      if (*policy == wds::EqualizePolicy::kPad) {
+        Die("--equalize pad is for evaluation (padding steps train on nothing): training takes "
+            "drop, wrap or off");
+      }
       o.equalize = *policy;
     } else {
       Die("unknown option " + std::string(flag) + " (see --help)");

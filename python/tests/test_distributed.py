@@ -68,8 +68,13 @@ def test_plans_match_what_the_workers_read(uneven, monkeypatch):
     with pytest.raises(ValueError, match="^plan_epoch needs a dataset whose stages are all "
                                          "native"):
         wds.plan_epoch(ds.select(lambda s: True))
-    with pytest.raises(ValueError, match="policy must be 'drop' or 'wrap', got 'even'"):
+    with pytest.raises(ValueError, match="policy must be 'drop', 'wrap' or 'pad', got 'even'"):
         wds.agreed_steps(ds, policy="even")
+    # "pad": this rank's natural batches; "wrap": those covering its pass round-robin.
+    plan = wds.plan_epoch(ds, num_workers=2)
+    assert wds.agreed_steps(ds, num_workers=2, policy="pad") == plan.batches
+    assert plan.local_steps("pad") == plan.local_steps("off") == plan.batches
+    assert plan.local_steps("wrap") == plan.batches_covering_pass()
 
 
 def free_port():
@@ -78,10 +83,10 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_torchrun(pattern, tmp_path, split, epochs=2):
+def run_torchrun(pattern, tmp_path, split, epochs=2, policy="drop"):
     """The reports of ddp_equal_steps.py's 3 ranks."""
     script = os.path.join(os.path.dirname(__file__), "ddp_equal_steps.py")
-    torchrun(3, tmp_path / "logs", [script, pattern, str(tmp_path), str(epochs), split])
+    torchrun(3, tmp_path / "logs", [script, pattern, str(tmp_path), str(epochs), split, policy])
     return [json.load(open(tmp_path / f"rank{r}.json")) for r in range(3)]
 
 
@@ -192,6 +197,76 @@ def test_torchrun_sample_split_reads_each_sample_once(uneven, tmp_path, monkeypa
             k for r in range(3) for w in range(2)
             for k in sample_split_keys(uneven, r, 3, w, 2, monkeypatch, epoch=epoch)}
     assert reports[0]["epochs"][0]["keys"] != reports[0]["epochs"][1]["keys"]
+
+
+@pytest.mark.parametrize("split", ["shards", "default"])
+def test_torchrun_padded_evaluation_reads_every_sample_once_with_equal_steps(uneven, tmp_path,
+                                                                             split):
+    """policy="pad": 3 ranks run the largest rank's natural batches, each step an all-reduce;
+    the smaller ranks pad after their last batch, and the real batches hold each of the 50
+    samples exactly once, partial batches included."""
+    reports = run_torchrun(uneven, tmp_path, split, epochs=2, policy="pad")
+    every = sorted(s["__key__"] for s in wds.WebDataset(uneven, shardshuffle=False))
+    assert len(every) == len(set(every)) == 50
+    padded_somewhere = False
+    for epoch in range(2):
+        runs = [r["epochs"][epoch] for r in reports]
+        steps = {run["steps"] for run in runs}
+        assert len(steps) == 1
+        steps = steps.pop()
+        assert steps == max(run["natural"] for run in runs)
+        for run in runs:
+            assert run["ran"] == steps
+            # Its own batches, then padding to the end.
+            assert run["padded"] == list(range(run["natural"], steps))
+            assert run["reduced"] == 50  # every step's all-reduce counted real samples only
+        keys = [k for run in runs for k in run["keys"]]
+        assert sorted(keys) == every
+        padded_somewhere |= any(run["padded"] for run in runs)
+    if split == "shards":
+        assert padded_somewhere  # the shards are uneven
+
+
+def test_padded_epoch_yields_the_batches_then_pads_with_the_last(uneven):
+    assert list(wds.padded_epoch([1, 2, 3], 5)) == [(1, True), (2, True), (3, True), (3, False),
+                                                    (3, False)]
+    steps = wds.padded_epoch(iter([]), 2, fill="x")
+    assert len(steps) == 2
+    assert list(steps) == [("x", False), ("x", False)]
+    assert list(wds.padded_epoch([], 0)) == []
+    exact = wds.padded_epoch([1, 2], 2)
+    assert list(exact) == list(exact) == [(1, True), (2, True)]  # each iter() runs an epoch
+    got = []
+    with pytest.raises(ValueError, match=r"^padded_epoch: this rank's loader yielded more than "
+                                         r"the 2 agreed steps, so the plans the ranks agreed with "
+                                         r"do not describe its epoch \(other counts, workers or "
+                                         r"batching\?\); the batches after step 2 were not "
+                                         r"yielded$"):
+        for item in wds.padded_epoch([1, 2, 3], 2):
+            got.append(item)
+    assert got == [(1, True), (2, True)]
+    with pytest.raises(ValueError, match=r"^padded_epoch: this rank's loader yielded no batch to "
+                                         r"pad its 3 steps with: pass fill=<a batch of the usual "
+                                         r"shape>$"):
+        list(wds.padded_epoch([], 3))
+    with pytest.raises(ValueError, match=r"^padded_epoch: steps -1 < 0$"):
+        wds.padded_epoch([1], -1)
+    dataset = wds.WebDataset(uneven, shardshuffle=False).batched(4)
+    assert len(wds.padded_epoch(wds.Loader(dataset), 3)) == 3
+    with pytest.raises(ValueError, match=r"^padded_epoch: the dataset has with_epoch\(\.\.\.\), "
+                                         r"so its workers would repeat samples"):
+        wds.padded_epoch(wds.Loader(dataset.with_epoch(3)), 3)
+
+
+def test_padded_epoch_of_a_loader_reads_the_natural_epoch_once(uneven):
+    """One rank of one: a wds.Loader's natural epoch through padded_epoch, padded by 2."""
+    dataset = wds.WebDataset(uneven, shardshuffle=False).batched(4)
+    steps = wds.agreed_steps(dataset, num_workers=2, policy="pad")
+    ran = list(wds.padded_epoch(wds.Loader(dataset, workers=2), steps + 2))
+    assert [real for _, real in ran] == [True] * steps + [False, False]
+    assert ran[-1][0] is ran[-2][0] is ran[steps - 1][0]
+    keys = [k for batch, real in ran if real for k in batch["__key__"]]
+    assert len(keys) == len(set(keys)) == sum(COUNTS)
 
 
 def test_sample_split_gives_every_rank_an_equal_share(uneven, monkeypatch):

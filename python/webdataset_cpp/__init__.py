@@ -24,8 +24,8 @@ from .autodecode import (Continue, Decoder, gzfilter, handle_extension, imagehan
 from ._install import install_as_webdataset
 from .cache import LMDBCached, LRUCleanup, pipe_cleaner
 from .compat import FluidInterface, FluidWrapper, WebDataset, WebLoader
-from .distributed import (agreed_steps, count_samples, gather_state_dict, plan_epoch,
-                          write_index)
+from .distributed import (agreed_steps, count_samples, gather_state_dict, padded_epoch,
+                          plan_epoch, write_index)
 from .errors import (CommandError, DataError, DecodingError, ObjectChangedError, PipeShardError,
                      ShardReadError)
 from .extradatasets import MockDataset, with_epoch, with_length
@@ -111,6 +111,7 @@ __all__ = [
     "mix",
     "non_empty",
     "numpy_dumps",
+    "padded_epoch",
     "pipe_cleaner",
     "pipeline",
     "pipelinefilter",

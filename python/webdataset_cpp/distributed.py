@@ -33,9 +33,23 @@ batches each. With split="shards" the workers would read 3 and 2 whole
 shards: 16 and 14 samples, or 21 and 9, depending on the epoch.)
 
 Policies: "drop" (the smallest rank's batches that repeat no sample: some
-samples of the larger ranks are left out this epoch) and "wrap" (the largest
+samples of the larger ranks are left out this epoch), "wrap" (the largest
 rank's count: smaller ranks' workers continue into their next pass, so every
-sample is seen and some twice).
+sample is seen and some twice) and, for evaluation, "pad" (the largest rank's
+natural batch count: every sample exactly once, the smaller ranks running
+padding steps after their last batch; iterate the natural epoch, without
+with_epoch, through ``padded_epoch``):
+
+>>> val = (wds.WebDataset("train-{000000..000004}.tar", shardshuffle=False,
+...                       nodesplitter=wds.split_by_node)
+...        .decode().to_tuple("cls", "__key__").batched(4))   # partial batches: all samples
+>>> steps = wds.agreed_steps(val, num_workers=2, policy="pad")
+>>> for (labels, keys), real in wds.padded_epoch(
+...         torch.utils.data.DataLoader(val, batch_size=None, num_workers=2), steps):
+...     seen = torch.tensor([len(keys) if real else 0])  # a padding step counts nothing
+...     # torch.distributed.all_reduce(seen) would pair up on every rank
+>>> steps
+8
 """
 
 import sys
@@ -98,12 +112,12 @@ def agreed_steps(dataset, num_workers=1, policy="drop", epoch=None, group=None, 
                  resume=None):
     """The steps every rank runs this epoch: this rank's plan (counts read
     as plan_epoch reads them, `remote` included), then the MIN ("drop") or
-    MAX ("wrap") over `group` when torch.distributed is initialized (an
+    MAX ("wrap", "pad") over `group` when torch.distributed is initialized (an
     all-gather, which also checks that every rank splits the data alike:
     ValueError on every rank, naming them, otherwise). With `resume` (a job
     state dict), the steps of the rest of that job's epoch on this layout."""
-    if policy not in ("drop", "wrap"):
-        raise ValueError(f"policy must be 'drop' or 'wrap', got {policy!r}")
+    if policy not in ("drop", "wrap", "pad"):
+        raise ValueError(f"policy must be 'drop', 'wrap' or 'pad', got {policy!r}")
     local = plan_epoch(dataset, num_workers=num_workers, epoch=epoch, group=group, remote=remote,
                        resume=resume)
     steps = local.local_steps(policy)
@@ -147,6 +161,66 @@ def agreed_steps(dataset, num_workers=1, policy="drop", epoch=None, group=None, 
             "the same dataset index (a stale copy of the index, or a directory listed while "
             "shards are written, differ)")
     return agreed
+
+
+class padded_epoch:
+    """Exactly `steps` steps over one natural epoch of `loader`, for an
+    evaluation that sees every sample once while every rank runs the same
+    steps (agreed_steps(..., policy="pad")): iterating yields (batch, True)
+    for each batch the loader yields, then (its last batch, False) for the
+    steps left, so that a per-step collective (a metric's all-reduce, a
+    Lightning log with sync_dist=True) pairs up on every rank while padding
+    counts nothing. len() is `steps`; each iter() runs the loader's epoch
+    once.
+
+    `loader` is a DataLoader or wds.Loader (or any iterable) over the
+    dataset's natural epoch. `fill` pads a rank whose loader yields no batch
+    at all (else ValueError, then).
+
+    ValueError for steps < 0, a dataset with with_epoch (its workers would
+    repeat samples instead of padding), and when the loader yields more than
+    `steps` batches: the plans the ranks agreed with do not describe this
+    rank's epoch, and nothing after step `steps` is yielded."""
+
+    _NONE = object()
+
+    def __init__(self, loader, steps, fill=_NONE):
+        steps = int(steps)
+        if steps < 0:
+            raise ValueError(f"padded_epoch: steps {steps} < 0")
+        dataset = getattr(loader, "dataset", loader)
+        if getattr(dataset, "epoch_length", None) is not None:
+            raise ValueError("padded_epoch: the dataset has with_epoch(...), so its workers "
+                             "would repeat samples from another pass instead of padding: "
+                             "iterate its natural epoch")
+        self.loader = loader
+        self.steps = steps
+        self.fill = fill
+
+    def __len__(self):
+        return self.steps
+
+    def __iter__(self):
+        taken, last = 0, self._NONE
+        for batch in self.loader:
+            if taken == self.steps:
+                raise ValueError(
+                    f"padded_epoch: this rank's loader yielded more than the {self.steps} agreed "
+                    "steps, so the plans the ranks agreed with do not describe its epoch (other "
+                    f"counts, workers or batching?); the batches after step {self.steps} were "
+                    "not yielded")
+            yield batch, True
+            last = batch
+            taken += 1
+        if taken == self.steps:
+            return
+        if last is self._NONE:
+            last = self.fill
+        if last is self._NONE:
+            raise ValueError(f"padded_epoch: this rank's loader yielded no batch to pad its "
+                             f"{self.steps} steps with: pass fill=<a batch of the usual shape>")
+        for _ in range(self.steps - taken):
+            yield last, False
 
 
 def gather_state_dict(source, group=None, worker_states=None):

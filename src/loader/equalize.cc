@@ -32,9 +32,10 @@ int64_t BatchesFromWorker(int64_t n, int w, int workers) {
 absl::StatusOr<EqualizePolicy> ParseEqualizePolicy(std::string_view name) {
   if (name == "drop") return EqualizePolicy::kDrop;
   if (name == "wrap") return EqualizePolicy::kWrap;
+  if (name == "pad") return EqualizePolicy::kPad;
   if (name == "off") return EqualizePolicy::kOff;
   return absl::InvalidArgumentError(
-      Cat("unknown equalize policy \"", name, "\" (expected drop, wrap or off)"));
+      Cat("unknown equalize policy \"", name, "\" (expected drop, wrap, pad or off)"));
 }
 
 std::string_view EqualizePolicyName(EqualizePolicy policy) {
@@ -43,6 +44,8 @@ std::string_view EqualizePolicyName(EqualizePolicy policy) {
       return "drop";
     case EqualizePolicy::kWrap:
       return "wrap";
+    case EqualizePolicy::kPad:
+      return "pad";
     case EqualizePolicy::kOff:
       return "off";
   }
@@ -91,6 +94,7 @@ int64_t RankEpochPlan::LocalSteps(EqualizePolicy policy) const {
       return BatchesWithoutRepeats();
     case EqualizePolicy::kWrap:
       return BatchesCoveringPass();
+    case EqualizePolicy::kPad:
     case EqualizePolicy::kOff:
       return batches();
   }

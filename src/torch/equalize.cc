@@ -54,6 +54,7 @@ absl::StatusOr<EqualizedSteps> AgreeOnSteps(const DistributedContext& context,
       result.steps = *low;
       break;
     case EqualizePolicy::kWrap:
+    case EqualizePolicy::kPad:
       result.steps = *high;
       break;
     case EqualizePolicy::kOff:

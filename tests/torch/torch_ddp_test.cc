@@ -344,6 +344,16 @@ TEST_F(DdpTest, OffWithUnevenRanksFailsNamingRanksAndStepCounts) {
 
 // --join: the per-step all-reduce ends the epoch on both ranks when rank 0
 // runs out, so the unequalized run completes with 17 steps each.
+// Padding steps train on nothing: kPad is for evaluation (wds/loader/padded_epoch.h).
+TEST_F(DdpTest, EqualizePadIsRefusedForTraining) {
+  std::vector<RankResult> results = Train(1, "--equalize pad");
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_NE(results[0].exit_code, 0);
+  EXPECT_THAT(results[0].stderr,
+              HasSubstr("--equalize pad is for evaluation (padding steps train on nothing): "
+                        "training takes drop, wrap or off"));
+}
+
 TEST_F(DdpTest, JoinEndsTheEpochOnEveryRankTogether) {
   std::vector<RankResult> results =
       Train(2, "--split shards --epochs 1 --batch-size 10 --no-shardshuffle --equalize off --join");

@@ -450,6 +450,12 @@ TEST(DistributedContextTest, AgreeOnStepsRefusesRanksThatSeeOtherListsOrCounts) 
         AgreeOnSteps(dist, PlanOf(rank, own, {4 + 2 * rank}, SplitGranularity::kShards, nullptr),
                      EqualizePolicy::kDrop);
     s << " | " << (mine.ok() ? "steps " + std::to_string(mine->steps) : mine.status().ToString());
+    // Padded: the largest rank's batches (2, 3 and 4 of them).
+    absl::StatusOr<EqualizedSteps> padded =
+        AgreeOnSteps(dist, PlanOf(rank, own, {4 + 2 * rank}, SplitGranularity::kShards, nullptr),
+                     EqualizePolicy::kPad);
+    s << " | "
+      << (padded.ok() ? "pad " + std::to_string(padded->steps) : padded.status().ToString());
     return s.str();
   });
   const std::string advice =
@@ -462,7 +468,7 @@ TEST(DistributedContextTest, AgreeOnStepsRefusesRanksThatSeeOtherListsOrCounts) 
       advice +
       " | FAILED_PRECONDITION: the ranks do not see the same shard list and counts (ranks [0] 3 "
       "shards; ranks [1, 2] 4 shards" +
-      advice + " | steps 2";
+      advice + " | steps 2 | pad 4";
   EXPECT_THAT(out, ElementsAre(expected, expected, expected));
 }
 

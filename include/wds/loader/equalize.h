@@ -36,6 +36,11 @@
 //          batches repeat samples the epoch also trains on: nothing is lost,
 //          worker w yields ceil((steps - w) / W) - b_w batches of
 //          its next pass.
+//   kPad   steps = max over ranks of batches(), for evaluation: every rank
+//          runs its natural epoch (every sample of the epoch once, none
+//          repeated or left out), and a rank with fewer batches runs padding
+//          steps after its last, each marked as padding, so per-step
+//          collectives still pair up (RunPaddedEpoch, wds/loader/padded_epoch.h).
 //   kOff   no equalization: each rank runs its natural epoch; uneven ranks are
 //          caught by the training loop's step-count check, not prevented.
 //
@@ -54,9 +59,9 @@
 
 namespace wds {
 
-enum class EqualizePolicy : uint8_t { kDrop, kWrap, kOff };
+enum class EqualizePolicy : uint8_t { kDrop, kWrap, kPad, kOff };
 
-// ParseEqualizePolicy accepts "drop", "wrap" and "off".
+// ParseEqualizePolicy accepts "drop", "wrap", "pad" and "off".
 [[nodiscard]] absl::StatusOr<EqualizePolicy> ParseEqualizePolicy(std::string_view name);
 std::string_view EqualizePolicyName(EqualizePolicy policy);
 
@@ -113,7 +118,7 @@ struct RankEpochPlan {
   // BatchesCoveringPass: the fewest loader batches that include all of pass 0.
   int64_t BatchesCoveringPass() const;
   // LocalSteps is this rank's proposal under `policy` (BatchesWithoutRepeats
-  // for kDrop, BatchesCoveringPass for kWrap, batches() for kOff).
+  // for kDrop, BatchesCoveringPass for kWrap, batches() for kPad and kOff).
   int64_t LocalSteps(EqualizePolicy policy) const;
   // SamplesInFirst counts the samples in the first `n` loader batches.
   // REQUIRES: n <= BatchesWithoutRepeats() (later batches come from passes

@@ -27,7 +27,7 @@ struct EqualizedSteps {
 
 // AgreeOnSteps gathers every rank's plan.LocalSteps(policy) and
 // plan.list_digest (two all-gathers) and returns the steps' minimum for
-// kDrop, their maximum for kWrap, and for kOff the rank's own batch count
+// kDrop, their maximum for kWrap and kPad, and for kOff the rank's own batch count
 // (the ranks may then differ). Ranks whose plans split different shard
 // lists or counts (list_digest) would read overlapping shares or leave
 // samples out: that is FailedPrecondition on every rank, naming which ranks
