@@ -295,26 +295,26 @@ wds::StreamFactory ShardSource(std::vector<std::string> urls, const ShardSourceO
       options.split_samples ? wds::SplitGranularity::kSamples : wds::SplitGranularity::kShards;
   web.handler = handler.native();
   web.opener = std::move(opener);
-  if (!options.resampled) {
-    // The pipeline's catalog starts with every count this process knows; a
-    // sample-granular split needs them all, read here once per process. A
-    // count that cannot be read is left to the catalog, which reports it
-    // when the stream starts, as without the cache; Ctrl-C during the reads
-    // (a stalled pipe: or server) raises here.
-    std::shared_ptr<wds::ListCounts> counts =
-        CountsFor(urls, options.dataset_index, options.index_remote);
-    if (options.split_samples) {
-      CheckIndexUnchanged(*counts, urls, options.dataset_index, options.index_digest);
-      SignalCheck signals;
-      {
-        ScopedGilRelease release;
-        wds::ScopedInterruptCheck check(signals.check());
-        (void)counts->Counts(urls, web.opener);
-      }
-      signals.RethrowIfRaised();
+  // The pipeline's catalog starts with every count this process knows (the
+  // dataset index's among them): a restore of shards drawn with replacement
+  // counts the drawn shards from it before reading any. A sample-granular
+  // split needs every count, read here once per process. A count that cannot
+  // be read is left to the catalog, which reports it when the stream starts,
+  // as without the cache; Ctrl-C during the reads (a stalled pipe: or
+  // server) raises here.
+  std::shared_ptr<wds::ListCounts> counts =
+      CountsFor(urls, options.dataset_index, options.index_remote);
+  if (options.split_samples && !options.resampled) {
+    CheckIndexUnchanged(*counts, urls, options.dataset_index, options.index_digest);
+    SignalCheck signals;
+    {
+      ScopedGilRelease release;
+      wds::ScopedInterruptCheck check(signals.check());
+      (void)counts->Counts(urls, web.opener);
     }
-    web.dataset_index = counts->Known();
+    signals.RethrowIfRaised();
   }
+  web.dataset_index = counts->Known();
   absl::StatusOr<wds::Pipeline> pipeline = wds::WebDataset(std::move(urls), std::move(web));
   ThrowIfError(pipeline.status());
   if (recipe != nullptr) *recipe = pipeline->recipe();

@@ -168,6 +168,18 @@ def test_a_dataset_index_that_cannot_be_read_is_a_clear_error(tmp_path, monkeypa
     bad.write_text('{"__kind__": "something else"}')
     with pytest.raises(ValueError, match=f"^dataset_index .*{bad}"):
         list(wds.WebDataset(pattern, shardshuffle=False, dataset_index=bad))
+    # Resampled shards read it when made too.
+    with pytest.raises(ValueError, match=f"^dataset_index {missing}: cannot open$"):
+        wds.WebDataset(pattern, resampled=True, shardshuffle=False, dataset_index=missing)
+    with pytest.raises(ValueError, match=f"^dataset_index {missing}: cannot open$"):
+        wds.ResampledShards(pattern, seed=1, dataset_index=missing)
+    with pytest.raises(TypeError):
+        wds.ResampledShards(pattern, remote="not options")
+    index = index_with_the_tool(paths[:2], tmp_path)
+    with pytest.warns(UserWarning, match=rf"^dataset_index {re.escape(index)} does not list 3 of "
+                                         r"the 5 shards \(the first: .*shard-000002.tar\): their "
+                                         r"counts come from sidecars or reading them$"):
+        wds.ResampledShards(pattern, seed=1, dataset_index=index)
 
 
 def test_a_process_that_reads_a_replaced_index_refuses_to_split_by_it(tmp_path, monkeypatch):

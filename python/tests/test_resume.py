@@ -6,6 +6,7 @@ num_workers=0) state_dict() is taken after an item, and a restarted job calls
 load_state_dict() in the same worker before iter(). Every test compares the
 continuation with the uninterrupted run, item by item (keys and bytes)."""
 
+import json
 import os
 import pickle
 import re
@@ -121,7 +122,57 @@ def test_the_next_epoch_after_a_resumed_one_is_the_next_epoch(shards):
     assert summary(resumed) == epochs[1]
 
 
+@pytest.mark.parametrize("make", [
+    lambda urls, index: wds.WebDataset(urls, resampled=True, shardshuffle=False, seed=5,
+                                       dataset_index=index),
+    lambda urls, index: wds.DataPipeline(wds.ResampledShards(urls, seed=5, dataset_index=index),
+                                         wds.tarfile_to_samples())])
+def test_a_resampled_restore_takes_the_drawn_shards_counts_from_the_dataset_index(tmp_path, make):
+    """Resuming shards drawn with replacement counts the distinct shards drawn before the
+    checkpoint: a pipe: shard without a sidecar is read whole for its count, one listed in
+    dataset_index is not run at all. Each shard's command logs its runs."""
+    log = tmp_path / "runs"
+    urls = []
+    for s in range(4):
+        path = write_tar(tmp_path / f"shard-{s}.tar",
+                         [(f"{s}_{i}.txt", f"{s}_{i}".encode()) for i in range(6)])
+        urls.append(f"pipe:echo {s} >> {log} && cat {path}")
+    index = tmp_path / "index.json"
+    index.write_text(json.dumps({"__kind__": "wids-shard-index-v1", "wids_version": 1,
+                                 "shardlist": [{"url": u, "nsamples": 6} for u in urls]}))
+
+    def dataset(with_index):
+        return (make(urls, str(index) if with_index else None)
+                .compose(wds.to_tuple("__key__"), wds.batched(4)).with_epoch(12))
+
+    def runs():
+        ran = log.read_text().split()
+        log.write_text("")
+        return ran
+
+    log.write_text("")
+    uninterrupted = dataset(True)
+    it = iter(uninterrupted)
+    head = [next(it) for _ in range(5)]  # 20 samples: 3 drawn shards and 2 of the 4th
+    state = uninterrupted.state_dict()
+    rest = list(it)
+    drawn = runs()  # the 12 batches' 8 shards, in draw order
+    assert len(drawn) == 8 and len(head) == 5
+    ran = {}
+    for with_index in (True, False):
+        resumed = dataset(with_index)
+        resumed.load_state_dict(state)
+        assert list(resumed) == rest
+        ran[with_index] = runs()
+    # With the index: the checkpoint's shard (the 4th drawn) runs twice, once for where its
+    # samples lie (it has no sidecar) and once for them, then the rest as drawn. Without it, each
+    # distinct shard drawn before runs once more first, to be counted.
+    assert ran[True] == [drawn[3]] + drawn[3:]
+    assert ran[False] == list(dict.fromkeys(drawn[:3])) + ran[True]
+
+
 def test_a_state_of_an_ended_iteration_gives_an_empty_one(shards):
+
     make = RECIPES["batched"]
     reference = make(shards)
     reference.set_epoch(2)

@@ -149,7 +149,8 @@ class WebDataset(DataPipeline, FluidInterface):
       http(s)://) of a dataset index (``wds-shard index --json``) giving
       every shard's count from one file, read once per process (counts are
       cached per process either way); a remote one with `remote`'s options,
-      never from the cache.
+      never from the cache. With resampled=True its counts spare resuming
+      mid-epoch the reads of the shards drawn before the checkpoint.
     * Remote shards (http(s)://, s3://, gs://) are read in-process, resumed
       byte-exactly after faults; remote=RemoteOptions(...) (not in the
       reference) sets their TLS, timeouts and retries.
@@ -181,7 +182,8 @@ class WebDataset(DataPipeline, FluidInterface):
             raise ValueError("WebDataset: the shard list is empty")
         remote = cache_options(cache_dir, cache_size, remote)
         if resampled:
-            self.append(ResampledShards(shard_urls, seed=self.seed))
+            self.append(ResampledShards(shard_urls, seed=self.seed, dataset_index=dataset_index,
+                                        remote=remote))
         else:
             self.append(SimpleShardList(shard_urls, split=split, dataset_index=dataset_index,
                                         remote=remote))

@@ -158,17 +158,12 @@ class SimpleShardList(PipelineStage):
         self.counts_known = None
         self.index_digest = 0  # what every process of this dataset must read as the index
         if split is None or self.dataset_index is not None:
-            known, unlisted, first, self.index_digest = _core.counts_known(
-                self.urls, self.dataset_index or "", native_options(remote))
+            consequence = (", and split=None then shares out whole shards unless each of them "
+                           "has a sidecar" if split is None else "")
+            known, self.index_digest = _read_counts(self.urls, self.dataset_index, remote,
+                                                    consequence)
             if split is None:
                 self.counts_known = known
-            if unlisted:
-                consequence = (", and split=None then shares out whole shards unless each of "
-                               "them has a sidecar" if split is None else "")
-                warnings.warn(
-                    f"dataset_index {self.dataset_index} does not list {unlisted} of the "
-                    f"{len(self.urls)} shards (the first: {first}): their counts come from "
-                    f"sidecars or reading them{consequence}", stacklevel=2)
 
     def __len__(self):
         return len(self.urls)
@@ -188,6 +183,20 @@ class SimpleShardList(PipelineStage):
         return iter(self)
 
 
+def _read_counts(urls, dataset_index, remote, consequence=""):
+    """(whether every count of `urls` is known without reading a shard, the
+    digest of the index's counts): the index is read now (once per process),
+    an error naming it, and a UserWarning names what it does not list."""
+    known, unlisted, first, digest = _core.counts_known(urls, dataset_index or "",
+                                                        native_options(remote))
+    if unlisted:
+        warnings.warn(
+            f"dataset_index {dataset_index} does not list {unlisted} of the {len(urls)} shards "
+            f"(the first: {first}): their counts come from sidecars or reading them{consequence}",
+            stacklevel=3)
+    return known, digest
+
+
 def time_seed():
     import time
 
@@ -205,17 +214,28 @@ class ResampledShards(PipelineStage):
     means repeatable draws. As the first stage of a fused pipeline the draws
     are native; a `worker_seed` callable makes them run in Python with
     Python's random, as in the reference.
+
+    dataset_index (not in the reference; as SimpleShardList's, `remote` for
+    a remote one): the drawn shards' counts, which resuming mid-epoch
+    (load_state_dict) needs for the shards drawn before the checkpoint;
+    without it they come from sidecars, else from reading those shards.
     """
 
     _wds_kind = RESAMPLED_SHARDS
 
     def __init__(self, urls, nshards=sys.maxsize, seed=None, worker_seed=None,
-                 deterministic=False, max_urls=int(1e6), empty_check=True):
+                 deterministic=False, max_urls=int(1e6), empty_check=True, *,
+                 dataset_index=None, remote=None):
         urls = list(expand_source(urls, max_urls))
         if not urls and empty_check:
             raise ValueError("empty_check=True, but no shards found in ResampledShards")
         if not urls:
             raise ValueError("ResampledShards: the shard list is empty")
+        native_options(remote)  # a TypeError for anything but a RemoteOptions
+        self.dataset_index = None if dataset_index is None else os.fspath(dataset_index)
+        self.remote = remote
+        if self.dataset_index is not None:
+            _read_counts(urls, self.dataset_index, remote)  # an index that cannot be read raises
         self.urls = urls
         self.nshards = nshards
         self.seed = seed
