@@ -72,8 +72,7 @@ def test_plans_match_what_the_workers_read(uneven, monkeypatch):
         wds.agreed_steps(ds, policy="even")
     # "pad": this rank's natural batches; "wrap": those covering its pass round-robin.
     plan = wds.plan_epoch(ds, num_workers=2)
-    assert wds.agreed_steps(ds, num_workers=2, policy="pad") == plan.batches
-    assert plan.local_steps("pad") == plan.local_steps("off") == plan.batches
+    assert plan.local_steps("pad") == sum(w.batches for w in plan.workers)
     assert plan.local_steps("wrap") == plan.batches_covering_pass()
 
 
@@ -227,7 +226,43 @@ def test_torchrun_padded_evaluation_reads_every_sample_once_with_equal_steps(une
         assert padded_somewhere  # the shards are uneven
 
 
+def agree_with_errors(tmp_path, counts, split, policy):
+    """The reports of ddp_agree_errors.py's 3 ranks over shards of `counts`."""
+    directory = tmp_path / "shards"
+    paths = write_shards(directory, len(counts), counts, jpeg=False)
+    for p in paths:
+        wds.write_index(p)
+    pattern = os.path.join(directory, f"shard-{{000000..{len(counts) - 1:06d}}}.tar")
+    script = os.path.join(os.path.dirname(__file__), "ddp_agree_errors.py")
+    torchrun(3, tmp_path / "logs", [script, pattern, str(tmp_path), split, policy])
+    return [json.load(open(tmp_path / f"rank{r}.json")) for r in range(3)]
+
+
+def test_torchrun_a_rank_that_cannot_plan_fails_agreed_steps_on_every_rank(tmp_path):
+    """2 shards over 3 ranks, split by shards: rank 2 has none. It raises its own error, the
+    others one naming it, at once instead of waiting in the all-gather."""
+    reports = agree_with_errors(tmp_path, [4, 6], "shards", "drop")
+    assert "rank 2" in reports[2]["error0"] and "agreed_steps" not in reports[2]["error0"]
+    for r in (0, 1):
+        assert reports[r]["error0"] == ("agreed_steps: rank(s) [2] could not plan their epoch "
+                                        "(their own error says why), so the ranks cannot agree "
+                                        "on its steps")
+
+
+def test_torchrun_pad_refuses_a_rank_without_a_batch_on_every_rank(tmp_path):
+    """3 shards of 5, 0 and 4 samples, one per rank: the rank holding the empty one has no batch
+    to pad with, which every rank says, unless allow_empty (then the steps: 3)."""
+    reports = agree_with_errors(tmp_path, [5, 0, 4], "shards", "pad")
+    errors = {report["error0"] for report in reports}
+    assert errors == {"agreed_steps: rank(s) [1] have no batch this epoch, so padded_epoch would "
+                      "have nothing to pad their steps with: give every rank data "
+                      "(split='samples', more shards or fewer ranks), or pass allow_empty=True "
+                      "and padded_epoch(..., fill=<a batch>)"}
+    assert [report["steps1"] for report in reports] == [3, 3, 3]
+
+
 def test_padded_epoch_yields_the_batches_then_pads_with_the_last(uneven):
+    import torch.utils.data
     assert list(wds.padded_epoch([1, 2, 3], 5)) == [(1, True), (2, True), (3, True), (3, False),
                                                     (3, False)]
     steps = wds.padded_epoch(iter([]), 2, fill="x")
@@ -253,9 +288,28 @@ def test_padded_epoch_yields_the_batches_then_pads_with_the_last(uneven):
         wds.padded_epoch([1], -1)
     dataset = wds.WebDataset(uneven, shardshuffle=False).batched(4)
     assert len(wds.padded_epoch(wds.Loader(dataset), 3)) == 3
-    with pytest.raises(ValueError, match=r"^padded_epoch: the dataset has with_epoch\(\.\.\.\), "
-                                         r"so its workers would repeat samples"):
-        wds.padded_epoch(wds.Loader(dataset.with_epoch(3)), 3)
+    assert len(wds.padded_epoch(torch.utils.data.DataLoader(dataset, batch_size=None), 3)) == 3
+    assert len(wds.padded_epoch(wds.WebLoader(dataset, batch_size=None), 3)) == 3
+    # Epochs sized beyond the data, however the loader wraps the dataset.
+    sized = {
+        "with_epoch": lambda: wds.WebDataset(uneven, shardshuffle=False).batched(4).with_epoch(3),
+        "repeat": lambda: wds.WebDataset(uneven, shardshuffle=False).batched(4).repeat(2),
+        "repeatedly": lambda: wds.extradatasets.repeatedly(dataset, nepochs=2),
+    }
+    for name, make in sized.items():
+        for wrap in (lambda d: d, wds.Loader, lambda d: torch.utils.data.DataLoader(d, None),
+                     lambda d: wds.WebLoader(d, batch_size=None)):
+            if name != "with_epoch" and wrap is wds.Loader:
+                continue  # a wds.Loader refuses these itself
+            with pytest.raises(ValueError, match=rf"^padded_epoch: the dataset has {name}"
+                                                 r"\(\.\.\.\), so its workers would repeat "
+                                                 r"samples from another pass instead of padding"):
+                wds.padded_epoch(wrap(make()), 3)
+    with pytest.raises(ValueError, match=r"^padded_epoch: the dataset has with_epoch"):
+        wds.padded_epoch(torch.utils.data.DataLoader(
+            wds.extradatasets.with_epoch(dataset, 3), batch_size=None), 3)
+    with pytest.raises(ValueError, match=r"^padded_epoch: the dataset has with_epoch"):
+        wds.padded_epoch(wds.WebLoader(dataset, batch_size=None).with_epoch(3), 3)
 
 
 def test_padded_epoch_of_a_loader_reads_the_natural_epoch_once(uneven):

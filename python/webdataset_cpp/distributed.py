@@ -109,33 +109,67 @@ def plan_epoch(dataset, num_workers=1, epoch=None, rank=None, world_size=None, g
 
 
 def agreed_steps(dataset, num_workers=1, policy="drop", epoch=None, group=None, remote=None,
-                 resume=None):
+                 resume=None, allow_empty=False):
     """The steps every rank runs this epoch: this rank's plan (counts read
     as plan_epoch reads them, `remote` included), then the MIN ("drop") or
     MAX ("wrap", "pad") over `group` when torch.distributed is initialized (an
     all-gather, which also checks that every rank splits the data alike:
     ValueError on every rank, naming them, otherwise). With `resume` (a job
-    state dict), the steps of the rest of that job's epoch on this layout."""
+    state dict), the steps of the rest of that job's epoch on this layout.
+
+    A rank whose plan fails (a shard that cannot be counted, a worker
+    without shards) raises its error, and every other rank a ValueError
+    naming it, rather than wait for it in the all-gather. Under "pad" a
+    rank without a batch has nothing to pad with: ValueError on every rank,
+    unless allow_empty=True (then give padded_epoch a fill)."""
     if policy not in ("drop", "wrap", "pad"):
         raise ValueError(f"policy must be 'drop', 'wrap' or 'pad', got {policy!r}")
-    local = plan_epoch(dataset, num_workers=num_workers, epoch=epoch, group=group, remote=remote,
-                       resume=resume)
-    steps = local.local_steps(policy)
     torch = sys.modules.get("torch")
     dist = getattr(torch, "distributed", None) if torch is not None else None
-    if dist is None or not dist.is_available() or not dist.is_initialized():
-        return steps
-    # Every rank's steps, split and list: ranks that split differently
-    # (split=None seeing different sidecars), or over other lists or counts
-    # (a stale copy of the index), would read overlapping or missing samples.
-    digest = local.list_digest - (1 << 64) if local.list_digest >= (1 << 63) else local.list_digest
-    mine = torch.tensor([steps, int(_split_samples(dataset)), digest, local.dataset_shards,
-                         local.dataset_samples], dtype=torch.int64, device=reduce_device(group))
-    gathered = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
-    dist.all_gather(gathered, mine, group=group)
-    rows = [row.tolist() for row in gathered]
+    distributed = dist is not None and dist.is_available() and dist.is_initialized()
+    try:
+        local = plan_epoch(dataset, num_workers=num_workers, epoch=epoch, group=group,
+                           remote=remote, resume=resume)
+    except Exception as e:
+        if not distributed:
+            raise
+        failed = e
+        mine = [-1, 0, 0, 0, 0]
+    else:
+        failed = None
+        # Every rank's steps, split and list: ranks that split differently
+        # (split=None seeing different sidecars), or over other lists or
+        # counts (a stale copy of the index), would read overlapping or
+        # missing samples.
+        digest = (local.list_digest - (1 << 64) if local.list_digest >= (1 << 63)
+                  else local.list_digest)
+        mine = [local.local_steps(policy), int(_split_samples(dataset)), digest,
+                local.dataset_shards, local.dataset_samples]
+    if not distributed:
+        rows, ranks = [mine], [0]
+    else:
+        mine = torch.tensor(mine, dtype=torch.int64, device=reduce_device(group))
+        gathered = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(gathered, mine, group=group)
+        rows = [row.tolist() for row in gathered]
+        ranks = [_global_rank(dist, group, i) for i in range(len(rows))]
+    broken = [r for r, row in zip(ranks, rows) if row[0] < 0]
+    if failed is not None:
+        raise failed
+    if broken:
+        raise ValueError(f"agreed_steps: rank(s) {broken} could not plan their epoch (their own "
+                         "error says why), so the ranks cannot agree on its steps")
     counts = [row[0] for row in rows]
     agreed = min(counts) if policy == "drop" else max(counts)
+    empty = [r for r, count in zip(ranks, counts) if count == 0]
+    if policy == "pad" and empty and agreed > 0 and not allow_empty:
+        raise ValueError(
+            f"agreed_steps: rank(s) {empty} have no batch this epoch, so padded_epoch would have "
+            "nothing to pad their steps with: give every rank data (split='samples', more "
+            "shards or fewer ranks), or pass allow_empty=True and padded_epoch(..., fill=<a "
+            "batch>)")
+    if not distributed:
+        return agreed
     if all(row[2] == 0 for row in rows):  # no rank splits its list by node: nothing to compare
         return agreed
     if all(row[2] != 0 for row in rows) and len({row[1] for row in rows}) > 1:
@@ -173,14 +207,18 @@ class padded_epoch:
     counts nothing. len() is `steps`; each iter() runs the loader's epoch
     once.
 
-    `loader` is a DataLoader or wds.Loader (or any iterable) over the
-    dataset's natural epoch. `fill` pads a rank whose loader yields no batch
-    at all (else ValueError, then).
+    `loader` is a DataLoader, wds.Loader or WebLoader (or any iterable)
+    over the dataset's natural epoch. `fill` pads a rank whose loader yields
+    no batch at all (else ValueError, then). The steps are one epoch's: a
+    dataset read without shardshuffle has the same every epoch, so one
+    padded_epoch serves every evaluation; with shardshuffle, agree on the
+    steps and make a padded_epoch for each epoch.
 
-    ValueError for steps < 0, a dataset with with_epoch (its workers would
-    repeat samples instead of padding), and when the loader yields more than
-    `steps` batches: the plans the ranks agreed with do not describe this
-    rank's epoch, and nothing after step `steps` is yielded."""
+    ValueError for steps < 0, a dataset sized by with_epoch or repeat (its
+    workers would repeat samples from another pass instead of padding), and
+    when the loader yields more than `steps` batches: the plans the ranks
+    agreed with do not describe this rank's epoch, and nothing after step
+    `steps` is yielded."""
 
     _NONE = object()
 
@@ -188,11 +226,11 @@ class padded_epoch:
         steps = int(steps)
         if steps < 0:
             raise ValueError(f"padded_epoch: steps {steps} < 0")
-        dataset = getattr(loader, "dataset", loader)
-        if getattr(dataset, "epoch_length", None) is not None:
-            raise ValueError("padded_epoch: the dataset has with_epoch(...), so its workers "
-                             "would repeat samples from another pass instead of padding: "
-                             "iterate its natural epoch")
+        sizing = _epoch_sizing(loader)
+        if sizing is not None:
+            raise ValueError(f"padded_epoch: the dataset has {sizing}, so its workers would "
+                             "repeat samples from another pass instead of padding: iterate its "
+                             "natural epoch")
         self.loader = loader
         self.steps = steps
         self.fill = fill
@@ -221,6 +259,33 @@ class padded_epoch:
                              f"{self.steps} steps with: pass fill=<a batch of the usual shape>")
         for _ in range(self.steps - taken):
             yield last, False
+
+
+def _epoch_sizing(loader):
+    """What sizes the epoch of `loader` beyond its data ("with_epoch(...)",
+    "repeat(...)"), looking through a DataLoader's or wds.Loader's dataset
+    and a WebLoader's DataLoader, else None."""
+    from . import extradatasets
+    from .pipeline import DataPipeline
+
+    pending, seen = [loader], set()
+    while pending:
+        item = pending.pop()
+        if item is None or id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, extradatasets.with_epoch):
+            return "with_epoch(...)"
+        if isinstance(item, extradatasets.repeatedly):
+            return "repeatedly(...)"
+        if isinstance(item, DataPipeline):
+            if item.epoch_length is not None or item.nsamples > 0:
+                return "with_epoch(...)"
+            if item.repetitions != 1:
+                return "repeat(...)"
+            pending.extend(item.pipeline[:1])  # a WebLoader's DataLoader
+        pending.append(getattr(item, "dataset", None))
+    return None
 
 
 def gather_state_dict(source, group=None, worker_states=None):

@@ -342,8 +342,6 @@ TEST_F(DdpTest, OffWithUnevenRanksFailsNamingRanksAndStepCounts) {
   EXPECT_THAT(results[1].stderr, HasSubstr("wds-train: rank 1: "));
 }
 
-// --join: the per-step all-reduce ends the epoch on both ranks when rank 0
-// runs out, so the unequalized run completes with 17 steps each.
 // Padding steps train on nothing: kPad is for evaluation (wds/loader/padded_epoch.h).
 TEST_F(DdpTest, EqualizePadIsRefusedForTraining) {
   std::vector<RankResult> results = Train(1, "--equalize pad");
@@ -354,6 +352,8 @@ TEST_F(DdpTest, EqualizePadIsRefusedForTraining) {
                         "training takes drop, wrap or off"));
 }
 
+// --join: the per-step all-reduce ends the epoch on both ranks when rank 0
+// runs out, so the unequalized run completes with 17 steps each.
 TEST_F(DdpTest, JoinEndsTheEpochOnEveryRankTogether) {
   std::vector<RankResult> results =
       Train(2, "--split shards --epochs 1 --batch-size 10 --no-shardshuffle --equalize off --join");

@@ -15,8 +15,10 @@
 //
 // Under kPad the steps are the largest rank's batch count (plan.batches()), so
 // a rank runs its own batches (real) and then, until `steps`, padding steps
-// that repeat its last batch (so the model sees a batch of the usual shape
-// and kind) marked as padding.
+// that repeat its last batch (often its short one, which the model already
+// ran) marked as padding. A rank without a batch (its proposal in
+// EqualizedSteps::proposals is 0) has nothing to pad with: every rank sees
+// the proposals, so all can refuse together, or that rank passes a fill.
 //
 // Thread safety: as the Loader (one consumer thread).
 #pragma once

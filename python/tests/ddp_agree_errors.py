@@ -1,0 +1,42 @@
+"""One rank of test_distributed's torchrun jobs where agreed_steps must fail on
+every rank together (a rank that raised alone would leave the others waiting
+in the all-gather until the timeout).
+
+Arguments: shard pattern, output directory, split, policy. Each rank writes
+the error agreed_steps raised (or the steps it returned)."""
+
+import datetime
+import faulthandler
+import json
+import os
+import sys
+
+import torch.distributed as dist
+
+import webdataset_cpp as wds
+
+
+def main(pattern, out_dir, split, policy):
+    faulthandler.dump_traceback_later(50)
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    rank = dist.get_rank()
+    dataset = (wds.WebDataset(pattern, shardshuffle=False, nodesplitter=wds.split_by_node,
+                              split=split, empty_check=False)
+               .decode().to_tuple("cls", "__key__").batched(2))
+    report = {"rank": rank}
+    for allow_empty in (False, True):
+        try:
+            report[f"steps{int(allow_empty)}"] = wds.agreed_steps(
+                dataset, num_workers=1, policy=policy, allow_empty=allow_empty)
+        except ValueError as e:
+            report[f"error{int(allow_empty)}"] = str(e)
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(report, f)
+    dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
