@@ -212,6 +212,7 @@ std::string SessionKey(const wds::RemoteOptions& o, const absl::Status& environm
   Field(key, o.cache_dir);
   Field(key, o.cache_size);
   Field(key, int{o.cache_revalidate});
+  Field(key, int{o.cache_pipes});
   Field(key, environment_error.ToString());
   return key;
 }
@@ -259,6 +260,7 @@ std::shared_ptr<const RemoteAccess> SharedAccess(wds::RemoteOptions options,
 const char* VariableOf(const std::string& option) {
   if (option == "cache_dir") return "WDS_CACHE";
   if (option == "cache_size") return "WDS_CACHE_SIZE";
+  if (option == "cache_pipes") return "WDS_CACHE_PIPES";
   if (option == "ca_file") return "CURL_CA_BUNDLE";
   if (option == "verify_tls") return "WDS_TLS_VERIFY";
   return nullptr;
@@ -304,7 +306,8 @@ absl::StatusOr<std::unique_ptr<wds::ByteStream>> Open(const RemoteAccess& remote
   if (std::optional<std::string> scheme = PythonScheme(url)) {
     return OpenThroughPython(std::string(listed), *rewritten, *scheme);
   }
-  if (url == "-" || wds::StartsWith(url, "pipe:")) return wds::OpenUrl(url);
+  if (url == "-") return wds::OpenUrl(url);
+  if (wds::StartsWith(url, "pipe:")) return remote.OpenCommand(url);
   if (wds::IsRemoteUrl(url)) return remote.Open(url);
   std::string_view path = url;
   if (wds::StartsWith(path, "file://")) {
@@ -357,6 +360,8 @@ void Apply(wds::RemoteOptions& o, const std::string& name, py::handle value) {
     o.cache_dir = value.cast<std::string>();
   } else if (name == "cache_size") {
     o.cache_size = AtLeast(value, "cache_size", 0);
+  } else if (name == "cache_pipes") {
+    o.cache_pipes = value.cast<bool>();
   } else if (name == "ca_file") {
     o.ca_file = value.cast<std::string>();
   } else if (name == "verify_tls") {
@@ -465,6 +470,12 @@ absl::StatusOr<std::unique_ptr<wds::ByteStream>> RemoteAccess::Open(std::string_
   absl::StatusOr<std::unique_ptr<wds::ByteStream>> stream = reader->Open(url);
   if (!stream.ok()) return RemoteStatus(stream.status(), url);
   return std::make_unique<RemoteShard>(*std::move(stream));
+}
+
+absl::StatusOr<std::unique_ptr<wds::ByteStream>> RemoteAccess::OpenCommand(
+    std::string_view url) const {
+  if (options_.cache_dir.empty() || !options_.cache_pipes) return wds::OpenUrl(url);
+  return Session().Open(url);
 }
 
 wds::Opener PythonOpener(std::shared_ptr<const RemoteAccess> remote) {

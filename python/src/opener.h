@@ -122,7 +122,7 @@ class RemoteAccess {
   // FromPython is the process's RemoteAccess (made at first use, the eight
   // most recently used kept) of the environment's options overridden by the
   // entries of `given` (a dict, as webdataset_cpp.RemoteOptions' _native()
-  // makes it, or None): cache_dir, cache_size, ca_file, verify_tls, connect_timeout,
+  // makes it, or None): cache_dir, cache_size, cache_pipes, ca_file, verify_tls, connect_timeout,
   // stall_timeout, low_speed_limit, low_speed_time, max_attempts,
   // max_retry_time (times in seconds), upload_part_size, upload_concurrency, http_headers. An
   // unknown name is a TypeError, a value out of range a ValueError. REQUIRES: the GIL is held.
@@ -133,6 +133,10 @@ class RemoteAccess {
   // Open opens a remote URL (IsRemoteUrl) through this process's session;
   // errors are RemoteStatus errors naming the URL.
   absl::StatusOr<std::unique_ptr<wds::ByteStream>> Open(std::string_view url) const;
+  // OpenCommand runs a pipe: command, through the cache when these options
+  // cache pipe: shards (RemoteOptions::cache_pipes with a cache_dir); errors
+  // are the command's, as OpenUrl's.
+  absl::StatusOr<std::unique_ptr<wds::ByteStream>> OpenCommand(std::string_view url) const;
 
   // Reader is this process's session for reading `url` yourself (ranged
   // reads); errors as Open's for a malformed environment.

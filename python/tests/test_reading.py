@@ -1,6 +1,7 @@
 """Reading shards: samples, their order and content, against Python's
 tarfile and the C++ reader (wds-shard ls)."""
 
+import hashlib
 import json
 import os
 import re
@@ -362,15 +363,51 @@ def test_environment_variables_in_urls(monkeypatch):
         wds.shardlists.expand_urls("${ROOT}/a.tar")
 
 
-def test_cache_dir_reads_local_files_and_pipes_in_place(shards, tmp_path):
-    # Remote shards are cached (test_remote.py); a local file needs no copy,
-    # and a pipe: command runs at every read, which the constructor warns of.
+def test_cache_dir_caches_pipes_and_reads_local_files_in_place(shards, tmp_path, monkeypatch):
+    """As the reference, WebDataset(cache_dir=...) caches pipe: shards: a command's output, once
+    read to its end with exit status 0, is read from the cache after (the command does not run
+    again). A local file needs no copy. Remote shards: test_remote.py."""
+    monkeypatch.delenv("WDS_CACHE_PIPES", raising=False)
     cache = tmp_path / "cache"
     cache.mkdir()
-    urls = [shards[0], f"pipe:cat {shards[1]}"]
-    with pytest.warns(UserWarning, match="pipe: shards run their command at every read"):
+    log = tmp_path / "runs"
+    pipe = f"pipe:echo run >> {log} && cat {shards[1]}"
+    urls = [shards[0], pipe]
+    for _ in range(2):
         ds = wds.WebDataset(urls, shardshuffle=False, cache_dir=str(cache))
-    assert [s["__url__"] for s in ds] == [urls[0]] * 10 + [urls[1]] * 10
-    assert os.listdir(cache) == []
+        assert [s["__url__"] for s in ds] == [urls[0]] * 10 + [urls[1]] * 10
+    assert log.read_text().split() == ["run"]
+    name = hashlib.sha256(pipe.encode()).hexdigest()
+    assert (cache / name).read_bytes() == open(shards[1], "rb").read()
+    assert sorted(n for n in os.listdir(cache) if n != ".size") == [name, name + ".meta"]
+    # Not cached, and the constructor says so: opted out, or a cache from the environment alone
+    # (the reference caches only with cache_dir given).
+    other = tmp_path / "other"
+    other.mkdir()
+    uncached = r"pipe: shards run their command at every read \(cache them too"
+    with pytest.warns(UserWarning, match=uncached):
+        ds = wds.WebDataset(urls, shardshuffle=False, cache_dir=str(other),
+                            remote=wds.RemoteOptions(cache_pipes=False))
+    assert len(list(ds)) == len(list(ds)) == 20
+    monkeypatch.setenv("WDS_CACHE", str(other))
+    with pytest.warns(UserWarning, match=uncached):
+        ds = wds.WebDataset(urls, shardshuffle=False)
+    assert len(list(ds)) == 20
+    assert log.read_text().split() == ["run"] * 4
+    assert [n for n in os.listdir(other) if n != ".size"] == []
+    # Opted in through the environment: cached.
+    monkeypatch.setenv("WDS_CACHE_PIPES", "1")
+    assert len(list(wds.WebDataset(urls, shardshuffle=False))) == 20
+    assert len(list(wds.WebDataset(urls, shardshuffle=False))) == 20
+    assert log.read_text().split() == ["run"] * 5
+    assert (other / name).read_bytes() == open(shards[1], "rb").read()
+    # A command that fails, and one read in part, leave nothing.
+    failing = f"pipe:cat {shards[1]} && exit 3"
+    with pytest.raises(wds.CommandError, match="exit status 3"):
+        list(wds.WebDataset(failing, shardshuffle=False, cache_dir=str(cache)))
+    it = iter(wds.WebDataset(f"pipe:cat {shards[2]}", shardshuffle=False, cache_dir=str(cache)))
+    next(it)
+    it.close()
+    assert sorted(n for n in os.listdir(cache) if n != ".size") == [name, name + ".meta"]
     with pytest.raises(ValueError, match="^cache directory .*/nowhere does not exist$"):
         wds.WebDataset(urls, shardshuffle=False, cache_dir=str(tmp_path / "nowhere"))

@@ -6,8 +6,12 @@ shard (http://, https://, s3://, gs://) is written to ``<cache_dir>/<SHA-256 of
 the URL>`` while it streams to its first reader (``.part`` until it arrived
 whole), read from there afterwards, shared by DataLoader workers, ranks and
 jobs on the machine (flock), and bounded by ``cache_size`` with
-least-recently-used eviction. Local files are read in place; ``pipe:`` URLs
-run their command every time (the reference caches their output).
+least-recently-used eviction. Local files are read in place. ``pipe:``
+shards are cached too when ``WebDataset(cache_dir=...)`` is given (as the
+reference's are) or with ``RemoteOptions(cache_pipes=True)``: a command's
+output is kept once it was read to its end and the command exited 0, and read
+instead of running the command again; otherwise they run their command every
+time.
 
 The reference's helpers are kept for programs that use them directly (the
 WebDataset class uses none of them): ``FileCache`` and ``StreamingOpen`` (URL
@@ -295,13 +299,16 @@ def cache_options(cache_dir=None, cache_size=-1, remote=None):
     """The RemoteOptions of WebDataset(cache_dir=, cache_size=, remote=).
 
     cache_dir None means remote.cache_dir, else $WDS_CACHE; the directory must
-    exist (as in the reference). cache_size: 0 turns caching off (as in the
-    reference); a positive number of bytes bounds the cache; a negative one
-    (the default, -1) means remote.cache_size, else $WDS_CACHE_SIZE, else no
-    limit.
+    exist (as in the reference). A cache_dir given caches pipe: shards too,
+    as the reference's does, unless remote.cache_pipes says otherwise.
+    cache_size: 0 turns caching off (as in the reference); a positive number
+    of bytes bounds the cache; a negative one (the default, -1) means
+    remote.cache_size, else $WDS_CACHE_SIZE, else no limit.
     """
     native_options(remote)  # a TypeError for anything but a RemoteOptions
     remote = remote if remote is not None else RemoteOptions()
+    if cache_dir is not None and remote.cache_pipes is None:
+        remote = dataclasses.replace(remote, cache_pipes=True)
     if cache_dir is None:
         cache_dir = remote.cache_dir if remote.cache_dir is not None else os.environ.get(
             "WDS_CACHE")
@@ -318,7 +325,11 @@ def cache_options(cache_dir=None, cache_size=-1, remote=None):
 
 def warn_uncached_pipes(urls, remote):
     """Warns once when a cache is set but some shards are pipe: commands,
-    which it does not hold."""
-    if remote.cache_dir and any(url.startswith("pipe:") for url in urls):
+    which it does not hold (cache_pipes off)."""
+    cache_pipes = remote.cache_pipes
+    if cache_pipes is None:
+        cache_pipes = os.environ.get("WDS_CACHE_PIPES", "").lower() in ("1", "true", "yes", "on")
+    if remote.cache_dir and not cache_pipes and any(url.startswith("pipe:") for url in urls):
         warnings.warn(f"cache_dir={remote.cache_dir!r} holds http(s)://, s3:// and gs:// "
-                      "shards; pipe: shards run their command at every read", stacklevel=3)
+                      "shards; pipe: shards run their command at every read (cache them too "
+                      "with RemoteOptions(cache_pipes=True) or WDS_CACHE_PIPES=1)", stacklevel=3)

@@ -34,6 +34,13 @@ class RemoteOptions:
         SHA-256 of the URL; "" for none [WDS_CACHE] (none).
     cache_size: bytes of complete copies kept, least recently used evicted
         first; 0 for no limit [WDS_CACHE_SIZE, e.g. "50G"] (0).
+    cache_pipes: cache pipe: shards too: a command's output, named by the
+        SHA-256 of its URL, is kept once a reader read it to its end and the
+        command exited 0, and read instead of running the command again
+        (for commands that fetch fixed objects, "pipe:aws s3 cp ... -");
+        nothing tells a changed output from the copy [WDS_CACHE_PIPES=1]
+        (False; WebDataset(cache_dir=...) given sets it, as the reference
+        caches pipe: shards).
     ca_file: PEM bundle of the certificate authorities to trust
         [CURL_CA_BUNDLE] (the system's).
     verify_tls: check the server's certificate and host name; turn off only
@@ -64,6 +71,7 @@ class RemoteOptions:
 
     cache_dir: Optional[str] = None
     cache_size: Optional[int] = None
+    cache_pipes: Optional[bool] = None
     ca_file: Optional[str] = None
     verify_tls: Optional[bool] = None
     connect_timeout: Optional[float] = None

@@ -95,6 +95,11 @@ class RemoteSession {
 
   // cache is the cache directory's, null without one.
   ShardCache* cache() const { return cache_.get(); }
+  // CachesCommand says whether `url` is a pipe: command whose output the
+  // cache keeps (RemoteOptions::cache_pipes).
+  bool CachesCommand(std::string_view url) const {
+    return cache_ != nullptr && options_.cache_pipes && StartsWith(url, "pipe:");
+  }
 
  private:
   const RemoteOptions options_;
@@ -126,6 +131,15 @@ absl::Status SkipTo(ByteStream& stream, int64_t offset) {
     done += *skipped;
   }
   return absl::OkStatus();
+}
+
+// OpenLocalAt opens a local path, file:, - or pipe: (OpenLocalUrl) and moves
+// it to `offset`.
+absl::StatusOr<std::unique_ptr<ByteStream>> OpenLocalAt(std::string_view url, int64_t offset) {
+  absl::StatusOr<std::unique_ptr<ByteStream>> stream = OpenLocalUrl(url);
+  if (!stream.ok() || offset == 0) return stream;
+  if (absl::Status s = SkipTo(**stream, offset); !s.ok()) return s;
+  return stream;
 }
 
 // ReadParts fills `parts` from `stream`, which holds [offset, offset + their
@@ -196,6 +210,7 @@ void ApplyEnvironment(RemoteOptions& o, absl::Status& first_error,
     size.ok() ? void(o.cache_size = *size) : fail(size.status());
   }
   flag("WDS_CACHE_REVALIDATE", o.cache_revalidate);
+  flag("WDS_CACHE_PIPES", o.cache_pipes);
 }
 
 }  // namespace
@@ -236,10 +251,11 @@ absl::StatusOr<std::unique_ptr<ByteStream>> RemoteOpener::OpenAt(std::string_vie
     return absl::InvalidArgumentError(Cat(url, ": negative offset ", offset));
   }
   if (IsRemoteUrl(url)) return session_->Open(url, offset, true);
-  absl::StatusOr<std::unique_ptr<ByteStream>> stream = OpenLocalUrl(url);
-  if (!stream.ok() || offset == 0) return stream;
-  if (absl::Status s = SkipTo(**stream, offset); !s.ok()) return s;
-  return stream;
+  if (session_->CachesCommand(url)) {
+    return session_->cache()->OpenCommand(std::string(url), offset,
+                                          [url](int64_t at) { return OpenLocalAt(url, at); });
+  }
+  return OpenLocalAt(url, offset);
 }
 
 absl::StatusOr<ObjectVersion> RemoteOpener::ReadRange(std::string_view url, int64_t offset,
@@ -270,8 +286,12 @@ absl::StatusOr<ObjectVersion> RemoteOpener::ReadRange(std::string_view url, int6
 
 Opener RemoteOpener::AsOpener() const {
   return [session = session_](std::string_view url) -> absl::StatusOr<std::unique_ptr<ByteStream>> {
-    if (!IsRemoteUrl(url)) return OpenLocalUrl(url);
-    return session->Open(url, 0, true);
+    if (IsRemoteUrl(url)) return session->Open(url, 0, true);
+    if (session->CachesCommand(url)) {
+      return session->cache()->OpenCommand(std::string(url), 0,
+                                           [url](int64_t at) { return OpenLocalAt(url, at); });
+    }
+    return OpenLocalUrl(url);
   };
 }
 

@@ -244,14 +244,23 @@ int64_t AddBytes(int64_t a, int64_t b) {
   return std::max<int64_t>(0, a + b);
 }
 
-// CachingStream passes a remote stream through while writing it to a locked
-// .part file, renamed into place when the object's announced length arrived.
-// Any failure to write drops the .part and leaves the stream uncached.
+// Complete gives, at the end of a source's data, the .meta of a complete
+// copy of `written` bytes, or nullopt.
+using Complete = std::function<std::optional<std::string>(int64_t written)>;
+
+// CachingStream passes a stream through while writing it to a locked .part
+// file, renamed into place when the copy is complete: at the end of the data
+// when `complete` says so (a remote object's announced length arrived), and
+// with `after_finish` only once Finish() succeeded too (a command that exited
+// 0). Any failure to write, and a stream dropped before its copy is complete,
+// drop the .part and leave the stream uncached.
 class CachingStream : public ByteStream {
  public:
-  CachingStream(std::unique_ptr<RemoteStream> remote, int fd, std::string part, std::string path,
-                std::shared_ptr<ShardCache> cache)
-      : remote_(std::move(remote)),
+  CachingStream(std::unique_ptr<ByteStream> source, Complete complete, bool after_finish, int fd,
+                std::string part, std::string path, std::shared_ptr<ShardCache> cache)
+      : source_(std::move(source)),
+        complete_(std::move(complete)),
+        after_finish_(after_finish),
         fd_(fd),
         part_(std::move(part)),
         path_(std::move(path)),
@@ -262,20 +271,36 @@ class CachingStream : public ByteStream {
   // file needs anyway; a later open of the URL reads it locally.
 
   absl::StatusOr<size_t> Read(void* buffer, size_t size) override {
-    absl::StatusOr<size_t> n = remote_->Read(buffer, size);
+    absl::StatusOr<size_t> n = source_->Read(buffer, size);
     if (!n.ok()) {
       Abandon();
       return n;
     }
     if (*n == 0) {
-      Commit();
+      ended_ = ended_ || size > 0;
+      if (!after_finish_) Commit();
     } else if (fd_ >= 0) {
       Write(static_cast<const char*>(buffer), *n);
     }
     return n;
   }
-  absl::Status Finish() override { return remote_->Finish(); }
-  const std::string& url() const override { return remote_->url(); }
+
+  absl::Status Finish() override {
+    if (!after_finish_) return source_->Finish();
+    // What the reader left goes into the copy before the source's Finish
+    // would drop it.
+    std::vector<char> sink;
+    while (fd_ >= 0 && !ended_) {
+      sink.resize(size_t{1} << 16);
+      absl::StatusOr<size_t> n = Read(sink.data(), sink.size());
+      if (!n.ok()) return n.status();
+    }
+    absl::Status finished = source_->Finish();
+    finished.ok() ? Commit() : Abandon();
+    return finished;
+  }
+
+  const std::string& url() const override { return source_->url(); }
 
  private:
   void Write(const char* data, size_t size) {
@@ -288,13 +313,11 @@ class CachingStream : public ByteStream {
 
   void Commit() {
     if (fd_ < 0 || Inherited()) return;
-    // Only an object of known length that arrived whole is kept; it is on
-    // disk before its name says it is complete.
-    if (remote_->size() < 0 || written_ != remote_->size() || fdatasync(fd_) != 0 ||
-        !cache_->Install(
-            fd_, part_, path_,
-            Cat("url ", remote_->url(), "\netag ", remote_->etag(), "\nsize ", written_, "\n"),
-            written_)) {
+    // Only a complete copy is kept; it is on disk before its name says it
+    // is complete.
+    const std::optional<std::string> meta = complete_(written_);
+    if (!meta.has_value() || fdatasync(fd_) != 0 ||
+        !cache_->Install(fd_, part_, path_, *meta, written_)) {
       Abandon();
       return;
     }
@@ -321,7 +344,10 @@ class CachingStream : public ByteStream {
     return true;
   }
 
-  std::unique_ptr<RemoteStream> remote_;
+  std::unique_ptr<ByteStream> source_;
+  const Complete complete_;
+  const bool after_finish_;
+  bool ended_ = false;  // the source's data ended
   int fd_;
   std::string part_;
   std::string path_;
@@ -387,6 +413,50 @@ void ShardCache::ScanOnFirstUse() {
 absl::StatusOr<std::unique_ptr<ByteStream>> ShardCache::Open(const std::string& url, int64_t offset,
                                                              const OpenRemote& open_remote,
                                                              const Revalidate& revalidate) {
+  return OpenThrough(
+      url, offset,
+      [&](int64_t at) -> absl::StatusOr<Source> {
+        absl::StatusOr<std::unique_ptr<RemoteStream>> remote = open_remote(at);
+        if (!remote.ok()) return remote.status();
+        const RemoteStream* object = remote->get();
+        // Complete: the object's announced length arrived whole.
+        return Source{*std::move(remote), [object](int64_t written) -> std::optional<std::string> {
+                        if (object->size() < 0 || written != object->size()) return std::nullopt;
+                        return Cat("url ", object->url(), "\netag ", object->etag(), "\nsize ",
+                                   written, "\n");
+                      }};
+      },
+      revalidate);
+}
+
+absl::StatusOr<std::unique_ptr<ByteStream>> ShardCache::OpenCommand(const std::string& url,
+                                                                    int64_t offset,
+                                                                    const OpenStream& open) {
+  return OpenThrough(
+      url, offset,
+      [&](int64_t at) -> absl::StatusOr<Source> {
+        absl::StatusOr<std::unique_ptr<ByteStream>> stream = open(at);
+        if (!stream.ok()) return stream.status();
+        // Complete: read to its end, and the command exited 0 (after_finish).
+        return Source{*std::move(stream),
+                      [url](int64_t written) -> std::optional<std::string> {
+                        return Cat("url ", url, "\netag \nsize ", written, "\n");
+                      },
+                      /*after_finish=*/true};
+      },
+      nullptr);
+}
+
+absl::StatusOr<std::unique_ptr<ByteStream>> ShardCache::OpenThrough(const std::string& url,
+                                                                    int64_t offset,
+                                                                    const OpenSource& open,
+                                                                    const Revalidate& revalidate) {
+  // The source alone, uncached.
+  auto uncached = [&](int64_t at) -> absl::StatusOr<std::unique_ptr<ByteStream>> {
+    absl::StatusOr<Source> source = open(at);
+    if (!source.ok()) return source.status();
+    return std::move(source->stream);
+  };
   ScanOnFirstUse();
   const std::string path = PathFor(url);
   const std::string part = Cat(path, kPartSuffix);
@@ -419,11 +489,7 @@ absl::StatusOr<std::unique_ptr<ByteStream>> ShardCache::Open(const std::string& 
       }
       CloseUnlocked(fd);
     }
-    if (offset > 0) {
-      absl::StatusOr<std::unique_ptr<RemoteStream>> remote = open_remote(offset);
-      if (!remote.ok()) return remote.status();
-      return std::unique_ptr<ByteStream>(*std::move(remote));
-    }
+    if (offset > 0) return uncached(offset);
     // An error shows as the open below failing, naming the file.
     (void)MakeDirectories(dir_);
     const int part_fd = OpenFd(part, O_RDWR | O_CREAT, 0644);
@@ -431,11 +497,9 @@ absl::StatusOr<std::unique_ptr<ByteStream>> ShardCache::Open(const std::string& 
       return absl::ErrnoToStatus(errno, Cat(url, ": cannot create ", part, " in the cache"));
     }
     if (flock(part_fd, LOCK_EX | LOCK_NB) != 0 || !Linked(part_fd, part)) {
-      // Someone else is downloading it: read it from the server too.
+      // Someone else is downloading it: read it from the source too.
       CloseUnlocked(part_fd);
-      absl::StatusOr<std::unique_ptr<RemoteStream>> remote = open_remote(0);
-      if (!remote.ok()) return remote.status();
-      return std::unique_ptr<ByteStream>(*std::move(remote));
+      return uncached(0);
     }
     // Completed by another process between our look and our lock?
     if (!revalidate && access(path.c_str(), F_OK) == 0) {
@@ -448,19 +512,18 @@ absl::StatusOr<std::unique_ptr<ByteStream>> ShardCache::Open(const std::string& 
       CloseUnlocked(part_fd);
       return absl::ErrnoToStatus(errno, Cat(url, ": cannot truncate ", part));
     }
-    absl::StatusOr<std::unique_ptr<RemoteStream>> remote = open_remote(0);
-    if (!remote.ok()) {
+    absl::StatusOr<Source> source = open(0);
+    if (!source.ok()) {
       unlink(part.c_str());
       CloseUnlocked(part_fd);
-      return remote.status();
+      return source.status();
     }
-    return std::make_unique<CachingStream>(*std::move(remote), part_fd, part, path,
+    return std::make_unique<CachingStream>(std::move(source->stream), std::move(source->complete),
+                                           source->after_finish, part_fd, part, path,
                                            shared_from_this());
   }
-  // Raced three times: read it from the server.
-  absl::StatusOr<std::unique_ptr<RemoteStream>> remote = open_remote(0);
-  if (!remote.ok()) return remote.status();
-  return std::unique_ptr<ByteStream>(*std::move(remote));
+  // Raced three times: read it from the source.
+  return uncached(0);
 }
 
 bool ShardCache::Install(int part_fd, const std::string& part, const std::string& path,

@@ -1,7 +1,7 @@
-// ShardCache: complete local copies of remote objects, filled while they
-// stream to their first reader, shared by processes through flock(2) and
-// bounded by least-recently-used eviction. The protocol is documented in
-// docs/REMOTE.md ("Cache").
+// ShardCache: complete local copies of remote objects (and, when asked, of
+// pipe: commands' output), filled while they stream to their first reader,
+// shared by processes through flock(2) and bounded by least-recently-used
+// eviction. The protocol is documented in docs/REMOTE.md ("Cache").
 //
 //   auto cache = std::make_shared<ShardCache>("/scratch/cache", int64_t{100} << 30);
 //   absl::StatusOr<std::unique_ptr<ByteStream>> s =
@@ -34,6 +34,8 @@ class ShardCache : public std::enable_shared_from_this<ShardCache> {
  public:
   // OpenRemote opens the remote object from a byte offset.
   using OpenRemote = std::function<absl::StatusOr<std::unique_ptr<RemoteStream>>(int64_t offset)>;
+  // OpenStream opens any stream (a command's output) from a byte offset.
+  using OpenStream = std::function<absl::StatusOr<std::unique_ptr<ByteStream>>(int64_t offset)>;
   // Revalidate returns the object's current ETag (and size); null means
   // cached copies are trusted.
   using Revalidate = std::function<absl::StatusOr<ObjectInfo>()>;
@@ -58,6 +60,17 @@ class ShardCache : public std::enable_shared_from_this<ShardCache> {
                                                                  int64_t offset,
                                                                  const OpenRemote& open_remote,
                                                                  const Revalidate& revalidate);
+
+  // OpenCommand is Open for the output of a pipe: command `url`, which has no
+  // length or ETag to check a copy by: the copy filled from offset 0 is kept
+  // only when its reader read to the end and Finish() found that the command
+  // exited 0 (Finish first reads what the reader left, a tar's trailing
+  // padding, into the copy). A copy is never revalidated: the command is
+  // not run again while it is cached. `open` runs the command and moves its
+  // stream to the offset.
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<ByteStream>> OpenCommand(const std::string& url,
+                                                                        int64_t offset,
+                                                                        const OpenStream& open);
 
   // Evict scans the directory, under the ledger's lock: it removes `.part`
   // files that no process is writing and `.meta` files left without their
@@ -97,6 +110,23 @@ class ShardCache : public std::enable_shared_from_this<ShardCache> {
   void Forget(const std::string& key);
 
  private:
+  // Source is a stream to copy into the cache and how to tell that the copy
+  // is complete: `complete` gives, at the end of the data, the .meta of a
+  // complete copy of `written` bytes, or nullopt; with `after_finish` the
+  // copy is complete only once the stream's Finish() succeeds too.
+  struct Source {
+    std::unique_ptr<ByteStream> stream;
+    std::function<std::optional<std::string>(int64_t written)> complete;
+    bool after_finish = false;
+  };
+  using OpenSource = std::function<absl::StatusOr<Source>(int64_t offset)>;
+  // OpenThrough is Open's and OpenCommand's work: a complete copy from
+  // `offset` (checked by `revalidate` when it is set), else the source,
+  // copied into the cache when read from offset 0.
+  absl::StatusOr<std::unique_ptr<ByteStream>> OpenThrough(const std::string& url, int64_t offset,
+                                                          const OpenSource& open,
+                                                          const Revalidate& revalidate);
+
   // ScanOnFirstUse scans the directory at the first use of it in this
   // process when the ledger says to (see Open).
   void ScanOnFirstUse();

@@ -720,6 +720,107 @@ TEST_F(ShardCacheTest, ASkipWhileCachingIsReadIntoTheCache) {
   EXPECT_EQ(server_.requests(), 1);
 }
 
+// --- pipe: shards (RemoteOptions::cache_pipes)
+
+// PipeCacheTest runs commands that log each run into `runs` and print a
+// file's bytes (and maybe fail).
+class PipeCacheTest : public ShardCacheTest {
+ protected:
+  PipeCacheTest() {
+    body_ = RandomBytes(200'000, 7);
+    data_ = dir_.Write("data.bin", body_);
+    runs_ = dir_.path() + "/runs";
+    options_.cache_pipes = true;
+  }
+  // Command prints data.bin, then runs `then` ("true", "exit 3").
+  std::string Command(const std::string& then = "true") const {
+    return Cat("pipe:echo run >> ", runs_, " && cat ", data_, " && ", then);
+  }
+  int Runs() const {
+    const std::string text = testing::ReadFile(runs_);
+    return static_cast<int>(std::count(text.begin(), text.end(), '\n'));
+  }
+  std::string CopyOf(const std::string& url) const {
+    return Cat(options_.cache_dir, "/", Hash(url));
+  }
+  // ReadFinished reads `url` through `open` to its end and finishes it.
+  absl::Status ReadFinished(const Opener& open, const std::string& url, std::string* data) {
+    absl::StatusOr<std::unique_ptr<ByteStream>> s = open(url);
+    if (!s.ok()) return s.status();
+    absl::StatusOr<std::string> all = ReadAll(**s);
+    if (!all.ok()) return all.status();
+    *data = *all;
+    return (*s)->Finish();
+  }
+
+  testing::TempDir dir_;
+  std::string body_;
+  std::string data_;
+  std::string runs_;
+};
+
+TEST_F(PipeCacheTest, ACommandThatExitsZeroRunsOnceAndIsReadFromItsCopyAfter) {
+  const std::string url = Command();
+  Opener open = MakeOpener(options_);
+  std::string data;
+  ASSERT_TRUE(ReadFinished(open, url, &data).ok());
+  EXPECT_EQ(Sha256(data), Sha256(body_));
+  EXPECT_THAT(Names(options_.cache_dir), ElementsAre(Hash(url), Cat(Hash(url), ".meta")));
+  EXPECT_EQ(Sha256(testing::ReadFile(CopyOf(url))), Sha256(body_));
+  EXPECT_EQ(testing::ReadFile(CopyOf(url) + ".meta"), Cat("url ", url, "\netag \nsize 200000\n"));
+  // Another opener (another process, say), and OpenAt from an offset, read the copy.
+  ASSERT_TRUE(ReadFinished(MakeOpener(options_), url, &data).ok());
+  EXPECT_EQ(Sha256(data), Sha256(body_));
+  absl::StatusOr<std::unique_ptr<ByteStream>> at = RemoteOpener(options_).OpenAt(url, 199'990);
+  ASSERT_TRUE(at.ok()) << at.status();
+  EXPECT_EQ(*ReadAll(**at), body_.substr(199'990));
+  EXPECT_EQ(Runs(), 1);
+}
+
+TEST_F(PipeCacheTest, WhatTheReaderLeftIsReadIntoTheCopyByFinish) {
+  const std::string url = Command();
+  absl::StatusOr<std::unique_ptr<ByteStream>> s = MakeOpener(options_)(url);
+  ASSERT_TRUE(s.ok()) << s.status();
+  char head[1000];
+  ASSERT_EQ(*(*s)->Read(head, sizeof(head)), sizeof(head));  // a tar's reader stops early
+  ASSERT_TRUE((*s)->Finish().ok());
+  EXPECT_EQ(Sha256(testing::ReadFile(CopyOf(url))), Sha256(body_));
+}
+
+TEST_F(PipeCacheTest, NothingIsKeptOfAFailedCommandAPartialReadOrWithoutTheOption) {
+  // The command fails after its output: the reader is told, nothing is kept.
+  const std::string failing = Command("exit 3");
+  std::string data;
+  absl::Status failed = ReadFinished(MakeOpener(options_), failing, &data);
+  EXPECT_EQ(failed.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(Message(failed), HasSubstr("command failed with exit status 3"));
+  EXPECT_EQ(data, body_);
+  // Dropped before its end (no Finish): nothing is kept.
+  const std::string url = Command();
+  {
+    absl::StatusOr<std::unique_ptr<ByteStream>> s = MakeOpener(options_)(url);
+    ASSERT_TRUE(s.ok()) << s.status();
+    char head[1000];
+    ASSERT_EQ(*(*s)->Read(head, sizeof(head)), sizeof(head));
+  }
+  EXPECT_THAT(Names(options_.cache_dir), IsEmpty());
+  // Without cache_pipes, and through the uncached opener, the command runs at every open.
+  RemoteOptions off = options_;
+  off.cache_pipes = false;
+  ASSERT_TRUE(ReadFinished(MakeOpener(off), url, &data).ok());
+  ASSERT_TRUE(ReadFinished(RemoteOpener(options_).AsUncachedOpener(), url, &data).ok());
+  EXPECT_THAT(Names(options_.cache_dir), IsEmpty());
+  EXPECT_EQ(Runs(), 4);
+}
+
+TEST_F(PipeCacheTest, TheEnvironmentTurnsItOn) {
+  testing::ScopedEnv on("WDS_CACHE_PIPES", "1");
+  EXPECT_TRUE(RemoteOptions::FromEnvironment().cache_pipes);
+  testing::ScopedEnv bad("WDS_CACHE_PIPES", "maybe");
+  EXPECT_EQ(Message(RemoteOptions::ParseFromEnvironment().status()),
+            "WDS_CACHE_PIPES='maybe' is not a boolean (1 or 0)");
+}
+
 // --- What is kept beside the copies (a remote shard's index): RemoteOpener::Keep
 
 // KeptName is the file that holds what is kept for `url` under `what`.

@@ -155,6 +155,13 @@ struct RemoteOptions {
   // cache_revalidate: check a cached copy's ETag with a HEAD request on each
   // open, re-downloading a changed object [WDS_CACHE_REVALIDATE=1].
   bool cache_revalidate = false;
+  // cache_pipes: cache pipe: shards too (with a cache_dir): a command's
+  // output, named by the SHA-256 of its URL, is kept once a reader read it
+  // to its end and the command exited 0, and later opens read the copy
+  // instead of running the command, which suits commands that fetch fixed
+  // objects ("pipe:aws s3 cp s3://bucket/train-000.tar -"). Nothing tells a
+  // changed output from the copy: an opt-in [WDS_CACHE_PIPES=1].
+  bool cache_pipes = false;
 
   // FromEnvironment returns the defaults above overridden by the environment
   // variables named in brackets. Malformed values (a WDS_CACHE_SIZE that is
