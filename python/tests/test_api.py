@@ -78,6 +78,7 @@ MODULES = ["webdataset_cpp", "webdataset_cpp._plan", "webdataset_cpp.autodecode"
            "webdataset_cpp.compat", "webdataset_cpp.distributed", "webdataset_cpp.errors",
            "webdataset_cpp.extradatasets", "webdataset_cpp.filters", "webdataset_cpp.gopen",
            "webdataset_cpp.handlers", "webdataset_cpp.loader", "webdataset_cpp.mix",
+           "webdataset_cpp.multi",
            "webdataset_cpp.pipeline", "webdataset_cpp.remote", "webdataset_cpp.shardlists",
            "webdataset_cpp.tariterators", "webdataset_cpp.utils", "webdataset_cpp.wids",
            "webdataset_cpp.writer"]

@@ -458,13 +458,15 @@ def test_install_as_webdataset_serves_unmodified_reference_code(two_shards):
         streams = url_opener([dict(url=u) for u in {list(two_shards)!r}])
         members = tar_file_expander(streams, eof_value=None)
         print(sum(1 for m in members if base_plus_ext(m["fname"])[0] == "a"))
+        from webdataset.multi import MultiLoader
+        assert MultiLoader is webdataset_cpp.multi.MultiLoader
         try:
-            import webdataset.multi
+            import webdataset.typecheck
         except ModuleNotFoundError as e:
             print(e)
     """)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == ["4", "No module named 'webdataset.multi'"]
+    assert result.stdout.splitlines() == ["4", "No module named 'webdataset.typecheck'"]
 
 
 def test_install_as_webdataset_at_module_level_reaches_spawned_workers(two_shards, tmp_path):

@@ -33,8 +33,8 @@ def install_as_webdataset():
     level in the main script (which each spawned worker imports again), not
     under ``if __name__ == "__main__"``; forked workers inherit it.
 
-    Modules the reference has and this package lacks (``webdataset.multi``,
-    ``webdataset.typecheck``) stay missing: importing them raises
+    A module the reference has and this package lacks
+    (``webdataset.typecheck``) stays missing: importing it raises
     ModuleNotFoundError. Calling it again does nothing. If a real
     ``webdataset`` (or one of its modules) was already imported, raises
     ImportError and changes nothing: two packages under one name would mix
