@@ -395,11 +395,19 @@ def test_cache_dir_caches_pipes_and_reads_local_files_in_place(shards, tmp_path,
     assert len(list(ds)) == 20
     assert log.read_text().split() == ["run"] * 4
     assert [n for n in os.listdir(other) if n != ".size"] == []
+    ds = wds.WebDataset(urls, shardshuffle=False, cache_dir="")  # "": the environment's cache
+    assert len(list(ds)) == 20
+    monkeypatch.setenv("WDS_CACHE_PIPES", "0")  # opts out of cache_dir's too
+    with pytest.warns(UserWarning, match=uncached):
+        ds = wds.WebDataset(urls, shardshuffle=False, cache_dir=str(other))
+    assert len(list(ds)) == 20
+    assert log.read_text().split() == ["run"] * 6
+    assert [n for n in os.listdir(other) if n != ".size"] == []
     # Opted in through the environment: cached.
     monkeypatch.setenv("WDS_CACHE_PIPES", "1")
     assert len(list(wds.WebDataset(urls, shardshuffle=False))) == 20
     assert len(list(wds.WebDataset(urls, shardshuffle=False))) == 20
-    assert log.read_text().split() == ["run"] * 5
+    assert log.read_text().split() == ["run"] * 7
     assert (other / name).read_bytes() == open(shards[1], "rb").read()
     # A command that fails, and one read in part, leave nothing.
     failing = f"pipe:cat {shards[1]} && exit 3"

@@ -300,14 +300,15 @@ def cache_options(cache_dir=None, cache_size=-1, remote=None):
 
     cache_dir None means remote.cache_dir, else $WDS_CACHE; the directory must
     exist (as in the reference). A cache_dir given caches pipe: shards too,
-    as the reference's does, unless remote.cache_pipes says otherwise.
+    as the reference's does, unless remote.cache_pipes or $WDS_CACHE_PIPES
+    says otherwise.
     cache_size: 0 turns caching off (as in the reference); a positive number
     of bytes bounds the cache; a negative one (the default, -1) means
     remote.cache_size, else $WDS_CACHE_SIZE, else no limit.
     """
     native_options(remote)  # a TypeError for anything but a RemoteOptions
     remote = remote if remote is not None else RemoteOptions()
-    if cache_dir is not None and remote.cache_pipes is None:
+    if cache_dir and remote.cache_pipes is None and "WDS_CACHE_PIPES" not in os.environ:
         remote = dataclasses.replace(remote, cache_pipes=True)
     if cache_dir is None:
         cache_dir = remote.cache_dir if remote.cache_dir is not None else os.environ.get(

@@ -315,6 +315,11 @@ absl::StatusOr<std::unique_ptr<ByteStream>> OpenLocalUrl(std::string_view url) {
 absl::StatusOr<std::unique_ptr<ByteStream>> OpenUrl(std::string_view url) {
   // A one-off session: no connection pool to share (MakeOpener has one).
   if (IsRemoteUrl(url)) return MakeOpener()(url);
+  if (StartsWith(url, "pipe:")) {
+    RemoteOptions options = RemoteOptions::FromEnvironment();
+    if (options.cache_pipes && !options.cache_dir.empty())
+      return MakeOpener(std::move(options))(url);
+  }
   return OpenLocalUrl(url);
 }
 

@@ -271,6 +271,7 @@ class CachingStream : public ByteStream {
   // file needs anyway; a later open of the URL reads it locally.
 
   absl::StatusOr<size_t> Read(void* buffer, size_t size) override {
+    if (fd_ >= 0) (void)Inherited();  // a forked child reads uncached: the copy is its parent's
     absl::StatusOr<size_t> n = source_->Read(buffer, size);
     if (!n.ok()) {
       Abandon();
@@ -286,6 +287,7 @@ class CachingStream : public ByteStream {
   }
 
   absl::Status Finish() override {
+    if (fd_ >= 0) (void)Inherited();
     if (!after_finish_) return source_->Finish();
     // What the reader left goes into the copy before the source's Finish
     // would drop it.
@@ -438,8 +440,11 @@ absl::StatusOr<std::unique_ptr<ByteStream>> ShardCache::OpenCommand(const std::s
         absl::StatusOr<std::unique_ptr<ByteStream>> stream = open(at);
         if (!stream.ok()) return stream.status();
         // Complete: read to its end, and the command exited 0 (after_finish).
+        // An empty output is never kept: a command that printed nothing
+        // and exited 0 (curl -s on an error) would stay failed until evicted.
         return Source{*std::move(stream),
                       [url](int64_t written) -> std::optional<std::string> {
+                        if (written == 0) return std::nullopt;
                         return Cat("url ", url, "\netag \nsize ", written, "\n");
                       },
                       /*after_finish=*/true};

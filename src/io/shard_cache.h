@@ -65,9 +65,9 @@ class ShardCache : public std::enable_shared_from_this<ShardCache> {
   // length or ETag to check a copy by: the copy filled from offset 0 is kept
   // only when its reader read to the end and Finish() found that the command
   // exited 0 (Finish first reads what the reader left, a tar's trailing
-  // padding, into the copy). A copy is never revalidated: the command is
-  // not run again while it is cached. `open` runs the command and moves its
-  // stream to the offset.
+  // padding, into the copy), and never when the output was empty. A copy is never revalidated: the
+  // command is not run again while it is cached. `open` runs the command and moves its stream to
+  // the offset.
   [[nodiscard]] absl::StatusOr<std::unique_ptr<ByteStream>> OpenCommand(const std::string& url,
                                                                         int64_t offset,
                                                                         const OpenStream& open);

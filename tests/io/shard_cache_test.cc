@@ -813,6 +813,59 @@ TEST_F(PipeCacheTest, NothingIsKeptOfAFailedCommandAPartialReadOrWithoutTheOptio
   EXPECT_EQ(Runs(), 4);
 }
 
+TEST_F(PipeCacheTest, AnEmptyOutputIsNeverKept) {
+  // A command that prints nothing and exits 0 (curl -s on an error page):
+  // its next open runs it again.
+  const std::string url = Cat("pipe:echo run >> ", runs_);
+  std::string data;
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(ReadFinished(MakeOpener(options_), url, &data).ok());
+    EXPECT_EQ(data, "");
+  }
+  EXPECT_EQ(Runs(), 2);
+  EXPECT_THAT(Names(options_.cache_dir), IsEmpty());
+}
+
+TEST_F(PipeCacheTest, AChildForkedDuringTheCopyDoesNotWriteIntoIt) {
+  const std::string url = Command();
+  const std::string part = CopyOf(url) + ".part";
+  {
+    absl::StatusOr<std::unique_ptr<ByteStream>> s = MakeOpener(options_)(url);
+    ASSERT_TRUE(s.ok()) << s.status();
+    char head[1000];
+    ASSERT_EQ(*(*s)->Read(head, sizeof(head)), sizeof(head));
+    const pid_t child = fork();
+    if (child == 0) {
+      // The child reads the inherited stream: what it reads is not the parent's copy's.
+      std::vector<char> sink(20'000);
+      const bool read = (*s)->Read(sink.data(), sink.size()).ok();
+      _exit(read ? 0 : 1);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    EXPECT_EQ(fs::file_size(part), sizeof(head));
+  }
+  // Dropped before its end: nothing is kept.
+  EXPECT_FALSE(fs::exists(part));
+  EXPECT_FALSE(fs::exists(CopyOf(url)));
+}
+
+TEST_F(PipeCacheTest, OpenUrlCachesThemWhenTheEnvironmentSaysSo) {
+  const std::string url = Command();
+  testing::ScopedEnv dir("WDS_CACHE", options_.cache_dir.c_str());
+  std::string data;
+  ASSERT_TRUE(ReadFinished(OpenUrl, url, &data).ok());
+  EXPECT_FALSE(fs::exists(CopyOf(url)));  // WDS_CACHE alone caches remote objects only
+  testing::ScopedEnv on("WDS_CACHE_PIPES", "1");
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(ReadFinished(OpenUrl, url, &data).ok());
+    EXPECT_EQ(Sha256(data), Sha256(body_));
+  }
+  EXPECT_EQ(Runs(), 2);
+  EXPECT_EQ(Sha256(testing::ReadFile(CopyOf(url))), Sha256(body_));
+}
+
 TEST_F(PipeCacheTest, TheEnvironmentTurnsItOn) {
   testing::ScopedEnv on("WDS_CACHE_PIPES", "1");
   EXPECT_TRUE(RemoteOptions::FromEnvironment().cache_pipes);

@@ -55,7 +55,8 @@ using Opener = std::function<absl::StatusOr<std::unique_ptr<ByteStream>>(std::st
 
 // OpenUrl opens a local path, "file:", "-", "pipe:" or a remote URL (with
 // RemoteOptions::FromEnvironment(), and no connection reuse between calls:
-// MakeOpener in wds/io/remote.h gives both). Errors: NotFound /
+// MakeOpener in wds/io/remote.h gives both); remote URLs, and pipe: commands
+// with WDS_CACHE_PIPES=1, go through the environment's cache (WDS_CACHE). Errors: NotFound /
 // PermissionDenied (naming the path) for files, those of wds/io/remote.h for
 // remote URLs, Unimplemented for other schemes.
 [[nodiscard]] absl::StatusOr<std::unique_ptr<ByteStream>> OpenUrl(std::string_view url);
