@@ -146,22 +146,27 @@ def agreed_steps(dataset, num_workers=1, policy="drop", epoch=None, group=None, 
         mine = [local.local_steps(policy), int(_split_samples(dataset)), digest,
                 local.dataset_shards, local.dataset_samples]
     if not distributed:
-        rows, ranks = [mine], [0]
+        rows = [mine]
     else:
         mine = torch.tensor(mine, dtype=torch.int64, device=reduce_device(group))
         gathered = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
         dist.all_gather(gathered, mine, group=group)
         rows = [row.tolist() for row in gathered]
-        ranks = [_global_rank(dist, group, i) for i in range(len(rows))]
-    broken = [r for r, row in zip(ranks, rows) if row[0] < 0]
+
+    def ranks_where(test):
+        """The global ranks of the rows that pass `test`."""
+        return [_global_rank(dist, group, i) if distributed else 0
+                for i, row in enumerate(rows) if test(row)]
+
     if failed is not None:
         raise failed
+    broken = ranks_where(lambda row: row[0] < 0)
     if broken:
         raise ValueError(f"agreed_steps: rank(s) {broken} could not plan their epoch (their own "
                          "error says why), so the ranks cannot agree on its steps")
     counts = [row[0] for row in rows]
     agreed = min(counts) if policy == "drop" else max(counts)
-    empty = [r for r, count in zip(ranks, counts) if count == 0]
+    empty = ranks_where(lambda row: row[0] == 0) if policy == "pad" else []
     if policy == "pad" and empty and agreed > 0 and not allow_empty:
         raise ValueError(
             f"agreed_steps: rank(s) {empty} have no batch this epoch, so padded_epoch would have "
