@@ -9,6 +9,9 @@ per shard
             uploaded by the native writer: one PUT, or a multipart upload
             of --part-mib parts), one part in flight at a time;
   native-4  the same with upload_concurrency=4 (the default);
+  native-4-inline  native-4 with upload_in_background=False: each shard
+            uploads in the write that finishes it, instead of while the
+            next shard fills;
   aws-sdk   the local shards uploaded afterwards by AWS's JavaScript SDK
             (PutObject, one process per shard, as tests/s3/s3.js does),
             timed on its own, plus the local write.
@@ -16,6 +19,9 @@ per shard
 Each round writes everything once; medians of --rounds, the order rotating.
 s3rver is one JavaScript process that writes every object to its own
 directory, so the figures are a ratio on one server, not what S3 takes.
+
+--produce-mb-s N paces the samples as a producer that makes N MB/s
+(encoding images, say), the work an upload in the background overlaps.
 
 --emulate CONN_MB_S,LATENCY_MS replaces s3rver by a stand-in for S3's
 network: a threaded server in this process that answers the upload
@@ -26,7 +32,7 @@ native-1/2/4/8 (upload_concurrency).
 
   bench/s3_write_bench.py [--samples 2000] [--bytes 100000] [--maxcount 500]
                           [--part-mib 16] [--rounds 3] [--build build]
-                          [--emulate 50,20]
+                          [--emulate 50,20] [--produce-mb-s 100]
 """
 
 import argparse
@@ -132,6 +138,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
     parser.add_argument("--emulate", default=None)
+    parser.add_argument("--produce-mb-s", type=float, default=0)
     args = parser.parse_args()
     sys.path.insert(0, os.path.join(args.build, "python"))
     import webdataset_cpp as wds
@@ -148,8 +155,14 @@ def main():
                       AWS_SECRET_ACCESS_KEY=SECRET, TMPDIR=work)
 
     def write(pattern, **kw):
+        start = time.perf_counter()
         with wds.ShardWriter(pattern, maxcount=args.maxcount, verbose=0, **kw) as sink:
-            for sample in samples:
+            for i, sample in enumerate(samples):
+                if args.produce_mb_s > 0:  # the producer's pace
+                    ahead = i * args.bytes / (args.produce_mb_s * 1e6) - (
+                        time.perf_counter() - start)
+                    if ahead > 0:
+                        time.sleep(ahead)
                 sink.write(sample)
 
     def local(n):
@@ -158,11 +171,12 @@ def main():
         write(os.path.join(out, "part-%04d.tar"))
         shutil.rmtree(out)
 
-    def native(concurrency):
+    def native(concurrency, in_background=True):
         def run(n):
             remote = wds.RemoteOptions(upload_part_size=args.part_mib << 20,
                                        upload_concurrency=concurrency)
-            write(f"s3://bench/native{concurrency}-{n}/part-%04d.tar", remote=remote)
+            write(f"s3://bench/native{concurrency}-{int(in_background)}-{n}/part-%04d.tar",
+                  remote=remote, upload_in_background=in_background)
         return run
 
     def aws_sdk(n):
@@ -177,10 +191,11 @@ def main():
         shutil.rmtree(out)
 
     if args.emulate:
-        paths = {"local": local, **{f"native-{c}": native(c) for c in (1, 2, 4, 8)}}
+        paths = {"local": local, **{f"native-{c}": native(c) for c in (1, 2, 4, 8)},
+                 "native-4-inline": native(4, in_background=False)}
     else:
         paths = {"local": local, "native-1": native(1), "native-4": native(4),
-                 "aws-sdk": aws_sdk}
+                 "native-4-inline": native(4, in_background=False), "aws-sdk": aws_sdk}
     times = {name: [] for name in paths}
     try:
         for r in range(args.rounds):
@@ -200,10 +215,11 @@ def main():
     print(f"{args.samples} samples of {args.bytes} bytes ({megabytes:.0f} MB), "
           f"{args.maxcount} per shard, parts of {args.part_mib} MiB, to {where}; "
           f"medians of {args.rounds}")
-    print(f"{'path':<10}{'seconds':>10}{'MB/s':>10}")
+    pace = f", produced at {args.produce_mb_s:g} MB/s" if args.produce_mb_s else ""
+    print(f"{'path' + pace:<16}{'seconds':>10}{'MB/s':>10}")
     for name, seconds in times.items():
         median = statistics.median(seconds)
-        print(f"{name:<10}{median:>10.2f}{megabytes / median:>10.0f}")
+        print(f"{name:<16}{median:>10.2f}{megabytes / median:>10.0f}")
 
 
 if __name__ == "__main__":

@@ -95,13 +95,14 @@ class ShardWriter {
  public:
   ShardWriter(std::string pattern, int64_t maxcount, int64_t maxsize,
               const std::string& compression, int level, int64_t mtime, int64_t first_shard,
-              bool index, py::object on_close, py::handle remote) {
+              bool index, py::object on_close, py::handle remote, bool upload_in_background) {
     wds::ShardWriterOptions options;
     options.maxcount = maxcount;
     options.maxsize = maxsize;
     options.tar = TarOptions(compression, level, mtime);
     options.first_shard = first_shard;
     options.write_index = index;
+    options.upload_in_background = upload_in_background;
     if (wds::IsRemoteUrl(pattern)) options.remote = RemoteAccess::FromPython(remote)->options();
     if (!on_close.is_none()) {
       auto callback = std::make_shared<PyRef>(on_close);
@@ -209,11 +210,11 @@ void RegisterWriters(py::module_& m) {
       .def("close", &TarWriter::Close);
   py::class_<ShardWriter>(m, "ShardWriter", "The core's ShardWriter.")
       .def(py::init<std::string, int64_t, int64_t, const std::string&, int, int64_t, int64_t, bool,
-                    py::object, py::handle>(),
+                    py::object, py::handle, bool>(),
            py::arg("pattern"), py::kw_only(), py::arg("maxcount"), py::arg("maxsize"),
            py::arg("compression") = "none", py::arg("level") = -1, py::arg("mtime") = 0,
            py::arg("first_shard") = 0, py::arg("index") = false, py::arg("on_close") = py::none(),
-           py::arg("remote") = py::none())
+           py::arg("remote") = py::none(), py::arg("upload_in_background") = true)
       .def("write", &ShardWriter::Write, py::arg("key"), py::arg("fields"))
       .def("close", &ShardWriter::Close)
       .def_property_readonly("shards_written", &ShardWriter::shards)

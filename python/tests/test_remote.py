@@ -923,6 +923,30 @@ def test_shard_and_tar_writers_write_s3_as_they_write_files(s3rver, local_sample
     assert aws_get(s3rver, "out/one.tar", tmp_path) == (local / "one.tar").read_bytes()
 
 
+def test_a_shard_uploads_while_the_next_fills_unless_asked_not_to(s3rver, local_samples,
+                                                                  monkeypatch):
+    """post (and the count) of a shard come with the write that finishes the next shard, once
+    its upload ended; upload_in_background=False uploads in the write that finishes it."""
+    s3_env(monkeypatch, s3rver)
+    for in_background, after_16 in ((True, []), (False, ["s3://shards/bg/0/part-00.tar"])):
+        pattern = f"s3://shards/bg/{int(in_background)}/part-%02d.tar"
+        written = []
+        with wds.ShardWriter(pattern, maxcount=15, verbose=0, post=written.append,
+                             upload_in_background=in_background) as sink:
+            for sample in local_samples[:16]:  # the 16th finishes shard 0
+                sink.write(sample)
+            assert written == [p.replace("/0/", f"/{int(in_background)}/") for p in after_16]
+            assert sink.shard == len(after_16)
+            for sample in local_samples[16:31]:  # the 31st finishes shard 1
+                sink.write(sample)
+            assert written[0] == pattern % 0 and sink.shard >= 1
+            for sample in local_samples[31:]:
+                sink.write(sample)
+        assert written == [pattern % n for n in range(3)] and sink.shard == 3
+        assert samples_of(wds.WebDataset(pattern.replace("%02d", "{00..02}"),
+                                         shardshuffle=False)) == local_samples
+
+
 def test_s3_writers_dropped_unclosed_publish_nothing(s3rver, monkeypatch, tmp_path):
     s3_env(monkeypatch, s3rver)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))

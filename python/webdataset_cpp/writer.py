@@ -516,14 +516,17 @@ class ShardWriter(_NativeWriter):
     stream a shard is written to. An s3:// pattern is written by the native
     writer: each shard staged in $TMPDIR and uploaded when complete (it
     appears whole or not at all), with remote=RemoteOptions(...) for the
-    upload (upload_part_size, retries). Of TarWriter's arguments, which the
+    upload (upload_part_size, retries); the upload runs while the next shard
+    fills (post runs, and an upload's error is raised, by the write that
+    finishes the next shard, or close), unless upload_in_background=False.
+    Of TarWriter's arguments, which the
     reference passes on, user, group and mode must keep their defaults, format
     is ignored and keep_meta is not supported.
     """
 
     def __init__(self, pattern, maxcount=100000, maxsize=3e9, post=None, start_shard=0,
                  verbose=1, opener=None, encoder=True, compress=None, mtime=None, index=False,
-                 remote=None, **kw):
+                 remote=None, upload_in_background=True, **kw):
         if kw.pop("keep_meta", False):
             raise ValueError("ShardWriter(keep_meta=True) is not supported")
         # The reference passes these on to TarWriter; they are checked (or, for
@@ -549,7 +552,8 @@ class ShardWriter(_NativeWriter):
                 pattern, maxcount=int(maxcount), maxsize=int(maxsize),
                 compression=_compression(compress, pattern),
                 mtime=0 if mtime is None else int(mtime), first_shard=start_shard, index=index,
-                on_close=self._closed_shard, remote=native_options(remote))
+                on_close=self._closed_shard, remote=native_options(remote),
+                upload_in_background=bool(upload_in_background))
             return
         if path is None:
             if index:

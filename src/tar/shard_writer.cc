@@ -3,12 +3,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <optional>
+#include <thread>
 #include <utility>
 
+#include "wds/base/interrupt.h"
+#include "wds/internal/base/signals_blocked.h"
 #include "wds/internal/base/status_macros.h"
 #include "wds/internal/base/strings.h"
 #include "wds/internal/io/atomic_file.h"
@@ -70,6 +76,76 @@ absl::StatusOr<std::string> StagingFile(const std::string& dir) {
   return path;
 }
 
+// PublishRemote uploads the staged shard `staged` to `url`, its index (when
+// `write_index`) deleted before and written after.
+absl::Status PublishRemote(const std::string& staged, const std::string& url,
+                           const std::string& index_text, bool write_index,
+                           const RemoteOptions& options) {
+  const std::string index_url = IndexPath(url);
+  if (write_index) WDS_RETURN_IF_ERROR(DeleteRemoteObject(index_url, options));
+  WDS_RETURN_IF_ERROR(UploadFile(staged, url, options));
+  if (!write_index) return absl::OkStatus();
+  return UploadBytes(index_text, index_url, options);
+}
+
+// BackgroundUpload runs one shard's upload on a thread of its own (which
+// takes no asynchronous signals), so that the writer fills the next shard
+// meanwhile. Its interrupt check gives up once the upload is cancelled: by
+// Wait, when the waiting thread's own check says so, or by destruction.
+class BackgroundUpload {
+ public:
+  explicit BackgroundUpload(std::function<absl::Status()> upload) {
+    const SignalsBlocked no_signals;
+    thread_ = std::thread([this, upload = std::move(upload)] {
+      absl::Status result;
+      {
+        ScopedInterruptCheck check([this] {
+          return cancelled_.load() ? absl::CancelledError("the shard writer gave up its upload")
+                                   : absl::OkStatus();
+        });
+        result = upload();
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      result_ = std::move(result);
+      done_ = true;
+      done_changed_.notify_all();
+    });
+  }
+  ~BackgroundUpload() {
+    cancelled_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  BackgroundUpload(const BackgroundUpload&) = delete;
+  BackgroundUpload& operator=(const BackgroundUpload&) = delete;
+
+  // Wait returns the upload's status once it ended; when the calling
+  // thread's interrupt check gives up first, the upload is cancelled and
+  // that check's status returned after it ended.
+  absl::Status Wait() {
+    absl::Status interrupted;
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!done_) {
+      done_changed_.wait_for(lock, kInterruptCheckInterval);
+      if (done_ || !interrupted.ok()) continue;
+      lock.unlock();
+      interrupted = CheckInterrupt();
+      if (!interrupted.ok()) cancelled_ = true;
+      lock.lock();
+    }
+    lock.unlock();
+    thread_.join();
+    return interrupted.ok() ? result_ : interrupted;
+  }
+
+ private:
+  std::atomic<bool> cancelled_{false};
+  std::mutex mu_;
+  std::condition_variable done_changed_;
+  bool done_ = false;
+  absl::Status result_;
+  std::thread thread_;
+};
+
 }  // namespace
 
 absl::StatusOr<std::string> FormatShardName(std::string_view pattern, int64_t number) {
@@ -122,12 +198,24 @@ struct ShardWriter::State {
         remote(IsRemoteUrl(pattern)) {}
 
   absl::Status StartShard();
+  // FinishShard closes the current shard and publishes it: a rename into
+  // place, or (remote) an upload started in the background once the
+  // previous one ended.
   absl::Status FinishShard();
-  // Publish gives the finished temporary file its final name: a rename, or
-  // an upload (the index, if any, deleted before and written after).
-  absl::Status Publish(const std::string& index_text);
+  absl::Status PublishLocal(const std::string& index_text);
+  // JoinUpload waits for the upload in progress, if any (Ctrl-C, through the
+  // caller's interrupt check, cancels it), then counts its shard and runs
+  // on_close.
+  absl::Status JoinUpload();
   absl::Status Fail(absl::Status status);
   void Abort();
+
+  // Uploading is a finished remote shard going up while the next fills.
+  struct Uploading {
+    ShardInfo shard;
+    std::string staged;
+    std::unique_ptr<BackgroundUpload> upload;
+  };
 
   std::string pattern;
   ShardWriterOptions options;
@@ -141,20 +229,41 @@ struct ShardWriter::State {
   int64_t next_number;
   // remote: the pattern is a URL; shards are staged, then uploaded.
   bool remote;
+  std::optional<Uploading> uploading;
   int64_t shards_written = 0;
   int64_t samples_written = 0;
 };
 
 void ShardWriter::State::Abort() {
+  if (uploading.has_value()) {
+    uploading->upload.reset();  // cancelled and joined
+    std::remove(uploading->staged.c_str());
+    uploading.reset();
+  }
   tar.reset();
   if (!temp_path.empty()) std::remove(temp_path.c_str());
   temp_path.clear();
 }
 
 absl::Status ShardWriter::State::Fail(absl::Status status) {
+  // The shard finished before the error is still published (unless the
+  // caller's interrupt check gives up on it).
+  if (uploading.has_value()) (void)JoinUpload();
   Abort();
   error = status;
   return status;
+}
+
+absl::Status ShardWriter::State::JoinUpload() {
+  if (!uploading.has_value()) return absl::OkStatus();
+  const absl::Status uploaded = uploading->upload->Wait();
+  std::remove(uploading->staged.c_str());
+  const ShardInfo shard = std::move(uploading->shard);
+  uploading.reset();
+  WDS_RETURN_IF_ERROR(uploaded);
+  ++shards_written;
+  if (options.on_close) WDS_RETURN_IF_ERROR(options.on_close(shard));
+  return absl::OkStatus();
 }
 
 absl::Status ShardWriter::State::StartShard() {
@@ -198,33 +307,36 @@ absl::Status ShardWriter::State::FinishShard() {
     }
     index_text = *std::move(text);
   }
-  WDS_RETURN_IF_ERROR(Publish(index_text));
-  if (options.on_close) WDS_RETURN_IF_ERROR(options.on_close(current));
+  if (!remote) {
+    WDS_RETURN_IF_ERROR(PublishLocal(index_text));
+    if (options.on_close) WDS_RETURN_IF_ERROR(options.on_close(current));
+    return absl::OkStatus();
+  }
+  // One upload at a time: the last shard's must end before this one's starts.
+  WDS_RETURN_IF_ERROR(JoinUpload());
+  uploading = Uploading{current, temp_path, nullptr};
+  temp_path.clear();  // the upload's now
+  uploading->upload = std::make_unique<BackgroundUpload>(
+      [staged = uploading->staged, url = current.path, index_text = std::move(index_text),
+       write_index = options.write_index, remote_options = *options.remote] {
+        return PublishRemote(staged, url, index_text, write_index, remote_options);
+      });
+  if (!options.upload_in_background) return JoinUpload();
   return absl::OkStatus();
 }
 
-absl::Status ShardWriter::State::Publish(const std::string& index_text) {
+absl::Status ShardWriter::State::PublishLocal(const std::string& index_text) {
   const std::string index_path = IndexPath(current.path);
-  if (!remote) {
-    // A stale sidecar must never sit beside the new shard.
-    if (options.write_index) std::remove(index_path.c_str());
-    if (std::rename(temp_path.c_str(), current.path.c_str()) != 0) {
-      return absl::ErrnoToStatus(errno,
-                                 Cat(current.path, ": cannot rename ", temp_path, " into place"));
-    }
-    temp_path.clear();
-    ++shards_written;
-    if (options.write_index) WDS_RETURN_IF_ERROR(WriteFileAtomically(index_path, index_text));
-    return absl::OkStatus();
+  // A stale sidecar must never sit beside the new shard.
+  if (options.write_index) std::remove(index_path.c_str());
+  if (std::rename(temp_path.c_str(), current.path.c_str()) != 0) {
+    return absl::ErrnoToStatus(errno,
+                               Cat(current.path, ": cannot rename ", temp_path, " into place"));
   }
-  const RemoteOptions& o = *options.remote;
-  if (options.write_index) WDS_RETURN_IF_ERROR(DeleteRemoteObject(index_path, o));
-  WDS_RETURN_IF_ERROR(UploadFile(temp_path, current.path, o));
-  std::remove(temp_path.c_str());
   temp_path.clear();
   ++shards_written;
-  if (!options.write_index) return absl::OkStatus();
-  return UploadBytes(index_text, index_path, o);
+  if (options.write_index) WDS_RETURN_IF_ERROR(WriteFileAtomically(index_path, index_text));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<ShardWriter>> ShardWriter::Create(std::string pattern,
@@ -281,8 +393,8 @@ absl::Status ShardWriter::Close() {
   if (!s.error.ok()) return s.error;
   if (s.closed) return absl::OkStatus();
   s.closed = true;
-  if (s.tar == nullptr) return absl::OkStatus();
-  absl::Status finished = s.FinishShard();
+  absl::Status finished = s.tar == nullptr ? absl::OkStatus() : s.FinishShard();
+  if (finished.ok()) finished = s.JoinUpload();
   if (!finished.ok()) return s.Fail(finished);
   return absl::OkStatus();
 }

@@ -595,5 +595,208 @@ TEST_F(RemoteUploadTest, DeleteRemoteObjectTakesAMissingObjectAsDeleted) {
               ElementsAre("DELETE /b/k.tar.idx", "DELETE /b/k.tar.idx", "DELETE /b/k.tar.idx"));
 }
 
+// --- ShardWriter: each shard uploads in the background while the next fills
+
+// ObjectStore plays S3 for single PUTs of many keys (shards under the part
+// size), kept by path; `fault` may answer a request instead. Shared with the
+// server's threads, which may still answer while a test ends.
+struct ObjectStore {
+  std::function<std::optional<FaultPlan>(const FaultRequest&)> fault;
+  // held: the PUTs of this path are answered only once `gate` opens (or
+  // after 30 s): the server's thread waits before it answers.
+  std::string held;
+  std::atomic<bool> gate{true};
+  std::mutex mu;
+  std::map<std::string, std::string> objects;
+
+  FaultPlan Answer(const FaultRequest& r) {
+    if (r.method == "PUT" && r.target == held) {
+      for (int ms = 0; ms < 30'000 && !gate.load(); ms += 10) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+    if (fault) {
+      if (std::optional<FaultPlan> plan = fault(r); plan.has_value()) return *plan;
+    }
+    FaultPlan plan;
+    plan.status = r.method == "PUT" ? 200 : r.method == "DELETE" ? 204 : 405;
+    if (r.method == "PUT") {
+      std::lock_guard<std::mutex> lock(mu);
+      objects[r.target] = r.body;
+      plan.extra_headers = "ETag: \"whole\"\r\n";
+    }
+    return plan;
+  }
+  std::map<std::string, std::string> Objects() {
+    std::lock_guard<std::mutex> lock(mu);
+    return objects;
+  }
+};
+
+class ShardUploadTest : public RemoteUploadTest {
+ protected:
+  ShardUploadTest() {
+    server_.SetPlanner([store = store_](const FaultRequest& r) { return store->Answer(r); });
+  }
+  // The server's threads still waiting at the gate answer at once.
+  ~ShardUploadTest() override { store_->gate = true; }
+
+  // Writer writes shards of 2 samples to s3://b/x-NN.tar, recording on_close.
+  std::unique_ptr<ShardWriter> Writer(bool in_background = true) {
+    ShardWriterOptions o;
+    o.maxcount = 2;
+    o.upload_in_background = in_background;
+    o.remote = options_;
+    o.staging_dir = staging_.path();
+    o.on_close = [this](const ShardInfo& shard) {
+      closed_.push_back(shard.path);
+      return absl::OkStatus();
+    };
+    absl::StatusOr<std::unique_ptr<ShardWriter>> w = ShardWriter::Create("s3://b/x-%02d.tar", o);
+    EXPECT_TRUE(w.ok()) << w.status();
+    return w.ok() ? *std::move(w) : nullptr;
+  }
+
+  static Sample Numbered(int i) {
+    Sample s;
+    s.Set("__key__", Cat("k", i));
+    s.Set("txt", Cat("sample ", i));
+    return s;
+  }
+
+  // LocalShards is what a local ShardWriter writes of samples [0, n): the
+  // bytes of each shard, by the path S3 would store it under.
+  std::map<std::string, std::string> LocalShards(int n) {
+    testing::TempDir dir;
+    ShardWriterOptions o;
+    o.maxcount = 2;
+    auto w = ShardWriter::Create(dir.path() + "/x-%02d.tar", o).value();
+    for (int i = 0; i < n; ++i) EXPECT_TRUE(w->Write(Numbered(i)).ok());
+    EXPECT_TRUE(w->Close().ok());
+    std::map<std::string, std::string> shards;
+    for (int s = 0; s < (n + 1) / 2; ++s) {
+      shards[Cat("/b/x-0", s, ".tar")] = testing::ReadFile(Cat(dir.path(), "/x-0", s, ".tar"));
+    }
+    return shards;
+  }
+
+  // HoldAtTheGate holds the PUTs of `target` until OpenTheGate.
+  void HoldAtTheGate(const std::string& target) {
+    store_->held = target;
+    store_->gate = false;
+  }
+  void OpenTheGate() { store_->gate = true; }
+
+  std::shared_ptr<ObjectStore> store_ = std::make_shared<ObjectStore>();
+  testing::TempDir staging_;
+  std::vector<std::string> closed_;
+};
+
+TEST_F(ShardUploadTest, TheNextShardFillsWhileTheLastUploads) {
+  HoldAtTheGate("/b/x-00.tar");
+  std::unique_ptr<ShardWriter> w = Writer();
+  // Sample 2 finishes shard 0, whose upload waits at the gate; samples 2
+  // and 3 fill shard 1 meanwhile.
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(w->Write(Numbered(i)).ok()) << i;
+  EXPECT_EQ(w->shards_written(), 0);
+  EXPECT_THAT(closed_, IsEmpty());
+  OpenTheGate();
+  // Sample 4 finishes shard 1: shard 0's upload is waited for, and counted.
+  ASSERT_TRUE(w->Write(Numbered(4)).ok());
+  EXPECT_EQ(w->shards_written(), 1);
+  EXPECT_THAT(closed_, ElementsAre("s3://b/x-00.tar"));
+  ASSERT_TRUE(w->Close().ok());
+  EXPECT_EQ(w->shards_written(), 3);
+  EXPECT_THAT(closed_, ElementsAre("s3://b/x-00.tar", "s3://b/x-01.tar", "s3://b/x-02.tar"));
+  EXPECT_EQ(store_->Objects(), LocalShards(5));
+  EXPECT_TRUE(std::filesystem::is_empty(staging_.path()));
+}
+
+TEST_F(ShardUploadTest, WithoutTheBackgroundTheWriteThatFinishesAShardUploadsIt) {
+  std::unique_ptr<ShardWriter> w = Writer(/*in_background=*/false);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(w->Write(Numbered(i)).ok()) << i;
+  EXPECT_EQ(w->shards_written(), 1);
+  EXPECT_THAT(closed_, ElementsAre("s3://b/x-00.tar"));
+  EXPECT_EQ(store_->Objects(),
+            (std::map<std::string, std::string>{{"/b/x-00.tar", LocalShards(2)["/b/x-00.tar"]}}));
+  ASSERT_TRUE(w->Close().ok());
+  EXPECT_EQ(store_->Objects(), LocalShards(3));
+}
+
+TEST_F(ShardUploadTest, AnUploadsErrorIsReturnedWhenTheNextShardFinishes) {
+  store_->fault = [](const FaultRequest& r) -> std::optional<FaultPlan> {
+    if (r.method == "PUT" && r.target == "/b/x-00.tar") return S3Error(403, "AccessDenied", "no");
+    return std::nullopt;
+  };
+  std::unique_ptr<ShardWriter> w = Writer();
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(w->Write(Numbered(i)).ok()) << i;
+  const absl::Status failed = w->Write(Numbered(4));
+  EXPECT_EQ(failed.code(), absl::StatusCode::kPermissionDenied) << failed;
+  EXPECT_THAT(Message(failed), HasSubstr("s3://b/x-00.tar"));
+  EXPECT_THAT(Message(failed), HasSubstr("AccessDenied"));
+  // The writer stays failed; nothing after shard 0 went up, nothing is staged.
+  EXPECT_EQ(w->Write(Numbered(5)), failed);
+  EXPECT_EQ(w->Close(), failed);
+  EXPECT_EQ(w->shards_written(), 0);
+  EXPECT_THAT(closed_, IsEmpty());
+  EXPECT_THAT(store_->Objects(), IsEmpty());
+  EXPECT_TRUE(std::filesystem::is_empty(staging_.path()));
+}
+
+TEST_F(ShardUploadTest, TheLastShardsUploadErrorIsReturnedByClose) {
+  store_->fault = [](const FaultRequest& r) -> std::optional<FaultPlan> {
+    if (r.method == "PUT" && r.target == "/b/x-01.tar") return S3Error(403, "AccessDenied", "no");
+    return std::nullopt;
+  };
+  std::unique_ptr<ShardWriter> w = Writer();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(w->Write(Numbered(i)).ok()) << i;
+  const absl::Status failed = w->Close();
+  EXPECT_EQ(failed.code(), absl::StatusCode::kPermissionDenied) << failed;
+  EXPECT_THAT(Message(failed), HasSubstr("s3://b/x-01.tar"));
+  EXPECT_EQ(w->shards_written(), 1);
+  EXPECT_THAT(closed_, ElementsAre("s3://b/x-00.tar"));
+  EXPECT_TRUE(std::filesystem::is_empty(staging_.path()));
+}
+
+TEST_F(ShardUploadTest, AnErrorOfTheWriterStillPublishesTheShardUploading) {
+  std::unique_ptr<ShardWriter> w = Writer();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(w->Write(Numbered(i)).ok()) << i;
+  Sample bad = Numbered(3);
+  bad.Set("__key__", std::string("a.b"));
+  EXPECT_TRUE(absl::IsInvalidArgument(w->Write(bad)));
+  EXPECT_EQ(w->shards_written(), 1);
+  EXPECT_THAT(closed_, ElementsAre("s3://b/x-00.tar"));
+  EXPECT_EQ(store_->Objects(),
+            (std::map<std::string, std::string>{{"/b/x-00.tar", LocalShards(2)["/b/x-00.tar"]}}));
+  EXPECT_TRUE(std::filesystem::is_empty(staging_.path()));
+}
+
+TEST_F(ShardUploadTest, AbortAndAnInterruptCancelTheUploadInProgress) {
+  HoldAtTheGate("/b/x-00.tar");
+  const auto start = std::chrono::steady_clock::now();
+  {
+    std::unique_ptr<ShardWriter> w = Writer();
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(w->Write(Numbered(i)).ok()) << i;
+  }  // destroyed: the upload held at the gate is cancelled, not waited for
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  EXPECT_TRUE(std::filesystem::is_empty(staging_.path()));
+  // The caller's interrupt check gives up on the wait for the upload.
+  std::unique_ptr<ShardWriter> w = Writer();
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(w->Write(Numbered(i)).ok()) << i;
+  std::atomic<bool> stop{false};
+  absl::Status interrupted;
+  {
+    ScopedInterruptCheck check(
+        [&] { return stop.load() ? absl::CancelledError("Ctrl-C") : absl::OkStatus(); });
+    stop = true;
+    interrupted = w->Write(Numbered(4));
+  }
+  EXPECT_EQ(interrupted, absl::CancelledError("Ctrl-C"));
+  EXPECT_EQ(w->shards_written(), 0);
+  EXPECT_THAT(closed_, IsEmpty());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  EXPECT_TRUE(std::filesystem::is_empty(staging_.path()));
+}
+
 }  // namespace
 }  // namespace wds

@@ -21,8 +21,13 @@
 // temporary file in `staging_dir` and uploads it when complete
 // (wds/io/remote_upload.h: one PUT, or a multipart upload), so the object
 // appears whole or not at all; its index sidecar (write_index) goes up
-// after it, and a stale one is deleted before it. Other remote URLs are
-// InvalidArgument at Create.
+// after it, and a stale one is deleted before it. The upload runs on a
+// thread of its own while the next shard fills (one upload at a time: the
+// shard after waits for it; upload_in_background = false uploads in the
+// Write or Close that finished the shard), so a shard counts as written,
+// and its on_close runs, when the Write that finishes the next shard, or
+// Close, finds its upload ended; an upload's error is returned there. Other
+// remote URLs are InvalidArgument at Create.
 //
 // Rolling: a shard ends before the sample that would make it hold more than
 // `maxcount` samples, or more than `maxsize` bytes of uncompressed tar. The
@@ -77,14 +82,18 @@ struct ShardWriterOptions {
   // write_index writes a DALI index sidecar (IndexPath(shard)) beside each
   // shard, also through a temporary name.
   bool write_index = false;
-  // on_close runs after each shard got its final name; an error it returns
-  // is returned by the Write or Close that finished the shard.
+  // on_close runs after each shard got its final name (on the writer's
+  // thread); an error it returns is returned by the Write or Close that
+  // finished the shard (for an s3:// pattern: that finished the next shard,
+  // or Close).
   std::function<absl::Status(const ShardInfo&)> on_close;
   // For an s3:// pattern: the remote options (nullopt: from the
   // environment), and the directory shards are staged in (empty: $TMPDIR,
-  // else /tmp), which needs room for one shard.
+  // else /tmp), which needs room for two shards (one uploading, one filling;
+  // one with upload_in_background = false).
   std::optional<RemoteOptions> remote;
   std::string staging_dir;
+  bool upload_in_background = true;
 };
 
 // FormatShardName formats `pattern`, which holds exactly one printf integer
@@ -98,7 +107,7 @@ class ShardWriter {
   // first Write.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<ShardWriter>> Create(
       std::string pattern, ShardWriterOptions options = {});
-  // The destructor removes the temporary file of an unfinished shard.
+  // The destructor is Abort().
   ~ShardWriter();
   ShardWriter(const ShardWriter&) = delete;
   ShardWriter& operator=(const ShardWriter&) = delete;
@@ -106,12 +115,14 @@ class ShardWriter {
   // Write appends `sample` (see TarWriter::Write), first finishing the
   // current shard when the sample does not fit. A key whose basename is
   // empty or holds a dot is InvalidArgument (a reader would split it
-  // differently). After an error the unfinished shard is removed and every
-  // later call fails.
+  // differently). After an error the unfinished shard is removed (a shard
+  // still uploading is waited for first) and every later call fails.
   [[nodiscard]] absl::Status Write(const Sample& sample);
-  // Close finishes the current shard, if any.
+  // Close finishes the current shard, if any, and waits for its upload.
   [[nodiscard]] absl::Status Close();
-  // Abort removes the current shard's temporary files without finishing it.
+  // Abort removes the current shard's temporary files without finishing it,
+  // and cancels an upload in progress: a writer aborted (or destroyed)
+  // before Close publishes nothing more.
   void Abort();
 
   int64_t shards_written() const;
