@@ -20,8 +20,9 @@ Each round writes everything once; medians of --rounds, the order rotating.
 s3rver is one JavaScript process that writes every object to its own
 directory, so the figures are a ratio on one server, not what S3 takes.
 
---produce-mb-s N paces the samples as a producer that makes N MB/s
-(encoding images, say), the work an upload in the background overlaps.
+--produce-mb-s N makes each sample cost its bytes / N MB/s before it is
+written, as a producer would (encoding images, say): the work an upload in
+the background overlaps.
 
 --emulate CONN_MB_S,LATENCY_MS replaces s3rver by a stand-in for S3's
 network: a threaded server in this process that answers the upload
@@ -155,14 +156,15 @@ def main():
                       AWS_SECRET_ACCESS_KEY=SECRET, TMPDIR=work)
 
     def write(pattern, **kw):
-        start = time.perf_counter()
+        owed = 0.0  # the producer's time per sample, slept in slices of 5 ms
         with wds.ShardWriter(pattern, maxcount=args.maxcount, verbose=0, **kw) as sink:
-            for i, sample in enumerate(samples):
-                if args.produce_mb_s > 0:  # the producer's pace
-                    ahead = i * args.bytes / (args.produce_mb_s * 1e6) - (
-                        time.perf_counter() - start)
-                    if ahead > 0:
-                        time.sleep(ahead)
+            for sample in samples:
+                if args.produce_mb_s > 0:
+                    owed += args.bytes / (args.produce_mb_s * 1e6)
+                    if owed >= 0.005:
+                        start = time.perf_counter()
+                        time.sleep(owed)
+                        owed -= time.perf_counter() - start
                 sink.write(sample)
 
     def local(n):
