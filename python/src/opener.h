@@ -14,7 +14,8 @@
 //
 // Fork safety (torch DataLoader workers are forked): no native thread exists
 // unless a webdataset_cpp.Loader is being iterated, an s3:// upload has parts
-// in flight (remote.cc's Upload), or a call fans out remote
+// in flight (remote.cc's Upload), a ShardWriter's shard is uploading (from
+// the write that finishes it until the next shard's or close), or a call fans out remote
 // reads (counts, wids batches: they release the GIL, and the fork handlers'
 // locks are never held across a read), and a forked child must
 // not use, destroy or keep what the parent's native objects own. So the

@@ -167,6 +167,9 @@ class ShardWriter {
       wds::ScopedInterruptCheck check(signals.check());
       status = step();
     }
+    // An on_close that raised before another error (the shard before a
+    // failed write) must not be raised for a later, unrelated one.
+    if (status.code() != absl::StatusCode::kAborted) ClearPythonError();
     signals.RethrowIfRaised();
     ThrowIfError(status);
   }

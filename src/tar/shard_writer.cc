@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <optional>
+#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -91,9 +92,18 @@ absl::Status PublishRemote(const std::string& staged, const std::string& url,
 // BackgroundUpload runs one shard's upload on a thread of its own (which
 // takes no asynchronous signals), so that the writer fills the next shard
 // meanwhile. Its interrupt check gives up once the upload is cancelled: by
-// Wait, when the waiting thread's own check says so, or by destruction.
+// Wait, when the waiting thread's own check says so, by Cancel, or by
+// destruction. The constructor throws std::system_error when no thread can
+// be started.
 class BackgroundUpload {
  public:
+  // Outcome is what became of the upload (OK: the shard is published), and
+  // the waiting thread's interrupt, if it gave up waiting.
+  struct Outcome {
+    absl::Status uploaded;
+    absl::Status interrupted;
+  };
+
   explicit BackgroundUpload(std::function<absl::Status()> upload) {
     const SignalsBlocked no_signals;
     thread_ = std::thread([this, upload = std::move(upload)] {
@@ -118,23 +128,32 @@ class BackgroundUpload {
   BackgroundUpload(const BackgroundUpload&) = delete;
   BackgroundUpload& operator=(const BackgroundUpload&) = delete;
 
-  // Wait returns the upload's status once it ended; when the calling
-  // thread's interrupt check gives up first, the upload is cancelled and
-  // that check's status returned after it ended.
-  absl::Status Wait() {
-    absl::Status interrupted;
+  // Wait waits for the upload to end; when the calling thread's interrupt
+  // check gives up first, the upload is cancelled (it may have gone up all
+  // the same, just before).
+  Outcome Wait() {
+    Outcome outcome;
     std::unique_lock<std::mutex> lock(mu_);
     while (!done_) {
       done_changed_.wait_for(lock, kInterruptCheckInterval);
-      if (done_ || !interrupted.ok()) continue;
+      if (done_ || !outcome.interrupted.ok()) continue;
       lock.unlock();
-      interrupted = CheckInterrupt();
-      if (!interrupted.ok()) cancelled_ = true;
+      outcome.interrupted = CheckInterrupt();
+      if (!outcome.interrupted.ok()) cancelled_ = true;
       lock.lock();
     }
     lock.unlock();
     thread_.join();
-    return interrupted.ok() ? result_ : interrupted;
+    outcome.uploaded = result_;
+    return outcome;
+  }
+
+  // Cancel cancels the upload and returns its status once it ended (OK when
+  // it had gone up).
+  absl::Status Cancel() {
+    cancelled_ = true;
+    thread_.join();
+    return result_;
   }
 
  private:
@@ -230,13 +249,25 @@ struct ShardWriter::State {
   // remote: the pattern is a URL; shards are staged, then uploaded.
   bool remote;
   std::optional<Uploading> uploading;
+  const pid_t owner = getpid();
   int64_t shards_written = 0;
   int64_t samples_written = 0;
 };
 
 void ShardWriter::State::Abort() {
+  if (getpid() != owner) {
+    // A forked child's copy: the files and the upload thread are the
+    // parent's (the thread does not exist here, and joining it would hang;
+    // the tar writer would flush what it buffered into the parent's file).
+    if (uploading.has_value()) (void)uploading->upload.release();
+    uploading.reset();
+    (void)tar.release();
+    temp_path.clear();
+    return;
+  }
   if (uploading.has_value()) {
-    uploading->upload.reset();  // cancelled and joined
+    // Counted if it went up before the cancel took effect.
+    if (uploading->upload->Cancel().ok()) ++shards_written;
     std::remove(uploading->staged.c_str());
     uploading.reset();
   }
@@ -247,8 +278,15 @@ void ShardWriter::State::Abort() {
 
 absl::Status ShardWriter::State::Fail(absl::Status status) {
   // The shard finished before the error is still published (unless the
-  // caller's interrupt check gives up on it).
-  if (uploading.has_value()) (void)JoinUpload();
+  // caller's interrupt check gives up on it); what went wrong with it is
+  // added to the error.
+  if (uploading.has_value()) {
+    const std::string url = uploading->shard.path;
+    if (absl::Status joined = JoinUpload(); !joined.ok()) {
+      status = absl::Status(status.code(), Cat(ToStd(status.message()), "; and the shard before, ",
+                                               url, ": ", ToStd(joined.message())));
+    }
+  }
   Abort();
   error = status;
   return status;
@@ -256,14 +294,16 @@ absl::Status ShardWriter::State::Fail(absl::Status status) {
 
 absl::Status ShardWriter::State::JoinUpload() {
   if (!uploading.has_value()) return absl::OkStatus();
-  const absl::Status uploaded = uploading->upload->Wait();
+  const BackgroundUpload::Outcome outcome = uploading->upload->Wait();
   std::remove(uploading->staged.c_str());
   const ShardInfo shard = std::move(uploading->shard);
   uploading.reset();
-  WDS_RETURN_IF_ERROR(uploaded);
-  ++shards_written;
-  if (options.on_close) WDS_RETURN_IF_ERROR(options.on_close(shard));
-  return absl::OkStatus();
+  absl::Status status = outcome.uploaded;
+  if (status.ok()) {
+    ++shards_written;
+    if (options.on_close) status = options.on_close(shard);
+  }
+  return outcome.interrupted.ok() ? status : outcome.interrupted;
 }
 
 absl::Status ShardWriter::State::StartShard() {
@@ -314,14 +354,29 @@ absl::Status ShardWriter::State::FinishShard() {
   }
   // One upload at a time: the last shard's must end before this one's starts.
   WDS_RETURN_IF_ERROR(JoinUpload());
-  uploading = Uploading{current, temp_path, nullptr};
-  temp_path.clear();  // the upload's now
-  uploading->upload = std::make_unique<BackgroundUpload>(
-      [staged = uploading->staged, url = current.path, index_text = std::move(index_text),
+  std::function<absl::Status()> upload =
+      [staged = temp_path, url = current.path, index_text = std::move(index_text),
        write_index = options.write_index, remote_options = *options.remote] {
         return PublishRemote(staged, url, index_text, write_index, remote_options);
-      });
-  if (!options.upload_in_background) return JoinUpload();
+      };
+  std::unique_ptr<BackgroundUpload> background;
+  if (options.upload_in_background) {
+    try {
+      background = std::make_unique<BackgroundUpload>(upload);
+    } catch (const std::system_error&) {
+      // No thread to be had (a limit on threads): upload here instead.
+    }
+  }
+  if (background == nullptr) {
+    WDS_RETURN_IF_ERROR(upload());
+    std::remove(temp_path.c_str());
+    temp_path.clear();
+    ++shards_written;
+    if (options.on_close) WDS_RETURN_IF_ERROR(options.on_close(current));
+    return absl::OkStatus();
+  }
+  uploading = Uploading{current, temp_path, std::move(background)};
+  temp_path.clear();  // the upload's now
   return absl::OkStatus();
 }
 

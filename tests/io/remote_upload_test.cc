@@ -4,6 +4,9 @@
 // error naming the URL and the step, with the upload aborted.
 #include "wds/io/remote_upload.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -769,6 +772,57 @@ TEST_F(ShardUploadTest, AnErrorOfTheWriterStillPublishesTheShardUploading) {
   EXPECT_EQ(store_->Objects(),
             (std::map<std::string, std::string>{{"/b/x-00.tar", LocalShards(2)["/b/x-00.tar"]}}));
   EXPECT_TRUE(std::filesystem::is_empty(staging_.path()));
+}
+
+TEST_F(ShardUploadTest, AFailedWriteAddsTheErrorOfTheShardUploading) {
+  store_->fault = [](const FaultRequest& r) -> std::optional<FaultPlan> {
+    if (r.method == "PUT" && r.target == "/b/x-00.tar") return S3Error(403, "AccessDenied", "no");
+    return std::nullopt;
+  };
+  std::unique_ptr<ShardWriter> w = Writer();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(w->Write(Numbered(i)).ok()) << i;
+  Sample bad = Numbered(3);
+  bad.Set("__key__", std::string("a.b"));
+  const absl::Status failed = w->Write(bad);
+  EXPECT_TRUE(absl::IsInvalidArgument(failed)) << failed;
+  EXPECT_THAT(Message(failed), HasSubstr("key 'a.b' cannot be written"));
+  EXPECT_THAT(Message(failed), HasSubstr("; and the shard before, s3://b/x-00.tar: "));
+  EXPECT_THAT(Message(failed), HasSubstr("AccessDenied"));
+  EXPECT_EQ(w->shards_written(), 0);
+  EXPECT_TRUE(std::filesystem::is_empty(staging_.path()));
+}
+
+TEST_F(ShardUploadTest, AnAbortCountsAShardThatHadGoneUp) {
+  std::unique_ptr<ShardWriter> w = Writer();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(w->Write(Numbered(i)).ok()) << i;
+  // Shard 0's upload ends on its own (the server has it, and answered).
+  for (int i = 0; i < 1000 && store_->Objects().empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  w->Abort();
+  EXPECT_EQ(w->shards_written(), 1);
+  EXPECT_THAT(closed_, IsEmpty());  // on_close runs in Write and Close only
+  EXPECT_TRUE(std::filesystem::is_empty(staging_.path()));
+}
+
+TEST_F(ShardUploadTest, AForkedChildThatDropsTheWriterLeavesTheUploadToTheParent) {
+  HoldAtTheGate("/b/x-00.tar");
+  std::unique_ptr<ShardWriter> w = Writer();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(w->Write(Numbered(i)).ok()) << i;
+  const pid_t child = fork();
+  if (child == 0) {
+    alarm(10);  // a join of the parent's thread would hang: die instead
+    w.reset();
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  OpenTheGate();
+  ASSERT_TRUE(w->Close().ok());  // the staged files were left alone
+  EXPECT_EQ(w->shards_written(), 2);
+  EXPECT_EQ(store_->Objects(), LocalShards(3));
 }
 
 TEST_F(ShardUploadTest, AbortAndAnInterruptCancelTheUploadInProgress) {

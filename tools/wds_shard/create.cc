@@ -5,7 +5,8 @@
 // `--workers N` (shards written by N threads, each a whole shard) gives the
 // same bytes as one worker. Shards are written under temporary names and
 // renamed when complete; on an error or a signal (SIGINT, SIGTERM, SIGHUP)
-// the unfinished shards are removed, the finished ones stay.
+// the unfinished shards are removed, the finished ones stay (to s3://, a
+// finished shard still uploading is given up unless it had gone up).
 //
 // Beside the shards, named after the pattern's prefix ("out/train-%06d.tar"
 // -> "out/train-..."): with --index, "<prefix>-shardindex.json" (the wids

@@ -116,13 +116,16 @@ class ShardWriter {
   // current shard when the sample does not fit. A key whose basename is
   // empty or holds a dot is InvalidArgument (a reader would split it
   // differently). After an error the unfinished shard is removed (a shard
-  // still uploading is waited for first) and every later call fails.
+  // still uploading is waited for first, counted, and its error, if any,
+  // added to the one returned) and every later call fails.
   [[nodiscard]] absl::Status Write(const Sample& sample);
   // Close finishes the current shard, if any, and waits for its upload.
   [[nodiscard]] absl::Status Close();
   // Abort removes the current shard's temporary files without finishing it,
   // and cancels an upload in progress: a writer aborted (or destroyed)
-  // before Close publishes nothing more.
+  // before Close publishes nothing more, but for a shard that had gone up
+  // before the cancel took effect (counted). In a forked child, a copy of the
+  // writer is abandoned: the parent's files and upload are left alone.
   void Abort();
 
   int64_t shards_written() const;
