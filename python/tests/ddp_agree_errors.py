@@ -7,12 +7,11 @@ the error agreed_steps raised (or the steps it returned)."""
 
 import datetime
 import faulthandler
-import json
-import os
 import sys
 
 import torch.distributed as dist
 
+import ddp_report
 import webdataset_cpp as wds
 
 
@@ -30,12 +29,7 @@ def main(pattern, out_dir, split, policy):
                 dataset, num_workers=1, policy=policy, allow_empty=allow_empty)
         except ValueError as e:
             report[f"error{int(allow_empty)}"] = str(e)
-    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-        json.dump(report, f)
-    dist.barrier()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    ddp_report.finish(out_dir, rank, report)
 
 
 if __name__ == "__main__":

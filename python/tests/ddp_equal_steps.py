@@ -10,14 +10,13 @@ padded_epoch, partial batches)."""
 
 import datetime
 import faulthandler
-import json
-import os
 import sys
 
 import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
+import ddp_report
 import webdataset_cpp as wds
 
 
@@ -62,14 +61,7 @@ def main(pattern, out_dir, epochs, split, policy="drop"):
                                  "natural": plan.batches, "drop": plan.local_steps("drop"),
                                  "samples": plan.samples,
                                  "worker_samples": [w.samples for w in plan.workers]})
-    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-        json.dump(report, f)
-    dist.barrier()
-    # The report is written: leave without destroy_process_group, which is reported to hang now
-    # and then (pytorch/pytorch#75097); the process's exit closes the connections.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    ddp_report.finish(out_dir, rank, report)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ namespace wds {
 namespace {
 
 using ::testing::HasSubstr;
-using testing::TarEntry;
 using testing::TempDir;
 
 constexpr int64_t kBatch = 4;
@@ -30,27 +29,10 @@ constexpr int64_t kBatch = 4;
 const std::vector<int> kSizes = {37, 5, 61, 23, 44, 9, 30, 54};
 
 std::vector<std::string> WriteShards(const TempDir& dir) {
-  std::vector<std::string> urls;
-  for (size_t i = 0; i < kSizes.size(); ++i) {
-    std::vector<TarEntry> entries;
-    for (int j = 0; j < kSizes[i]; ++j) {
-      const std::string key = absl::StrCat("s", i, "_", j);
-      entries.push_back({key + ".cls", std::to_string(j % 7)});
-      entries.push_back({key + ".txt", key});
-    }
-    urls.push_back(dir.Write(absl::StrCat("shard-", i, ".tar"), testing::MakeTar(entries)));
-    EXPECT_TRUE(ScanShard(urls.back()).value().Save(IndexPath(urls.back())).ok());
-  }
-  return urls;
+  return testing::WriteUnevenShards(dir, kSizes);
 }
 
-std::vector<std::string> AllKeys() {
-  std::vector<std::string> keys;
-  for (size_t i = 0; i < kSizes.size(); ++i) {
-    for (int j = 0; j < kSizes[i]; ++j) keys.push_back(absl::StrCat("s", i, "_", j));
-  }
-  return keys;
-}
+std::vector<std::string> AllKeys() { return testing::UnevenShardKeys(kSizes); }
 
 // Base is the recipe without its epoch sizing: shuffled shards split by
 // samples (the sidecars give the counts), a shuffle buffer, batches of 4.

@@ -8,7 +8,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "util/test_util.h"
@@ -21,25 +20,11 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using testing::MakeSample;
-using testing::TarEntry;
 using testing::TempDir;
 using testing::VectorSource;
 
 // Uneven shards, 263 samples; split by whole shards over 3 ranks.
 const std::vector<int> kSizes = {37, 5, 61, 23, 44, 9, 30, 54};
-
-std::vector<std::string> WriteShards(const TempDir& dir) {
-  std::vector<std::string> urls;
-  for (size_t i = 0; i < kSizes.size(); ++i) {
-    std::vector<TarEntry> entries;
-    for (int j = 0; j < kSizes[i]; ++j) {
-      const std::string key = absl::StrCat("s", i, "_", j);
-      entries.push_back({key + ".cls", std::to_string(j % 7)});
-    }
-    urls.push_back(dir.Write(absl::StrCat("shard-", i, ".tar"), testing::MakeTar(entries)));
-  }
-  return urls;
-}
 
 struct Step {
   std::vector<std::string> keys;
@@ -48,7 +33,7 @@ struct Step {
 
 TEST(RunPaddedEpochTest, UnevenRanksRunEqualStepsAndReadEverySampleOnce) {
   TempDir dir;
-  const std::vector<std::string> urls = WriteShards(dir);
+  const std::vector<std::string> urls = testing::WriteUnevenShards(dir, kSizes);
   constexpr int kRanks = 3;
   constexpr int kWorkers = 2;
   for (int64_t epoch : {0, 1}) {
@@ -87,10 +72,7 @@ TEST(RunPaddedEpochTest, UnevenRanksRunEqualStepsAndReadEverySampleOnce) {
         if (ran[i].real) real_keys.insert(real_keys.end(), ran[i].keys.begin(), ran[i].keys.end());
       }
     }
-    std::vector<std::string> all;
-    for (size_t i = 0; i < kSizes.size(); ++i) {
-      for (int j = 0; j < kSizes[i]; ++j) all.push_back(absl::StrCat("s", i, "_", j));
-    }
+    std::vector<std::string> all = testing::UnevenShardKeys(kSizes);
     std::sort(all.begin(), all.end());
     std::sort(real_keys.begin(), real_keys.end());
     EXPECT_EQ(real_keys, all) << "epoch " << epoch << ": every sample exactly once";

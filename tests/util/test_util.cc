@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "wds/internal/io/directories.h"
+#include "wds/tar/shard_index.h"
 
 namespace wds::testing {
 namespace {
@@ -223,6 +224,33 @@ class VectorStream : public SampleStream {
 StreamFactory VectorSource(std::vector<Sample> samples) {
   auto shared = std::make_shared<const std::vector<Sample>>(std::move(samples));
   return [shared](const WorkerContext&) { return std::make_unique<VectorStream>(shared); };
+}
+
+std::vector<std::string> WriteUnevenShards(const TempDir& dir, const std::vector<int>& sizes) {
+  std::vector<std::string> urls;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    std::vector<TarEntry> entries;
+    for (int j = 0; j < sizes[i]; ++j) {
+      const std::string key = "s" + std::to_string(i) + "_" + std::to_string(j);
+      entries.push_back({key + ".cls", std::to_string(j % 7)});
+      entries.push_back({key + ".txt", key});
+    }
+    urls.push_back(dir.Write("shard-" + std::to_string(i) + ".tar", MakeTar(entries)));
+    absl::StatusOr<ShardIndex> index = ScanShard(urls.back());
+    if (!index.ok() || !index->Save(IndexPath(urls.back())).ok()) {
+      throw std::runtime_error("cannot index " + urls.back());
+    }
+  }
+  return urls;
+}
+
+std::vector<std::string> UnevenShardKeys(const std::vector<int>& sizes) {
+  std::vector<std::string> keys;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    for (int j = 0; j < sizes[i]; ++j)
+      keys.push_back("s" + std::to_string(i) + "_" + std::to_string(j));
+  }
+  return keys;
 }
 
 ScopedEnv::ScopedEnv(const char* name, const char* value) : name_(name) {

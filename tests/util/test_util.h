@@ -78,6 +78,12 @@ int RunShell(const std::string& command);
 // VectorSource is a pipeline source whose every stream yields copies of
 // `samples`, in order, whatever the context.
 StreamFactory VectorSource(std::vector<Sample> samples);
+// WriteUnevenShards writes "shard-<i>.tar" in `dir` for each sizes[i]:
+// samples "s<i>_<j>" with a .cls (j % 7) and a .txt (the key), and each
+// shard's .idx sidecar; returns the paths.
+std::vector<std::string> WriteUnevenShards(const TempDir& dir, const std::vector<int>& sizes);
+// UnevenShardKeys lists the keys WriteUnevenShards writes, in order.
+std::vector<std::string> UnevenShardKeys(const std::vector<int>& sizes);
 
 // ScopedEnv sets (or, given nullptr, unsets) an environment variable for one
 // test and restores its previous state when it ends.
