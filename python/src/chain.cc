@@ -186,13 +186,15 @@ void RegisterSources(py::module_& m) {
       [](std::vector<std::string> urls, bool shuffle, bool resampled,
          std::optional<int64_t> nshards, bool split_nodes, bool split_workers, bool allow_empty,
          uint64_t seed, py::handle handler, bool split_samples, std::string dataset_index,
-         py::handle remote, py::handle index_remote, uint64_t index_digest) {
+         py::handle remote, py::handle index_remote, uint64_t index_digest,
+         std::vector<double> weights) {
         ShardSourceOptions options{shuffle,     resampled,     nshards,
                                    split_nodes, split_workers, allow_empty,
                                    seed,        split_samples, std::move(dataset_index),
                                    nullptr};
         options.index_remote = RemoteAccess::FromPython(index_remote);
         options.index_digest = index_digest;
+        options.shard_weights = std::move(weights);
         StageHandler h = StageHandler::FromPython(handler);
         std::string recipe = "shard_source";
         wds::StreamFactory factory =
@@ -205,12 +207,14 @@ void RegisterSources(py::module_& m) {
       py::arg("handler") = "reraise", py::arg("split_samples") = false,
       py::arg("dataset_index") = "", py::arg("remote") = py::none(),
       py::arg("index_remote") = py::none(), py::arg("index_digest") = 0,
+      py::arg("weights") = std::vector<double>(),
       "Shards read as the core's WebDataset() reads them (permuted per epoch, split by node "
       "and worker, in whole shards or, with split_samples, in equal runs of samples); counts "
       "come from the dataset index (a path or URL), sidecars or scans, cached per process; "
       "remote URLs with the options of `remote` (RemoteOptions._native()), a remote index "
       "with those of `index_remote` (None: the environment's), uncached, and checked against "
-      "`index_digest` (counts_known's, when the dataset was made; 0: unchecked).");
+      "`index_digest` (counts_known's, when the dataset was made; 0: unchecked); resampled "
+      "draws weighed by `weights` (empty: uniform).");
   m.def(
       "url_source",
       [](py::handle iterator, py::handle handler, py::handle remote, py::handle select_files,

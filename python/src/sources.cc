@@ -287,6 +287,7 @@ wds::StreamFactory ShardSource(std::vector<std::string> urls, const ShardSourceO
   web.shardshuffle = options.shuffle;
   web.resampled = options.resampled;
   web.nshards = options.nshards;
+  web.shard_weights = options.shard_weights;
   const wds::ShardListOptions list = ListOptions(options);
   web.nodesplitter = list.nodesplitter;
   web.workersplitter = list.workersplitter;

@@ -44,6 +44,9 @@ struct ShardSourceOptions {
   // index_digest is the index's ListCounts::IndexDigest(urls) when the
   // dataset was made (0: unchecked); CheckIndexUnchanged compares it.
   uint64_t index_digest = 0;
+  // shard_weights weigh resampled draws (wds::WebDatasetOptions); empty:
+  // uniform.
+  std::vector<double> shard_weights = {};
 };
 
 // ShardSource reads `urls` as the core's WebDataset() does (per-epoch

@@ -303,6 +303,39 @@ def test_resampled_draws_shards_with_replacement(shards):
         shards, resampled=True, shardshuffle=False, seed=3).slice(60)]
 
 
+def test_resampled_shards_draw_in_proportion_to_their_weights(shards):
+    """Weights 0, 1, 0 and 3 (shards[0] and shards[2] never drawn): the native draws, and
+    Python's (a worker_seed, or a Python handler, runs them in Python), both in proportion."""
+    weights = [0, 1, 0, 3]
+
+    def urls(*stages, n=4000, **kw):
+        ds = wds.DataPipeline(wds.ResampledShards(shards, nshards=n // 10, seed=3,
+                                                  weights=weights, **kw), *stages)
+        return [s["__url__"] for s in ds]
+
+    for drawn in (urls(wds.tarfile_to_samples()),
+                  urls(wds.tarfile_to_samples(), worker_seed=lambda: 1),
+                  urls(wds.tarfile_to_samples(handler=lambda e: True))):
+        assert len(drawn) == 4000  # shards of 10 samples
+        assert set(drawn) == {shards[1], shards[3]}
+        assert abs(drawn.count(shards[3]) / 4000 - 0.75) < 0.06
+    assert urls(wds.tarfile_to_samples()) == urls(wds.tarfile_to_samples())  # seeded
+    for bad, message in [([1, 2], "shard weights: 2 weights for 4 shards"),
+                         ([1, -1, 0, 0], r"shard weights: weight 1 is -1 \(finite, >= 0 needed\)"),
+                         ([0, 0, 0, 0], r"shard weights: their sum is 0 \(some weight must be"),
+                         ([float("nan"), 1, 1, 1], r"shard weights: weight 0 is nan")]:
+        with pytest.raises(ValueError, match=f"^{message}"):
+            wds.ResampledShards(shards, weights=bad)
+
+
+def test_resampled_shards_under_a_python_handler_still_draw(shards):
+    """A Python handler takes the draws to Python instead of reading the list once (which the
+    native source did: 40 samples instead of nshards' 70)."""
+    ds = wds.DataPipeline(wds.ResampledShards(shards, nshards=7, seed=3),
+                          wds.tarfile_to_samples(handler=lambda e: True))
+    assert len(list(ds)) == 70
+
+
 def test_single_node_only_refuses_several_ranks(shards, monkeypatch):
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")

@@ -72,6 +72,11 @@ RECIPES = {
     "resampled_shards": lambda p: wds.DataPipeline(
         wds.ResampledShards(p, seed=7), wds.tarfile_to_samples(), wds.shuffle(8, initial=3, seed=2),
         wds.decode("rgb8"), wds.to_tuple("jpg", "cls", "__key__"), wds.batched(4)).with_epoch(10),
+    # the same drawn with weights (shard 1 never, shard 4 most)
+    "resampled_weighted": lambda p: wds.DataPipeline(
+        wds.ResampledShards(p, seed=7, weights=[1, 0, 2, 0.5, 3]), wds.tarfile_to_samples(),
+        wds.shuffle(8, initial=3, seed=2), wds.decode("rgb8"), wds.to_tuple("jpg", "cls", "__key__"),
+        wds.batched(4)).with_epoch(10),
     # samples, not batches; no shuffle buffer; the reference's shard order
     "samples": lambda p: (wds.WebDataset(p, shardshuffle=False).decode("rgb8")
                           .to_tuple("jpg", "cls", "__key__").map_tuple(None, None, lambda k: [k])),

@@ -54,7 +54,7 @@ def shard_source(urls: Sequence[str], *, shuffle: bool = False, resampled: bool 
                  dataset_index: str = "",
                  remote: Optional[dict[str, Any]] = None,
                  index_remote: Optional[dict[str, Any]] = None,
-                 index_digest: int = 0) -> Source: ...
+                 index_digest: int = 0, weights: Sequence[float] = ()) -> Source: ...
 def url_source(iterator: Iterator[Any], handler: Handler = "reraise",
                remote: Optional[dict[str, Any]] = None,
                select_files: Optional[Callable[[str], bool]] = None,

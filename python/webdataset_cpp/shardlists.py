@@ -19,6 +19,7 @@ reference.
 import dataclasses
 import glob
 import itertools
+import math
 import os
 import random
 import re
@@ -197,6 +198,22 @@ def _read_counts(urls, dataset_index, remote, consequence=""):
     return known, digest
 
 
+def _checked_weights(weights, shards):
+    """`weights` as a list of floats; ValueError, as the core says it, unless
+    there are `shards` finite values >= 0, not all 0."""
+    weights = [float(w) for w in weights]
+    if len(weights) != shards:
+        raise ValueError(f"shard weights: {len(weights)} weights for {shards} shards")
+    for i, w in enumerate(weights):
+        if not math.isfinite(w) or w < 0:
+            raise ValueError(f"shard weights: weight {i} is {w:g} (finite, >= 0 needed)")
+    total = sum(weights)
+    if not total > 0 or not math.isfinite(total):
+        raise ValueError(f"shard weights: their sum is {total:g} (some weight must be > 0, the "
+                         "sum finite)")
+    return weights
+
+
 def time_seed():
     import time
 
@@ -219,13 +236,18 @@ class ResampledShards(PipelineStage):
     a remote one): the drawn shards' counts, which resuming mid-epoch
     (load_state_dict) needs for the shards drawn before the checkpoint;
     without it they come from sidecars, else from reading those shards.
+
+    weights (not in the reference): each shard's relative chance of being
+    drawn, one per URL (finite, >= 0, not all 0), to mix sources in chosen
+    proportions (the weights of a source's shards add up to its share); the
+    draws stay seeded and resumable. None draws uniformly.
     """
 
     _wds_kind = RESAMPLED_SHARDS
 
     def __init__(self, urls, nshards=sys.maxsize, seed=None, worker_seed=None,
                  deterministic=False, max_urls=int(1e6), empty_check=True, *,
-                 dataset_index=None, remote=None):
+                 dataset_index=None, remote=None, weights=None):
         urls = list(expand_source(urls, max_urls))
         if not urls and empty_check:
             raise ValueError("empty_check=True, but no shards found in ResampledShards")
@@ -236,6 +258,7 @@ class ResampledShards(PipelineStage):
         self.remote = remote
         if self.dataset_index is not None:
             _read_counts(urls, self.dataset_index, remote)  # an index that cannot be read raises
+        self.weights = None if weights is None else _checked_weights(weights, len(urls))
         self.urls = urls
         self.nshards = nshards
         self.seed = seed
@@ -262,7 +285,10 @@ class ResampledShards(PipelineStage):
         rng = (random.Random(hash((worker_seed, self.epoch, self.seed))) if self.repeatable()
                else random.Random())
         for _ in range(self.nshards):
-            yield {"url": rng.choice(self.urls)}
+            if self.weights is None:
+                yield {"url": rng.choice(self.urls)}
+            else:
+                yield {"url": rng.choices(self.urls, weights=self.weights)[0]}
 
     def run(self, *args):
         return iter(self)
@@ -559,7 +585,7 @@ class ShardSource:
 
     def __init__(self, urls, resampled, nshards, shuffle, shuffle_seed, nodesplitter,
                  split_workers, tar, empty_check, split=None, dataset_index=None,
-                 counts_known=None, index_remote=None, index_digest=0):
+                 counts_known=None, index_remote=None, index_digest=0, weights=None):
         self.split = split
         self.dataset_index = dataset_index or ""
         self._index_remote = index_remote  # the shard list's RemoteOptions, if it has them
@@ -576,6 +602,7 @@ class ShardSource:
         self.tar = tar
         self.empty_check = empty_check
         self.resampler = None  # the ResampledShards that draws the shards
+        self.weights = weights  # of the resampled draws (None: uniform)
 
     @property
     def split_samples(self):
@@ -617,7 +644,8 @@ class ShardSource:
             allow_empty=not self.empty_check, seed=self.seed(ctx),
             handler=self.tar.core_handler(), split_samples=self.split_samples,
             dataset_index=self.dataset_index, remote=self.tar.core_remote(),
-            index_remote=self.index_remote(), index_digest=self.index_digest)
+            index_remote=self.index_remote(), index_digest=self.index_digest,
+            weights=list(self.weights or ()))
 
     def checks_shards(self):
         """Whether a worker without shards is an error to raise before
@@ -674,6 +702,10 @@ def fuse_source(stages, ctx):
     tar = stages[i]
     if not tar.fusable():
         return None
+    if resampled and not isinstance(tar.core_handler(), str):
+        # The native source draws shards only under a native handler; with a
+        # Python one, the draws and reads run in Python.
+        return None
     i += 1
     empty_check = i < len(stages) and stages[i] is check_empty
     if empty_check:
@@ -682,6 +714,7 @@ def fuse_source(stages, ctx):
                          tar, empty_check, getattr(first, "split", "shards"),
                          getattr(first, "dataset_index", None),
                          getattr(first, "counts_known", None), getattr(first, "remote", None),
-                         getattr(first, "index_digest", 0))
+                         getattr(first, "index_digest", 0),
+                         getattr(first, "weights", None) if resampled else None)
     source.resampler = first if resampled else None
     return source, i

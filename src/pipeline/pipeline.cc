@@ -1,5 +1,6 @@
 #include "wds/pipeline/pipeline.h"
 
+#include <cstring>
 #include <string_view>
 #include <utility>
 
@@ -150,6 +151,17 @@ std::string UrlsHash(const std::vector<std::string>& urls) {
   return absl::StrCat(absl::Hex(h, absl::kZeroPad16));
 }
 
+// WeightsHash fingerprints shard weights (FNV-1a over their bits), for recipe().
+std::string WeightsHash(const std::vector<double>& weights) {
+  uint64_t h = kFnv1aOffset;
+  for (double w : weights) {
+    uint64_t bits;
+    std::memcpy(&bits, &w, sizeof(bits));
+    h = Fnv1a(std::string_view(reinterpret_cast<const char*>(&bits), sizeof(bits)), h);
+  }
+  return absl::StrCat(absl::Hex(h, absl::kZeroPad16));
+}
+
 // SamplesCanSplit is true when the splitters are the built-in ones (or null):
 // those the sample-granular split reproduces at sample granularity. A custom
 // splitter's choice of shards has no meaning for a run of samples.
@@ -186,6 +198,13 @@ absl::StatusOr<SplitGranularity> ChooseSplit(const std::vector<std::string>& url
 absl::StatusOr<Pipeline> WebDataset(std::vector<std::string> urls, WebDatasetOptions options) {
   if (urls.empty()) return absl::InvalidArgumentError("WebDataset: the shard list is empty");
   if (!options.opener) return absl::InvalidArgumentError("WebDataset: no opener");
+  if (!options.shard_weights.empty()) {
+    if (!options.resampled) {
+      return absl::InvalidArgumentError(
+          "WebDataset: shard_weights weigh resampled draws; the dataset is not resampled");
+    }
+    WDS_RETURN_IF_ERROR(CheckShardWeights(options.shard_weights, urls.size()));
+  }
   WDS_ASSIGN_OR_RETURN(const SplitGranularity split, ChooseSplit(urls, options));
   auto shards = std::make_shared<const std::vector<std::string>>(std::move(urls));
   std::shared_ptr<ShardCatalog> catalog;
@@ -199,7 +218,10 @@ absl::StatusOr<Pipeline> WebDataset(std::vector<std::string> urls, WebDatasetOpt
       Cat("webdataset(", shards->size(), " shards ", UrlsHash(*shards), ",seed ", options.seed,
           ",shuffle ", int{options.shardshuffle}, ",split ", int(split), ",resampled ",
           int{options.resampled}, ",nodes ", int{bool(options.nodesplitter)}, ",workers ",
-          int{bool(options.workersplitter)}, ")");
+          int{bool(options.workersplitter)},
+          options.shard_weights.empty() ? std::string()
+                                        : Cat(",weights ", WeightsHash(options.shard_weights)),
+          ")");
   StreamFactory source = [shards, options, split, catalog,
                           counts_for_restore](const WorkerContext& ctx) {
     std::unique_ptr<UrlStream> url_stream;
@@ -213,7 +235,7 @@ absl::StatusOr<Pipeline> WebDataset(std::vector<std::string> urls, WebDatasetOpt
     if (resume != nullptr && resume->SlicesApply(ctx.epoch, ctx.pass)) {
       slices = *resume->slices;
     } else if (options.resampled) {
-      url_stream = ResampledShardStream(*shards, options.nshards, ctx);
+      url_stream = ResampledShardStream(*shards, options.nshards, ctx, options.shard_weights);
     } else if (catalog != nullptr) {
       absl::StatusOr<std::vector<int64_t>> counts = catalog->Counts(*shards);
       slices = counts.ok() ? SlicesForWorker(*shards, *counts, list, ctx)

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cmath>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "shards/shard_streams.h"
 #include "wds/base/random.h"
 #include "wds/internal/base/strings.h"
@@ -90,8 +92,10 @@ bool IsPlacement(const WorkerContext& ctx) {
 
 class ResampledUrlStream : public UrlStream {
  public:
-  ResampledUrlStream(std::vector<std::string> urls, std::optional<int64_t> count, uint64_t seed)
-      : urls_(std::move(urls)), count_(count), rng_(seed) {}
+  // cumulative: empty (uniform draws), or the running sums of the weights.
+  ResampledUrlStream(std::vector<std::string> urls, std::optional<int64_t> count, uint64_t seed,
+                     std::vector<double> cumulative)
+      : urls_(std::move(urls)), count_(count), rng_(seed), cumulative_(std::move(cumulative)) {}
 
   absl::StatusOr<std::optional<ShardSlice>> Next() override {
     if (count_ && drawn_ >= *count_) return std::nullopt;
@@ -99,13 +103,20 @@ class ResampledUrlStream : public UrlStream {
       return absl::FailedPreconditionError("cannot resample shards from an empty shard list");
     }
     ++drawn_;
-    return ShardSlice{urls_[rng_.Below(urls_.size())], 0, -1};
+    if (cumulative_.empty()) return ShardSlice{urls_[rng_.Below(urls_.size())], 0, -1};
+    // The first shard whose running sum passes the draw (a weight of 0 is
+    // never passed by a draw below the total).
+    const double draw = rng_.Uniform() * cumulative_.back();
+    const size_t i = static_cast<size_t>(
+        std::upper_bound(cumulative_.begin(), cumulative_.end(), draw) - cumulative_.begin());
+    return ShardSlice{urls_[std::min(i, urls_.size() - 1)], 0, -1};
   }
 
  private:
   std::vector<std::string> urls_;
   std::optional<int64_t> count_;
   Rng rng_;
+  std::vector<double> cumulative_;
   int64_t drawn_ = 0;
 };
 
@@ -209,10 +220,36 @@ std::unique_ptr<UrlStream> SlicesStream(absl::StatusOr<std::vector<ShardSlice>> 
 
 std::unique_ptr<UrlStream> ResampledShardStream(std::vector<std::string> shards,
                                                 std::optional<int64_t> count,
-                                                const WorkerContext& ctx) {
+                                                const WorkerContext& ctx,
+                                                const std::vector<double>& weights) {
   const uint64_t seed = DeriveSeed(ctx.seed, {kResample, uint64_t(ctx.epoch), uint64_t(ctx.pass),
                                               uint64_t(ctx.rank), uint64_t(ctx.worker)});
-  return std::make_unique<ResampledUrlStream>(std::move(shards), count, seed);
+  std::vector<double> cumulative;
+  cumulative.reserve(weights.size());
+  double sum = 0;
+  for (double w : weights) cumulative.push_back(sum += w);
+  return std::make_unique<ResampledUrlStream>(std::move(shards), count, seed,
+                                              std::move(cumulative));
+}
+
+absl::Status CheckShardWeights(const std::vector<double>& weights, size_t shards) {
+  if (weights.size() != shards) {
+    return absl::InvalidArgumentError(
+        Cat("shard weights: ", weights.size(), " weights for ", shards, " shards"));
+  }
+  double sum = 0;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    if (!std::isfinite(weights[i]) || weights[i] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shard weights: weight ", i, " is ", weights[i], " (finite, >= 0 needed)"));
+    }
+    sum += weights[i];
+  }
+  if (!(sum > 0) || !std::isfinite(sum)) {
+    return absl::InvalidArgumentError(absl::StrCat("shard weights: their sum is ", sum,
+                                                   " (some weight must be > 0, the sum finite)"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace wds

@@ -26,10 +26,16 @@ std::unique_ptr<UrlStream> ShardStream(const std::vector<std::string>& shards,
                                        const ShardListOptions& options, const WorkerContext& ctx);
 // SlicesStream yields `slices` in order (or their error).
 std::unique_ptr<UrlStream> SlicesStream(absl::StatusOr<std::vector<ShardSlice>> slices);
-// ResampledShardStream draws shards uniformly with replacement, seeded by
-// (seed, epoch, pass, rank, worker): `count` of them, or forever when nullopt.
+// ResampledShardStream draws shards with replacement, seeded by (seed,
+// epoch, pass, rank, worker): `count` of them, or forever when nullopt;
+// uniformly, or shard i with probability weights[i] / sum(weights).
+// REQUIRES: weights empty, or CheckShardWeights(weights, shards.size()) ok.
 std::unique_ptr<UrlStream> ResampledShardStream(std::vector<std::string> shards,
                                                 std::optional<int64_t> count,
-                                                const WorkerContext& ctx);
+                                                const WorkerContext& ctx,
+                                                const std::vector<double>& weights = {});
+// CheckShardWeights: InvalidArgument, naming the problem, unless `weights`
+// has `shards` finite values >= 0 that are not all 0.
+absl::Status CheckShardWeights(const std::vector<double>& weights, size_t shards);
 
 }  // namespace wds

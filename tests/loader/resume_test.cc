@@ -170,7 +170,33 @@ TEST(ResumeTest, ShardsDrawnWithReplacementResumeExactly) {
     r.source.nshards = 3;
     r.length.reset();
     ExpectExactResume(r, 1);
+    // Weighted draws (the empty shard never drawn).
+    r.source.shard_weights = {1, 3, 0.5, 0, 2, 1};
+    r.source.nshards.reset();
+    r.length = 13;
+    ExpectExactResume(r, 2);
   }
+}
+
+TEST(ResumeTest, ShardWeightsBelongToTheRecipeAndToResampledDrawsAlone) {
+  TempDir dir;
+  Recipe r{WriteShards(dir, kSizes, Compression::kNone, false)};
+  r.source = {.seed = 3, .resampled = true};
+  const std::string uniform = r.Build().recipe();
+  r.source.shard_weights = {1, 1, 1, 1, 1, 1};
+  const std::string weighted = r.Build().recipe();
+  r.source.shard_weights = {1, 1, 1, 1, 1, 2};
+  EXPECT_NE(weighted, uniform);  // a state of one is refused by the other
+  EXPECT_NE(r.Build().recipe(), weighted);
+  EXPECT_THAT(weighted, HasSubstr(",weights "));
+  absl::StatusOr<Pipeline> unresampled = WebDataset(r.urls, {.shard_weights = {1, 1, 1, 1, 1, 1}});
+  EXPECT_EQ(unresampled.status(),
+            absl::InvalidArgumentError(
+                "WebDataset: shard_weights weigh resampled draws; the dataset is not resampled"));
+  absl::StatusOr<Pipeline> short_list =
+      WebDataset(r.urls, {.resampled = true, .shard_weights = {1, 1}});
+  EXPECT_EQ(short_list.status(),
+            absl::InvalidArgumentError("shard weights: 2 weights for 6 shards"));
 }
 
 TEST(ResumeTest, AnEndlessPassIsNotSharedOutByAnElasticResume) {

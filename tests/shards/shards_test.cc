@@ -586,6 +586,43 @@ TEST(ResampledShardStreamTest, WorkersRanksEpochsAndSeedsDrawDifferently) {
   EXPECT_NE(Draw(30, next_pass), base);
 }
 
+// Weights 0, 1, 3 and 4 (of 8): shard 0 is never drawn, the others in
+// proportion (16,000 draws: within 3% of their share, 12 standard deviations
+// of a binomial at most); the draws repeat for a context.
+TEST(ResampledShardStreamTest, WeightsDrawShardsInProportion) {
+  const std::vector<double> weights = {0, 1, 3, 4};
+  std::unique_ptr<UrlStream> stream =
+      ResampledShardStream(Numbered(4), 16000, Ctx(0, 1, 0, 1), weights);
+  absl::StatusOr<Names> urls = DrainUrls(*stream);
+  ASSERT_TRUE(urls.ok()) << urls.status();
+  std::map<std::string, int> counts;
+  for (const std::string& url : *urls) ++counts[url];
+  const Names names = Numbered(4);
+  EXPECT_EQ(counts.count(names[0]), 0u);
+  for (size_t i = 1; i < 4; ++i) {
+    EXPECT_NEAR(counts[names[i]] / 16000.0, weights[i] / 8, 0.03) << names[i];
+  }
+  std::unique_ptr<UrlStream> again =
+      ResampledShardStream(Numbered(4), 16000, Ctx(0, 1, 0, 1), weights);
+  EXPECT_EQ(DrainUrls(*again).value(), *urls);
+}
+
+TEST(ResampledShardStreamTest, ShardWeightsAreCheckedNamingTheProblem) {
+  EXPECT_TRUE(CheckShardWeights({0, 2.5}, 2).ok());
+  EXPECT_EQ(CheckShardWeights({1, 2}, 3),
+            absl::InvalidArgumentError("shard weights: 2 weights for 3 shards"));
+  EXPECT_EQ(CheckShardWeights({1, -1}, 2),
+            absl::InvalidArgumentError("shard weights: weight 1 is -1 (finite, >= 0 needed)"));
+  EXPECT_EQ(CheckShardWeights({std::nan(""), 1}, 2),
+            absl::InvalidArgumentError("shard weights: weight 0 is nan (finite, >= 0 needed)"));
+  EXPECT_EQ(CheckShardWeights({0, 0}, 2),
+            absl::InvalidArgumentError(
+                "shard weights: their sum is 0 (some weight must be > 0, the sum finite)"));
+  EXPECT_EQ(CheckShardWeights({1.7e308, 1.7e308}, 2),
+            absl::InvalidArgumentError(
+                "shard weights: their sum is inf (some weight must be > 0, the sum finite)"));
+}
+
 TEST(ResampledShardStreamTest, EmptyListIsFailedPrecondition) {
   std::unique_ptr<UrlStream> stream = ResampledShardStream({}, std::nullopt, Ctx(0, 1, 0, 1));
   for (int i = 0; i < 2; ++i) {

@@ -39,6 +39,10 @@ struct WebDatasetOptions {
   // worker); endless unless nshards is set. No node/worker split applies.
   bool resampled = false;
   std::optional<int64_t> nshards;
+  // shard_weights, with resampled: each shard's relative chance of being
+  // drawn (one per shard, finite, >= 0, not all 0), to mix sources in chosen
+  // proportions; empty draws uniformly. Without resampled, InvalidArgument.
+  std::vector<double> shard_weights;
   // Splitters; null means "do not split at this level".
   ShardSplitter nodesplitter = SplitByNode;
   ShardSplitter workersplitter = SplitByWorker;
