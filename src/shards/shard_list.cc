@@ -109,10 +109,19 @@ class ResampledUrlStream : public UrlStream {
     const double draw = rng_.Uniform() * cumulative_.back();
     const size_t i = static_cast<size_t>(
         std::upper_bound(cumulative_.begin(), cumulative_.end(), draw) - cumulative_.begin());
-    return ShardSlice{urls_[std::min(i, urls_.size() - 1)], 0, -1};
+    // A draw rounded up to the total passes every sum: the last shard that
+    // can be drawn (one of weight > 0) takes it.
+    return ShardSlice{urls_[i < cumulative_.size() ? i : LastDrawable()], 0, -1};
   }
 
  private:
+  // LastDrawable is the last shard whose running sum grows (weight > 0).
+  size_t LastDrawable() const {
+    size_t i = cumulative_.size() - 1;
+    while (i > 0 && cumulative_[i] == cumulative_[i - 1]) --i;
+    return i;
+  }
+
   std::vector<std::string> urls_;
   std::optional<int64_t> count_;
   Rng rng_;
