@@ -260,12 +260,39 @@ wds::StreamFactory ShardSource(std::vector<std::string> urls, const ShardSourceO
                                StageHandler handler, std::shared_ptr<const RemoteAccess> remote,
                                std::string* recipe) {
   if (urls.empty()) throw py::value_error("the shard list is empty");
+  if (!options.shard_weights.empty()) {
+    if (!options.resampled) throw py::value_error("shard weights weigh resampled draws only");
+    ThrowIfError(wds::CheckShardWeights(options.shard_weights, urls.size()));
+  }
   wds::Opener opener = PythonOpener(remote);
   if (!handler.is_native()) {
     if (options.split_samples) {
       throw py::value_error(
           "split='samples' needs a native handler (reraise_exception, warn_and_continue, "
           "ignore_and_continue, ...), not a Python callable");
+    }
+    if (options.resampled) {
+      // The draws of the native source (the same seeds), read shard by shard
+      // with the Python handler; no split applies.
+      auto shared = std::make_shared<const std::vector<std::string>>(std::move(urls));
+      const std::optional<int64_t> nshards = options.nshards;
+      const std::vector<double> weights = options.shard_weights;
+      const uint64_t seed = options.seed;
+      return [shared, nshards, weights, seed, handler,
+              opener](const wds::WorkerContext& ctx) -> std::unique_ptr<wds::SampleStream> {
+        wds::WorkerContext seeded = ctx;
+        seeded.seed = seed;  // as the native source's Pipeline seeds its streams
+        auto draws = std::make_shared<wds::ShardDraws>(*shared, seeded, weights);
+        auto left = std::make_shared<std::optional<int64_t>>(nshards);
+        NextUrl next_url = [draws, left]() -> UrlResult {
+          if (left->has_value()) {
+            if (**left <= 0) return std::nullopt;
+            --**left;
+          }
+          return draws->Next();
+        };
+        return std::make_unique<ShardByShard>(std::move(next_url), handler, opener, nullptr, ctx);
+      };
     }
     auto shared = std::make_shared<const std::vector<std::string>>(std::move(urls));
     const wds::ShardListOptions list = ListOptions(options);

@@ -326,14 +326,30 @@ def test_resampled_shards_draw_in_proportion_to_their_weights(shards):
                          ([float("nan"), 1, 1, 1], r"shard weights: weight 0 is nan")]:
         with pytest.raises(ValueError, match=f"^{message}"):
             wds.ResampledShards(shards, weights=bad)
+    for handler in ("reraise", lambda e: True):  # the core checks them too, whatever reads
+        with pytest.raises(ValueError, match="shard weights: 1 weights for 4 shards"):
+            wds._core.shard_source(shards, resampled=True, weights=[1], handler=handler)
+        with pytest.raises(ValueError, match="weigh resampled draws"):
+            wds._core.shard_source(shards, weights=[1, 1, 1, 1], handler=handler)
 
 
-def test_resampled_shards_under_a_python_handler_still_draw(shards):
-    """A Python handler takes the draws to Python instead of reading the list once (which the
-    native source did: 40 samples instead of nshards' 70)."""
-    ds = wds.DataPipeline(wds.ResampledShards(shards, nshards=7, seed=3),
-                          wds.tarfile_to_samples(handler=lambda e: True))
-    assert len(list(ds)) == 70
+def test_resampled_shards_under_a_python_handler_draw_as_under_a_native_one(shards, monkeypatch):
+    """The same draws (nshards of them, the same shards, weights and epochs alike) whatever the
+    handler; no splitter applies to them. A Python handler once read each shard instead."""
+    monkeypatch.setenv("WORKER", "0")
+    monkeypatch.setenv("NUM_WORKERS", "2")
+    for weights in (None, [1, 0, 2, 1]):
+        def urls(handler, epoch):
+            ds = wds.WebDataset(shards, resampled=True, shardshuffle=False, seed=3,
+                                handler=handler).compose()
+            ds.pipeline[0].nshards = 7
+            ds.pipeline[0].weights = weights
+            ds.set_epoch(epoch)
+            return [s["__url__"] for s in ds]
+
+        native = [urls(wds.reraise_exception, epoch) for epoch in (0, 1)]
+        assert [len(u) for u in native] == [70, 70] and native[0] != native[1]
+        assert [urls(lambda e: True, epoch) for epoch in (0, 1)] == native
 
 
 def test_single_node_only_refuses_several_ranks(shards, monkeypatch):

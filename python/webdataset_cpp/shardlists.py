@@ -201,7 +201,10 @@ def _read_counts(urls, dataset_index, remote, consequence=""):
 def _checked_weights(weights, shards):
     """`weights` as a list of floats; ValueError, as the core says it, unless
     there are `shards` finite values >= 0, not all 0."""
-    weights = [float(w) for w in weights]
+    try:
+        weights = [float(w) for w in weights]
+    except OverflowError as e:
+        raise ValueError(f"shard weights: {e}") from None
     if len(weights) != shards:
         raise ValueError(f"shard weights: {len(weights)} weights for {shards} shards")
     for i, w in enumerate(weights):
@@ -284,11 +287,12 @@ class ResampledShards(PipelineStage):
         worker_seed = (self.worker_seed or pytorch_worker_seed)()
         rng = (random.Random(hash((worker_seed, self.epoch, self.seed))) if self.repeatable()
                else random.Random())
+        running = None if self.weights is None else list(itertools.accumulate(self.weights))
         for _ in range(self.nshards):
-            if self.weights is None:
+            if running is None:
                 yield {"url": rng.choice(self.urls)}
             else:
-                yield {"url": rng.choices(self.urls, weights=self.weights)[0]}
+                yield {"url": rng.choices(self.urls, cum_weights=running)[0]}
 
     def run(self, *args):
         return iter(self)
@@ -701,10 +705,6 @@ def fuse_source(stages, ctx):
         return None
     tar = stages[i]
     if not tar.fusable():
-        return None
-    if resampled and not isinstance(tar.core_handler(), str):
-        # The native source draws shards only under a native handler; with a
-        # Python one, the draws and reads run in Python.
         return None
     i += 1
     empty_check = i < len(stages) and stages[i] is check_empty

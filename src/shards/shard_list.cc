@@ -241,6 +241,24 @@ std::unique_ptr<UrlStream> ResampledShardStream(std::vector<std::string> shards,
                                               std::move(cumulative));
 }
 
+class ShardDraws::Stream {
+ public:
+  explicit Stream(std::unique_ptr<UrlStream> urls) : urls_(std::move(urls)) {}
+  std::string Next() { return (*urls_->Next()).value().url; }
+
+ private:
+  std::unique_ptr<UrlStream> urls_;
+};
+
+ShardDraws::ShardDraws(std::vector<std::string> shards, const WorkerContext& ctx,
+                       const std::vector<double>& weights)
+    : stream_(std::make_unique<Stream>(
+          ResampledShardStream(std::move(shards), std::nullopt, ctx, weights))) {}
+
+ShardDraws::~ShardDraws() = default;
+
+std::string ShardDraws::Next() { return stream_->Next(); }
+
 absl::Status CheckShardWeights(const std::vector<double>& weights, size_t shards) {
   if (weights.size() != shards) {
     return absl::InvalidArgumentError(

@@ -34,8 +34,5 @@ std::unique_ptr<UrlStream> ResampledShardStream(std::vector<std::string> shards,
                                                 std::optional<int64_t> count,
                                                 const WorkerContext& ctx,
                                                 const std::vector<double>& weights = {});
-// CheckShardWeights: InvalidArgument, naming the problem, unless `weights`
-// has `shards` finite values >= 0 that are not all 0.
-absl::Status CheckShardWeights(const std::vector<double>& weights, size_t shards);
 
 }  // namespace wds

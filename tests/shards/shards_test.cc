@@ -607,6 +607,17 @@ TEST(ResampledShardStreamTest, WeightsDrawShardsInProportion) {
   EXPECT_EQ(DrainUrls(*again).value(), *urls);
 }
 
+TEST(ResampledShardStreamTest, ShardDrawsAreTheResampledStreamsDraws) {
+  for (const std::vector<double>& weights : {std::vector<double>{}, std::vector<double>{1, 0, 2}}) {
+    std::unique_ptr<UrlStream> stream =
+        ResampledShardStream(Numbered(3), 25, Ctx(1, 2, 0, 2, 4, 9), weights);
+    ShardDraws draws(Numbered(3), Ctx(1, 2, 0, 2, 4, 9), weights);
+    Names drawn;
+    for (int i = 0; i < 25; ++i) drawn.push_back(draws.Next());
+    EXPECT_EQ(drawn, DrainUrls(*stream).value());
+  }
+}
+
 TEST(ResampledShardStreamTest, ShardWeightsAreCheckedNamingTheProblem) {
   EXPECT_TRUE(CheckShardWeights({0, 2.5}, 2).ok());
   EXPECT_EQ(CheckShardWeights({1, 2}, 3),

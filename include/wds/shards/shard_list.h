@@ -104,4 +104,29 @@ std::pair<int64_t, int64_t> SampleShare(int64_t total, const WorkerContext& ctx,
 // SampleCount is the number of samples `slices` hold. REQUIRES: every end >= 0.
 int64_t SampleCount(const std::vector<ShardSlice>& slices);
 
+// CheckShardWeights: InvalidArgument, naming the problem, unless `weights`
+// has `shards` finite values >= 0 that are not all 0.
+[[nodiscard]] absl::Status CheckShardWeights(const std::vector<double>& weights, size_t shards);
+
+// ShardDraws draws shards with replacement exactly as a resampled WebDataset
+// does for `ctx` (seeded by its seed, epoch, pass, rank and worker; shard i
+// with probability weights[i] / sum(weights), or uniformly when `weights` is
+// empty): for readers of shards other than WebDataset's.
+// REQUIRES: !shards.empty(); weights empty or CheckShardWeights(weights,
+// shards.size()) ok.
+class ShardDraws {
+ public:
+  ShardDraws(std::vector<std::string> shards, const WorkerContext& ctx,
+             const std::vector<double>& weights = {});
+  ~ShardDraws();
+  ShardDraws(const ShardDraws&) = delete;
+  ShardDraws& operator=(const ShardDraws&) = delete;
+  // Next is the next shard drawn.
+  std::string Next();
+
+ private:
+  class Stream;
+  std::unique_ptr<Stream> stream_;
+};
+
 }  // namespace wds
