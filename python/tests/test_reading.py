@@ -320,6 +320,13 @@ def test_resampled_shards_draw_in_proportion_to_their_weights(shards):
         assert set(drawn) == {shards[1], shards[3]}
         assert abs(drawn.count(shards[3]) / 4000 - 0.75) < 0.06
     assert urls(wds.tarfile_to_samples()) == urls(wds.tarfile_to_samples())  # seeded
+    # WebDataset takes them as shard_weights, with resampled=True only.
+    drawn = [s["__url__"] for s in wds.WebDataset(shards, resampled=True, shardshuffle=False,
+                                                  seed=3, shard_weights=weights).slice(400)]
+    assert set(drawn) == {shards[1], shards[3]}
+    with pytest.raises(ValueError, match="^WebDataset: shard_weights weigh resampled draws; "
+                                         "pass resampled=True$"):
+        wds.WebDataset(shards, shardshuffle=False, shard_weights=weights)
     for bad, message in [([1, 2], "shard weights: 2 weights for 4 shards"),
                          ([1, -1, 0, 0], r"shard weights: weight 1 is -1 \(finite, >= 0 needed\)"),
                          ([0, 0, 0, 0], r"shard weights: their sum is 0 \(some weight must be"),

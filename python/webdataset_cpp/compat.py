@@ -151,6 +151,8 @@ class WebDataset(DataPipeline, FluidInterface):
       cached per process either way); a remote one with `remote`'s options,
       never from the cache. With resampled=True its counts spare resuming
       mid-epoch the reads of the shards drawn before the checkpoint.
+    * shard_weights (not in the reference), with resampled=True: each
+      shard's relative chance of being drawn (ResampledShards' weights).
     * Remote shards (http(s)://, s3://, gs://) are read in-process, resumed
       byte-exactly after faults; remote=RemoteOptions(...) (not in the
       reference) sets their TLS, timeouts and retries.
@@ -166,7 +168,7 @@ class WebDataset(DataPipeline, FluidInterface):
                  shardshuffle=None, cache_size=-1, cache_dir=None, url_to_name=None,
                  detshuffle=False, nodesplitter=single_node_only, workersplitter=split_by_worker,
                  select_files=None, rename_files=None, empty_check=True, verbose=False,
-                 seed=None, split=None, dataset_index=None, remote=None):
+                 seed=None, split=None, dataset_index=None, remote=None, shard_weights=None):
         super().__init__()
         if resampled and shardshuffle not in (False, None):
             warnings.warn("WebDataset(shardshuffle=...) is ignored for resampled datasets")
@@ -183,7 +185,10 @@ class WebDataset(DataPipeline, FluidInterface):
         remote = cache_options(cache_dir, cache_size, remote)
         if resampled:
             self.append(ResampledShards(shard_urls, seed=self.seed, dataset_index=dataset_index,
-                                        remote=remote))
+                                        remote=remote, weights=shard_weights))
+        elif shard_weights is not None:
+            raise ValueError("WebDataset: shard_weights weigh resampled draws; pass "
+                             "resampled=True")
         else:
             self.append(SimpleShardList(shard_urls, split=split, dataset_index=dataset_index,
                                         remote=remote))
