@@ -21,6 +21,7 @@
 #include "wds/internal/base/strings.h"
 #include "wds/internal/base/worker_wiring.h"
 #include "wds/loader/elastic.h"
+#include "wds/shards/shard_list.h"
 #include "wds/stages/stages.h"
 #include "worker_context.h"
 
@@ -181,6 +182,14 @@ void RegisterSources(py::module_& m) {
   py::class_<Source>(m, "Source", "The first step of a native chain.")
       .def_readonly("native", &Source::native)
       .def_readonly("tensor_names", &Source::tensor_names);
+  m.def(
+      "check_shard_weights",
+      [](const std::vector<double>& weights, size_t shards) {
+        ThrowIfError(wds::CheckShardWeights(weights, shards));
+      },
+      py::arg("weights"), py::arg("shards"),
+      "ValueError, naming the problem, unless `weights` are `shards` finite values >= 0, not "
+      "all 0 (the core's check of resampled shards' weights).");
   m.def(
       "shard_source",
       [](std::vector<std::string> urls, bool shuffle, bool resampled,

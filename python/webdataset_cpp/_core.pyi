@@ -47,6 +47,7 @@ class Stage:
     @property
     def native(self) -> bool: ...
 
+def check_shard_weights(weights: Sequence[float], shards: int) -> None: ...
 def shard_source(urls: Sequence[str], *, shuffle: bool = False, resampled: bool = False,
                  nshards: Optional[int] = None, split_nodes: bool = True,
                  split_workers: bool = True, allow_empty: bool = False, seed: int = 0,

@@ -19,7 +19,6 @@ reference.
 import dataclasses
 import glob
 import itertools
-import math
 import os
 import random
 import re
@@ -199,21 +198,13 @@ def _read_counts(urls, dataset_index, remote, consequence=""):
 
 
 def _checked_weights(weights, shards):
-    """`weights` as a list of floats; ValueError, as the core says it, unless
+    """`weights` as a list of floats; ValueError (the core's check) unless
     there are `shards` finite values >= 0, not all 0."""
     try:
         weights = [float(w) for w in weights]
     except OverflowError as e:
         raise ValueError(f"shard weights: {e}") from None
-    if len(weights) != shards:
-        raise ValueError(f"shard weights: {len(weights)} weights for {shards} shards")
-    for i, w in enumerate(weights):
-        if not math.isfinite(w) or w < 0:
-            raise ValueError(f"shard weights: weight {i} is {w:g} (finite, >= 0 needed)")
-    total = sum(weights)
-    if not total > 0 or not math.isfinite(total):
-        raise ValueError(f"shard weights: their sum is {total:g} (some weight must be > 0, the "
-                         "sum finite)")
+    _core.check_shard_weights(weights, shards)
     return weights
 
 

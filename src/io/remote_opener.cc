@@ -142,6 +142,15 @@ absl::StatusOr<std::unique_ptr<ByteStream>> OpenLocalAt(std::string_view url, in
   return stream;
 }
 
+// OpenNonRemote opens what is not a remote URL from `offset`: a pipe:
+// command through the session's cache when it keeps them, else in place.
+absl::StatusOr<std::unique_ptr<ByteStream>> OpenNonRemote(const RemoteSession& session,
+                                                          std::string_view url, int64_t offset) {
+  if (!session.CachesCommand(url)) return OpenLocalAt(url, offset);
+  return session.cache()->OpenCommand(std::string(url), offset,
+                                      [url](int64_t at) { return OpenLocalAt(url, at); });
+}
+
 // ReadParts fills `parts` from `stream`, which holds [offset, offset + their
 // size) of its object at least.
 absl::Status ReadParts(ByteStream& stream, int64_t offset,
@@ -251,11 +260,7 @@ absl::StatusOr<std::unique_ptr<ByteStream>> RemoteOpener::OpenAt(std::string_vie
     return absl::InvalidArgumentError(Cat(url, ": negative offset ", offset));
   }
   if (IsRemoteUrl(url)) return session_->Open(url, offset, true);
-  if (session_->CachesCommand(url)) {
-    return session_->cache()->OpenCommand(std::string(url), offset,
-                                          [url](int64_t at) { return OpenLocalAt(url, at); });
-  }
-  return OpenLocalAt(url, offset);
+  return OpenNonRemote(*session_, url, offset);
 }
 
 absl::StatusOr<ObjectVersion> RemoteOpener::ReadRange(std::string_view url, int64_t offset,
@@ -287,11 +292,7 @@ absl::StatusOr<ObjectVersion> RemoteOpener::ReadRange(std::string_view url, int6
 Opener RemoteOpener::AsOpener() const {
   return [session = session_](std::string_view url) -> absl::StatusOr<std::unique_ptr<ByteStream>> {
     if (IsRemoteUrl(url)) return session->Open(url, 0, true);
-    if (session->CachesCommand(url)) {
-      return session->cache()->OpenCommand(std::string(url), 0,
-                                           [url](int64_t at) { return OpenLocalAt(url, at); });
-    }
-    return OpenLocalUrl(url);
+    return OpenNonRemote(*session, url, 0);
   };
 }
 
