@@ -185,6 +185,7 @@ std::string SessionKey(const wds::RemoteOptions& o, const absl::Status& environm
   Field(key, o.low_speed_time.count());
   Field(key, o.read_ahead);
   Field(key, o.skip_by_request);
+  Field(key, o.open_ahead);
   Field(key, o.max_attempts);
   Field(key, o.max_retry_time.count());
   Field(key, o.backoff_base.count());
@@ -263,6 +264,7 @@ const char* VariableOf(const std::string& option) {
   if (option == "cache_pipes") return "WDS_CACHE_PIPES";
   if (option == "ca_file") return "CURL_CA_BUNDLE";
   if (option == "verify_tls") return "WDS_TLS_VERIFY";
+  if (option == "open_ahead") return "WDS_OPEN_AHEAD";
   return nullptr;
 }
 
@@ -392,6 +394,13 @@ void Apply(wds::RemoteOptions& o, const std::string& name, py::handle value) {
           wds::Cat("RemoteOptions: upload_concurrency must be at most 64, got ", concurrency));
     }
     o.upload_concurrency = static_cast<int>(concurrency);
+  } else if (name == "open_ahead") {
+    const int64_t ahead = AtLeast(value, "open_ahead", 0);
+    if (ahead > wds::RemoteOptions::kMaxOpenAhead) {
+      throw py::value_error(wds::Cat("RemoteOptions: open_ahead must be at most ",
+                                     wds::RemoteOptions::kMaxOpenAhead, ", got ", ahead));
+    }
+    o.open_ahead = static_cast<int>(ahead);
   } else if (name == "http_headers") {
     o.http_headers.clear();
     for (py::handle pair : value) {
@@ -484,6 +493,16 @@ wds::Opener PythonOpener(std::shared_ptr<const RemoteAccess> remote) {
     remote = SharedAccess(std::move(options), std::move(error));
   }
   return [remote = std::move(remote)](std::string_view url) { return Open(*remote, url); };
+}
+
+bool PythonMayOpenRemote() {
+  const char* rules = std::getenv("GOPEN_REWRITE");
+  if (rules != nullptr && *rules != '\0') return true;
+  std::lock_guard<std::mutex> lock(Fds().mu);
+  for (const char* scheme : {"http", "https", "s3", "gs"}) {
+    if (Fds().python_schemes.count(scheme) != 0) return true;
+  }
+  return false;
 }
 
 void SetPythonSchemes(const std::vector<std::string>& schemes, bool python_default) {

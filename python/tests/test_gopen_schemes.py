@@ -8,6 +8,7 @@ decomposed pipeline and counts)."""
 import importlib
 import io
 import re
+import threading
 
 import pytest
 import torch
@@ -326,3 +327,24 @@ def test_hf_urls_are_read_natively_with_the_token_in_a_header(schemes, shards, t
         assert "hf_secret" not in str(caught.value) and "missing.tar" in str(caught.value)
     finally:
         server.stop()
+
+
+def test_a_python_handler_of_a_remote_scheme_opens_each_shard_in_turn_on_the_readers_thread(
+        schemes, shards, monkeypatch):
+    # Shards are opened ahead (open_ahead) on threads of their own; not those
+    # a Python handler opens, which would wait there for the GIL.
+    monkeypatch.setenv("WDS_OPEN_AHEAD", "2")
+    threads = []
+
+    class OnThread(Opened):
+        def __call__(self, url, mode="rb", bufsize=8192):
+            threads.append(threading.get_ident())
+            return super().__call__(url, mode, bufsize)
+
+    handler = schemes["http"] = OnThread(prefix="http://example.invalid")
+    urls = [f"http://example.invalid{path}" for path in shards]
+    dataset = wds.WebDataset(urls, shardshuffle=False, remote=wds.RemoteOptions(open_ahead=3))
+    assert [k for k, _, _ in samples(dataset)] == [
+        f"s{i}_{j:03d}" for i in range(len(shards)) for j in range(10)]
+    assert handler.urls == urls
+    assert threads == [threading.get_ident()] * len(urls)

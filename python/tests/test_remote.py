@@ -234,9 +234,12 @@ def _read_in_child(chain, conn):
     conn.close()
 
 
-def test_one_connection_serves_every_read_with_the_same_options(server, local_samples, www):
+def test_one_connection_serves_every_read_with_the_same_options(server, local_samples, www,
+                                                               monkeypatch):
     # Each epoch builds a new native chain, each gopen and each shard grouped
     # in Python a new reader: all share the process's session of their options.
+    # (No shard opened ahead: that one would take a second connection.)
+    monkeypatch.setenv("WDS_OPEN_AHEAD", "0")
     for options in (None, wds.RemoteOptions(max_attempts=7)):
         before = len(server.log())
         dataset = remote(server, remote=options)
@@ -259,9 +262,34 @@ def test_one_connection_serves_every_read_with_the_same_options(server, local_sa
     assert len({e["peer"] for e in server.log()}) == 3
 
 
-def test_a_forked_child_makes_its_own_connections(server, local_samples):
+def test_the_next_shards_are_requested_while_one_is_read(server, local_samples):
+    for ahead in (0, 1, 2):
+        before = len(server.log())
+        # Options of their own: a session (connections) of their own.
+        options = wds.RemoteOptions(open_ahead=ahead, max_attempts=20 + ahead)
+        samples = iter(remote(server, remote=options))
+        first = next(samples)
+        deadline = time.monotonic() + 60
+        while len(server.log()[before:]) < 1 + ahead and time.monotonic() < deadline:
+            time.sleep(0.005)
+        # The shard read, and the next `ahead` ones (opened at once, in any
+        # order); no other yet.
+        assert sorted(e["path"] for e in server.log()[before:]) == [
+            "/" + n for n in NAMES[:1 + ahead]]
+        assert samples_of([first, *samples]) == local_samples
+        log = server.log()[before:]
+        paths = [e["path"] for e in log]
+        assert sorted(paths) == ["/" + n for n in NAMES]  # each shard once
+        if ahead <= 1:
+            assert paths == ["/" + n for n in NAMES]
+        peers = len({e["peer"] for e in log})
+        assert peers == 1 if ahead == 0 else 2 <= peers <= 1 + ahead, (ahead, peers)
+
+
+def test_a_forked_child_makes_its_own_connections(server, local_samples, monkeypatch):
     import multiprocessing
 
+    monkeypatch.setenv("WDS_OPEN_AHEAD", "0")  # one connection at a time
     # One chain, so one remote session: the parent's idle connection is in
     # its pool when the child forks. The child must not send a request over
     # it (the parent may use it at the same time): its requests come on new
@@ -371,6 +399,13 @@ def test_remote_options_are_checked():
     assert wds.RemoteOptions(stall_timeout=1e9, max_retry_time=0).stall_timeout == 1e9
     with pytest.raises(ValueError, match="cache_size must be at least 0"):
         wds.RemoteOptions(cache_size=-5)
+    with pytest.raises(ValueError, match=r"^RemoteOptions: open_ahead must be at least 0, "
+                                         r"got -1$"):
+        wds.RemoteOptions(open_ahead=-1)
+    with pytest.raises(ValueError, match=r"^RemoteOptions: open_ahead must be at most 16, "
+                                         r"got 17$"):
+        wds.RemoteOptions(open_ahead=17)
+    assert wds.RemoteOptions(open_ahead=16).open_ahead == 16
     with pytest.raises(TypeError, match="takes a webdataset_cpp.RemoteOptions"):
         wds.WebDataset("a.tar", shardshuffle=False, remote={"max_attempts": 3})
 
@@ -766,7 +801,9 @@ def test_http_headers_go_with_every_request_and_stay_out_of_repr(server, local_s
                                          multiprocessing_context="spawn")
     assert len(list(loader)) == len(local_samples)  # the options pickle with their headers
     log = server.log()
-    assert len(log) == 2 * len(NAMES) + 1 and log[2]["headers"]["range"] == "bytes=4000-"
+    assert len(log) == 2 * len(NAMES) + 1
+    assert [(e["path"], e["headers"]["range"]) for e in log if "range" in e["headers"]] == [
+        ("/" + NAMES[1], "bytes=4000-")]
     assert {(e["headers"]["authorization"], e["headers"]["x-tag"]) for e in log} == {
         ("Bearer hf_secret", "t")}
     # Pairs, in order, are taken as a dict is; bad ones are named without their value.

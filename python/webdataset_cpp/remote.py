@@ -41,6 +41,11 @@ class RemoteOptions:
         nothing tells a changed output from the copy [WDS_CACHE_PIPES=1]
         (False; WebDataset(cache_dir=...) given sets it, as the reference
         caches pipe: shards).
+    open_ahead: how many of a shard source's next shards it opens while it
+        reads one, when they are remote URLs (http(s)://, s3://, gs://), 0
+        to 16: their requests (TLS handshake, redirects, the server's first
+        byte) overlap the current shard's reading. pipe: commands are not
+        opened ahead [WDS_OPEN_AHEAD] (1).
     ca_file: PEM bundle of the certificate authorities to trust
         [CURL_CA_BUNDLE] (the system's).
     verify_tls: check the server's certificate and host name; turn off only
@@ -72,6 +77,7 @@ class RemoteOptions:
     cache_dir: Optional[str] = None
     cache_size: Optional[int] = None
     cache_pipes: Optional[bool] = None
+    open_ahead: Optional[int] = None
     ca_file: Optional[str] = None
     verify_tls: Optional[bool] = None
     connect_timeout: Optional[float] = None

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "io/local_url.h"
 #include "io/remote_stream.h"
 #include "io/remote_target.h"
@@ -220,6 +221,16 @@ void ApplyEnvironment(RemoteOptions& o, absl::Status& first_error,
   }
   flag("WDS_CACHE_REVALIDATE", o.cache_revalidate);
   flag("WDS_CACHE_PIPES", o.cache_pipes);
+  if (std::string v = env("WDS_OPEN_AHEAD"); !v.empty()) {
+    int ahead = 0;
+    if (absl::SimpleAtoi(v, &ahead) && ahead >= 0 && ahead <= RemoteOptions::kMaxOpenAhead) {
+      o.open_ahead = ahead;
+    } else {
+      fail(absl::InvalidArgumentError(Cat("WDS_OPEN_AHEAD='", v,
+                                          "' is not a whole number from 0 to ",
+                                          RemoteOptions::kMaxOpenAhead)));
+    }
+  }
 }
 
 }  // namespace

@@ -198,6 +198,11 @@ absl::StatusOr<SplitGranularity> ChooseSplit(const std::vector<std::string>& url
 absl::StatusOr<Pipeline> WebDataset(std::vector<std::string> urls, WebDatasetOptions options) {
   if (urls.empty()) return absl::InvalidArgumentError("WebDataset: the shard list is empty");
   if (!options.opener) return absl::InvalidArgumentError("WebDataset: no opener");
+  if (options.open_ahead < 0 || options.open_ahead > RemoteOptions::kMaxOpenAhead) {
+    return absl::InvalidArgumentError(Cat("WebDataset: open_ahead must be from 0 to ",
+                                          RemoteOptions::kMaxOpenAhead, ", got ",
+                                          options.open_ahead));
+  }
   if (!options.shard_weights.empty()) {
     if (!options.resampled) {
       return absl::InvalidArgumentError(
@@ -250,9 +255,9 @@ absl::StatusOr<Pipeline> WebDataset(std::vector<std::string> urls, WebDatasetOpt
     }
     // Shards drawn with replacement (forever, without nshards).
     const bool drawn = options.resampled && !slices.has_value();
-    std::unique_ptr<SampleStream> stream =
-        TarSamples(std::move(url_stream), options.opener, options.handler, ctx,
-                   options.max_member_size, counts_for_restore, options.member_name, drawn);
+    std::unique_ptr<SampleStream> stream = TarSamples(
+        std::move(url_stream), options.opener, options.handler, ctx, options.max_member_size,
+        counts_for_restore, options.member_name, drawn, options.open_ahead);
     if (resume != nullptr) resume->position.pass_samples = pass_samples;
     return stream;
   };

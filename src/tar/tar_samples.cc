@@ -7,11 +7,13 @@
 #include <utility>
 #include <vector>
 
+#include "io/open_ahead.h"
 #include "wds/internal/base/resume_channel.h"
 #include "wds/internal/base/status_macros.h"
 #include "wds/internal/base/strings.h"
 #include "wds/internal/base/worker_wiring.h"
 #include "wds/internal/tar/tar_grouping.h"
+#include "wds/io/remote.h"
 
 namespace wds {
 namespace {
@@ -41,8 +43,9 @@ class TarSampleStream : public SampleStream {
  public:
   TarSampleStream(std::unique_ptr<UrlStream> urls, Opener opener, Handler handler,
                   WorkerContext ctx, int64_t max_member_size, std::shared_ptr<ShardCatalog> catalog,
-                  MemberNameHook member_name, bool drawn)
+                  MemberNameHook member_name, bool drawn, int open_ahead)
       : drawn_(drawn),
+        open_ahead_(open_ahead),
         max_member_size_(max_member_size),
         catalog_(std::move(catalog)),
         member_name_(std::move(member_name)),
@@ -96,8 +99,11 @@ class TarSampleStream : public SampleStream {
       done_ = absl::OkStatus();
     }
     // A stream that ended releases its shard at once (a pipe: command is
-    // stopped) rather than when it is destroyed.
-    if (done_.has_value()) reader_.reset();
+    // stopped), and the shards opened ahead, rather than when it is destroyed.
+    if (done_.has_value()) {
+      reader_.reset();
+      ahead_.clear();
+    }
     return result;
   }
 
@@ -105,8 +111,23 @@ class TarSampleStream : public SampleStream {
   // What Advance does after the handler saw an error.
   enum class Flow { kReturn, kGoOn };
 
+  // Ahead is what urls_ gave before its turn: a slice (with its open under
+  // way when it is opened ahead), the end, or the list's error.
+  struct Ahead {
+    absl::StatusOr<std::optional<ShardSlice>> slice;
+    std::unique_ptr<AheadOpen> open;
+  };
+
   SampleResult Advance();
-  absl::Status OpenShard(ShardSlice slice);
+  // NextSlice is the next of urls_' answers, taken ahead or not.
+  Ahead NextSlice();
+  // OpenAhead takes answers from urls_ until open_ahead_ of them wait, and
+  // starts opening the slices among them that are remote shards read from
+  // their start.
+  void OpenAhead();
+  // OpenShard opens `slice` for reading, its stream from `ahead` when it
+  // was opened ahead.
+  absl::Status OpenShard(ShardSlice slice, AheadOpen* ahead = nullptr);
   // NextInSlice is the reader's next sample within the slice, nullopt at
   // the slice's end.
   absl::StatusOr<std::optional<GroupedSample>> NextInSlice();
@@ -120,6 +141,8 @@ class TarSampleStream : public SampleStream {
 
   // drawn_: the source draws shards (with replacement), perhaps forever.
   const bool drawn_;
+  const int open_ahead_;
+  std::deque<Ahead> ahead_;
   const int64_t max_member_size_;
   const std::shared_ptr<ShardCatalog> catalog_;
   const MemberNameHook member_name_;
@@ -300,10 +323,13 @@ SampleResult TarSampleStream::Advance() {
   SampleResult result = std::nullopt;
   while (true) {
     if (reader_ == nullptr) {
-      absl::StatusOr<std::optional<ShardSlice>> slice = urls_->Next();
+      Ahead next = NextSlice();
+      absl::StatusOr<std::optional<ShardSlice>>& slice = next.slice;
       if (!slice.ok()) return slice.status();  // the shard list's own error: not per item
       if (!slice->has_value()) return std::nullopt;
-      absl::Status opened = OpenShard(**std::move(slice));
+      absl::Status opened = OpenShard(**std::move(slice), next.open.get());
+      // The next shards' requests, after this one's, overlap its reading.
+      OpenAhead();
       if (!opened.ok() && Handle(opened, result) == Flow::kReturn) return result;
       continue;
     }
@@ -350,7 +376,32 @@ absl::StatusOr<std::optional<GroupedSample>> TarSampleStream::NextInSlice() {
   return grouped;
 }
 
-absl::Status TarSampleStream::OpenShard(ShardSlice slice) {
+TarSampleStream::Ahead TarSampleStream::NextSlice() {
+  if (ahead_.empty()) return Ahead{urls_->Next(), nullptr};
+  Ahead next = std::move(ahead_.front());
+  ahead_.pop_front();
+  return next;
+}
+
+void TarSampleStream::OpenAhead() {
+  while (static_cast<int>(ahead_.size()) < open_ahead_) {
+    if (!ahead_.empty() && (!ahead_.back().slice.ok() || !ahead_.back().slice->has_value())) {
+      return;  // nothing after the end or the list's error
+    }
+    Ahead next{urls_->Next(), nullptr};
+    // Only remote URLs: their reader resumes byte-exactly when a server
+    // drops a connection left waiting while the current shard is read; a
+    // pipe: command (curl) stalled on a full pipe for that long could fail.
+    // A slice from a later sample seeks, which an open from 0 cannot serve.
+    if (next.slice.ok() && next.slice->has_value() && (*next.slice)->begin == 0 &&
+        IsRemoteUrl((*next.slice)->url)) {
+      next.open = std::make_unique<AheadOpen>(opener_, (*next.slice)->url);
+    }
+    ahead_.push_back(std::move(next));
+  }
+}
+
+absl::Status TarSampleStream::OpenShard(ShardSlice slice, AheadOpen* ahead) {
   const std::string& url = slice.url;
   ShardSampleReaderOptions options;
   if (slice.begin > 0) {
@@ -360,7 +411,8 @@ absl::Status TarSampleStream::OpenShard(ShardSlice slice) {
     }
     WDS_ASSIGN_OR_RETURN(options.tar.start_offset, catalog_->StartOffset(url, slice.begin));
   }
-  absl::StatusOr<std::unique_ptr<ByteStream>> stream = opener_(url);
+  absl::StatusOr<std::unique_ptr<ByteStream>> stream =
+      ahead != nullptr ? ahead->Take() : opener_(url);
   if (!stream.ok()) return stream.status();
   options.tar.pool = pool_;
   options.tar.max_member_size = max_member_size_;
@@ -418,10 +470,10 @@ std::unique_ptr<SampleStream> TarSamples(std::unique_ptr<UrlStream> urls, Opener
                                          Handler handler, const WorkerContext& ctx,
                                          int64_t max_member_size,
                                          std::shared_ptr<ShardCatalog> catalog,
-                                         MemberNameHook member_name, bool drawn) {
+                                         MemberNameHook member_name, bool drawn, int open_ahead) {
   return std::make_unique<TarSampleStream>(std::move(urls), std::move(opener), handler, ctx,
                                            max_member_size, std::move(catalog),
-                                           std::move(member_name), drawn);
+                                           std::move(member_name), drawn, open_ahead);
 }
 
 }  // namespace wds

@@ -37,6 +37,13 @@ namespace wds {
 // goes on with `urls` after it; unless `urls` ended there, the pass's size
 // is then unknown (kEndlessPass), which an elastic resume refuses.
 //
+// `open_ahead` (WebDatasetOptions::open_ahead) is how many of `urls`' next
+// slices are taken while a shard is read; those that are remote URLs read
+// from their first sample are opened then, each on a thread of its own
+// (AheadOpen, io/open_ahead.h), so `opener` must be callable from any thread.
+// What is read, in what order, and where errors are reported (an open's
+// error when its shard's turn comes, to `handler`) do not depend on it.
+//
 // `member_name`, if set, renames or skips members before grouping
 // (ShardSampleReaderOptions::member_name). Its errors go to `handler` one
 // member at a time, as the reference's tar_file_iterator hands them over:
@@ -55,6 +62,7 @@ std::unique_ptr<SampleStream> TarSamples(std::unique_ptr<UrlStream> urls, Opener
                                          Handler handler, const WorkerContext& ctx,
                                          int64_t max_member_size = kDefaultMaxMemberSize,
                                          std::shared_ptr<ShardCatalog> catalog = nullptr,
-                                         MemberNameHook member_name = nullptr, bool drawn = false);
+                                         MemberNameHook member_name = nullptr, bool drawn = false,
+                                         int open_ahead = 0);
 
 }  // namespace wds

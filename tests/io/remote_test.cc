@@ -1107,6 +1107,28 @@ TEST(RemoteOptionsTest, EnvironmentVariablesAreRead) {
   }
 }
 
+TEST(RemoteOptionsTest, OpenAheadComesFromTheEnvironment) {
+  EXPECT_EQ(RemoteOptions().open_ahead, 1);
+  setenv("WDS_OPEN_AHEAD", "3", 1);
+  EXPECT_EQ(RemoteOptions::ParseFromEnvironment()->open_ahead, 3);
+  EXPECT_EQ(WebDatasetOptions().open_ahead, 3);
+  setenv("WDS_OPEN_AHEAD", "0", 1);
+  EXPECT_EQ(WebDatasetOptions().open_ahead, 0);
+  for (const char* bad : {"17", "-1", "two", "1.5"}) {
+    setenv("WDS_OPEN_AHEAD", bad, 1);
+    absl::Status s = RemoteOptions::ParseFromEnvironment().status();
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << bad;
+    EXPECT_EQ(Message(s), Cat("WDS_OPEN_AHEAD='", bad, "' is not a whole number from 0 to 16"));
+    EXPECT_EQ(RemoteOptions::FromEnvironment().open_ahead, 1);  // the default
+  }
+  unsetenv("WDS_OPEN_AHEAD");
+  for (int bad : {-1, 17}) {
+    absl::Status s = WebDataset("a.tar", {.open_ahead = bad}).status();
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << bad;
+    EXPECT_EQ(Message(s), Cat("WebDataset: open_ahead must be from 0 to 16, got ", bad));
+  }
+}
+
 TEST(RemoteOptionsTest, SkippedVariablesAreNotRead) {
   setenv("WDS_CACHE", "/tmp/some-cache", 1);
   setenv("WDS_CACHE_SIZE", "lots", 1);
@@ -1215,20 +1237,58 @@ TEST(RemotePipelineTest, ColonColonListsMixRemoteAndLocalShards) {
   EXPECT_EQ(server.requests(), 3);
 }
 
-TEST(RemotePipelineTest, EachLoaderWorkerKeepsOneConnection) {
+TEST(RemotePipelineTest, EachLoaderWorkerKeepsAConnectionPerShardOpen) {
+  for (int ahead : {0, 1}) {
+    FaultServer server;
+    for (int shard = 0; shard < 6; ++shard) {
+      server.Put(Cat("/shard-", shard, ".tar"), testing::MakeTar(ShardEntries(shard, 10)));
+    }
+    absl::StatusOr<Pipeline> p = WebDataset(
+        Cat("http://127.0.0.1:", server.port(), "/shard-{0..5}.tar"), {.open_ahead = ahead});
+    ASSERT_TRUE(p.ok());
+    Loader loader(*p, {.workers = 2, .rank = 0, .world_size = 1});
+    int samples = 0;
+    for (const Sample& s : loader) samples += s.Has("bin") ? 1 : 0;
+    EXPECT_EQ(samples, 60);
+    EXPECT_EQ(server.requests(), 6);
+    // The shard read and the ones opened ahead, per worker.
+    EXPECT_LE(server.connections(), 2 * (1 + ahead)) << "open_ahead " << ahead;
+  }
+}
+
+TEST(RemotePipelineTest, TheNextShardIsRequestedWhileOneIsRead) {
   FaultServer server;
-  for (int shard = 0; shard < 6; ++shard) {
-    server.Put(Cat("/shard-", shard, ".tar"), testing::MakeTar(ShardEntries(shard, 10)));
+  testing::TempDir dir;
+  for (int shard = 0; shard < 3; ++shard) {
+    const std::string tar = testing::MakeTar(ShardEntries(shard, 40));
+    server.Put(Cat("/shard-", shard, ".tar"), tar);
+    dir.Write(Cat("shard-", shard, ".tar"), tar);
   }
   absl::StatusOr<Pipeline> p =
-      WebDataset(Cat("http://127.0.0.1:", server.port(), "/shard-{0..5}.tar"), {});
-  ASSERT_TRUE(p.ok());
-  Loader loader(*p, {.workers = 2, .rank = 0, .world_size = 1});
-  int samples = 0;
-  for (const Sample& s : loader) samples += s.Has("bin") ? 1 : 0;
-  EXPECT_EQ(samples, 60);
-  EXPECT_EQ(server.requests(), 6);
-  EXPECT_LE(server.connections(), 2);
+      WebDataset(Cat("http://127.0.0.1:", server.port(), "/shard-{0..2}.tar"),
+                 {.open_ahead = 1, .opener = MakeOpener(Fast())});
+  ASSERT_TRUE(p.ok()) << p.status();
+  std::unique_ptr<SampleStream> stream = p->Open({});
+  SampleResult first = stream->Next();
+  ASSERT_TRUE(first.ok() && first->has_value()) << first.status();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  while (server.requests() < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(server.requests(), 2);  // shard 1's, while shard 0 is read; not shard 2's yet
+  EXPECT_EQ(server.log()[1].target, "/shard-1.tar");
+  absl::StatusOr<std::vector<Sample>> rest = testing::Drain(*stream);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  std::unique_ptr<SampleStream> local =
+      WebDataset(dir.path() + "/shard-{0..2}.tar", {.opener = OpenUrl})->Open({});
+  absl::StatusOr<std::vector<Sample>> expected = testing::Drain(*local);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  rest->insert(rest->begin(), **std::move(first));
+  ASSERT_EQ(testing::Keys(*rest), testing::Keys(*expected));
+  for (size_t i = 0; i < rest->size(); ++i) {
+    EXPECT_EQ(testing::FieldText((*rest)[i], "bin"), testing::FieldText((*expected)[i], "bin"));
+  }
+  EXPECT_EQ(server.requests(), 3);
 }
 
 TEST(RemotePipelineTest, ARemoteShardErrorGoesToTheHandler) {

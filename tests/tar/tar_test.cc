@@ -6,25 +6,32 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/cord.h"
+#include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "shards/shard_streams.h"
 #include "tar/tar_samples.h"
 #include "util/test_util.h"
 #include "wds/base/error_kind.h"
+#include "wds/base/interrupt.h"
 #include "wds/internal/base/strings.h"
 #include "wds/internal/tar/tar_grouping.h"
 #include "wds/tar/tar_reader.h"
@@ -1122,6 +1129,210 @@ TEST(TarSamplesTest, ErrorsAndEndAreSticky) {
   EXPECT_TRUE(good->Next()->has_value());
   EXPECT_FALSE(good->Next()->has_value());
   EXPECT_FALSE(good->Next()->has_value());
+}
+
+// ---------------------------------------------------------------------------
+// Opening remote shards ahead (WebDatasetOptions::open_ahead).
+
+// RecordingOpener serves `shards` from memory and records the URLs it is
+// asked for, in order; Wait blocks until `url` was asked for.
+class RecordingOpener {
+ public:
+  explicit RecordingOpener(std::map<std::string, std::string> shards)
+      : inner_(MemoryOpener(std::move(shards))) {}
+
+  Opener AsOpener() {
+    return [this](std::string_view url) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        calls_.emplace_back(url);
+      }
+      asked_.notify_all();
+      return inner_(url);
+    };
+  }
+  std::vector<std::string> calls() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return calls_;
+  }
+  // Wait is true once `url` was asked for (false after a minute: a hang).
+  bool Wait(const std::string& url) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return asked_.wait_for(lock, std::chrono::minutes(1), [&] {
+      return std::find(calls_.begin(), calls_.end(), url) != calls_.end();
+    });
+  }
+
+ private:
+  Opener inner_;
+  std::mutex mu_;
+  std::condition_variable asked_;
+  std::vector<std::string> calls_;
+};
+
+std::map<std::string, std::string> ThreeShards(const std::string& prefix) {
+  return {{prefix + "0.tar", MakeTar({{"a.cls", "0"}, {"b.cls", "1"}})},
+          {prefix + "1.tar", MakeTar({{"c.cls", "2"}, {"d.cls", "3"}})},
+          {prefix + "2.tar", MakeTar({{"e.cls", "4"}})}};
+}
+
+std::vector<std::string> ShardUrls(const std::string& prefix) {
+  return {prefix + "0.tar", prefix + "1.tar", prefix + "2.tar"};
+}
+
+TEST(TarSamplesOpenAheadTest, OpensTheNextRemoteShardWhileOneIsRead) {
+  const std::string prefix = "https://data.example/";
+  RecordingOpener opener(ThreeShards(prefix));
+  std::unique_ptr<SampleStream> stream =
+      TarSamples(std::make_unique<ListUrls>(ShardUrls(prefix)), opener.AsOpener(),
+                 Handler::kReraise, {}, kDefaultMaxMemberSize, nullptr, nullptr, false,
+                 /*open_ahead=*/1);
+  SampleResult first = stream->Next();
+  ASSERT_TRUE(first.ok() && first->has_value()) << first.status();
+  // Shard 1 is opened while shard 0 is read; shard 2 waits for its turn.
+  ASSERT_TRUE(opener.Wait(prefix + "1.tar"));
+  EXPECT_THAT(opener.calls(), ElementsAre(prefix + "0.tar", prefix + "1.tar"));
+  Outcome rest = ReadSamples(*stream);
+  ASSERT_TRUE(rest.status.ok()) << rest.status;
+  EXPECT_THAT(Keys(rest.samples), ElementsAre("b", "c", "d", "e"));
+  EXPECT_EQ(FieldText(rest.samples[1], "__url__"), prefix + "1.tar");
+  EXPECT_THAT(opener.calls(), ElementsAre(prefix + "0.tar", prefix + "1.tar", prefix + "2.tar"));
+}
+
+TEST(TarSamplesOpenAheadTest, OpensAsManyAsAskedAndReadsTheSameSamples) {
+  const std::string prefix = "s3://bucket/";
+  for (int ahead : {0, 1, 2, 5}) {
+    RecordingOpener opener(ThreeShards(prefix));
+    std::unique_ptr<SampleStream> stream =
+        TarSamples(std::make_unique<ListUrls>(ShardUrls(prefix)), opener.AsOpener(),
+                   Handler::kReraise, {}, kDefaultMaxMemberSize, nullptr, nullptr, false, ahead);
+    SampleResult first = stream->Next();
+    ASSERT_TRUE(first.ok() && first->has_value()) << first.status();
+    if (ahead >= 2) {
+      ASSERT_TRUE(opener.Wait(prefix + "2.tar"));
+    } else if (ahead == 0) {
+      EXPECT_THAT(opener.calls(), ElementsAre(prefix + "0.tar")) << "open_ahead 0";
+    }
+    Outcome rest = ReadSamples(*stream);
+    ASSERT_TRUE(rest.status.ok()) << rest.status;
+    EXPECT_THAT(Keys(rest.samples), ElementsAre("b", "c", "d", "e")) << "open_ahead " << ahead;
+    EXPECT_EQ(opener.calls().size(), 3u) << "open_ahead " << ahead;  // each shard opened once
+  }
+}
+
+TEST(TarSamplesOpenAheadTest, LocalShardsAndPipesAreOpenedInTurn) {
+  for (const std::string prefix : {"", "file:", "pipe:cat "}) {
+    RecordingOpener opener(ThreeShards(prefix));
+    std::unique_ptr<SampleStream> stream =
+        TarSamples(std::make_unique<ListUrls>(ShardUrls(prefix)), opener.AsOpener(),
+                   Handler::kReraise, {}, kDefaultMaxMemberSize, nullptr, nullptr, false, 2);
+    ASSERT_TRUE(stream->Next().ok());
+    ASSERT_TRUE(stream->Next().ok());
+    EXPECT_THAT(opener.calls(), ElementsAre(prefix + "0.tar")) << prefix;
+    Outcome rest = ReadSamples(*stream);
+    ASSERT_TRUE(rest.status.ok()) << rest.status;
+    EXPECT_THAT(Keys(rest.samples), ElementsAre("c", "d", "e"));
+  }
+}
+
+TEST(TarSamplesOpenAheadTest, AnOpenErrorComesInItsShardsTurn) {
+  const std::string prefix = "http://host:8080/";
+  std::map<std::string, std::string> shards = ThreeShards(prefix);
+  shards.erase(prefix + "1.tar");
+  {
+    RecordingOpener opener(shards);
+    std::unique_ptr<SampleStream> stream =
+        TarSamples(std::make_unique<ListUrls>(ShardUrls(prefix)), opener.AsOpener(),
+                   Handler::kReraise, {}, kDefaultMaxMemberSize, nullptr, nullptr, false, 2);
+    Outcome r = ReadSamples(*stream);
+    EXPECT_THAT(Keys(r.samples), ElementsAre("a", "b"));  // all of shard 0 first
+    EXPECT_EQ(r.status.code(), absl::StatusCode::kNotFound);
+    EXPECT_THAT(r.status.message(), HasSubstr(prefix + "1.tar"));
+  }
+  WorkerContext ctx;
+  ctx.errors = std::make_shared<ErrorCounters>();
+  RecordingOpener opener(shards);
+  std::unique_ptr<SampleStream> stream = TarSamples(
+      std::make_unique<ListUrls>(ShardUrls(prefix)), opener.AsOpener(), Handler::kIgnoreAndContinue,
+      ctx, kDefaultMaxMemberSize, nullptr, nullptr, false, 2);
+  Outcome r = ReadSamples(*stream);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_THAT(Keys(r.samples), ElementsAre("a", "b", "e"));
+  EXPECT_EQ(ctx.errors->Total(), 1);
+}
+
+TEST(TarSamplesOpenAheadTest, TheListsErrorComesAfterItsShards) {
+  const std::string prefix = "gs://bucket/";
+  const absl::Status list_error = absl::FailedPreconditionError("the list broke");
+  RecordingOpener opener(ThreeShards(prefix));
+  std::unique_ptr<SampleStream> stream = TarSamples(
+      std::make_unique<ListUrls>(ShardUrls(prefix), list_error), opener.AsOpener(),
+      Handler::kIgnoreAndContinue, {}, kDefaultMaxMemberSize, nullptr, nullptr, false, 4);
+  Outcome r = ReadSamples(*stream);
+  EXPECT_THAT(Keys(r.samples), ElementsAre("a", "b", "c", "d", "e"));
+  EXPECT_EQ(r.status, list_error);
+}
+
+// A shard whose server never answers: the stream's end, or its owner's
+// interrupt, stops the open (it sees Cancelled) instead of waiting for it.
+class StalledOpener {
+ public:
+  explicit StalledOpener(std::string stalled) : stalled_(std::move(stalled)) {}
+  Opener AsOpener(Opener served) {
+    return [this, served](std::string_view url) -> absl::StatusOr<std::unique_ptr<ByteStream>> {
+      if (url != stalled_) return served(url);
+      entered_.Notify();
+      absl::Status go_on;
+      while ((go_on = CheckInterrupt()).ok()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      saw_ = go_on;
+      return go_on;
+    };
+  }
+  absl::Notification entered_;
+  absl::Status saw_;
+
+ private:
+  const std::string stalled_;
+};
+
+TEST(TarSamplesOpenAheadTest, DroppingTheStreamStopsAnOpenInProgress) {
+  const std::string prefix = "https://slow.example/";
+  StalledOpener stalled(prefix + "1.tar");
+  std::unique_ptr<SampleStream> stream =
+      TarSamples(std::make_unique<ListUrls>(ShardUrls(prefix)),
+                 stalled.AsOpener(MemoryOpener(ThreeShards(prefix))), Handler::kReraise, {},
+                 kDefaultMaxMemberSize, nullptr, nullptr, false, 1);
+  ASSERT_TRUE(stream->Next().ok());
+  ASSERT_TRUE(stalled.entered_.WaitForNotificationWithTimeout(absl::Minutes(1)));
+  stream.reset();  // returns: the open was told to stop
+  EXPECT_EQ(stalled.saw_.code(), absl::StatusCode::kCancelled);
+  EXPECT_THAT(stalled.saw_.message(), HasSubstr(prefix + "1.tar"));
+}
+
+TEST(TarSamplesOpenAheadTest, TheOwnersInterruptEndsTheWaitForAnOpenAhead) {
+  const std::string prefix = "https://slow.example/";
+  StalledOpener stalled(prefix + "1.tar");
+  std::unique_ptr<SampleStream> stream =
+      TarSamples(std::make_unique<ListUrls>(ShardUrls(prefix)),
+                 stalled.AsOpener(MemoryOpener(ThreeShards(prefix))), Handler::kIgnoreAndContinue,
+                 {}, kDefaultMaxMemberSize, nullptr, nullptr, false, 1);
+  ASSERT_TRUE(stream->Next().ok());
+  ASSERT_TRUE(stream->Next().ok());
+  std::atomic<bool> stop{false};
+  ScopedInterruptCheck check([&] {
+    return stop.load() ? absl::CancelledError("stopped by its owner") : absl::OkStatus();
+  });
+  std::thread stopper([&] {
+    ASSERT_TRUE(stalled.entered_.WaitForNotificationWithTimeout(absl::Minutes(1)));
+    stop = true;
+  });
+  // Waiting for shard 1: a Cancelled ends the stream whatever the handler.
+  SampleResult waited = stream->Next();
+  stopper.join();
+  EXPECT_EQ(waited.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(waited.status().message(), "stopped by its owner");
 }
 
 // ---------------------------------------------------------------------------

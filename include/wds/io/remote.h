@@ -80,6 +80,16 @@ struct RemoteOptions {
   // and dropped. A request costs a round trip, and over HTTP/1.1 a new
   // connection, worth a few MB on a fast network.
   int64_t skip_by_request = int64_t{4} << 20;
+  // open_ahead: how many of a WebDataset source's next shards it opens
+  // while it reads one, 0 to kMaxOpenAhead, when they are remote URLs read
+  // from their start: each is opened on a thread of its own, so that its
+  // request (a TLS handshake, a redirect, the server's first byte) and the
+  // first bytes the socket holds overlap the current shard's reading. 0
+  // opens each shard when it is reached. Read by WebDataset()
+  // (WebDatasetOptions::open_ahead takes it from the environment) and the
+  // Python bindings, not by the opener [WDS_OPEN_AHEAD].
+  int open_ahead = 1;
+  static constexpr int kMaxOpenAhead = 16;
   // --- retries
   // max_attempts: failed requests in a run (see above: 64 KiB of progress,
   // not cut for slowness, ends a run) before giving up; 1 means no retry.

@@ -72,6 +72,12 @@ struct WebDatasetOptions {
   // tar_file_iterator hands them over: "continue" skips that member, "stop"
   // ends that shard after the sample in progress (the next shard is read).
   MemberNameHook member_name;
+  // open_ahead: how many of the next shards each stream opens while it reads
+  // one, when they are remote URLs read from their start (RemoteOptions::
+  // open_ahead: from WDS_OPEN_AHEAD, default 1), 0 to
+  // RemoteOptions::kMaxOpenAhead (InvalidArgument otherwise). The opener is
+  // then called from threads of the stream's own: it must be thread-safe.
+  int open_ahead = RemoteOptions::FromEnvironment().open_ahead;
   // opener turns a URL into a byte stream; tests substitute in-memory streams.
   // The default reads remote URLs with RemoteOptions::FromEnvironment() (read
   // when these options are made) and one connection pool for the pipeline.

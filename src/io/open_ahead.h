@@ -1,0 +1,56 @@
+// AheadOpen: a shard opened on a thread of its own, so that a reader finds
+// its next shard open (the request answered, the first bytes arriving) when
+// it gets there. TarSamples uses it for WebDatasetOptions::open_ahead.
+//
+//   AheadOpen next(opener, "s3://bucket/train-000001.tar");   // starts at once
+//   ... read the current shard ...
+//   absl::StatusOr<std::unique_ptr<ByteStream>> stream = next.Take();
+//
+// Thread safety: one owner thread calls Take and the destructor; `opener`
+// is called on the AheadOpen's own thread, so it must be callable from any
+// thread (MakeOpener's is).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "wds/io/byte_stream.h"
+
+namespace wds {
+
+class AheadOpen {
+ public:
+  // Starts opening `url` with `opener` on a new thread (on the owner's
+  // thread at Take when no thread can be started). The open's thread has an
+  // interrupt check (wds/base/interrupt.h) that the destructor trips.
+  AheadOpen(Opener opener, std::string url);
+  // Stops an open still waiting (its server's answer, a retry's sleep: it
+  // ends as Cancelled within kInterruptCheckInterval), waits for its thread,
+  // and drops a stream opened and not taken.
+  ~AheadOpen();
+  AheadOpen(const AheadOpen&) = delete;
+  AheadOpen& operator=(const AheadOpen&) = delete;
+
+  // Take waits for the open and returns what it gave: the stream, or the
+  // opener's error. Once. The wait calls the owner's interrupt check, and
+  // returns its error (the open is then stopped by the destructor).
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<ByteStream>> Take();
+
+  const std::string& url() const { return url_; }
+
+ private:
+  void Run();
+
+  Opener opener_;
+  const std::string url_;
+  std::atomic<bool> cancelled_{false};
+  absl::Notification done_;
+  absl::StatusOr<std::unique_ptr<ByteStream>> result_;  // written before done_ by the thread
+  std::thread thread_;
+};
+
+}  // namespace wds
