@@ -20,6 +20,7 @@
 #include "python_schemes.h"
 #include "wds/base/interrupt.h"
 #include "wds/internal/base/strings.h"
+#include "wds/internal/io/open_ahead.h"
 #include "wds/io/remote.h"
 
 namespace wdspy {
@@ -302,6 +303,12 @@ std::optional<std::string> PythonScheme(std::string_view url) {
 absl::StatusOr<std::unique_ptr<wds::ByteStream>> Open(const RemoteAccess& remote,
                                                       std::string_view listed) {
   if (listed == "-") return wds::OpenUrl(listed);
+  // A shard opened ahead of its turn, on a thread of its own, is left to its
+  // turn when opening it calls Python: that thread would wait for the GIL,
+  // which its reader may hold while it waits for that thread.
+  if (wds::OpeningAhead() && (PythonRewrites() || PythonScheme(listed).has_value())) {
+    return wds::OpenInTurn(listed);
+  }
   absl::StatusOr<std::string> rewritten = RewrittenUrl(listed);
   if (!rewritten.ok()) return rewritten.status();
   const std::string_view url = *rewritten;
@@ -495,16 +502,6 @@ wds::Opener PythonOpener(std::shared_ptr<const RemoteAccess> remote) {
   return [remote = std::move(remote)](std::string_view url) { return Open(*remote, url); };
 }
 
-bool PythonMayOpenRemote() {
-  const char* rules = std::getenv("GOPEN_REWRITE");
-  if (rules != nullptr && *rules != '\0') return true;
-  std::lock_guard<std::mutex> lock(Fds().mu);
-  for (const char* scheme : {"http", "https", "s3", "gs"}) {
-    if (Fds().python_schemes.count(scheme) != 0) return true;
-  }
-  return false;
-}
-
 void SetPythonSchemes(const std::vector<std::string>& schemes, bool python_default) {
   std::lock_guard<std::mutex> lock(Fds().mu);
   Fds().python_schemes.clear();
@@ -512,7 +509,12 @@ void SetPythonSchemes(const std::vector<std::string>& schemes, bool python_defau
   Fds().python_default = python_default;
 }
 
-void BeforeFork() { Fds().mu.lock(); }
+void BeforeFork() {
+  // First: a shard being opened ahead may need the registry's lock, and
+  // holds libcurl's and OpenSSL's while it waits for its server.
+  wds::WaitForAheadOpens();
+  Fds().mu.lock();
+}
 
 void AfterForkInParent() { Fds().mu.unlock(); }
 

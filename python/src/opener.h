@@ -16,7 +16,8 @@
 // unless a webdataset_cpp.Loader is being iterated, an s3:// upload has parts
 // in flight (remote.cc's Upload), a shard source opens a remote shard ahead
 // (RemoteOptions::open_ahead: a thread per open, while it waits for the
-// server), a ShardWriter's shard is uploading (from
+// server; a fork waits for it, and it never calls Python: an open that would
+// is left to the shard's turn), a ShardWriter's shard is uploading (from
 // the write that finishes it until the next shard's or close), or a call fans out remote
 // reads (counts, wids batches: they release the GIL, and the fork handlers'
 // locks are never held across a read), and a forked child must
@@ -57,15 +58,9 @@ wds::Opener PythonOpener(std::shared_ptr<const RemoteAccess> remote = nullptr);
 // webdataset_cpp.gopen.gopen_schemes calls it at each change.
 void SetPythonSchemes(const std::vector<std::string>& schemes, bool python_default);
 
-// PythonMayOpenRemote is true when opening a remote URL may call Python:
-// GOPEN_REWRITE is set, or gopen_schemes hands http, https, s3 or gs to a
-// Python handler. Shard sources then open no shard ahead (RemoteOptions::
-// open_ahead): its thread would wait for the GIL, which the stream's owner
-// may hold while it waits for that thread.
-bool PythonMayOpenRemote();
-
-// Fork handlers (pthread_atfork, in shards.cc): before takes the descriptor registry's
-// lock so that no other thread holds it across the fork.
+// Fork handlers (pthread_atfork, in shards.cc): before waits for the shards
+// being opened ahead (wds::WaitForAheadOpens), then takes the descriptor
+// registry's lock so that no other thread holds it across the fork.
 void BeforeFork();
 void AfterForkInParent();
 void AfterForkInChild();

@@ -168,9 +168,10 @@ class PythonFileStream : public wds::ByteStream {
 
 }  // namespace
 
+bool PythonRewrites() { return std::getenv("GOPEN_REWRITE") != nullptr; }
+
 absl::StatusOr<std::string> RewrittenUrl(std::string_view url) {
-  const char* rules = std::getenv("GOPEN_REWRITE");
-  if (rules == nullptr) return std::string(url);
+  if (!PythonRewrites()) return std::string(url);
   ScopedGil gil;
   if (!gil) return PythonIsExiting();
   try {

@@ -32,6 +32,8 @@ namespace py = pybind11;
 // Errors: rewrite_url's exception (refused under enforce_security, say),
 // kept for Python (StorePythonError); PythonIsExiting.
 [[nodiscard]] absl::StatusOr<std::string> RewrittenUrl(std::string_view url);
+// PythonRewrites says whether RewrittenUrl calls Python (GOPEN_REWRITE is set).
+bool PythonRewrites();
 
 // OpenThroughPython opens `opened` (`url` after rewriting) with
 // gopen_schemes[scheme] (else its "__default__"), called as gopen calls it,

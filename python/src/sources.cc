@@ -322,7 +322,7 @@ wds::StreamFactory ShardSource(std::vector<std::string> urls, const ShardSourceO
   web.split =
       options.split_samples ? wds::SplitGranularity::kSamples : wds::SplitGranularity::kShards;
   web.handler = handler.native();
-  web.open_ahead = PythonMayOpenRemote() ? 0 : remote->options().open_ahead;
+  web.open_ahead = remote->options().open_ahead;
   web.opener = std::move(opener);
   // The pipeline's catalog starts with every count this process knows (the
   // dataset index's among them): a restore of shards drawn with replacement

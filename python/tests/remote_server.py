@@ -89,11 +89,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def serve(self, head):
+        entry = {"method": self.command, "path": self.path, "peer": self.client_address[1],
+                 "headers": {k.lower(): v for k, v in self.headers.items()}}
         with self.state.lock:
-            self.state.log.append({"method": self.command, "path": self.path,
-                                   "peer": self.client_address[1],
-                                   "headers": {k.lower(): v for k, v in self.headers.items()}})
+            self.state.log.append(entry)
         fault = self.state.next_fault(self.path)
+        if fault is not None and "delay" in fault:
+            time.sleep(fault["delay"])  # before the answer: a slow first byte
+            with self.state.lock:
+                entry["answered"] = time.time()
         if fault is not None and "status" in fault:
             return self.answer(fault["status"], fault.get("body", "").encode(), head,
                                fault.get("headers", {}).items())

@@ -286,6 +286,41 @@ def test_the_next_shards_are_requested_while_one_is_read(server, local_samples):
         assert peers == 1 if ahead == 0 else 2 <= peers <= 1 + ahead, (ahead, peers)
 
 
+def _read_url_in_child(url, conn):
+    started = time.time()
+    conn.send((started, [s["__key__"] for s in wds.WebDataset(url, shardshuffle=False)]))
+    conn.close()
+
+
+def test_a_fork_waits_for_the_shard_being_opened_ahead(server, local_samples):
+    import multiprocessing
+
+    # Shard 1's answer is a second away when the process forks: the child
+    # starts only once it came, so that no lock the opening thread held
+    # (libcurl's, OpenSSL's) is copied held into the child.
+    server.fault(NAMES[1], delay=1.0)
+    samples = iter(remote(server, remote=wds.RemoteOptions(open_ahead=1, max_attempts=19)))
+    first = next(samples)
+    deadline = time.monotonic() + 60
+    while "/" + NAMES[1] not in server.gets() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe()
+    child = context.Process(target=_read_url_in_child, args=(server.url(PATTERN), send))
+    child.start()
+    assert receive.poll(50)
+    started, keys = receive.recv()
+    child.join(10)
+    assert child.exitcode == 0
+    assert keys == [s["__key__"] for s in local_samples]
+    answered = [(e["path"], e["answered"]) for e in server.log() if "answered" in e]
+    assert len(answered) == 1 and answered[0][0] == "/" + NAMES[1]
+    assert started >= answered[0][1]
+    # The parent reads on, shard 1 from the open made ahead.
+    assert samples_of([first, *samples]) == local_samples
+    assert sum(e["path"] == "/" + NAMES[1] for e in server.log()) == 2  # the child's and ours
+
+
 def test_a_forked_child_makes_its_own_connections(server, local_samples, monkeypatch):
     import multiprocessing
 

@@ -159,9 +159,13 @@ class WebDataset(DataPipeline, FluidInterface):
     * cache_dir (else $WDS_CACHE) caches remote shards under the SHA-256 of
       their URL, shared by processes; cache_size (else $WDS_CACHE_SIZE)
       bounds it, least recently used first; 0 turns caching off. Local files
-      are read in place and pipe: shards are not cached (the reference caches
-      their output). repeat, verbose, url_to_name, mode and detshuffle are
-      accepted and have no effect (as in the reference, for most of them).
+      are read in place; a pipe: shard's output is cached too once its
+      command exited 0, as the reference caches it (unless WDS_CACHE_PIPES=0
+      or remote=RemoteOptions(cache_pipes=False)). The next remote shard is
+      opened while one is read (RemoteOptions(open_ahead=...)). repeat,
+      verbose, url_to_name, mode and detshuffle are accepted and have no
+      effect (as in the reference, for most of them: its WebDataset does not
+      pass url_to_name to its cache either).
     """
 
     def __init__(self, urls, handler=reraise_exception, mode=None, resampled=False, repeat=False,

@@ -199,6 +199,14 @@ absl::Status HttpTransfer::Begin(const HttpRequest& request, const RemoteOptions
       response_.body.append(chunk, std::min(*n, kMaxErrorBody - response_.body.size()));
     }
   }
+  // The body waits, paused, until the reader asks for it: libcurl then
+  // neither reads the socket nor judges its speed (a shard opened ahead may
+  // wait a whole shard for its reader), and Read's Unpause starts the stall
+  // clock when the reader starts waiting.
+  if (!done_ && response_.status < 300) {
+    paused_ = true;
+    curl_easy_pause(easy_, CURLPAUSE_RECV);
+  }
   return absl::OkStatus();
 }
 

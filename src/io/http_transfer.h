@@ -87,7 +87,9 @@ class HttpTransfer {
 
   // Begin abandons any unfinished request, sends `request` and waits for the
   // final response's headers. For a status of 300 or more it also reads (the
-  // first 16 KiB of) the body into response().body.
+  // first 16 KiB of) the body into response().body; for another, the body
+  // waits paused until the first Read (no speed or stall is judged before
+  // the reader asks: a stream opened ahead of its turn may wait long).
   [[nodiscard]] absl::Status Begin(const HttpRequest& request, const RemoteOptions& limits);
   const HttpResponse& response() const { return response_; }
   // Read copies up to `size` body bytes into `buffer`; 0 at the end of a

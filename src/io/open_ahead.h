@@ -6,9 +6,11 @@
 //   ... read the current shard ...
 //   absl::StatusOr<std::unique_ptr<ByteStream>> stream = next.Take();
 //
-// Thread safety: one owner thread calls Take and the destructor; `opener`
-// is called on the AheadOpen's own thread, so it must be callable from any
-// thread (MakeOpener's is).
+// Thread safety: one owner thread calls Take, Cancel and the destructor;
+// `opener` is called on the AheadOpen's own thread (where OpeningAhead() is
+// true, wds/internal/io/open_ahead.h), so it must be callable from any
+// thread (MakeOpener's is); it may decline there with OpenInTurn(url), and
+// is then called again by Take, on the owner's thread.
 #pragma once
 
 #include <atomic>
@@ -24,9 +26,10 @@ namespace wds {
 
 class AheadOpen {
  public:
-  // Starts opening `url` with `opener` on a new thread (on the owner's
-  // thread at Take when no thread can be started). The open's thread has an
-  // interrupt check (wds/base/interrupt.h) that the destructor trips.
+  // Starts opening `url` with `opener` on a new thread, which takes no
+  // asynchronous signals (on the owner's thread at Take when no thread can
+  // be started). The open's thread has an interrupt check
+  // (wds/base/interrupt.h) that Cancel and the destructor trip.
   AheadOpen(Opener opener, std::string url);
   // Stops an open still waiting (its server's answer, a retry's sleep: it
   // ends as Cancelled within kInterruptCheckInterval), waits for its thread,
@@ -35,8 +38,13 @@ class AheadOpen {
   AheadOpen(const AheadOpen&) = delete;
   AheadOpen& operator=(const AheadOpen&) = delete;
 
+  // Cancel tells an open still waiting to stop, without waiting for it: an
+  // owner dropping several cancels them all before destroying them.
+  void Cancel();
+
   // Take waits for the open and returns what it gave: the stream, or the
-  // opener's error. Once. The wait calls the owner's interrupt check, and
+  // opener's error (the opener's second answer, on this thread, when it
+  // declined). Once. The wait calls the owner's interrupt check, and
   // returns its error (the open is then stopped by the destructor).
   [[nodiscard]] absl::StatusOr<std::unique_ptr<ByteStream>> Take();
 
@@ -44,6 +52,8 @@ class AheadOpen {
 
  private:
   void Run();
+  // Ended counts the open out of those in flight (WaitForAheadOpens).
+  void Ended();
 
   Opener opener_;
   const std::string url_;

@@ -72,6 +72,8 @@ class TarSampleStream : public SampleStream {
     if (resume.restore.has_value() && resume.restore->pass == ctx_.pass) PlanRestore(resume);
   }
 
+  ~TarSampleStream() override { DropAhead(); }
+
   SampleResult Next() override {
     if (done_.has_value()) {
       if (done_->ok()) return std::nullopt;
@@ -102,7 +104,7 @@ class TarSampleStream : public SampleStream {
     // stopped), and the shards opened ahead, rather than when it is destroyed.
     if (done_.has_value()) {
       reader_.reset();
-      ahead_.clear();
+      DropAhead();
     }
     return result;
   }
@@ -125,6 +127,9 @@ class TarSampleStream : public SampleStream {
   // starts opening the slices among them that are remote shards read from
   // their start.
   void OpenAhead();
+  // DropAhead stops the opens under way (all told first: each stops within
+  // kInterruptCheckInterval) and forgets what was taken ahead.
+  void DropAhead();
   // OpenShard opens `slice` for reading, its stream from `ahead` when it
   // was opened ahead.
   absl::Status OpenShard(ShardSlice slice, AheadOpen* ahead = nullptr);
@@ -328,9 +333,9 @@ SampleResult TarSampleStream::Advance() {
       if (!slice.ok()) return slice.status();  // the shard list's own error: not per item
       if (!slice->has_value()) return std::nullopt;
       absl::Status opened = OpenShard(**std::move(slice), next.open.get());
+      if (!opened.ok() && Handle(opened, result) == Flow::kReturn) return result;
       // The next shards' requests, after this one's, overlap its reading.
       OpenAhead();
-      if (!opened.ok() && Handle(opened, result) == Flow::kReturn) return result;
       continue;
     }
     absl::StatusOr<std::optional<GroupedSample>> grouped = NextInSlice();
@@ -399,6 +404,13 @@ void TarSampleStream::OpenAhead() {
     }
     ahead_.push_back(std::move(next));
   }
+}
+
+void TarSampleStream::DropAhead() {
+  for (Ahead& a : ahead_) {
+    if (a.open != nullptr) a.open->Cancel();
+  }
+  ahead_.clear();
 }
 
 absl::Status TarSampleStream::OpenShard(ShardSlice slice, AheadOpen* ahead) {

@@ -1212,6 +1212,38 @@ TEST(RemotePipelineTest, FaultyShardsGiveTheSameSamplesAsLocalFiles) {
   EXPECT_EQ(server.requests(), 6);
 }
 
+TEST(RemotePipelineTest, AShardOpenedAheadWaitsIdleWithoutAStallOrARetry) {
+  FaultServer server;
+  for (int shard = 0; shard < 3; ++shard) {
+    server.Put(Cat("/shard-", shard, ".tar"), testing::MakeTar(ShardEntries(shard, 40)));
+  }
+  // Shard 1's body comes 2.6 s after its headers; the reader comes back to
+  // it after 2.5 s, and stalls and slowness are judged within a second.
+  server.SetPlanner([](const FaultRequest& r) {
+    return r.target == "/shard-1.tar" ? FaultPlan{.stall_after = 0, .stall_ms = 2600} : FaultPlan();
+  });
+  RemoteOptions options = Fast();
+  options.stall_timeout = std::chrono::milliseconds(300);
+  options.low_speed_limit = 1 << 20;
+  options.low_speed_time = std::chrono::seconds(1);
+  options.max_attempts = 1;  // a retry would fail the read
+  absl::StatusOr<Pipeline> p =
+      WebDataset(Cat("http://127.0.0.1:", server.port(), "/shard-{0..2}.tar"),
+                 {.open_ahead = 1, .opener = MakeOpener(options)});
+  ASSERT_TRUE(p.ok()) << p.status();
+  std::unique_ptr<SampleStream> stream = p->Open({});
+  ASSERT_TRUE(stream->Next().ok());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  while (server.log().size() < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  absl::StatusOr<std::vector<Sample>> rest = testing::Drain(*stream);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  EXPECT_EQ(rest->size(), 119u);
+  EXPECT_EQ(server.requests(), 3);  // one per shard: nothing resumed
+}
+
 TEST(RemotePipelineTest, ColonColonListsMixRemoteAndLocalShards) {
   FaultServer server;
   testing::TempDir dir;
@@ -1272,11 +1304,13 @@ TEST(RemotePipelineTest, TheNextShardIsRequestedWhileOneIsRead) {
   SampleResult first = stream->Next();
   ASSERT_TRUE(first.ok() && first->has_value()) << first.status();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
-  while (server.requests() < 2 && std::chrono::steady_clock::now() < deadline) {
+  while (server.log().size() < 2 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  ASSERT_EQ(server.requests(), 2);  // shard 1's, while shard 0 is read; not shard 2's yet
-  EXPECT_EQ(server.log()[1].target, "/shard-1.tar");
+  // Shard 1's request, while shard 0 is read; not shard 2's yet.
+  std::vector<FaultRequest> log = server.log();
+  ASSERT_EQ(log.size(), 2u);
+  EXPECT_EQ(log[1].target, "/shard-1.tar");
   absl::StatusOr<std::vector<Sample>> rest = testing::Drain(*stream);
   ASSERT_TRUE(rest.ok()) << rest.status();
   std::unique_ptr<SampleStream> local =

@@ -270,6 +270,14 @@ bool FaultServer::Respond(int fd, const FaultRequest& request, const FaultPlan& 
   if (!SendAll(fd, out)) return false;
   if (request.method == "HEAD") return true;
   const int64_t length = last - start + 1;
+  // Stall stops sending for plan.stall_ms (or until plan.until); false when the server stops.
+  auto stall = [&] {
+    for (int t = 0; t < plan.stall_ms && !stop_ && !(plan.until && plan.until()); t += 10) {
+      SleepMs(10);
+    }
+    return !stop_;
+  };
+  if (plan.stall_after == 0 && !stall()) return false;  // the headers, then nothing for a while
   int64_t sent = 0;
   while (sent < length) {
     int64_t chunk = std::min<int64_t>(kChunk, length - sent);
@@ -290,12 +298,7 @@ bool FaultServer::Respond(int fd, const FaultRequest& request, const FaultPlan& 
       return false;
     }
     sent += chunk;
-    if (plan.stall_after >= 0 && sent == plan.stall_after) {
-      for (int t = 0; t < plan.stall_ms && !stop_ && !(plan.until && plan.until()); t += 10) {
-        SleepMs(10);
-      }
-      if (stop_) return false;
-    }
+    if (plan.stall_after > 0 && sent == plan.stall_after && !stall()) return false;
     if (plan.close_after >= 0 && sent >= plan.close_after) {
       if (plan.reset) {
         linger l{1, 0};

@@ -48,7 +48,8 @@ struct FaultPlan {
   int64_t close_after = -1;
   bool reset = false;
   // stall_after >= 0 stops sending for stall_ms after that many body bytes
-  // (before closing, when close_after is the same offset).
+  // (0: right after the headers; before closing, when close_after is the
+  // same offset).
   int64_t stall_after = -1;
   int stall_ms = 0;
   // until, when set, ends the stall as soon as it returns true (a gate a

@@ -85,9 +85,11 @@ struct RemoteOptions {
   // from their start: each is opened on a thread of its own, so that its
   // request (a TLS handshake, a redirect, the server's first byte) and the
   // first bytes the socket holds overlap the current shard's reading. 0
-  // opens each shard when it is reached. Read by WebDataset()
-  // (WebDatasetOptions::open_ahead takes it from the environment) and the
-  // Python bindings, not by the opener [WDS_OPEN_AHEAD].
+  // opens each shard when it is reached. docs/REMOTE.md ("Opening ahead")
+  // says what the server sees. Read by the Python bindings and, from the
+  // environment, by WebDatasetOptions' default; MakeOpener ignores it: set
+  // WebDatasetOptions::open_ahead to it too [WDS_OPEN_AHEAD]:
+  //   {.open_ahead = options.open_ahead, .opener = wds::MakeOpener(options)}
   int open_ahead = 1;
   static constexpr int kMaxOpenAhead = 16;
   // --- retries
