@@ -11,7 +11,7 @@
 #  tsan: the tests that run threads (the Loader with its stress test, resume, sample split,
 #        memory and queue tests, fanned-out remote counts, shard index scans, threads reading
 #        one indexed shard, parallel image decoding, remote shards against in-process servers
-#        and shards opened ahead,
+#        and shards opened ahead, gzip and zstd shards compressed on threads,
 #        GPU jobs decoded on the host by the Loader's workers) under ThreadSanitizer, in
 #        ${WDS_TSAN_BUILD_DIR:-build-tsan}.
 #
@@ -39,7 +39,7 @@ for f in tests/*_test.cc tests/*/*_test.cc; do
 done
 # corruption_sweep_test runs under ASan only: its Loaders have one worker, and
 # under TSan it would add 3.5 minutes to CI for races the stress test covers.
-tsan_tests=(loader_test resume_test elastic_test padded_epoch_test remote_upload_test tar_test sample_split_test memory_test bounded_queue_test concurrently_test shard_counts_test
+tsan_tests=(loader_test resume_test elastic_test padded_epoch_test remote_upload_test tar_test file_sinks_test sample_split_test memory_test bounded_queue_test concurrently_test shard_counts_test
             shard_index_test indexed_shard_test image_formats_test remote_test gpu_jobs_test)
 # The sweep is by far the longest binary (~3.5 min under ASan): it runs as two
 # gtest shards, so that both cores work until the end.

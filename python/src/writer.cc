@@ -29,11 +29,13 @@ wds::TarCompression ParseCompression(const std::string& name) {
   throw py::value_error("compression must be none, gz or zst, got " + name);
 }
 
-wds::TarWriterOptions TarOptions(const std::string& compression, int level, int64_t mtime) {
+wds::TarWriterOptions TarOptions(const std::string& compression, int level, int64_t mtime,
+                                 int threads) {
   wds::TarWriterOptions options;
   options.compression = ParseCompression(compression);
   options.level = level;
   options.mtime = mtime;
+  options.threads = threads;
   return options;
 }
 
@@ -48,8 +50,9 @@ wds::Buffer BytesView(const py::bytes& b) {
 
 class TarWriter {
  public:
-  TarWriter(const std::string& path, const std::string& compression, int level, int64_t mtime) {
-    auto w = wds::TarWriter::Create(path, TarOptions(compression, level, mtime));
+  TarWriter(const std::string& path, const std::string& compression, int level, int64_t mtime,
+            int threads) {
+    auto w = wds::TarWriter::Create(path, TarOptions(compression, level, mtime, threads));
     ThrowIfError(w.status());
     writer_ = ProcessLocal<wds::TarWriter>(*std::move(w));
   }
@@ -94,12 +97,13 @@ class TarWriter {
 class ShardWriter {
  public:
   ShardWriter(std::string pattern, int64_t maxcount, int64_t maxsize,
-              const std::string& compression, int level, int64_t mtime, int64_t first_shard,
-              bool index, py::object on_close, py::handle remote, bool upload_in_background) {
+              const std::string& compression, int level, int64_t mtime, int threads,
+              int64_t first_shard, bool index, py::object on_close, py::handle remote,
+              bool upload_in_background) {
     wds::ShardWriterOptions options;
     options.maxcount = maxcount;
     options.maxsize = maxsize;
-    options.tar = TarOptions(compression, level, mtime);
+    options.tar = TarOptions(compression, level, mtime, threads);
     options.first_shard = first_shard;
     options.write_index = index;
     options.upload_in_background = upload_in_background;
@@ -207,17 +211,19 @@ class ShardRoller {
 
 void RegisterWriters(py::module_& m) {
   py::class_<TarWriter>(m, "TarWriter", "The core's TarWriter (members as given).")
-      .def(py::init<const std::string&, const std::string&, int, int64_t>(), py::arg("path"),
-           py::arg("compression") = "none", py::arg("level") = -1, py::arg("mtime") = 0)
+      .def(py::init<const std::string&, const std::string&, int, int64_t, int>(), py::arg("path"),
+           py::arg("compression") = "none", py::arg("level") = -1, py::arg("mtime") = 0,
+           py::arg("threads") = 1)
       .def("write_members", &TarWriter::WriteMembers, py::arg("members"))
       .def("close", &TarWriter::Close);
   py::class_<ShardWriter>(m, "ShardWriter", "The core's ShardWriter.")
-      .def(py::init<std::string, int64_t, int64_t, const std::string&, int, int64_t, int64_t, bool,
-                    py::object, py::handle, bool>(),
+      .def(py::init<std::string, int64_t, int64_t, const std::string&, int, int64_t, int, int64_t,
+                    bool, py::object, py::handle, bool>(),
            py::arg("pattern"), py::kw_only(), py::arg("maxcount"), py::arg("maxsize"),
            py::arg("compression") = "none", py::arg("level") = -1, py::arg("mtime") = 0,
-           py::arg("first_shard") = 0, py::arg("index") = false, py::arg("on_close") = py::none(),
-           py::arg("remote") = py::none(), py::arg("upload_in_background") = true)
+           py::arg("threads") = 1, py::arg("first_shard") = 0, py::arg("index") = false,
+           py::arg("on_close") = py::none(), py::arg("remote") = py::none(),
+           py::arg("upload_in_background") = true)
       .def("write", &ShardWriter::Write, py::arg("key"), py::arg("fields"))
       .def("close", &ShardWriter::Close)
       .def_property_readonly("shards_written", &ShardWriter::shards)

@@ -78,6 +78,50 @@ def test_file_objects_and_compression(tmp_path):
     assert [m[0] for m in members(str(tmp_path / "m.tar"))] == ["a.__url__", "a.txt"]
 
 
+def _compressible_samples(n):
+    return [{"__key__": f"{i:05d}", "txt": f"sample {i} " * 300,
+             "bin": bytes((i * 7 + j) % 251 for j in range(3000))} for i in range(n)]
+
+
+def test_compress_threads_write_the_same_shards_that_tarfile_streams(tmp_path):
+    samples = _compressible_samples(400)  # about 3 MB of tar: several 128 KiB blocks
+    shards = {}
+    for ext in ("tar", "tar.gz", "tar.zst"):
+        for threads in (1, 2, 3):
+            directory = tmp_path / f"{ext}-{threads}"
+            directory.mkdir()
+            with wds.ShardWriter(str(directory / f"s-%03d.{ext}"), maxcount=250, verbose=0,
+                                 compress_threads=threads) as sink:
+                for s in samples:
+                    sink.write(s)
+            shards[ext, threads] = [open(p, "rb").read()
+                                    for p in sorted(glob.glob(str(directory / "s-*")))]
+            assert len(shards[ext, threads]) == 2
+    # gzip: the same bytes whatever the threads; zstd: from two threads on.
+    assert shards["tar.gz", 1] == shards["tar.gz", 2] == shards["tar.gz", 3]
+    assert shards["tar.zst", 2] == shards["tar.zst", 3]
+    for gz, plain in zip(shards["tar.gz", 3], shards["tar", 1]):
+        assert gzip.decompress(gz) == plain
+        # One member, which tarfile's streaming mode (the reference's reader) reads whole.
+        with tarfile.open(fileobj=io.BytesIO(gz), mode="r|gz") as tar:
+            streamed = [(m.name, tar.extractfile(m).read()) for m in tar]
+        with tarfile.open(fileobj=io.BytesIO(plain)) as tar:
+            assert streamed == [(m.name, tar.extractfile(m).read()) for m in tar]
+    back = list(wds.WebDataset(sorted(glob.glob(str(tmp_path / "tar.zst-3" / "s-*"))),
+                               shardshuffle=False))
+    assert [(s["__key__"], s["txt"], s["bin"]) for s in back] == [
+        (s["__key__"], s["txt"].encode(), s["bin"]) for s in samples]
+    # TarWriter takes them too.
+    with wds.TarWriter(str(tmp_path / "one.tar.gz"), compress_threads=4) as sink:
+        sink.write(samples[0])
+    assert members(str(tmp_path / "one.tar.gz"))[0][0] == "00000.bin"
+    for bad, error in ((0, ValueError), (257, ValueError), ("2", TypeError), (True, TypeError)):
+        with pytest.raises(error, match="compress_threads"):
+            wds.ShardWriter(str(tmp_path / "x-%03d.tar.gz"), compress_threads=bad)
+        with pytest.raises(error, match="compress_threads"):
+            wds.TarWriter(str(tmp_path / "x.tar.gz"), compress_threads=bad)
+
+
 def test_writer_errors(tmp_path):
     path = str(tmp_path / "e.tar")
     with wds.TarWriter(path) as sink:

@@ -156,13 +156,14 @@ class Loader:
 
 class TarWriter:
     def __init__(self, path: str, compression: str = "none", level: int = -1,
-                 mtime: int = 0) -> None: ...
+                 mtime: int = 0, threads: int = 1) -> None: ...
     def write_members(self, members: list[tuple[str, bytes]]) -> int: ...
     def close(self) -> None: ...
 
 class ShardWriter:
     def __init__(self, pattern: str, *, maxcount: int, maxsize: int, compression: str = "none",
-                 level: int = -1, mtime: int = 0, first_shard: int = 0, index: bool = False,
+                 level: int = -1, mtime: int = 0, threads: int = 1, first_shard: int = 0,
+                 index: bool = False,
                  on_close: Optional[Callable[[str, int, int, int], None]] = None,
                  remote: Optional[dict[str, Any]] = None,
                  upload_in_background: bool = True) -> None: ...

@@ -10,6 +10,7 @@
 #include <optional>
 #include <vector>
 
+#include "tar/gzip_file_sink.h"
 #include "tar/zstd_file_sink.h"
 #include "wds/internal/base/strings.h"
 
@@ -35,36 +36,35 @@ absl::Status ArchiveError(const std::string& path, struct archive* a, std::strin
   return WriteError(path, what, archive_error_string(a), archive_errno(a));
 }
 
-int AddFilter(struct archive* a, const TarWriterOptions& options) {
+// MakeSink makes the compressor a compressed shard goes through (it creates
+// `path`; the tar goes out of libarchive uncompressed), or null for none.
+absl::StatusOr<std::unique_ptr<FileSink>> MakeSink(const std::string& path,
+                                                   const TarWriterOptions& options) {
   switch (options.compression) {
     case TarCompression::kNone:
-      return archive_write_add_filter_none(a);
+      return nullptr;
     case TarCompression::kGzip:
-      if (archive_write_add_filter_gzip(a) != ARCHIVE_OK) return ARCHIVE_FATAL;
-      // libarchive stamps the current time into the gzip header unless told
-      // not to, which would make every run's bytes differ.
-      return archive_write_set_filter_option(a, "gzip", "timestamp", nullptr);
+      return GzipFileSink::Create(path, options.level, options.threads);
     case TarCompression::kZstd:
-      // The tar goes out uncompressed, to ZstdFileSink (see OpenOutput).
-      return archive_write_add_filter_none(a);
+      return ZstdFileSink::Create(path, options.level, options.threads);
   }
-  return ARCHIVE_FATAL;
+  return nullptr;
 }
 
-// WriteToZstd is libarchive's output callback for zstd shards.
-la_ssize_t WriteToZstd(struct archive* a, void* sink, const void* data, size_t size) {
-  ZstdFileSink& zstd = *static_cast<ZstdFileSink*>(sink);
-  if (zstd.Write(std::string_view(static_cast<const char*>(data), size))) {
+// WriteToSink is libarchive's output callback for compressed shards.
+la_ssize_t WriteToSink(struct archive* a, void* sink_ptr, const void* data, size_t size) {
+  FileSink& sink = *static_cast<FileSink*>(sink_ptr);
+  if (sink.Write(std::string_view(static_cast<const char*>(data), size))) {
     return static_cast<la_ssize_t>(size);
   }
-  archive_set_error(a, zstd.error_number(), "%s", zstd.error_message().c_str());
+  archive_set_error(a, sink.error_number(), "%s", sink.error_message().c_str());
   return -1;
 }
 
-// OpenOutput opens `path` ("-": standard output), or starts writing into `zstd`
-// when there is one, which has opened `path` itself.
-int OpenOutput(struct archive* a, const std::string& path, ZstdFileSink* zstd) {
-  if (zstd != nullptr) return archive_write_open2(a, zstd, nullptr, WriteToZstd, nullptr, nullptr);
+// OpenOutput opens `path` ("-": standard output), or starts writing into
+// `sink` when there is one, which has opened `path` itself.
+int OpenOutput(struct archive* a, const std::string& path, FileSink* sink) {
+  if (sink != nullptr) return archive_write_open2(a, sink, nullptr, WriteToSink, nullptr, nullptr);
   if (path == "-") return archive_write_open_fd(a, 1);
   return archive_write_open_filename(a, path.c_str());
 }
@@ -106,15 +106,15 @@ struct TarWriter::State {
   State(std::string p, TarWriterOptions o) : path(std::move(p)), options(o) {}
   ~State() {
     if (archive == nullptr) return;
-    archive_write_free(archive);  // writes out what it holds, into zstd if there
-    if (zstd != nullptr) (void)zstd->Finish();
+    archive_write_free(archive);  // writes out what it holds, into the sink if there
+    if (sink != nullptr) (void)sink->Finish();
   }
 
   std::string path;
   TarWriterOptions options;
   struct archive* archive = archive_write_new();  // null once closed
-  // zstd compresses the tar for TarCompression::kZstd (null otherwise).
-  std::unique_ptr<ZstdFileSink> zstd;
+  // sink compresses the tar (null for TarCompression::kNone).
+  std::unique_ptr<FileSink> sink;
   int64_t bytes_written = 0;
   int64_t tar_bytes = 0;
 };
@@ -125,25 +125,19 @@ absl::StatusOr<std::unique_ptr<TarWriter>> TarWriter::Create(const std::string& 
   struct archive* a = state->archive;
   // pax_restricted writes plain ustar headers unless a name or size needs pax.
   if (archive_write_set_format_pax_restricted(a) != ARCHIVE_OK ||
-      AddFilter(a, options) != ARCHIVE_OK) {
+      archive_write_add_filter_none(a) != ARCHIVE_OK) {
     return ArchiveError(path, a, "setting up the writer");
-  }
-  if (options.compression == TarCompression::kGzip && options.level >= 0) {
-    if (archive_write_set_filter_option(a, "gzip", "compression-level",
-                                        Cat(options.level).c_str()) != ARCHIVE_OK) {
-      return absl::InvalidArgumentError(
-          Cat(path, ": compression level ", options.level, " is out of range"));
-    }
   }
   // Tar files are padded to whole 10 KiB records by default; one block suffices.
   archive_write_set_bytes_in_last_block(a, 1);
-  if (options.compression == TarCompression::kZstd) {
-    // Checks the level, then creates the file.
-    absl::StatusOr<std::unique_ptr<ZstdFileSink>> zstd = ZstdFileSink::Create(path, options.level);
-    if (!zstd.ok()) return zstd.status();
-    state->zstd = *std::move(zstd);
+  if (absl::Status threads = CheckCompressionThreads(path, options.threads); !threads.ok()) {
+    return threads;
   }
-  if (OpenOutput(a, path, state->zstd.get()) != ARCHIVE_OK) {
+  // Checks the level, then creates the file.
+  absl::StatusOr<std::unique_ptr<FileSink>> sink = MakeSink(path, options);
+  if (!sink.ok()) return sink.status();
+  state->sink = *std::move(sink);
+  if (OpenOutput(a, path, state->sink.get()) != ARCHIVE_OK) {
     // The system's reason decides the code: a missing directory is NotFound.
     const int error_number = archive_errno(a);
     return error_number > 0 ? absl::ErrnoToStatus(error_number, Cat(path, ": cannot create"))
@@ -226,14 +220,15 @@ absl::Status TarWriter::Close() {
   s.tar_bytes = archive_filter_bytes(s.archive, 0);
   absl::Status status =
       rc == ARCHIVE_OK ? absl::OkStatus() : ArchiveError(s.path, s.archive, "closing");
-  // The frame is ended here, not in a libarchive close callback: libarchive
-  // ignores what that returns, and a full disk must not go unreported.
-  if (status.ok() && s.zstd != nullptr && !s.zstd->Finish()) {
-    status = WriteError(s.path, "closing", s.zstd->error_message().c_str(), s.zstd->error_number());
+  // The compressed stream is ended here, not in a libarchive close callback:
+  // libarchive ignores what that returns, and a full disk must not go
+  // unreported.
+  if (status.ok() && s.sink != nullptr && !s.sink->Finish()) {
+    status = WriteError(s.path, "closing", s.sink->error_message().c_str(), s.sink->error_number());
   }
   archive_write_free(s.archive);
   s.archive = nullptr;
-  s.zstd.reset();
+  s.sink.reset();
   return status;
 }
 

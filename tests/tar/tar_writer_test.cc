@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "util/test_util.h"
+#include "wds/internal/base/strings.h"
 #include "wds/loader/loader.h"
 #include "wds/pipeline/pipeline.h"
 #include "wds/pipeline/web_dataset.h"
@@ -215,6 +216,39 @@ TEST(TarWriterTest, ZstdShardReadsBackThroughTheLibraryGnuTarAndPythonTarfile) {
   std::string expected;
   for (const auto& [name, data] : members) expected += name + " " + data + "\n";
   EXPECT_TRUE(python.out == expected) << "Python's tarfile read other bytes";
+}
+
+TEST(TarWriterTest, CompressionThreadsWriteTheTarThatGzipAndTheLibraryRead) {
+  TempDir dir;
+  WriteShard(dir.path() + "/plain.tar", ZstdSamples(), {});
+  for (TarCompression compression : {TarCompression::kGzip, TarCompression::kZstd}) {
+    const std::string ext = compression == TarCompression::kGzip ? ".tar.gz" : ".tar.zst";
+    for (int threads : {1, 2, 4}) {
+      const std::string path = Cat(dir.path(), "/t", threads, ext);
+      WriteShard(path, ZstdSamples(), {.compression = compression, .threads = threads});
+      EXPECT_EQ(LibraryMembers(path), LibraryMembers(dir.path() + "/plain.tar")) << path;
+    }
+    if (compression == TarCompression::kGzip) {
+      EXPECT_EQ(ReadFile(Cat(dir.path(), "/t1", ext)), ReadFile(Cat(dir.path(), "/t4", ext)));
+    }
+    EXPECT_EQ(ReadFile(Cat(dir.path(), "/t2", ext)), ReadFile(Cat(dir.path(), "/t4", ext)));
+  }
+  ASSERT_EQ(RunShell("gzip -t " + dir.path() + "/t4.tar.gz && gzip -d -c " + dir.path() +
+                     "/t4.tar.gz > " + dir.path() + "/t4.tar"),
+            0);
+  EXPECT_EQ(ReadFile(dir.path() + "/t4.tar"), ReadFile(dir.path() + "/plain.tar"));
+  for (TarCompression compression :
+       {TarCompression::kNone, TarCompression::kGzip, TarCompression::kZstd}) {
+    for (int threads : {0, 257}) {
+      const std::string bad = dir.path() + "/bad.tar";
+      absl::Status refused =
+          TarWriter::Create(bad, {.compression = compression, .threads = threads}).status();
+      EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_EQ(refused.message(),
+                Cat(bad, ": compression threads must be from 1 to 256, got ", threads));
+      EXPECT_NE(access(bad.c_str(), F_OK), 0);
+    }
+  }
 }
 
 TEST(TarWriterTest, ZstdSameSamplesGiveIdenticalBytes) {

@@ -226,6 +226,31 @@ TEST(WdsShardCreateTest, TwoRunsGiveIdenticalBytes) {
   }
 }
 
+TEST(WdsShardCreateTest, CompressThreadsGiveTheSameGzipBytes) {
+  TempDir dir;
+  MakeNumbered(dir, 20, 100000);  // shards of 600 KB: several 128 KiB blocks each
+  for (const char* run : {"one", "three"}) {
+    const std::string threads = std::string(run) == "one" ? "1" : "3";
+    ASSERT_EQ(RunWdsShard(dir, "create --maxcount 6 --compress gz --compress-threads " + threads +
+                                   " --output " + run + "/s-%03d.tar in")
+                  .status,
+              0);
+  }
+  std::vector<std::string> names = ListDir(dir.path() + "/one");
+  EXPECT_EQ(names.size(), 4u);
+  EXPECT_EQ(names, ListDir(dir.path() + "/three"));
+  for (const std::string& name : names) {
+    EXPECT_EQ(ReadFile(dir.path() + "/one/" + name), ReadFile(dir.path() + "/three/" + name));
+  }
+  ToolRun bad =
+      RunWdsShard(dir, "create --compress gz --compress-threads 300 --output b/s-%d.tar in");
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_THAT(bad.err, HasSubstr("--compress-threads: at most 256, not 300"));
+  ToolRun zero = RunWdsShard(dir, "create --compress-threads 0 --output z/s-%d.tar in");
+  EXPECT_EQ(zero.status, 1);
+  EXPECT_THAT(zero.err, HasSubstr("--compress-threads"));
+}
+
 TEST(WdsShardCreateTest, ShuffleOrderDependsOnTheSeed) {
   TempDir dir;
   MakeNumbered(dir, 20, 1);

@@ -60,6 +60,7 @@ constexpr char kUsage[] =
     "  --maxcount N           samples per shard (default 100000)\n"
     "  --maxsize SIZE         uncompressed tar bytes per shard: 512M, 3G (default 3e9)\n"
     "  --compress none|gz|zst[:LEVEL]   default: from the pattern's suffix (.gz, .zst)\n"
+    "  --compress-threads N   threads compressing each shard (default 1; gz: same bytes)\n"
     "  --shuffle [--seed N]   shuffle the sample order first (a tar input is held in memory)\n"
     "  --workers N            write N shards at a time (same bytes as one worker)\n"
     "  --index                write SHARD.idx sidecars and <prefix>-shardindex.json\n"
@@ -119,6 +120,14 @@ absl::Status ApplyValue(std::string_view option, const std::string& value, Creat
   if (option == "--seed") return Assign(ParseCount(value, option, 0), o.seed);
   if (option == "--mtime") return Assign(ParseCount(value, option, 0), o.writer.tar.mtime);
   if (option == "--workers") return Assign(ParseCount(value, option), o.workers);
+  if (option == "--compress-threads") {
+    absl::StatusOr<int64_t> threads = ParseCount(value, option);
+    if (threads.ok() && *threads > kMaxCompressionThreads) {
+      return absl::InvalidArgumentError(
+          Cat("--compress-threads: at most ", kMaxCompressionThreads, ", not ", value));
+    }
+    return Assign(threads, o.writer.tar.threads);
+  }
   if (option == "--format") return Assign(ParseInputFormat(value), o.format);
   if (option == "--compress") {
     o.compression_given = true;
