@@ -7,9 +7,7 @@
 #include <utility>
 
 #include "absl/strings/cord.h"
-#include "absl/time/time.h"
-#include "wds/base/interrupt.h"
-#include "wds/internal/base/signals_blocked.h"
+#include "wds/internal/base/status_macros.h"
 #include "wds/internal/base/strings.h"
 #include "wds/internal/io/open_ahead.h"
 
@@ -30,6 +28,14 @@ struct InFlight {
 InFlight& Opens() {
   static auto* in_flight = new InFlight;  // never destroyed: threads may outlive statics
   return *in_flight;
+}
+
+// InFlightCount adds `delta` to the opens in flight.
+void InFlightCount(int delta) {
+  InFlight& opens = Opens();
+  std::lock_guard<std::mutex> lock(opens.mu);
+  opens.count += delta;
+  if (opens.count == 0) opens.none.notify_all();
 }
 
 }  // namespace
@@ -55,56 +61,26 @@ void WaitForAheadOpens() {
 
 AheadOpen::AheadOpen(Opener opener, std::string url)
     : opener_(std::move(opener)), url_(std::move(url)) {
-  {
-    std::lock_guard<std::mutex> lock(Opens().mu);
-    ++Opens().count;
-  }
+  InFlightCount(1);
   try {
-    // A Ctrl-C goes to the application's threads (signals_blocked.h).
-    const SignalsBlocked no_signals;
-    thread_ = std::thread([this] { Run(); });
+    call_ = std::make_unique<BackgroundCall>(
+        [this] { Run(); }, absl::CancelledError(Cat(url_, ": no longer wanted (opened ahead)")));
   } catch (const std::system_error&) {
-    // No thread to be had: Take opens it on the owner's thread.
-    Ended();
+    InFlightCount(-1);  // no thread to be had: Take opens it on the owner's thread
   }
-}
-
-AheadOpen::~AheadOpen() {
-  Cancel();
-  if (thread_.joinable()) thread_.join();
-}
-
-void AheadOpen::Cancel() { cancelled_.store(true, std::memory_order_relaxed); }
-
-void AheadOpen::Ended() {
-  InFlight& opens = Opens();
-  std::lock_guard<std::mutex> lock(opens.mu);
-  if (--opens.count == 0) opens.none.notify_all();
 }
 
 void AheadOpen::Run() {
   opening_ahead = true;
-  ScopedInterruptCheck check([this] {
-    return cancelled_.load(std::memory_order_relaxed)
-               ? absl::CancelledError(Cat(url_, ": no longer wanted (opened ahead)"))
-               : absl::OkStatus();
-  });
   result_ = opener_(url_);
-  Ended();
-  done_.Notify();
+  InFlightCount(-1);
 }
 
 absl::StatusOr<std::unique_ptr<ByteStream>> AheadOpen::Take() {
-  if (!thread_.joinable()) return opener_(url_);
-  // In slices, so that the owner's interrupt check is heard (a Loader
-  // stopping its worker while the next shard's server is slow to answer).
-  const bool check = InterruptCheckInstalled();
-  while (!done_.WaitForNotificationWithTimeout(check ? absl::FromChrono(kInterruptCheckInterval)
-                                                     : absl::InfiniteDuration())) {
-    absl::Status go_on = CheckInterrupt();
-    if (!go_on.ok()) return go_on;
-  }
-  thread_.join();
+  if (call_ == nullptr) return opener_(url_);
+  // The owner's interrupt check is heard (a Loader stopping its worker while
+  // the next shard's server is slow to answer).
+  WDS_RETURN_IF_ERROR(call_->Wait(BackgroundCall::kReturn));
   if (!result_.ok() && IsOpenInTurn(result_.status())) return opener_(url_);
   return std::move(result_);
 }

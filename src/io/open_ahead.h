@@ -13,34 +13,33 @@
 // is then called again by Take, on the owner's thread.
 #pragma once
 
-#include <atomic>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/notification.h"
+#include "wds/internal/base/background_call.h"
 #include "wds/io/byte_stream.h"
 
 namespace wds {
 
 class AheadOpen {
  public:
-  // Starts opening `url` with `opener` on a new thread, which takes no
-  // asynchronous signals (on the owner's thread at Take when no thread can
-  // be started). The open's thread has an interrupt check
-  // (wds/base/interrupt.h) that Cancel and the destructor trip.
+  // Starts opening `url` with `opener` on a thread of its own (a
+  // BackgroundCall, wds/internal/base/background_call.h; on the owner's
+  // thread at Take when no thread can be started).
   AheadOpen(Opener opener, std::string url);
   // Stops an open still waiting (its server's answer, a retry's sleep: it
   // ends as Cancelled within kInterruptCheckInterval), waits for its thread,
   // and drops a stream opened and not taken.
-  ~AheadOpen();
+  ~AheadOpen() = default;
   AheadOpen(const AheadOpen&) = delete;
   AheadOpen& operator=(const AheadOpen&) = delete;
 
   // Cancel tells an open still waiting to stop, without waiting for it: an
   // owner dropping several cancels them all before destroying them.
-  void Cancel();
+  void Cancel() {
+    if (call_ != nullptr) call_->Cancel();
+  }
 
   // Take waits for the open and returns what it gave: the stream, or the
   // opener's error (the opener's second answer, on this thread, when it
@@ -52,15 +51,11 @@ class AheadOpen {
 
  private:
   void Run();
-  // Ended counts the open out of those in flight (WaitForAheadOpens).
-  void Ended();
 
   Opener opener_;
   const std::string url_;
-  std::atomic<bool> cancelled_{false};
-  absl::Notification done_;
-  absl::StatusOr<std::unique_ptr<ByteStream>> result_;  // written before done_ by the thread
-  std::thread thread_;
+  absl::StatusOr<std::unique_ptr<ByteStream>> result_;  // written by the call before it ends
+  std::unique_ptr<BackgroundCall> call_;                // null: opened at Take
 };
 
 }  // namespace wds

@@ -3,19 +3,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
+#include <functional>
 #include <optional>
 #include <system_error>
-#include <thread>
 #include <utility>
 
-#include "wds/base/interrupt.h"
-#include "wds/internal/base/signals_blocked.h"
+#include "wds/internal/base/background_call.h"
 #include "wds/internal/base/status_macros.h"
 #include "wds/internal/base/strings.h"
 #include "wds/internal/io/atomic_file.h"
@@ -89,12 +85,9 @@ absl::Status PublishRemote(const std::string& staged, const std::string& url,
   return UploadBytes(index_text, index_url, options);
 }
 
-// BackgroundUpload runs one shard's upload on a thread of its own (which
-// takes no asynchronous signals), so that the writer fills the next shard
-// meanwhile. Its interrupt check gives up once the upload is cancelled: by
-// Wait, when the waiting thread's own check says so, by Cancel, or by
-// destruction. The constructor throws std::system_error when no thread can
-// be started.
+// BackgroundUpload runs one shard's upload on a thread of its own (a
+// BackgroundCall), so that the writer fills the next shard meanwhile. The
+// constructor throws std::system_error when no thread can be started.
 class BackgroundUpload {
  public:
   // Outcome is what became of the upload (OK: the shard is published), and
@@ -104,65 +97,29 @@ class BackgroundUpload {
     absl::Status interrupted;
   };
 
-  explicit BackgroundUpload(std::function<absl::Status()> upload) {
-    const SignalsBlocked no_signals;
-    thread_ = std::thread([this, upload = std::move(upload)] {
-      absl::Status result;
-      {
-        ScopedInterruptCheck check([this] {
-          return cancelled_.load() ? absl::CancelledError("the shard writer gave up its upload")
-                                   : absl::OkStatus();
-        });
-        result = upload();
-      }
-      std::lock_guard<std::mutex> lock(mu_);
-      result_ = std::move(result);
-      done_ = true;
-      done_changed_.notify_all();
-    });
-  }
-  ~BackgroundUpload() {
-    cancelled_ = true;
-    if (thread_.joinable()) thread_.join();
-  }
-  BackgroundUpload(const BackgroundUpload&) = delete;
-  BackgroundUpload& operator=(const BackgroundUpload&) = delete;
+  explicit BackgroundUpload(std::function<absl::Status()> upload)
+      : call_([this, upload = std::move(upload)] { result_ = upload(); },
+              absl::CancelledError("the shard writer gave up its upload")) {}
 
   // Wait waits for the upload to end; when the calling thread's interrupt
   // check gives up first, the upload is cancelled (it may have gone up all
   // the same, just before).
   Outcome Wait() {
-    Outcome outcome;
-    std::unique_lock<std::mutex> lock(mu_);
-    while (!done_) {
-      done_changed_.wait_for(lock, kInterruptCheckInterval);
-      if (done_ || !outcome.interrupted.ok()) continue;
-      lock.unlock();
-      outcome.interrupted = CheckInterrupt();
-      if (!outcome.interrupted.ok()) cancelled_ = true;
-      lock.lock();
-    }
-    lock.unlock();
-    thread_.join();
-    outcome.uploaded = result_;
-    return outcome;
+    absl::Status interrupted = call_.Wait(BackgroundCall::kCancelAndFinish);
+    return Outcome{result_, std::move(interrupted)};
   }
 
   // Cancel cancels the upload and returns its status once it ended (OK when
   // it had gone up).
   absl::Status Cancel() {
-    cancelled_ = true;
-    thread_.join();
+    call_.Cancel();
+    (void)call_.Wait(BackgroundCall::kCancelAndFinish);
     return result_;
   }
 
  private:
-  std::atomic<bool> cancelled_{false};
-  std::mutex mu_;
-  std::condition_variable done_changed_;
-  bool done_ = false;
-  absl::Status result_;
-  std::thread thread_;
+  absl::Status result_;  // written by the call before it ends
+  BackgroundCall call_;
 };
 
 }  // namespace
