@@ -127,6 +127,8 @@ class TarSampleStream : public SampleStream {
   // starts opening the slices among them that are remote shards read from
   // their start.
   void OpenAhead();
+  // IsInFlight: `url` is the shard being read or one opened ahead.
+  bool IsInFlight(const std::string& url) const;
   // DropAhead stops the opens under way (all told first: each stops within
   // kInterruptCheckInterval) and forgets what was taken ahead.
   void DropAhead();
@@ -398,12 +400,22 @@ void TarSampleStream::OpenAhead() {
     // drops a connection left waiting while the current shard is read; a
     // pipe: command (curl) stalled on a full pipe for that long could fail.
     // A slice from a later sample seeks, which an open from 0 cannot serve.
+    // A URL being read, or opened ahead already (a resampled list draws
+    // one twice in a row), waits for its turn: with a cache, the first
+    // read's copy is complete by then and serves it, where a second open
+    // now would stream it again, uncached.
     if (next.slice.ok() && next.slice->has_value() && (*next.slice)->begin == 0 &&
-        IsRemoteUrl((*next.slice)->url)) {
+        IsRemoteUrl((*next.slice)->url) && !IsInFlight((*next.slice)->url)) {
       next.open = std::make_unique<AheadOpen>(opener_, (*next.slice)->url);
     }
     ahead_.push_back(std::move(next));
   }
+}
+
+bool TarSampleStream::IsInFlight(const std::string& url) const {
+  if (reader_ != nullptr && url == url_) return true;
+  return std::any_of(ahead_.begin(), ahead_.end(),
+                     [&](const Ahead& a) { return a.open != nullptr && (*a.slice)->url == url; });
 }
 
 void TarSampleStream::DropAhead() {

@@ -1222,6 +1222,25 @@ TEST(TarSamplesOpenAheadTest, OpensAsManyAsAskedAndReadsTheSameSamples) {
   }
 }
 
+TEST(TarSamplesOpenAheadTest, AUrlBeingReadOrOpenedAheadWaitsForItsTurn) {
+  // A resampled list draws a URL twice in a row: the second is opened in
+  // its turn, when a cache holds the first read's complete copy.
+  const std::string a = "https://data.example/a.tar", b = "https://data.example/b.tar";
+  RecordingOpener opener({{a, MakeTar({{"x.cls", "0"}})}, {b, MakeTar({{"y.cls", "1"}})}});
+  std::unique_ptr<SampleStream> stream = TarSamples(
+      std::make_unique<ListUrls>(std::vector<std::string>{a, a, b, b}), opener.AsOpener(),
+      Handler::kReraise, {}, kDefaultMaxMemberSize, nullptr, nullptr, false, /*open_ahead=*/2);
+  SampleResult first = stream->Next();
+  ASSERT_TRUE(first.ok() && first->has_value()) << first.status();
+  ASSERT_TRUE(opener.Wait(b));
+  EXPECT_THAT(opener.calls(), ElementsAre(a, b));  // a's second turn is not opened ahead
+  Outcome rest = ReadSamples(*stream);
+  ASSERT_TRUE(rest.status.ok()) << rest.status;
+  EXPECT_THAT(Keys(rest.samples), ElementsAre("x", "y", "y"));
+  // b's second turn waited for b's first, opened ahead, to be read.
+  EXPECT_THAT(opener.calls(), ElementsAre(a, b, a, b));
+}
+
 TEST(TarSamplesOpenAheadTest, LocalShardsAndPipesAreOpenedInTurn) {
   for (const std::string prefix : {"", "file:", "pipe:cat "}) {
     RecordingOpener opener(ThreeShards(prefix));
