@@ -81,7 +81,7 @@ class UrlReader {
   bool finished_ = false;
 };
 
-// Upload writes one s3:// object (wds/io/remote_upload.h); gopen(url, "wb")
+// Upload writes one s3:// or gs:// object (wds/io/remote_upload.h); gopen(url, "wb")
 // wraps it. Sends release the GIL and run Python's signal handlers.
 class Upload {
  public:
@@ -195,7 +195,7 @@ class Upload {
 
 void RegisterRemote(py::module_& m) {
   py::class_<Upload>(m, "RemoteUpload",
-                     "One s3:// object written in-process (a PUT, or a multipart upload).")
+                     "One s3:// or gs:// object written in-process (a PUT, or a multipart upload).")
       .def(py::init<const std::string&, py::handle>(), py::arg("url"),
            py::arg("remote") = py::none())
       .def("write", &Upload::Write, py::arg("data"))

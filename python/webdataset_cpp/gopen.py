@@ -4,9 +4,9 @@
 Reading http(s)://, s3:// and gs:// goes through the native remote reader,
 as shards do (resumed byte-exactly after faults, retried, S3 signed, cached
 when a cache directory is set; ``remote=RemoteOptions(...)`` sets it up),
-where the reference runs curl or gsutil. Writing ("wb") s3:// is native
-too (NativeWriter: the object appears whole at close, or not at all);
-writing http(s) and gs still pipes to curl and gsutil. A pipe: command
+where the reference runs curl or gsutil. Writing ("wb") s3:// and gs:// is
+native too (NativeWriter: the object appears whole at close, or not at
+all); writing http(s) still pipes to curl. A pipe: command
 that exits non-zero raises OSError naming the command when its stream is
 read to the end or closed (the reference checks only when a read or write
 finds the command already exited, so it can miss a failure).
@@ -218,8 +218,9 @@ class NativeReader(io.RawIOBase):
 
 
 class NativeWriter(io.RawIOBase):
-    """An s3:// object written by the native uploader (_core.RemoteUpload):
-    one signed PUT, or a multipart upload sent part by part, each request
+    """An s3:// or gs:// object written by the native uploader
+    (_core.RemoteUpload): one PUT, or a multipart upload sent part by part
+    (GCS's XML API takes S3's), each request
     retried. The object appears, whole, at close(); abort(), leaving a
     with-block by an exception, or dropping the writer unclosed gives it
     up, and nothing appears. One thread at a time."""
@@ -326,14 +327,12 @@ def gopen_hf(url, mode="rb", bufsize=8192, remote=None, **kw):
 
 def gopen_remote(url, mode="rb", bufsize=8192, remote=None, **kw):
     """Reads http(s)://, s3:// and gs:// with the native remote reader
-    (buffered); writes s3:// natively (NativeWriter), http(s) with curl and
-    gs with gsutil."""
+    (buffered); writes s3:// and gs:// natively (NativeWriter), http(s) with
+    curl."""
     if mode == "rb":
         raw = NativeReader(url, remote)
         return io.BufferedReader(raw, buffer_size=max(bufsize, 1 << 16))
-    if url.startswith("gs://"):
-        return gopen_gsutil(url, mode, bufsize, **kw)
-    if url.startswith("s3://"):
+    if url.startswith(("s3://", "gs://")):
         return NativeWriter(url, remote)
     return gopen_curl(url, mode, bufsize, **kw)
 

@@ -59,10 +59,10 @@ class RemoteOptions:
         (10).
     max_retry_time: seconds from the first of a run of failures to giving
         up (300).
-    upload_part_size: bytes per part of an s3:// multipart upload, 5 MiB
-        to 5 GiB (S3's limits), doubled after every 1,000 parts; an object
+    upload_part_size: bytes per part of an s3:// or gs:// multipart upload,
+        5 MiB to 5 GiB (S3's and GCS's limits), doubled after every 1,000 parts; an object
         smaller than one part goes up in one PUT (16 MiB).
-    upload_concurrency: parts of one s3:// upload sent at once, each on a
+    upload_concurrency: parts of one s3:// or gs:// upload sent at once, each on a
         connection of its own, while the next fills; an upload holds up to
         upload_concurrency + 1 parts in memory (4).
     http_headers: headers sent with every request for an http(s):// URL

@@ -10,7 +10,7 @@ tiff/tif -> PIL (ndarrays in uint8 or float in [0, 1]). A ``.gz`` suffix
 gzips the encoded value.
 
 Outputs are local paths, "-" (standard output), binary file objects, and the
-URLs gopen writes (``pipe:CMD``, s3:// natively, http(s) with curl, gs with gsutil): a
+URLs gopen writes (``pipe:CMD``, s3:// and gs:// natively, http(s) with curl): a
 ``pipe:`` command receives the archive as it is written, and an exit status
 other than 0 (or 141, SIGPIPE) raises OSError naming the command at the
 latest when the writer closes. ShardWriter takes ``pattern % n`` URLs alike
@@ -341,7 +341,7 @@ class _Output:
     def finish(self, close_writer):
         """Runs close_writer(), then delivers the archive (closes the pipe,
         whose command's status is checked, or copies into the stream). A
-        stream of ours that can be given up (an s3:// upload) is, when this
+        stream of ours that can be given up (an s3:// or gs:// upload) is, when this
         fails before it is closed."""
         try:
             try:
@@ -383,7 +383,7 @@ class _Output:
 
     def __del__(self):
         # A TarWriter dropped unclosed: its archive is never delivered (an
-        # s3:// upload is given up), and the temporary file goes.
+        # s3:// or gs:// upload is given up), and the temporary file goes.
         if getattr(self, "done", True):
             return
         self.done = True
@@ -394,11 +394,12 @@ class _Output:
                 os.unlink(self.path)
 
 
-def _native_s3(pattern):
-    """Whether shards of `pattern` go to s3:// through the native writer: the
-    gopen handler of s3 is the built-in one, and GOPEN_REWRITE leaves the
-    pattern as it is."""
-    return (pattern.startswith("s3://") and gopen_schemes.get("s3") is gopen_remote
+def _native_upload(pattern):
+    """Whether shards of `pattern` go to s3:// or gs:// through the native
+    writer: the gopen handler of its scheme is the built-in one, and
+    GOPEN_REWRITE leaves the pattern as it is."""
+    scheme = pattern.split("://", 1)[0] if "://" in pattern else ""
+    return (scheme in ("s3", "gs") and gopen_schemes.get(scheme) is gopen_remote
             and rewrite_url(pattern) == pattern)
 
 
@@ -526,9 +527,9 @@ class ShardWriter(_NativeWriter):
     doc), each at most maxcount samples and maxsize bytes of tar.
 
     post(fname) runs after each shard is complete; verbose prints one line per
-    shard. index=True writes a .idx sidecar beside each local or s3:// shard
-    (equalization reads sample counts from it). opener(fname) returns the
-    stream a shard is written to. An s3:// pattern is written by the native
+    shard. index=True writes a .idx sidecar beside each local, s3:// or gs://
+    shard (equalization reads sample counts from it). opener(fname) returns the
+    stream a shard is written to. An s3:// or gs:// pattern is written by the native
     writer: each shard staged in $TMPDIR and uploaded when complete (it
     appears whole or not at all), with remote=RemoteOptions(...) for the
     upload (upload_part_size, retries); the upload runs while the next shard
@@ -564,7 +565,7 @@ class ShardWriter(_NativeWriter):
         self.total = 0
         self.pattern, self.maxcount, self.maxsize, self.opener = pattern, maxcount, maxsize, opener
         path = local_path(pattern) if opener is None else None
-        if opener is None and _native_s3(pattern):
+        if opener is None and _native_upload(pattern):
             self._writer = _core.ShardWriter(
                 pattern, maxcount=int(maxcount), maxsize=int(maxsize),
                 compression=_compression(compress, pattern),
@@ -574,7 +575,8 @@ class ShardWriter(_NativeWriter):
             return
         if path is None:
             if index:
-                raise ValueError(f"ShardWriter(index=True) writes local and s3:// shards only, "
+                raise ValueError(f"ShardWriter(index=True) writes local, s3:// and gs:// shards "
+                                 f"only, "
                                  f"not {pattern!r}")
             self._writer = _StreamShards(pattern, maxcount, maxsize, compress, mtime,
                                          start_shard, opener, self._closed_shard,

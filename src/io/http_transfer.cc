@@ -235,6 +235,8 @@ bool ParseHeaderLine(std::string_view line, HttpResponse& r) {
     r.etag = value;
   } else if (NameIs(name, "last-modified")) {
     r.last_modified = value;
+  } else if (NameIs(name, "date")) {
+    r.date = value;
   } else if (NameIs(name, "retry-after")) {
     r.retry_after = value;
   } else if (NameIs(name, "content-length")) {

@@ -61,6 +61,8 @@ struct HttpResponse {
   int64_t content_length = -1;
   std::string etag;
   std::string last_modified;
+  // date: the server's clock when it answered (the Date header).
+  std::string date;
   std::string retry_after;
   // content_range as sent, and parsed ("bytes first-last/total"; total -1
   // for "*"); first is -1 when absent or malformed.

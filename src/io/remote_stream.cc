@@ -92,13 +92,18 @@ bool IsTransientStatus(long status) {
          status == 504;
 }
 
+int64_t HttpDate(const std::string& value) {
+  if (value.empty()) return -1;
+  return curl_getdate(value.c_str(), nullptr);
+}
+
 std::chrono::milliseconds RetryAfter(const std::string& value) {
   if (value.empty()) return std::chrono::milliseconds(0);
   if (std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; })) {
     if (value.size() > 9) return std::chrono::hours(24 * 365);
     return std::chrono::seconds(std::stoll(value));
   }
-  const time_t when = curl_getdate(value.c_str(), nullptr);
+  const int64_t when = HttpDate(value);
   if (when < 0) return std::chrono::milliseconds(0);
   const time_t now = std::time(nullptr);
   return std::chrono::seconds(when > now ? when - now : 0);

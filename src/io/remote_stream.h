@@ -151,6 +151,10 @@ absl::Status HttpStatusError(const std::string& url, const HttpResponse& respons
 // IsTransientStatus is true for the statuses worth retrying: 408, 429, 500,
 // 502, 503, 504.
 bool IsTransientStatus(long status);
+// HttpDate parses an HTTP date ("Tue, 15 Nov 1994 12:45:26 GMT") into
+// seconds since the epoch; -1 when `value` is not one.
+int64_t HttpDate(const std::string& value);
+
 // RetryAfter parses a Retry-After value (seconds or an HTTP date) into a
 // delay; zero when absent or malformed.
 std::chrono::milliseconds RetryAfter(const std::string& value);

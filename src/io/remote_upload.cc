@@ -1,5 +1,6 @@
-// RemoteUpload: one PUT, or an S3 multipart upload (initiate, parts,
-// complete; abort on failure), each request retried as reads are.
+// RemoteUpload: one PUT, or a multipart upload (initiate, parts, complete;
+// abort on failure) in S3's protocol, which GCS's XML API shares; each
+// request retried as reads are.
 #include "wds/io/remote_upload.h"
 
 #include <algorithm>
@@ -40,6 +41,9 @@ constexpr size_t kMaxAnswerBody = 1 << 20;
 // An abort's attempts and retry time (see Exchanger::Exchange).
 constexpr int kBriefAttempts = 2;
 constexpr std::chrono::milliseconds kBriefWait{5'000};
+// How long a completion may be silent: GCS says one can take several
+// minutes, and is not known to send spaces meanwhile as S3 does.
+constexpr std::chrono::minutes kCompletionSilence{10};
 // S3 error codes that a later attempt may not meet.
 constexpr std::string_view kTransientCodes[] = {"InternalError", "SlowDown", "ServiceUnavailable",
                                                 "RequestTimeout"};
@@ -98,11 +102,19 @@ struct Answer {
 // after transient failures.
 class Exchanger {
  public:
+  // A kBrief exchange (an abort, which must also end when an interrupt
+  // already ended the upload) ignores the thread's interrupt check, and is
+  // bounded instead: at most kBriefAttempts attempts, kBriefWait to
+  // connect, of silence, and of retrying. A kPatient one (a completion)
+  // waits up to kCompletionSilence for its answer.
+  enum class Limits { kUsual, kBrief, kPatient };
+
   Exchanger(std::string url, RemoteTarget target, const RemoteOptions& options)
       : url_(std::move(url)),
         target_(std::move(target)),
         options_(options),
         brief_(Brief(options)),
+        patient_(Patient(options)),
         jitter_(std::random_device{}()) {}
 
   const std::string& url() const { return url_; }
@@ -111,16 +123,13 @@ class Exchanger {
   // Exchange sends the request `make` builds (signed anew for each attempt)
   // until an answer is a success (2xx, or `also_ok`) or an error that is not
   // transient. `what` names the step in errors ("sending part 3").
-  //
-  // A `brief` exchange (an abort, which must also end when an interrupt
-  // already ended the upload) ignores the thread's interrupt check, and is
-  // bounded instead: at most kBriefAttempts attempts, kBriefWait to
-  // connect, of silence, and of retrying.
   absl::StatusOr<Answer> Exchange(std::string_view what, const std::function<HttpRequest()>& make,
-                                  long also_ok = 0, bool brief = false) {
+                                  long also_ok = 0, Limits kind = Limits::kUsual) {
     std::optional<ScopedInterruptCheck> unstoppable;
-    if (brief) unstoppable.emplace([] { return absl::OkStatus(); });
-    const RemoteOptions& limits = brief ? brief_ : options_;
+    if (kind == Limits::kBrief) unstoppable.emplace([] { return absl::OkStatus(); });
+    const RemoteOptions& limits = kind == Limits::kBrief     ? brief_
+                                  : kind == Limits::kPatient ? patient_
+                                                             : options_;
     int failures = 0;
     const auto since = std::chrono::steady_clock::now();
     while (true) {
@@ -198,9 +207,15 @@ class Exchanger {
     o.connect_timeout = std::min<std::chrono::milliseconds>(o.connect_timeout, kBriefWait);
     return o;
   }
+  static RemoteOptions Patient(RemoteOptions o) {
+    o.stall_timeout = std::max<std::chrono::milliseconds>(o.stall_timeout, kCompletionSilence);
+    o.low_speed_time = std::max<std::chrono::seconds>(o.low_speed_time, kCompletionSilence);
+    return o;
+  }
 
   const RemoteOptions& options_;
   RemoteOptions brief_;
+  RemoteOptions patient_;
   HttpTransfer transfer_;
   Answer answer_;
   std::mt19937_64 jitter_;
@@ -208,11 +223,11 @@ class Exchanger {
 
 absl::StatusOr<RemoteTarget> ResolveForWriting(const std::string& url,
                                                const RemoteOptions& options) {
-  if (!StartsWith(url, "s3://")) {
+  if (!StartsWith(url, "s3://") && !StartsWith(url, "gs://")) {
     return absl::InvalidArgumentError(
         Cat(url,
-            ": only s3:// URLs are written in-process (write others through a command, "
-            "pipe:gsutil cp - gs://... or pipe:curl -T - https://...)"));
+            ": only s3:// and gs:// URLs are written in-process (write others through a "
+            "command, pipe:curl -T - https://...)"));
   }
   AwsCredentialSource credentials(options);
   return RemoteTarget::Resolve(url, options, credentials);
@@ -239,7 +254,9 @@ struct Sender {
 
 struct RemoteUpload::State {
   State(std::string url, RemoteTarget target, const RemoteOptions& o)
-      : options(o), exchanger(std::move(url), std::move(target), options) {}
+      : options(o),
+        gcs(StartsWith(url, "gs://")),
+        exchanger(std::move(url), std::move(target), options) {}
   ~State() { StopSenders(); }
 
   // PartSize is the size of part `number` (1-based).
@@ -272,9 +289,14 @@ struct RemoteUpload::State {
   absl::Status Fail(absl::Status status);
 
   RemoteOptions options;
+  // gcs: the object is in GCS, whose multipart objects have no MD5-based
+  // ETag (CompletedBefore).
+  bool gcs;
   Exchanger exchanger;
   std::string part;
   std::string upload_id;
+  // initiated: the store's Date when it started the multipart upload.
+  std::string initiated;
   // part_etags[n - 1] is part n's ETag, once it was sent.
   std::vector<std::string> part_etags;
   int parts_started = 0;
@@ -296,6 +318,7 @@ absl::Status RemoteUpload::State::Initiate() {
                                    {{"Content-Type", "application/octet-stream"}}, "");
   }));
   upload_id = XmlUnescape(Between(answer.body, "<UploadId>", "</UploadId>"));
+  initiated = answer.response.date;
   if (upload_id.empty()) {
     return absl::UnknownError(
         Cat(exchanger.url(), ": starting a multipart upload: the answer names no UploadId"));
@@ -411,7 +434,7 @@ absl::Status RemoteUpload::State::Complete() {
                                                 "POST", {{"uploadId", upload_id}},
                                                 {{"Content-Type", "application/xml"}}, xml);
                                           },
-                                          404));
+                                          404, Exchanger::Limits::kPatient));
   if (answer.response.status == 404) return CompletedBefore(what, answer.response);
   etag = XmlUnescape(Between(answer.body, "<ETag>", "</ETag>"));
   upload_id.clear();
@@ -421,8 +444,10 @@ absl::Status RemoteUpload::State::Complete() {
 absl::Status RemoteUpload::State::CompletedBefore(const std::string& what,
                                                   const HttpResponse& refusal) {
   // A completion whose answer was lost is retried, and the retry finds the
-  // upload gone: the object is there if it has this upload's size and a
-  // multipart ETag of as many parts ("<md5 of the parts' md5s>-N").
+  // upload gone: the object is there if it has this upload's size and, in
+  // S3, a multipart ETag of as many parts ("<md5 of the parts' md5s>-N");
+  // in GCS (whose ETag is not based on MD5), a Last-Modified no earlier
+  // than the Date the store started the upload.
   const std::string error = Cat(exchanger.url(), ": ", what, ": ",
                                 ToStd(HttpStatusError("", refusal).message()).substr(2));
   if (Between(refusal.body, "<Code>", "</Code>") != "NoSuchUpload") {
@@ -431,13 +456,22 @@ absl::Status RemoteUpload::State::CompletedBefore(const std::string& what,
   absl::StatusOr<Answer> head = exchanger.Exchange(
       "checking the object", [&] { return exchanger.target().Request(/*head=*/true, {}); });
   const std::string parts_suffix = Cat("-", part_etags.size(), "\"");
-  if (!head.ok() || head->response.content_length != size ||
-      !EndsWith(head->response.etag, parts_suffix)) {
-    return absl::NotFoundError(
-        Cat(error, " (and the object is not this upload's: ",
-            head.ok() ? Cat(head->response.content_length, " bytes, ETag ", head->response.etag)
-                      : std::string(ToStd(head.status().message())),
-            ")"));
+  auto ours = [&](const HttpResponse& r) {
+    if (r.content_length != size) return false;
+    if (!gcs) return EndsWith(r.etag, parts_suffix);
+    const int64_t started = HttpDate(initiated);
+    return started >= 0 && HttpDate(r.last_modified) >= started;
+  };
+  if (!head.ok() || !ours(head->response)) {
+    std::string seen(ToStd(head.status().message()));
+    if (head.ok()) {
+      seen = Cat(head->response.content_length, " bytes, ETag ", head->response.etag);
+      if (gcs) {
+        seen += Cat(", last modified ", head->response.last_modified, "; the upload began ",
+                    initiated.empty() ? "at an unknown time" : initiated);
+      }
+    }
+    return absl::NotFoundError(Cat(error, " (and the object is not this upload's: ", seen, ")"));
   }
   etag = head->response.etag;
   upload_id.clear();
@@ -463,7 +497,7 @@ absl::Status RemoteUpload::State::AbortUpload(bool again) {
         [&] {
           return exchanger.target().Send("DELETE", {{"uploadId", upload_id}}, {}, "");
         },
-        404, /*brief=*/true);
+        404, Exchanger::Limits::kBrief);
   };
   absl::StatusOr<Answer> answer = abort();
   if (answer.ok() && again) answer = abort();
@@ -493,9 +527,9 @@ absl::Status RemoteUpload::State::Fail(absl::Status status) {
 absl::StatusOr<std::unique_ptr<RemoteUpload>> RemoteUpload::Create(std::string url,
                                                                    const RemoteOptions& options) {
   if (options.upload_part_size < kMinPartSize || options.upload_part_size > kMaxPartSize) {
-    return absl::InvalidArgumentError(Cat(url, ": upload_part_size must be from ", kMinPartSize,
-                                          " to ", kMaxPartSize, " bytes (S3's limits), got ",
-                                          options.upload_part_size));
+    return absl::InvalidArgumentError(
+        Cat(url, ": upload_part_size must be from ", kMinPartSize, " to ", kMaxPartSize,
+            " bytes (S3's and GCS's limits), got ", options.upload_part_size));
   }
   if (options.upload_concurrency < 1 || options.upload_concurrency > kMaxConcurrency) {
     return absl::InvalidArgumentError(Cat(url, ": upload_concurrency must be from 1 to ",
@@ -519,7 +553,7 @@ absl::Status RemoteUpload::Write(std::string_view data) {
   while (!data.empty()) {
     const int number = s.parts_started + 1;
     if (number > kMaxParts) {
-      return s.Fail(absl::OutOfRangeError(Cat(url(), ": the object passes S3's limit of ",
+      return s.Fail(absl::OutOfRangeError(Cat(url(), ": the object passes the store's limit of ",
                                               kMaxParts, " parts (", s.size, " bytes so far)")));
     }
     const size_t part_size = static_cast<size_t>(s.PartSize(number));

@@ -67,8 +67,11 @@ class FakeS3 {
   // answers lost (the connection closes).
   int drop_completion_answers = 0;
   // server, when set, serves a completed object (HEAD, GET) with the ETag
-  // S3 gives one of N parts: "<hex>-N".
+  // S3 gives one of N parts: "<hex>-N", last modified at `completed_at`.
   FaultServer* server = nullptr;
+  std::string completed_at = "Tue, 15 Nov 1994 12:45:26 GMT";
+  // started_at, when set, is the Date of the answer that starts an upload.
+  std::string started_at;
 
   FaultPlan Answer(const FaultRequest& r) {
     if (fault) {
@@ -82,6 +85,7 @@ class FakeS3 {
       plan.body =
           "<?xml version=\"1.0\"?><InitiateMultipartUploadResult><Bucket>b</Bucket>"
           "<Key>k.tar</Key><UploadId>up&amp;1</UploadId></InitiateMultipartUploadResult>";
+      if (!started_at.empty()) plan.extra_headers = Cat("Date: ", started_at, "\r\n");
     } else if (r.method == "PUT" && t.find("partNumber=") != std::string::npos) {
       const int number = std::stoi(t.substr(t.find("partNumber=") + 11));
       parts_[number] = r.body;
@@ -109,7 +113,7 @@ class FakeS3 {
       }
       completed_ = true;
       const std::string etag = Cat("\"0123abcd-", parts_.size(), "\"");
-      if (server != nullptr) server->Put(t.substr(0, t.find('?')), object_, etag);
+      if (server != nullptr) server->Put(t.substr(0, t.find('?')), object_, etag, completed_at);
       plan.no_response = drop_completion_answers-- > 0;
       plan.body = Cat("<CompleteMultipartUploadResult><ETag>&quot;0123abcd-", parts_.size(),
                       "&quot;</ETag></CompleteMultipartUploadResult>");
@@ -435,6 +439,108 @@ TEST_F(RemoteUploadTest, AnUploadGoneWithoutItsObjectIsNotFound) {
             "\"0123abcd-2\")");
 }
 
+// --- gs://: GCS's XML API takes S3's multipart protocol
+
+class GcsUploadTest : public RemoteUploadTest {
+ protected:
+  GcsUploadTest() {
+    options_.gcs_endpoint = Cat("http://127.0.0.1:", server_.port());
+    options_.gcs_token = "ya29.token";
+  }
+};
+
+TEST_F(GcsUploadTest, AnObjectGoesUpInPartsWithTheBearerToken) {
+  const std::string data = RandomBytes(kPart + 1'000);
+  std::unique_ptr<RemoteUpload> up = Create("gs://b/k.tar");
+  ASSERT_TRUE(up->Write(data).ok());
+  ASSERT_TRUE(up->Close().ok());
+  EXPECT_THAT(
+      Requests(),
+      ElementsAre("POST /b/k.tar?uploads=", "PUT /b/k.tar?partNumber=1&uploadId=up%261",
+                  "PUT /b/k.tar?partNumber=2&uploadId=up%261", "POST /b/k.tar?uploadId=up%261"));
+  EXPECT_EQ(s3_.object(), data);
+  EXPECT_EQ(up->parts(), 2);
+  for (const FaultRequest& r : server_.log()) {
+    EXPECT_EQ(r.headers.at("authorization"), "Bearer ya29.token") << r.target;
+    EXPECT_EQ(r.headers.count("x-amz-content-sha256"), 0u) << r.target;
+  }
+  // A small one is one PUT.
+  ASSERT_TRUE(UploadBytes("small", "gs://b/small.tar", options_).ok());
+  EXPECT_EQ(Requests().back(), "PUT /b/small.tar");
+  EXPECT_EQ(s3_.object(), "small");
+}
+
+TEST_F(GcsUploadTest, HmacKeysSignWithSigV4ForRegionAuto) {
+  options_.gcs_token.clear();
+  options_.gcs_hmac = AwsCredentials{"GOOGHMAC", "hmacsecret", ""};
+  ASSERT_TRUE(UploadBytes("abc", "gs://b/k.tar", options_).ok());
+  const FaultRequest put = server_.log().at(0);
+  EXPECT_THAT(put.headers.at("authorization"), HasSubstr("AWS4-HMAC-SHA256 Credential=GOOGHMAC/"));
+  EXPECT_THAT(put.headers.at("authorization"), HasSubstr("/auto/s3/aws4_request"));
+  EXPECT_EQ(put.headers.at("x-amz-content-sha256"), sigv4::Sha256Hex("abc"));
+  EXPECT_EQ(s3_.object(), "abc");
+}
+
+TEST_F(GcsUploadTest, ACompletionWhoseAnswerWasLostIsFoundDoneByItsDate) {
+  // GCS gives a multipart object no MD5-based ETag: the retried completion,
+  // told NoSuchUpload, finds this upload's object by its size and a
+  // Last-Modified no earlier than the Date the store started the upload.
+  s3_.drop_completion_answers = 1;
+  s3_.server = &server_;
+  s3_.started_at = "Sat, 28 Nov 2026 10:00:00 GMT";
+  s3_.completed_at = "Sat, 28 Nov 2026 10:00:00 GMT";  // the same second counts
+  const std::string data = RandomBytes(kPart + 7);
+  std::unique_ptr<RemoteUpload> up = Create("gs://b/k.tar");
+  ASSERT_TRUE(up->Write(data).ok());
+  ASSERT_TRUE(up->Close().ok());
+  EXPECT_THAT(
+      Requests(),
+      ElementsAre("POST /b/k.tar?uploads=", "PUT /b/k.tar?partNumber=1&uploadId=up%261",
+                  "PUT /b/k.tar?partNumber=2&uploadId=up%261", "POST /b/k.tar?uploadId=up%261",
+                  "POST /b/k.tar?uploadId=up%261", "HEAD /b/k.tar"));
+  EXPECT_EQ(s3_.object(), data);
+}
+
+TEST_F(GcsUploadTest, AnOlderObjectOfTheSameSizeIsNotTheUploads) {
+  const std::string data = RandomBytes(kPart + 7);
+  server_.Put("/b/k.tar", data, "\"CJjx\"", "Sat, 28 Nov 2026 09:59:59 GMT");
+  s3_.started_at = "Sat, 28 Nov 2026 10:00:00 GMT";
+  s3_.fault = [](const FaultRequest& r) -> std::optional<FaultPlan> {
+    if (r.method != "POST" || r.target.find("uploadId=") == std::string::npos) return std::nullopt;
+    return S3Error(404, "NoSuchUpload", "gone");
+  };
+  std::unique_ptr<RemoteUpload> up = Create("gs://b/k.tar");
+  ASSERT_TRUE(up->Write(data).ok());
+  const absl::Status failed = up->Close();
+  EXPECT_TRUE(absl::IsNotFound(failed)) << failed;
+  EXPECT_EQ(Message(failed),
+            "gs://b/k.tar: completing the multipart upload of 2 parts: HTTP 404 Planned: "
+            "NoSuchUpload: gone (and the object is not this upload's: 5242887 bytes, ETag "
+            "\"CJjx\", last modified Sat, 28 Nov 2026 09:59:59 GMT; the upload began Sat, 28 Nov "
+            "2026 10:00:00 GMT)");
+  // Without the store's Date, nothing shows the object is the upload's.
+  s3_.started_at.clear();
+  up = Create("gs://b/k.tar");
+  ASSERT_TRUE(up->Write(data).ok());
+  EXPECT_THAT(Message(up->Close()), HasSubstr("; the upload began at an unknown time)"));
+}
+
+TEST_F(RemoteUploadTest, ACompletionMayBeSilentLongerThanTheStallTimeout) {
+  // GCS says a completion can take minutes; it is waited for, not retried.
+  options_.stall_timeout = std::chrono::milliseconds(300);
+  s3_.fault = [](const FaultRequest& r) -> std::optional<FaultPlan> {
+    if (r.method == "POST" && r.target.find("uploadId=") != std::string::npos) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1'000));
+    }
+    return std::nullopt;
+  };
+  std::unique_ptr<RemoteUpload> up = Create();
+  ASSERT_TRUE(up->Write(RandomBytes(kPart + 7)).ok());
+  ASSERT_TRUE(up->Close().ok());
+  EXPECT_EQ(Requests().size(), 4u);  // one completion
+  EXPECT_EQ(up->etag(), "\"0123abcd-2\"");
+}
+
 TEST_F(RemoteUploadTest, S3sRequestTimeoutIsRetriedThoughItIsA400) {
   int refused = 0;
   s3_.fault = [&](const FaultRequest& r) -> std::optional<FaultPlan> {
@@ -563,16 +669,22 @@ TEST_F(RemoteUploadTest, TransientFailuresThatLastGiveUpAfterMaxAttempts) {
 }
 
 TEST_F(RemoteUploadTest, CreateRefusesWhatItCannotWrite) {
-  for (const std::string url : {"gs://b/k.tar", "https://example.com/k.tar", "pipe:cat"}) {
+  for (const std::string url : {"https://example.com/k.tar", "pipe:cat", "/tmp/k.tar"}) {
     absl::StatusOr<std::unique_ptr<RemoteUpload>> up = RemoteUpload::Create(url, options_);
     EXPECT_TRUE(absl::IsInvalidArgument(up.status())) << url;
-    EXPECT_THAT(Message(up.status()), HasSubstr(Cat(url, ": only s3:// URLs are written")));
+    EXPECT_EQ(Message(up.status()),
+              Cat(url,
+                  ": only s3:// and gs:// URLs are written in-process (write others through "
+                  "a command, pipe:curl -T - https://...)"));
   }
+  EXPECT_EQ(Message(RemoteUpload::Create("gs://b/", options_).status()),
+            "gs://b/: no object key (expected scheme://bucket/key)");
   EXPECT_EQ(Message(RemoteUpload::Create("s3://b", options_).status()),
             "s3://b: no object key (expected scheme://bucket/key)");
   options_.upload_part_size = (int64_t{5} << 20) - 1;
   EXPECT_EQ(Message(RemoteUpload::Create("s3://b/k", options_).status()),
-            "s3://b/k: upload_part_size must be from 5242880 to 5368709120 bytes (S3's limits), "
+            "s3://b/k: upload_part_size must be from 5242880 to 5368709120 bytes (S3's and "
+            "GCS's limits), "
             "got 5242879");
   options_.upload_part_size = kPart;
   options_.upload_concurrency = 0;
