@@ -1027,6 +1027,28 @@ def test_gs_is_written_natively_with_hmac_keys_through_the_s3_interface(s3rver, 
         wds.gopen("gs://shards/gcs/refused.tar").read()
 
 
+def test_gs_writes_without_gcs_credentials_go_to_gsutil_as_in_the_reference(monkeypatch):
+    """The native writer cannot use gsutil's own login (gcloud, a service account)."""
+    gopen_module = sys.modules["webdataset_cpp.gopen"]  # the package's gopen is the function
+    writer_module = sys.modules["webdataset_cpp.writer"]
+    for name in ("GOOGLE_OAUTH_ACCESS_TOKEN", "WDS_GCS_HMAC_ACCESS_ID", "WDS_GCS_HMAC_SECRET",
+                 "STORAGE_EMULATOR_HOST"):
+        monkeypatch.delenv(name, raising=False)
+    called = []
+    monkeypatch.setattr(gopen_module, "gopen_gsutil",
+                        lambda url, mode="rb", bufsize=8192, **kw: called.append((url, mode)))
+    wds.gopen("gs://bucket/k.tar", "wb")
+    assert called == [("gs://bucket/k.tar", "wb")]
+    assert not writer_module._native_upload("gs://bucket/part-%06d.tar")
+    assert writer_module._native_upload("s3://bucket/part-%06d.tar")
+    monkeypatch.setenv("GOOGLE_OAUTH_ACCESS_TOKEN", "ya29.token")
+    assert writer_module._native_upload("gs://bucket/part-%06d.tar")
+    native = wds.gopen("gs://bucket/k.tar", "wb")
+    assert isinstance(native, gopen_module.NativeWriter)
+    native.abort()  # nothing was sent, and nothing is
+    assert called == [("gs://bucket/k.tar", "wb")]
+
+
 def test_a_shard_uploads_while_the_next_fills_unless_asked_not_to(s3rver, local_samples,
                                                                   monkeypatch):
     """post (and the count) of a shard come with the write that finishes the next shard, once

@@ -242,7 +242,8 @@ def test_shard_writer_writes_to_pipe_urls_as_to_files(tmp_path):
             assert a.read() == b.read(), name
     assert posted == [f"pipe:cat > {tmp_path}/b/{name}" for name in files]
     with pytest.raises(ValueError,
-                       match=r"^ShardWriter\(index=True\) writes local and s3:// shards only"):
+                       match=r"^ShardWriter\(index=True\) writes local, s3:// and gs:// \(with GCS "
+                             r"credentials in the environment\) shards only, not 'pipe:cat > "):
         wds.ShardWriter("pipe:cat > x-%d.tar", index=True)
 
 

@@ -4,9 +4,12 @@
 Reading http(s)://, s3:// and gs:// goes through the native remote reader,
 as shards do (resumed byte-exactly after faults, retried, S3 signed, cached
 when a cache directory is set; ``remote=RemoteOptions(...)`` sets it up),
-where the reference runs curl or gsutil. Writing ("wb") s3:// and gs:// is
-native too (NativeWriter: the object appears whole at close, or not at
-all); writing http(s) still pipes to curl. A pipe: command
+where the reference runs curl or gsutil. Writing ("wb") s3:// is native
+too (NativeWriter: the object appears whole at close, or not at all), and
+gs:// when the environment gives GCS credentials (GOOGLE_OAUTH_ACCESS_TOKEN,
+or WDS_GCS_HMAC_ACCESS_ID and WDS_GCS_HMAC_SECRET) or an emulator
+(STORAGE_EMULATOR_HOST); else gs:// pipes to gsutil, whose own login
+applies, as in the reference. Writing http(s) pipes to curl. A pipe: command
 that exits non-zero raises OSError naming the command when its stream is
 read to the end or closed (the reference checks only when a read or write
 finds the command already exited, so it can miss a failure).
@@ -325,15 +328,26 @@ def gopen_hf(url, mode="rb", bufsize=8192, remote=None, **kw):
     return gopen_remote(http_url, "rb", bufsize, remote=options)
 
 
+def gcs_writes_natively():
+    """Whether gs:// objects are written in-process: the environment names
+    GCS credentials the native writer can use, or an emulator. Without them
+    a gs:// write goes to gsutil, whose own login (gcloud, a service
+    account) the native writer cannot use."""
+    return any(os.environ.get(name) for name in (
+        "GOOGLE_OAUTH_ACCESS_TOKEN", "WDS_GCS_HMAC_ACCESS_ID", "STORAGE_EMULATOR_HOST"))
+
+
 def gopen_remote(url, mode="rb", bufsize=8192, remote=None, **kw):
     """Reads http(s)://, s3:// and gs:// with the native remote reader
-    (buffered); writes s3:// and gs:// natively (NativeWriter), http(s) with
-    curl."""
+    (buffered); writes s3:// natively (NativeWriter), gs:// natively when
+    gcs_writes_natively(), else with gsutil, and http(s) with curl."""
     if mode == "rb":
         raw = NativeReader(url, remote)
         return io.BufferedReader(raw, buffer_size=max(bufsize, 1 << 16))
-    if url.startswith(("s3://", "gs://")):
+    if url.startswith("s3://") or (url.startswith("gs://") and gcs_writes_natively()):
         return NativeWriter(url, remote)
+    if url.startswith("gs://"):
+        return gopen_gsutil(url, mode, bufsize, **kw)
     return gopen_curl(url, mode, bufsize, **kw)
 
 

@@ -10,7 +10,8 @@ tiff/tif -> PIL (ndarrays in uint8 or float in [0, 1]). A ``.gz`` suffix
 gzips the encoded value.
 
 Outputs are local paths, "-" (standard output), binary file objects, and the
-URLs gopen writes (``pipe:CMD``, s3:// and gs:// natively, http(s) with curl): a
+URLs gopen writes (``pipe:CMD``, s3:// natively, gs:// natively with GCS credentials in the
+environment or else with gsutil, http(s) with curl): a
 ``pipe:`` command receives the archive as it is written, and an exit status
 other than 0 (or 141, SIGPIPE) raises OSError naming the command at the
 latest when the writer closes. ShardWriter takes ``pattern % n`` URLs alike
@@ -47,7 +48,8 @@ import subprocess
 import tempfile
 
 from . import _core
-from .gopen import _refuse_if_secure, gopen, gopen_remote, gopen_schemes, local_path, rewrite_url
+from .gopen import (_refuse_if_secure, gcs_writes_natively, gopen, gopen_remote, gopen_schemes,
+                    local_path, rewrite_url)
 from .remote import native_options
 
 # imageencoder's format names that PIL spells differently.
@@ -396,10 +398,12 @@ class _Output:
 
 def _native_upload(pattern):
     """Whether shards of `pattern` go to s3:// or gs:// through the native
-    writer: the gopen handler of its scheme is the built-in one, and
+    writer: the gopen handler of its scheme is the built-in one (for gs://,
+    with GCS credentials in the environment: gcs_writes_natively), and
     GOPEN_REWRITE leaves the pattern as it is."""
     scheme = pattern.split("://", 1)[0] if "://" in pattern else ""
     return (scheme in ("s3", "gs") and gopen_schemes.get(scheme) is gopen_remote
+            and (scheme == "s3" or gcs_writes_natively())
             and rewrite_url(pattern) == pattern)
 
 
@@ -575,8 +579,8 @@ class ShardWriter(_NativeWriter):
             return
         if path is None:
             if index:
-                raise ValueError(f"ShardWriter(index=True) writes local, s3:// and gs:// shards "
-                                 f"only, "
+                raise ValueError(f"ShardWriter(index=True) writes local, s3:// and gs:// (with "
+                                 f"GCS credentials in the environment) shards only, "
                                  f"not {pattern!r}")
             self._writer = _StreamShards(pattern, maxcount, maxsize, compress, mtime,
                                          start_shard, opener, self._closed_shard,

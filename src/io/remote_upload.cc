@@ -131,12 +131,14 @@ class Exchanger {
                                   : kind == Limits::kPatient ? patient_
                                                              : options_;
     int failures = 0;
-    const auto since = std::chrono::steady_clock::now();
+    // max_retry_time runs from the first failure's end, not the first
+    // attempt's start: a completion may take minutes before it fails.
+    std::chrono::steady_clock::time_point since;
     while (true) {
       std::string retry_after;
       absl::Status error = Attempt(make(), limits, also_ok, retry_after);
       if (error.ok()) return std::move(answer_);
-      ++failures;
+      if (++failures == 1) since = std::chrono::steady_clock::now();
       const std::string last(ToStd(error.message()));
       if (!absl::IsUnavailable(error))
         return absl::Status(error.code(), Cat(url_, ": ", what, ": ", last));
@@ -228,6 +230,17 @@ absl::StatusOr<RemoteTarget> ResolveForWriting(const std::string& url,
         Cat(url,
             ": only s3:// and gs:// URLs are written in-process (write others through a "
             "command, pipe:curl -T - https://...)"));
+  }
+  if (StartsWith(url, "gs://") && options.gcs_token.empty() && !options.gcs_hmac.has_value() &&
+      options.gcs_endpoint.empty()) {
+    // GCS takes no anonymous writes (but to a bucket anyone may write).
+    return absl::InvalidArgumentError(
+        Cat(url,
+            ": writing to GCS needs credentials: a bearer token (GOOGLE_OAUTH_ACCESS_TOKEN or "
+            "gcs_token; `gcloud auth print-access-token` prints one) or HMAC keys "
+            "(WDS_GCS_HMAC_ACCESS_ID and WDS_GCS_HMAC_SECRET, or gcs_hmac); or write through "
+            "pipe:gsutil cp - ",
+            url));
   }
   AwsCredentialSource credentials(options);
   return RemoteTarget::Resolve(url, options, credentials);

@@ -415,7 +415,7 @@ void TarSampleStream::OpenAhead() {
 bool TarSampleStream::IsInFlight(const std::string& url) const {
   if (reader_ != nullptr && url == url_) return true;
   return std::any_of(ahead_.begin(), ahead_.end(),
-                     [&](const Ahead& a) { return a.open != nullptr && (*a.slice)->url == url; });
+                     [&](const Ahead& a) { return a.open != nullptr && a.open->url() == url; });
 }
 
 void TarSampleStream::DropAhead() {

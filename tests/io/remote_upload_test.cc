@@ -541,6 +541,25 @@ TEST_F(RemoteUploadTest, ACompletionMayBeSilentLongerThanTheStallTimeout) {
   EXPECT_EQ(up->etag(), "\"0123abcd-2\"");
 }
 
+TEST_F(RemoteUploadTest, MaxRetryTimeRunsFromTheFirstFailureNotTheFirstAttempt) {
+  // A completion that fails after longer than max_retry_time is still
+  // retried: the time runs from that failure.
+  options_.max_retry_time = std::chrono::milliseconds(800);
+  std::atomic<int> completions{0};
+  s3_.fault = [&](const FaultRequest& r) -> std::optional<FaultPlan> {
+    if (r.method != "POST" || r.target.find("uploadId=") == std::string::npos) return std::nullopt;
+    if (completions++ > 0) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1'200));
+    return S3Error(503, "SlowDown", "later");
+  };
+  std::unique_ptr<RemoteUpload> up = Create();
+  ASSERT_TRUE(up->Write(RandomBytes(kPart + 7)).ok());
+  const absl::Status closed = up->Close();
+  ASSERT_TRUE(closed.ok()) << closed;
+  EXPECT_EQ(completions.load(), 2);
+  EXPECT_EQ(Requests().back(), "POST /b/k.tar?uploadId=up%261");
+}
+
 TEST_F(RemoteUploadTest, S3sRequestTimeoutIsRetriedThoughItIsA400) {
   int refused = 0;
   s3_.fault = [&](const FaultRequest& r) -> std::optional<FaultPlan> {
@@ -677,6 +696,14 @@ TEST_F(RemoteUploadTest, CreateRefusesWhatItCannotWrite) {
                   ": only s3:// and gs:// URLs are written in-process (write others through "
                   "a command, pipe:curl -T - https://...)"));
   }
+  // GCS takes no anonymous writes: a gs:// URL needs a token or HMAC keys
+  // (or an emulator's endpoint).
+  EXPECT_EQ(Message(RemoteUpload::Create("gs://b/k.tar", options_).status()),
+            "gs://b/k.tar: writing to GCS needs credentials: a bearer token "
+            "(GOOGLE_OAUTH_ACCESS_TOKEN or gcs_token; `gcloud auth print-access-token` prints "
+            "one) or HMAC keys (WDS_GCS_HMAC_ACCESS_ID and WDS_GCS_HMAC_SECRET, or gcs_hmac); or "
+            "write through pipe:gsutil cp - gs://b/k.tar");
+  options_.gcs_endpoint = "http://127.0.0.1:1";
   EXPECT_EQ(Message(RemoteUpload::Create("gs://b/", options_).status()),
             "gs://b/: no object key (expected scheme://bucket/key)");
   EXPECT_EQ(Message(RemoteUpload::Create("s3://b", options_).status()),

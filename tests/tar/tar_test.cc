@@ -1210,7 +1210,9 @@ TEST(TarSamplesOpenAheadTest, OpensAsManyAsAskedAndReadsTheSameSamples) {
     SampleResult first = stream->Next();
     ASSERT_TRUE(first.ok() && first->has_value()) << first.status();
     if (ahead >= 1) {
-      ASSERT_TRUE(opener.Wait(prefix + (ahead == 1 ? "1.tar" : "2.tar")));
+      // The opens ahead run on threads of their own, in any order.
+      ASSERT_TRUE(opener.Wait(prefix + "1.tar"));
+      if (ahead >= 2) ASSERT_TRUE(opener.Wait(prefix + "2.tar"));
       EXPECT_EQ(opener.calls().size(), std::min<size_t>(3, 1 + ahead)) << "open_ahead " << ahead;
     } else {
       EXPECT_THAT(opener.calls(), ElementsAre(prefix + "0.tar")) << "open_ahead 0";

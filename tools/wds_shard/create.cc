@@ -14,9 +14,10 @@
 // "<prefix>-classes.txt": one class name per line, line N (from 0) naming
 // class index N.
 //
-// An s3:// pattern uploads each finished shard (ShardWriter stages it in
-// $TMPDIR first) and the files beside it; credentials and endpoint come
-// from the environment (AWS_*), as for reading.
+// An s3:// or gs:// pattern uploads each finished shard (ShardWriter stages
+// it in $TMPDIR first) and the files beside it; credentials and endpoint
+// come from the environment (AWS_*; GOOGLE_OAUTH_ACCESS_TOKEN or
+// WDS_GCS_HMAC_*), as for reading.
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -361,7 +362,7 @@ absl::Status Shuffle(Input& input, uint64_t seed) {
   return absl::OkStatus();
 }
 
-// WriteOutput writes `text` to `path`, a local file or an s3:// object.
+// WriteOutput writes `text` to `path`, a local file or an s3:// or gs:// object.
 absl::Status WriteOutput(const std::string& path, std::string_view text) {
   return IsRemoteUrl(path) ? UploadBytes(text, path) : WriteFileAtomically(path, text);
 }

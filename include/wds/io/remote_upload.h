@@ -1,6 +1,7 @@
-// RemoteUpload: writes one s3:// object in-process, signed with AWS
-// Signature Version 4 (credentials, endpoint and region as for reading:
-// wds/io/remote.h).
+// RemoteUpload: writes one s3:// or gs:// object in-process, authenticated
+// as reads are (wds/io/remote.h): s3:// signed with AWS Signature Version 4;
+// gs:// through GCS's XML API, which takes S3's multipart uploads, with a
+// bearer token or HMAC keys (SigV4, region "auto").
 //
 //   absl::StatusOr<std::unique_ptr<wds::RemoteUpload>> up =
 //       wds::RemoteUpload::Create("s3://bucket/train-000000.tar", options);
@@ -9,7 +10,7 @@
 //
 // Bytes are gathered into parts of RemoteOptions::upload_part_size. An
 // object smaller than one part goes up in one PUT at Close; a larger one as
-// an S3 multipart upload, each part sent as it fills, by a thread of its own
+// a multipart upload, each part sent as it fills, by a thread of its own
 // while the writer fills the next (up to upload_concurrency parts at once,
 // so up to upload_concurrency + 1 parts are held in memory), and the upload
 // completed at Close. Either way the object appears,
@@ -18,8 +19,10 @@
 //
 // Each request is retried like a read (RemoteOptions' attempts, backoff and
 // Retry-After) after a transient failure: a connection fault, 408, 429, 5xx,
-// or S3's InternalError or SlowDown inside a 200 answer to a completion. S3
-// checks each body against the SHA-256 in its signature.
+// or S3's InternalError or SlowDown inside a 200 answer to a completion. The
+// store checks each body against the SHA-256 in a SigV4 signature (a gs://
+// upload with a bearer token has none: TLS guards the body). A completion
+// may be silent for up to 10 minutes (GCS says one can take minutes).
 //
 // Failure: the first error of a Write or Close is returned, naming the URL
 // and the step (a part's number; a part's failure is returned by the Write
@@ -30,8 +33,11 @@
 // upload's ID (so that a store's lifecycle rule, or the user, can remove
 // it); a process that dies mid-upload leaves its parts to such a rule.
 //
-// Only s3:// URLs are written (gs:// and http(s):// are InvalidArgument at
-// Create: write them through a command, pipe:gsutil cp - gs://...).
+// Only s3:// and gs:// URLs are written (http(s):// is InvalidArgument at
+// Create: write it through a command, pipe:curl -T - https://...). A gs://
+// URL without credentials (gcs_token, gcs_hmac) is InvalidArgument too,
+// unless gcs_endpoint names another store (an emulator): GCS takes no
+// anonymous writes.
 //
 // Thread safety: one thread at a time.
 #pragma once

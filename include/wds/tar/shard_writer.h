@@ -17,7 +17,7 @@
 // failed, removes its temporary file: an error leaves the shards finished
 // before it and nothing else.
 //
-// An s3:// pattern ("s3://bucket/train-%06d.tar") writes each shard to a
+// An s3:// or gs:// pattern ("s3://bucket/train-%06d.tar") writes each shard to a
 // temporary file in `staging_dir` and uploads it when complete
 // (wds/io/remote_upload.h: one PUT, or a multipart upload), so the object
 // appears whole or not at all; its index sidecar (write_index) goes up
@@ -27,7 +27,8 @@
 // Write or Close that finished the shard), so a shard counts as written,
 // and its on_close runs, when the Write that finishes the next shard, or
 // Close, finds its upload ended; an upload's error is returned there. Other
-// remote URLs are InvalidArgument at Create.
+// remote URLs, and gs:// without credentials, are InvalidArgument at
+// Create.
 //
 // Rolling: a shard ends before the sample that would make it hold more than
 // `maxcount` samples, or more than `maxsize` bytes of uncompressed tar. The
@@ -57,7 +58,7 @@ namespace wds {
 
 // ShardInfo describes a finished shard.
 struct ShardInfo {
-  // path is the final name (a URL for an s3:// pattern).
+  // path is the final name (a URL for an s3:// or gs:// pattern).
   std::string path;
   // number is the value formatted into the pattern.
   int64_t number = 0;
@@ -84,10 +85,10 @@ struct ShardWriterOptions {
   bool write_index = false;
   // on_close runs after each shard got its final name (on the writer's
   // thread); an error it returns is returned by the Write or Close that
-  // finished the shard (for an s3:// pattern: that finished the next shard,
+  // finished the shard (for a remote pattern: that finished the next shard,
   // or Close).
   std::function<absl::Status(const ShardInfo&)> on_close;
-  // For an s3:// pattern: the remote options (nullopt: from the
+  // For a remote pattern: the remote options (nullopt: from the
   // environment), and the directory shards are staged in (empty: $TMPDIR,
   // else /tmp), which needs room for two shards (one uploading, one filling;
   // one with upload_in_background = false).
