@@ -1047,6 +1047,17 @@ def test_gs_writes_without_gcs_credentials_go_to_gsutil_as_in_the_reference(monk
     assert isinstance(native, gopen_module.NativeWriter)
     native.abort()  # nothing was sent, and nothing is
     assert called == [("gs://bucket/k.tar", "wb")]
+    # Without credentials and without gsutil, the error says what to set.
+    monkeypatch.undo()
+    for name in ("GOOGLE_OAUTH_ACCESS_TOKEN", "WDS_GCS_HMAC_ACCESS_ID", "STORAGE_EMULATOR_HOST"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(FileNotFoundError) as missing:
+        wds.gopen("gs://bucket/k.tar", "wb")
+    assert str(missing.value) == (
+        "[Errno 2] gsutil is not installed; to write gs:// in-process, set "
+        "GOOGLE_OAUTH_ACCESS_TOKEN, or WDS_GCS_HMAC_ACCESS_ID and WDS_GCS_HMAC_SECRET: "
+        "'gs://bucket/k.tar'")
 
 
 def test_a_shard_uploads_while_the_next_fills_unless_asked_not_to(s3rver, local_samples,

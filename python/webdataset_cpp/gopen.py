@@ -25,6 +25,7 @@ b'abc'
 """
 
 import dataclasses
+import errno
 import io
 import os
 import re
@@ -347,7 +348,15 @@ def gopen_remote(url, mode="rb", bufsize=8192, remote=None, **kw):
     if url.startswith("s3://") or (url.startswith("gs://") and gcs_writes_natively()):
         return NativeWriter(url, remote)
     if url.startswith("gs://"):
-        return gopen_gsutil(url, mode, bufsize, **kw)
+        try:
+            return gopen_gsutil(url, mode, bufsize, **kw)
+        except FileNotFoundError as exn:
+            if exn.filename != "gsutil":
+                raise
+            raise FileNotFoundError(
+                errno.ENOENT, "gsutil is not installed; to write gs:// in-process, set "
+                "GOOGLE_OAUTH_ACCESS_TOKEN, or WDS_GCS_HMAC_ACCESS_ID and WDS_GCS_HMAC_SECRET",
+                url) from exn
     return gopen_curl(url, mode, bufsize, **kw)
 
 
