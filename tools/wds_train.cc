@@ -779,12 +779,10 @@ class Run {
     }
   }
 
-  // NextBatch takes the next batch, timing the wait; with --join every rank
-  // learns whether all still have one.
-  std::optional<wds::Sample> NextBatch(wds::Loader& loader, EpochStats& stats) {
-    const Clock::time_point start = Clock::now();
+  // NextBatch takes the next batch; with --join every rank learns whether
+  // all still have one.
+  std::optional<wds::Sample> NextBatch(wds::Loader& loader) {
     absl::StatusOr<std::optional<wds::Sample>> item = loader.Next();
-    stats.wait_s += Seconds(Clock::now() - start);
     if (!item.ok()) throw wds::LoaderError(item.status());
     const bool have = item->has_value();
     if (o_.join && !dist_.AllStillHaveData(have)) return std::nullopt;
@@ -814,7 +812,7 @@ class Run {
       if (resume_step > 0) LoadRankState({epoch, resume_step}, *loader, stats);
     }
     const Clock::time_point start = Clock::now();
-    while (std::optional<wds::Sample> batch = NextBatch(*loader, stats)) {
+    while (std::optional<wds::Sample> batch = NextBatch(*loader)) {
       wds::MadeTensors decoded;  // --decode-device cuda: the images, decoded on the GPU
       if (o_.decode_on_gpu) {
         decoded.emplace_back((*batch)[0].first, DecodedImages(*batch));
@@ -837,6 +835,7 @@ class Run {
       }
     }
     stats.loop_s = Seconds(Clock::now() - start);
+    stats.wait_s += loader->stats().wait_seconds;  // the time Next() waited for batches
     loader.reset();
     dist_.CheckStepCounts(epoch, stats.batches);
     Report(epoch, stats);

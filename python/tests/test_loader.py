@@ -51,6 +51,32 @@ def test_threads_exist_only_while_an_epoch_runs(shards):
     assert threads_settle_to(before) == before  # leaving early joins them
 
 
+def test_stats_say_how_long_the_loop_waited_for_data(shards):
+    loader = wds.Loader(dataset(shards, shardshuffle=False), workers=2)
+    assert loader.stats() == dict(epoch=None, items=0, wait_seconds=0.0,
+                                  first_item_seconds=None, seconds=0.0)
+    count = 0
+    for _ in loader:
+        count += 1
+        time.sleep(0.02)  # the training step: the loop's own time, not waiting
+    stats = loader.stats()
+    assert stats["epoch"] == 0 and stats["items"] == count == 10
+    assert 0 < stats["first_item_seconds"] <= stats["wait_seconds"] <= stats["seconds"]
+    assert stats["seconds"] - stats["wait_seconds"] >= 10 * 0.02
+    time.sleep(0.05)
+    assert loader.stats() == stats  # between epochs, the last one's stay
+    it = iter(loader)
+    next(it)
+    running = loader.stats()
+    assert running["epoch"] == 1 and running["items"] == 1
+    time.sleep(0.05)
+    assert loader.stats()["seconds"] >= running["seconds"] + 0.05  # it runs on
+    it.close()  # leaving early ends the epoch's count too
+    left = loader.stats()
+    time.sleep(0.02)
+    assert loader.stats() == left and left["items"] == 1
+
+
 def test_epochs_length_and_set_epoch(shards):
     ds = dataset(shards, shardshuffle=10, seed=1).with_epoch(7, across_workers=True)
     loader = wds.Loader(ds, workers=2)

@@ -44,6 +44,8 @@ checkpoint with the model and a restarted job continues with exactly the
 batches it would have seen.
 """
 
+import time
+
 from . import _core, _plan
 from .utils import node_info
 
@@ -315,6 +317,8 @@ class Loader:
                                   gpu_decoders=self._gpu_workers, kinds=kinds, kind_names=names)
         self._core.set_epoch(dataset.epoch)
         self._unrecordable = _plan.unrecordable_stage(dataset.pipeline, ctx)
+        self._stats = dict(epoch=None, items=0, wait_seconds=0.0, first_item_seconds=None)
+        self._started = self._ended = None
 
     def set_epoch(self, epoch):
         """The epoch the next iteration runs (default: 0, then one more after
@@ -396,17 +400,45 @@ class Loader:
                             ".with_length(n)")
         return self._size
 
+    def stats(self):
+        """How the running epoch (else the last one) went, as the iterating
+        thread saw it: whether training waited for data. A dict: "epoch",
+        "items" handed out, "wait_seconds" the iteration spent getting them
+        (starting the workers, and a device decode, included),
+        "first_item_seconds" from the epoch's start to its first item (None
+        before it), and "seconds" from the epoch's start to its end or now;
+        seconds - wait_seconds is the loop's own time (the training step)."""
+        stats = dict(self._stats)
+        if self._started is None:
+            stats["seconds"] = 0.0
+        else:
+            stats["seconds"] = (self._ended or time.perf_counter()) - self._started
+        return stats
+
     def __iter__(self):
         core = self._core
         finished = False
+        clock = time.perf_counter
+        stats = self._stats = dict(epoch=core.epoch, items=0, wait_seconds=0.0,
+                                   first_item_seconds=None)
+        self._started, self._ended = clock(), None
         try:
             while True:
+                asked = clock()
                 item = core.next()
+                if item is not None and self._device_decode is not None:
+                    item = self._device_decode(item)
+                now = clock()
+                stats["wait_seconds"] += now - asked
                 if item is None:
                     finished = True
                     return
-                yield item if self._device_decode is None else self._device_decode(item)
+                if stats["items"] == 0:
+                    stats["first_item_seconds"] = now - self._started
+                stats["items"] += 1
+                yield item
         finally:
+            self._ended = clock()
             if not finished:
                 core.stop()
 

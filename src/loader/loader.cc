@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <chrono>
 #include <exception>
 #include <string>
 #include <system_error>
@@ -331,6 +332,12 @@ struct Loader::Impl {
   bool running = false;
   int64_t running_epoch = 0;
   int64_t remaining = 0;  // items left in a WithLength / WithEpoch epoch
+  // stats is the epoch's as its consumer saw it; counting says whether it
+  // counts the running epoch (false until that epoch's first Next), since
+  // and ended when it started and ended.
+  LoaderStats stats;
+  bool counting = false;
+  std::chrono::steady_clock::time_point since, ended;
   // stream_epoch is the epoch the running workers' streams were opened in
   // (earlier than the running one under WithEpoch).
   int64_t stream_epoch = 0;
@@ -406,6 +413,7 @@ struct Loader::Impl {
   EpochMode mode() const { return pipeline.epoch_mode(); }
 
   void StartEpoch() {
+    counting = false;
     // A WithEpoch stream continues across epochs, even abandoned ones.
     if (mode() != EpochMode::kEpoch) {
       group.reset();
@@ -483,8 +491,28 @@ struct Loader::Impl {
 
   SampleResult Next() {
     if (!setup.ok()) return setup;
+    const auto called = std::chrono::steady_clock::now();
+    SampleResult result = Take();
+    const auto now = std::chrono::steady_clock::now();
+    if (counting) {
+      stats.wait_seconds += std::chrono::duration<double>(now - called).count();
+      if (result.ok() && result->has_value() && stats.items++ == 0) {
+        stats.first_item_seconds = std::chrono::duration<double>(now - since).count();
+      }
+      if (!running) ended = now;
+    }
+    return result;
+  }
+
+  // Take is Next without the stats.
+  SampleResult Take() {
     resumed = false;
     if (!running) StartEpoch();
+    if (!counting) {
+      counting = true;
+      stats = LoaderStats{.epoch = running_epoch};
+      since = std::chrono::steady_clock::now();
+    }
     const bool counted = mode() != EpochMode::kNatural;
     if (counted && remaining == 0) {
       FinishEpoch(/*failed=*/false);
@@ -601,6 +629,8 @@ struct Loader::Impl {
   // Apply continues from rank state `d`, taken on this loader's layout.
   void Apply(const LoaderStateData& d) {
     group.reset();
+    counting = false;
+    stats = LoaderStats{};
     running = d.running;
     running_epoch = d.epoch;
     next_epoch = d.running ? d.epoch + 1 : d.epoch;
@@ -636,6 +666,8 @@ struct Loader::Impl {
       return absl::OkStatus();
     }
     base = std::make_shared<const JobStateData>(std::move(job));
+    counting = false;
+    stats = LoaderStats{};
     running = true;
     running_epoch = base->first().epoch;
     next_epoch = running_epoch + 1;
@@ -688,6 +720,15 @@ int Loader::rank() const { return impl_->placement.rank; }
 int Loader::world_size() const { return impl_->placement.world_size; }
 
 const ErrorCounters& Loader::errors() const { return *impl_->errors; }
+
+LoaderStats Loader::stats() const {
+  LoaderStats s = impl_->stats;
+  if (impl_->counting) {
+    const auto until = impl_->running ? std::chrono::steady_clock::now() : impl_->ended;
+    s.seconds = std::chrono::duration<double>(until - impl_->since).count();
+  }
+  return s;
+}
 
 const std::shared_ptr<BufferPool>& Loader::pool() const { return impl_->pool; }
 const std::shared_ptr<BufferPool>& Loader::read_pool() const { return impl_->read_pool; }

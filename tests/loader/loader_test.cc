@@ -284,6 +284,48 @@ TEST(LoaderTest, NaturalEpochsReopenWithTheNextEpoch) {
   EXPECT_EQ(spec.live->load(), 0);
 }
 
+TEST(LoaderTest, StatsSayHowLongTheConsumerWaited) {
+  // Each item takes at least 20 ms in the one worker: a consumer that asks at
+  // once waits at least 5 x 20 ms; one that takes 30 ms per item itself does
+  // not count that time as waiting.
+  SourceSpec spec{.lengths = {5}};
+  Loader loader(TestPipeline(spec).Map([](Sample s) -> absl::StatusOr<Sample> {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return s;
+  }));
+  EXPECT_EQ(loader.stats().epoch, -1);
+  EXPECT_EQ(loader.stats().items, 0);
+  EXPECT_EQ(TakeEpochOk(loader).size(), 5u);
+  LoaderStats s = loader.stats();
+  EXPECT_EQ(s.epoch, 0);
+  EXPECT_EQ(s.items, 5);
+  EXPECT_GE(s.wait_seconds, 0.1);
+  EXPECT_GE(s.first_item_seconds, 0.02);
+  EXPECT_LE(s.first_item_seconds, s.wait_seconds);
+  EXPECT_LE(s.wait_seconds, s.seconds);
+  // Between epochs, the last one's stay as they were.
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_EQ(loader.stats().seconds, s.seconds);
+
+  const auto started = Clock::now();
+  absl::StatusOr<std::optional<Sample>> item = loader.Next();
+  ASSERT_TRUE(item.ok() && item->has_value());
+  LoaderStats running = loader.stats();
+  EXPECT_EQ(running.epoch, 1);
+  EXPECT_EQ(running.items, 1);
+  EXPECT_GT(running.first_item_seconds, 0);
+  for (int i = 0; i < 5; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // the consumer's own time
+    item = loader.Next();
+    ASSERT_TRUE(item.ok());
+  }
+  EXPECT_FALSE(item->has_value());  // the end
+  s = loader.stats();
+  EXPECT_EQ(s.items, 5);
+  EXPECT_GE(s.seconds - s.wait_seconds, 0.15);
+  EXPECT_LE(s.seconds, SecondsSince(started));
+}
+
 TEST(LoaderTest, SetEpochChoosesTheNextEpoch) {
   SourceSpec spec{.lengths = {1}};
   Loader loader(TestPipeline(spec));

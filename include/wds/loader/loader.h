@@ -107,6 +107,21 @@ class LoaderError : public std::runtime_error {
   absl::Status status_;
 };
 
+// LoaderStats is how an epoch went as its consumer saw it: whether training
+// waited for data. From the epoch's first Next() call (or the first after a
+// Restore) to its end, or to now while it runs.
+struct LoaderStats {
+  int64_t epoch = -1;  // -1: no epoch ran yet
+  int64_t items = 0;   // items handed out
+  // wait_seconds: time Next() spent waiting for them (starting the workers
+  // included); seconds - wait_seconds is the consumer's own time.
+  double wait_seconds = 0;
+  // first_item_seconds: from the first Next() call to the first item (-1:
+  // none yet).
+  double first_item_seconds = -1;
+  double seconds = 0;
+};
+
 class Loader final : public Checkpointable {
  public:
   // An invalid option (workers or prefetch < 1, a negative length) or a bad
@@ -139,6 +154,9 @@ class Loader final : public Checkpointable {
   int world_size() const;
   // errors counts every error the handlers saw, over all workers and epochs.
   const ErrorCounters& errors() const;
+  // stats is the running epoch's, else the last one's (call it from the
+  // thread that calls Next).
+  LoaderStats stats() const;
   // pool is the batch buffer pool shared by every worker (its pinned() says
   // whether pin_memory took effect). Never null.
   const std::shared_ptr<BufferPool>& pool() const;
