@@ -6,9 +6,11 @@
 
 #include <signal.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -1217,14 +1219,22 @@ TEST(RemotePipelineTest, AShardOpenedAheadWaitsIdleWithoutAStallOrARetry) {
   for (int shard = 0; shard < 3; ++shard) {
     server.Put(Cat("/shard-", shard, ".tar"), testing::MakeTar(ShardEntries(shard, 40)));
   }
-  // Shard 1's body comes 2.6 s after its headers; the reader comes back to
-  // it after 2.5 s, and stalls and slowness are judged within a second.
-  server.SetPlanner([](const FaultRequest& r) {
-    return r.target == "/shard-1.tar" ? FaultPlan{.stall_after = 0, .stall_ms = 2600} : FaultPlan();
+  // Shard 1's body waits after its headers until the test lets it go, once
+  // the reader has been away for 2.5 s (past both the stall timeout and
+  // low_speed_time): a gate, not a race between the server's 2.6 s of 10 ms
+  // sleeps and the reader's return, which a loaded machine loses.
+  auto go = std::make_shared<std::atomic<bool>>(false);
+  server.SetPlanner([go](const FaultRequest& r) {
+    return r.target == "/shard-1.tar" ? FaultPlan{.stall_after = 0,
+                                                  .stall_ms = 60'000,
+                                                  .until = [go] { return go->load(); }}
+                                      : FaultPlan();
   });
   RemoteOptions options = Fast();
   options.stall_timeout = std::chrono::milliseconds(300);
-  options.low_speed_limit = 1 << 20;
+  // Idle is 0 bytes/s: any limit judges it. Not 1 MiB/s, which shard 0
+  // (under 1 MiB, read across the 2.5 s wait) fails in any 1 s window.
+  options.low_speed_limit = 1000;
   options.low_speed_time = std::chrono::seconds(1);
   options.max_attempts = 1;  // a retry would fail the read
   absl::StatusOr<Pipeline> p =
@@ -1238,6 +1248,7 @@ TEST(RemotePipelineTest, AShardOpenedAheadWaitsIdleWithoutAStallOrARetry) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  go->store(true);
   absl::StatusOr<std::vector<Sample>> rest = testing::Drain(*stream);
   ASSERT_TRUE(rest.ok()) << rest.status();
   EXPECT_EQ(rest->size(), 119u);
