@@ -527,10 +527,11 @@ TEST_F(GcsUploadTest, AnOlderObjectOfTheSameSizeIsNotTheUploads) {
 
 TEST_F(RemoteUploadTest, ACompletionMayBeSilentLongerThanTheStallTimeout) {
   // GCS says a completion can take minutes; it is waited for, not retried.
-  options_.stall_timeout = std::chrono::milliseconds(300);
+  // (600 ms: the parts, 5 MiB each, are not cut on a loaded machine.)
+  options_.stall_timeout = std::chrono::milliseconds(600);
   s3_.fault = [](const FaultRequest& r) -> std::optional<FaultPlan> {
     if (r.method == "POST" && r.target.find("uploadId=") != std::string::npos) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1'000));
+      std::this_thread::sleep_for(std::chrono::milliseconds(1'500));
     }
     return std::nullopt;
   };
