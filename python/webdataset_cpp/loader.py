@@ -401,8 +401,9 @@ class Loader:
         return self._size
 
     def stats(self):
-        """How the running epoch (else the last one) went, as the iterating
-        thread saw it: whether training waited for data. A dict: "epoch",
+        """How the latest iteration's epoch went (running, or the last one), as
+        the iterating thread saw it: whether training waited for data. A dict:
+        "epoch",
         "items" handed out, "wait_seconds" the iteration spent getting them
         (starting the workers, and a device decode, included),
         "first_item_seconds" from the epoch's start to its first item (None
@@ -412,7 +413,8 @@ class Loader:
         if self._started is None:
             stats["seconds"] = 0.0
         else:
-            stats["seconds"] = (self._ended or time.perf_counter()) - self._started
+            ended = time.perf_counter() if self._ended is None else self._ended
+            stats["seconds"] = ended - self._started
         return stats
 
     def __iter__(self):
@@ -421,15 +423,17 @@ class Loader:
         clock = time.perf_counter
         stats = self._stats = dict(epoch=core.epoch, items=0, wait_seconds=0.0,
                                    first_item_seconds=None)
-        self._started, self._ended = clock(), None
+        asked = self._started = clock()
+        self._ended = None
         try:
             while True:
-                asked = clock()
-                item = core.next()
-                if item is not None and self._device_decode is not None:
-                    item = self._device_decode(item)
-                now = clock()
-                stats["wait_seconds"] += now - asked
+                try:
+                    item = core.next()
+                    if item is not None and self._device_decode is not None:
+                        item = self._device_decode(item)
+                finally:  # a call that raised waited too
+                    now = clock()
+                    stats["wait_seconds"] += now - asked
                 if item is None:
                     finished = True
                     return
@@ -437,8 +441,10 @@ class Loader:
                     stats["first_item_seconds"] = now - self._started
                 stats["items"] += 1
                 yield item
+                asked = clock()
         finally:
-            self._ended = clock()
+            if self._stats is stats:  # not a newer iteration's
+                self._ended = clock()
             if not finished:
                 core.stop()
 

@@ -492,7 +492,7 @@ struct Loader::Impl {
   SampleResult Next() {
     if (!setup.ok()) return setup;
     const auto called = std::chrono::steady_clock::now();
-    SampleResult result = Take();
+    SampleResult result = Take(called);
     const auto now = std::chrono::steady_clock::now();
     if (counting) {
       stats.wait_seconds += std::chrono::duration<double>(now - called).count();
@@ -504,14 +504,15 @@ struct Loader::Impl {
     return result;
   }
 
-  // Take is Next without the stats.
-  SampleResult Take() {
+  // Take is Next without the stats; a call at `called` that starts counting
+  // an epoch starts its clock.
+  SampleResult Take(std::chrono::steady_clock::time_point called) {
     resumed = false;
     if (!running) StartEpoch();
     if (!counting) {
       counting = true;
       stats = LoaderStats{.epoch = running_epoch};
-      since = std::chrono::steady_clock::now();
+      since = called;
     }
     const bool counted = mode() != EpochMode::kNatural;
     if (counted && remaining == 0) {
@@ -658,6 +659,8 @@ struct Loader::Impl {
     restored_group.reset();
     shares.reset();
     base.reset();
+    counting = false;
+    stats = LoaderStats{};
     if (!first.running) {
       // Between epochs nothing is left over: the next epoch starts as usual.
       running = false;
@@ -666,8 +669,6 @@ struct Loader::Impl {
       return absl::OkStatus();
     }
     base = std::make_shared<const JobStateData>(std::move(job));
-    counting = false;
-    stats = LoaderStats{};
     running = true;
     running_epoch = base->first().epoch;
     next_epoch = running_epoch + 1;

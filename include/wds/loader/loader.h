@@ -109,9 +109,10 @@ class LoaderError : public std::runtime_error {
 
 // LoaderStats is how an epoch went as its consumer saw it: whether training
 // waited for data. From the epoch's first Next() call (or the first after a
-// Restore) to its end, or to now while it runs.
+// Restore) to the call that ended it, or to now while it runs (also when
+// the consumer stopped calling Next before its end).
 struct LoaderStats {
-  int64_t epoch = -1;  // -1: no epoch ran yet
+  int64_t epoch = -1;  // -1: none counted yet (nor since a Restore)
   int64_t items = 0;   // items handed out
   // wait_seconds: time Next() spent waiting for them (starting the workers
   // included); seconds - wait_seconds is the consumer's own time.
